@@ -1,0 +1,3 @@
+from overdrive.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,300 @@
+"""Fact gatherers that run in a child process: `python -m overdrive.env._probes NAME`.
+
+Each one imports native code or launches a kernel, which can crash or hang the interpreter
+(a CUDA driver in a bad state, an extension built against another torch), so the parent
+runs it in a subprocess with a timeout and reads one JSON object from the last stdout line.
+They only gather facts; `overdrive.env.engines` turns facts into a status, reason and fix.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import traceback
+
+
+def _err(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}".strip().splitlines()[0][:400]
+
+
+def _device():
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def probe_gpus() -> dict:
+    import torch
+
+    out: dict = {"cuda_available": False, "gpus": []}
+    try:
+        out["cuda_available"] = bool(torch.cuda.is_available())
+        for i in range(torch.cuda.device_count() if out["cuda_available"] else 0):
+            p = torch.cuda.get_device_properties(i)
+            out["gpus"].append({
+                "index": i, "name": p.name, "cc": [p.major, p.minor],
+                "mem_bytes": int(p.total_memory), "sm_count": int(p.multi_processor_count),
+            })
+    except Exception as e:  # a driver/runtime mismatch shows up here
+        out["error"] = _err(e)
+    return out
+
+
+def probe_te() -> dict:
+    f: dict = {}
+    try:
+        import transformer_engine  # noqa: F401
+
+        f["version"] = getattr(transformer_engine, "__version__", None)
+        f["import_ok"] = True
+    except BaseException as e:
+        f["import_ok"], f["import_error"] = False, _err(e)
+        return f
+    try:
+        importlib.import_module("transformer_engine_torch")
+        f["ext_ok"] = True
+    except BaseException as e:
+        f["ext_ok"], f["ext_error"] = False, _err(e)
+        return f
+    try:
+        import transformer_engine.pytorch as te
+
+        ok = te.is_fp8_available(return_reason=True) if hasattr(te, "is_fp8_available") else (None, "")
+        f["fp8_available"], f["fp8_reason"] = (bool(ok[0]), str(ok[1])) if isinstance(ok, tuple) else (bool(ok), "")
+        for probe in ("is_mxfp8_available", "is_fp8_block_scaling_available", "is_nvfp4_available"):
+            if hasattr(te, probe):
+                r = getattr(te, probe)(return_reason=True)
+                f[probe] = bool(r[0]) if isinstance(r, tuple) else bool(r)
+    except BaseException as e:
+        f["fp8_available"], f["fp8_reason"] = False, _err(e)
+    if _device() == "cuda":
+        try:
+            import torch
+            import transformer_engine.pytorch as te
+
+            lin = te.Linear(64, 64, params_dtype=torch.bfloat16).cuda()
+            x = torch.randn(32, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            ctx = te.autocast(enabled=bool(f.get("fp8_available"))) if hasattr(te, "autocast") else \
+                te.fp8_autocast(enabled=bool(f.get("fp8_available")))
+            with ctx:
+                y = lin(x)
+            y.float().sum().backward()
+            torch.cuda.synchronize()
+            f["smoke_ok"], f["smoke_fp8"] = True, bool(f.get("fp8_available"))
+        except BaseException as e:
+            f["smoke_ok"], f["smoke_error"] = False, _err(e)
+    return f
+
+
+def probe_apex() -> dict:
+    f: dict = {}
+    try:
+        import apex
+
+        f["import_ok"] = True
+        f["version"] = getattr(apex, "__version__", None)
+        f["is_nvidia_apex"] = importlib.util.find_spec("apex.optimizers") is not None
+    except BaseException as e:
+        f["import_ok"], f["import_error"] = False, _err(e)
+        return f
+    for ext in ("amp_C", "fused_layer_norm_cuda"):
+        try:
+            importlib.import_module(ext)
+            f[ext] = True
+        except BaseException as e:
+            f[ext], f[ext + "_error"] = False, _err(e)
+    if _device() == "cuda" and f.get("amp_C"):
+        try:
+            import torch
+            from apex.optimizers import FusedAdam
+
+            p = torch.nn.Parameter(torch.randn(64, device="cuda"))
+            opt = FusedAdam([p], lr=1e-3)
+            p.grad = torch.randn_like(p)
+            opt.step()
+            torch.cuda.synchronize()
+            f["smoke_ok"] = True
+        except BaseException as e:
+            f["smoke_ok"], f["smoke_error"] = False, _err(e)
+    return f
+
+
+def probe_torchao() -> dict:
+    f: dict = {}
+    try:
+        import torchao
+
+        f["version"] = getattr(torchao, "__version__", None)
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        f["import_ok"] = True
+    except BaseException as e:
+        f["import_ok"], f["import_error"] = False, _err(e)
+        return f
+    import torch
+
+    def _run(device: str, emulate: bool, dtype) -> None:
+        m = torch.nn.Sequential(torch.nn.Linear(32, 32, bias=False)).to(device, dtype)
+        convert_to_float8_training(m, config=Float8LinearConfig(emulate=emulate))
+        x = torch.randn(16, 32, device=device, dtype=dtype, requires_grad=True)
+        m(x).float().sum().backward()
+
+    try:
+        _run("cpu", True, torch.float32)
+        f["emulate_ok"] = True
+    except BaseException as e:
+        f["emulate_ok"], f["emulate_error"] = False, _err(e)
+    if _device() == "cuda":
+        cc = torch.cuda.get_device_capability()
+        f["gpu_cc"] = list(cc)
+        if cc >= (8, 9):
+            try:
+                _run("cuda", False, torch.bfloat16)
+                torch.cuda.synchronize()
+                f["fp8_ok"] = True
+            except BaseException as e:
+                f["fp8_ok"], f["fp8_error"] = False, _err(e)
+    return f
+
+
+def probe_liger() -> dict:
+    f: dict = {}
+    try:
+        import liger_kernel  # noqa: F401
+        from liger_kernel.transformers import LigerRMSNorm
+
+        f["import_ok"] = True
+        try:
+            from importlib.metadata import version
+
+            f["version"] = version("liger-kernel")
+        except Exception:
+            f["version"] = None
+    except BaseException as e:
+        f["import_ok"], f["import_error"] = False, _err(e)
+        return f
+    if _device() == "cuda":
+        try:
+            import torch
+
+            norm = LigerRMSNorm(64).cuda()
+            x = torch.randn(8, 64, device="cuda", requires_grad=True)
+            norm(x).sum().backward()
+            torch.cuda.synchronize()
+            f["smoke_ok"] = True
+        except BaseException as e:
+            f["smoke_ok"], f["smoke_error"] = False, _err(e)
+    return f
+
+
+def probe_triton() -> dict:
+    f: dict = {}
+    try:
+        import triton
+        import triton.language as tl
+
+        f["import_ok"], f["version"] = True, triton.__version__
+    except BaseException as e:
+        f["import_ok"], f["import_error"] = False, _err(e)
+        return f
+    if _device() != "cuda":
+        return f
+    try:
+        import torch
+
+        @triton.jit
+        def _add(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            mask = offs < n
+            tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
+
+        x = torch.randn(1000, device="cuda")
+        y = torch.empty_like(x)
+        _add[(4,)](x, y, x.numel(), BLOCK=256)
+        torch.cuda.synchronize()
+        f["kernel_ok"] = bool(torch.allclose(y, x + 1))
+    except BaseException as e:
+        f["kernel_ok"], f["kernel_error"] = False, _err(e)
+    return f
+
+
+def probe_compile() -> dict:
+    import torch
+
+    dev = _device()
+    f: dict = {"device": dev}
+    try:
+        fn = torch.compile(lambda a, b: torch.nn.functional.gelu(a @ b) * 2.0)
+        a, b = torch.randn(16, 16, device=dev), torch.randn(16, 16, device=dev)
+        ok = torch.allclose(fn(a, b), torch.nn.functional.gelu(a @ b) * 2.0, atol=1e-4, rtol=1e-4)
+        f["ok"] = bool(ok)
+        if not ok:
+            f["error"] = "compiled result differs from eager"
+    except BaseException as e:
+        f["ok"], f["error"] = False, _err(e)
+    return f
+
+
+def probe_torch_native() -> dict:
+    """Fused AdamW and the SDPA backends on the default device."""
+    import torch
+    import torch.nn.functional as F
+
+    dev = _device()
+    f: dict = {"device": dev}
+    try:
+        p = torch.nn.Parameter(torch.randn(64, device=dev))
+        opt = torch.optim.AdamW([p], lr=1e-3, fused=True)
+        p.grad = torch.randn_like(p)
+        opt.step()
+        f["fused_adamw"] = True
+    except BaseException as e:
+        f["fused_adamw"], f["fused_adamw_error"] = False, _err(e)
+    f["sdpa"] = {}
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except BaseException as e:
+        f["sdpa_error"] = _err(e)
+        return f
+    dtype = torch.bfloat16 if dev == "cuda" else torch.float32
+    q = torch.randn(1, 2, 64, 64, device=dev, dtype=dtype)
+    names = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
+             "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
+    for short, attr in names.items():
+        backend = getattr(SDPBackend, attr, None)
+        if backend is None:
+            f["sdpa"][short] = {"ok": False, "error": "this torch has no such backend"}
+            continue
+        try:
+            with sdpa_kernel(backend):
+                F.scaled_dot_product_attention(q, q, q, is_causal=True)
+            f["sdpa"][short] = {"ok": True}
+        except BaseException as e:
+            # The error names the reasons each backend declined ("not supported on CPU", ...).
+            f["sdpa"][short] = {"ok": False, "error": _err(e)}
+    return f
+
+
+PROBES = {
+    "gpus": probe_gpus, "te": probe_te, "apex": probe_apex, "torchao": probe_torchao,
+    "liger": probe_liger, "triton": probe_triton, "compile": probe_compile,
+    "torch_native": probe_torch_native,
+}
+
+
+def main(argv: list[str]) -> int:
+    name = argv[0]
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    try:
+        facts = PROBES[name]()
+    except BaseException as e:  # report, never a traceback on the user's screen
+        facts = {"probe_error": _err(e), "trace": traceback.format_exc()[-800:]}
+    sys.stdout.flush()
+    print("\n" + json.dumps(facts, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

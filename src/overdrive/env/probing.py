@@ -1,0 +1,174 @@
+"""Collect raw facts about this machine: cheap ones in-process, risky ones in subprocesses.
+
+The facts dict is the probe boundary: tests replace `collect_facts` (or `run_probe`) with a
+fake machine, and `overdrive.env.report.build_report` turns any facts dict into the report.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+__all__ = ["collect_facts", "run_probe", "PROBE_TIMEOUTS"]
+
+# Seconds per subprocess probe. torch.compile's first (cold-cache) compile on a 2-core CPU
+# takes ~25 s; later runs ~4 s. A hung CUDA init is the case the timeout exists for.
+PROBE_TIMEOUTS = {"gpus": 60, "te": 120, "apex": 60, "torchao": 90, "liger": 90, "triton": 90,
+                  "compile": 180, "torch_native": 60}
+
+# Python package each engine probe needs; a missing package is reported without a subprocess.
+_PACKAGE_OF = {"te": "transformer_engine", "apex": "apex", "torchao": "torchao",
+               "liger": "liger_kernel", "triton": "triton"}
+
+
+def run_probe(name: str, timeout: float | None = None) -> dict:
+    """Run one `_probes` gatherer in a child interpreter; never raises."""
+    timeout = timeout or PROBE_TIMEOUTS.get(name, 60)
+    env = dict(os.environ, PYTHONWARNINGS="ignore", TF_CPP_MIN_LOG_LEVEL="3")
+    cmd = [sys.executable, "-m", "overdrive.env._probes", name]
+    try:
+        cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"_timeout": timeout}
+    except OSError as e:
+        return {"_crash": f"could not start a Python subprocess: {e}"}
+    lines = [ln for ln in cp.stdout.strip().splitlines() if ln.startswith("{")]
+    if cp.returncode != 0 or not lines:
+        tail = (cp.stderr or cp.stdout).strip().splitlines()[-1:] or [""]
+        return {"_crash": f"probe exited with code {cp.returncode}: {tail[0][:300]}"}
+    try:
+        return json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return {"_crash": "probe printed unreadable output"}
+
+
+def _cpu_facts() -> dict:
+    flags: set[str] = set()
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+                elif line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    wanted = ["avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "amx_fp16"]
+    try:
+        import psutil
+
+        ram = int(psutil.virtual_memory().total)
+    except Exception:
+        ram = None
+    return {"model": model, "arch": platform.machine(), "count": os.cpu_count(),
+            "flags": {k: (k in flags) for k in wanted}, "ram_bytes": ram, **_cpu_matmul_rates()}
+
+
+def _cpu_matmul_rates(n: int = 256, reps: int = 5) -> dict:
+    """Measured fp32 vs bf16 matmul GFLOP/s on this CPU (~20 ms).
+
+    /proc/cpuinfo flags are not enough: a VM can list AMX yet not enable it, and oneDNN only
+    uses what it can. The measurement decides whether bf16 pays off on this CPU.
+    """
+    import time
+
+    import torch
+
+    rates: dict = {"isa": None, "matmul_gflops": {}}
+    try:
+        rates["isa"] = torch.backends.cpu.get_cpu_capability()
+    except Exception:
+        pass
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
+    for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        x, y = a.to(dt), b.to(dt)
+        x @ y  # warm-up: first call picks the kernel
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            x @ y
+            times.append(time.perf_counter() - t0)
+        rates["matmul_gflops"][name] = round(2 * n**3 / sorted(times)[reps // 2] / 1e9, 1)
+    return rates
+
+
+def _torch_facts() -> dict:
+    import torch
+
+    f: dict = {"version": torch.__version__, "cuda": torch.version.cuda,
+               "hip": getattr(torch.version, "hip", None), "git": getattr(torch.version, "git_version", None)}
+    f["build"] = "cuda" if torch.version.cuda else ("rocm" if f["hip"] else "cpu")
+    try:
+        f["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    except Exception:
+        f["cudnn"] = None
+    try:
+        v = torch.cuda.nccl.version() if torch.version.cuda else None
+        f["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else v
+    except Exception:
+        f["nccl"] = None
+    return f
+
+
+def _run_quiet(cmd: list[str], timeout: float = 10) -> str | None:
+    try:
+        cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return cp.stdout if cp.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _toolchain_facts() -> dict:
+    f: dict = {}
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    nvcc = shutil.which("nvcc") or (cuda_home and shutil.which("nvcc", path=os.path.join(cuda_home, "bin")))
+    if not nvcc and os.path.exists("/usr/local/cuda/bin/nvcc"):
+        nvcc = "/usr/local/cuda/bin/nvcc"
+    f["nvcc"] = nvcc or None
+    out = _run_quiet([nvcc, "--version"]) if nvcc else None
+    m = re.search(r"release (\d+\.\d+)", out or "")
+    f["nvcc_version"] = m.group(1) if m else None
+    roots = [os.environ.get("CUDNN_PATH"), os.environ.get("CUDNN_HOME"), cuda_home, "/usr/local/cuda", "/usr"]
+    dirs = [os.path.join(r, "include") for r in roots if r] + ["/usr/include/x86_64-linux-gnu"]
+    spec = importlib.util.find_spec("nvidia")
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        dirs.append(os.path.join(loc, "cudnn", "include"))
+    hdr = next((os.path.join(d, "cudnn.h") for d in dirs if os.path.exists(os.path.join(d, "cudnn.h"))), None)
+    f["cudnn_header"] = hdr
+    f["c_compiler"] = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    smi = shutil.which("nvidia-smi")
+    drv = _run_quiet([smi, "--query-gpu=driver_version", "--format=csv,noheader"]) if smi else None
+    f["driver"] = drv.strip().splitlines()[0] if drv and drv.strip() else None
+    return f
+
+
+def _installed(pkg: str) -> bool:
+    try:
+        return importlib.util.find_spec(pkg) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def collect_facts(*, jobs: int = 4) -> dict:
+    """Everything `build_report` needs. Subprocess probes run concurrently."""
+    facts: dict = {
+        "os": {"system": platform.system(), "release": platform.release(),
+               "platform": platform.platform(terse=True)},
+        "python": {"version": platform.python_version(), "executable": sys.executable},
+        "cpu": _cpu_facts(), "torch": _torch_facts(), "toolchain": _toolchain_facts(),
+        "installed": {name: _installed(pkg) for name, pkg in _PACKAGE_OF.items()},
+    }
+    names = ["gpus", "compile", "torch_native"] + [n for n in _PACKAGE_OF if facts["installed"][n]]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = dict(zip(names, pool.map(run_probe, names)))
+    facts["probes"] = results
+    return facts

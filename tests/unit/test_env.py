@@ -1,0 +1,165 @@
+"""The doctor's verdicts on simulated machines (facts faked at the probe boundary)."""
+
+import pytest
+
+from fakes import APEX_OK, LIGER_OK, TE_OK, TORCHAO_EMU, TRITON_OK, machine
+from overdrive.env import build_report, env_schema, gpu_by_key, lookup_gpu
+from overdrive.env import probing
+
+jsonschema = pytest.importorskip("jsonschema")
+
+
+def _valid(rep):
+    jsonschema.validate(rep.to_dict(), env_schema())
+    return rep
+
+
+def test_h100_with_working_te():
+    rep = _valid(build_report(machine("h100", te=TE_OK, torchao=dict(TORCHAO_EMU, fp8_ok=True),
+                                      liger=LIGER_OK, triton=TRITON_OK, apex=APEX_OK)))
+    assert rep.engine("transformer_engine").status == "ok"
+    assert "FP8 autocast" in rep.engine("transformer_engine").reason
+    assert rep.engine("torchao").status == "ok"
+    assert rep.engine("apex").status == "ok"
+    assert rep.engine("liger_kernel").status == "ok"
+    assert rep.fp8_backend == "transformer_engine"
+    assert rep.best_precision == "bf16"
+    g = rep.gpus[0]
+    assert g.spec.key == "h100-sxm" and g.spec.bf16_tflops == 989 and g.spec.fp8_tflops == 1979
+    assert g.capabilities["fp8"] and not g.capabilities["mxfp8"]
+    assert rep.verdict[0].startswith("FP8: available")
+
+
+def test_a100_fp8_unsupported():
+    te_no_fp8 = dict(TE_OK, fp8_available=False,
+                     fp8_reason="Device compute capability 8.9 or higher required for FP8 execution.")
+    rep = _valid(build_report(machine("a100", te=te_no_fp8, torchao=TORCHAO_EMU)))
+    te = rep.engine("transformer_engine")
+    assert te.status == "unsupported" and "8.9" in te.reason
+    ao = rep.engine("torchao")
+    assert ao.status == "unsupported" and ao.details["emulate_ok"]
+    assert rep.fp8_backend is None
+    assert "SM 8.0" in rep.fp8_reason and "FP8 needs SM >= 8.9" in rep.fp8_reason
+    assert rep.best_precision == "bf16"
+    assert rep.gpus[0].spec.key == "a100-80" and rep.gpus[0].spec.fp8_tflops is None
+
+
+def test_b200_mxfp8():
+    te = dict(TE_OK, is_mxfp8_available=True)
+    rep = _valid(build_report(machine("b200", te=te)))
+    g = rep.gpus[0]
+    assert g.capabilities["mxfp8"] and g.capabilities["nvfp4"] and g.capabilities["fp8"]
+    assert g.spec.key == "b200" and g.spec.fp8_tflops == 4500
+    assert rep.engine("transformer_engine").details["is_mxfp8_available"] is True
+
+
+def test_apex_without_cuda_extensions_is_broken():
+    apex = {"import_ok": True, "is_nvidia_apex": True, "amp_C": False,
+            "amp_C_error": "ModuleNotFoundError: No module named 'amp_C'", "fused_layer_norm_cuda": False,
+            "fused_layer_norm_cuda_error": "ModuleNotFoundError: No module named 'fused_layer_norm_cuda'"}
+    rep = _valid(build_report(machine("h100", apex=apex)))
+    st = rep.engine("apex")
+    assert st.status == "broken"
+    assert "fused kernels were not built" in st.reason and "amp_C" in st.reason
+    assert "APEX_CPP_EXT=1 APEX_CUDA_EXT=1" in st.fix
+    assert any("apex is broken" in line for line in rep.verdict)
+
+
+def test_pypi_apex_impostor():
+    rep = build_report(machine(None, apex={"import_ok": True, "is_nvidia_apex": False}))
+    st = rep.engine("apex")
+    assert st.status == "broken" and "unrelated" in st.reason and "pip uninstall" in st.fix
+
+
+def test_te_undefined_symbol():
+    te = {"import_ok": True, "version": "2.8.0", "ext_ok": False,
+          "ext_error": "ImportError: transformer_engine_torch.so: undefined symbol: _ZN3c104cuda9SetDeviceEi"}
+    st = build_report(machine("h100", te=te)).engine("transformer_engine")
+    assert st.status == "broken" and "undefined symbol" in st.reason
+    assert "--force-reinstall" in st.fix and "--no-build-isolation" in st.fix
+
+
+def test_te_cudnn_shared_object_not_found():
+    te = {"import_ok": False, "import_error": "RuntimeError: cudnn shared object not found"}
+    st = build_report(machine("h100", te=te)).engine("transformer_engine")
+    assert st.status == "broken" and "cudnn shared object not found" in st.reason
+    assert "cudnn" in st.fix.lower()
+
+
+def test_te_core_only_and_missing_header():
+    te = {"import_ok": True, "ext_ok": False, "ext_error": "ModuleNotFoundError: No module named "
+                                                          "'transformer_engine_torch'"}
+    st = build_report(machine("h100", te=te)).engine("transformer_engine")
+    assert st.status == "broken" and "transformer_engine_torch is missing" in st.reason
+    te = {"import_ok": True, "ext_ok": False, "ext_error": "fatal error: cudnn.h: No such file or directory"}
+    st = build_report(machine("h100", te=te)).engine("transformer_engine")
+    assert st.status == "broken" and "cudnn.h" in st.reason and "CUDNN_PATH" in st.fix
+
+
+def test_no_gpu_at_all():
+    rep = _valid(build_report(machine(None, torchao=TORCHAO_EMU, liger=LIGER_OK, triton=TRITON_OK)))
+    assert rep.gpus == [] and rep.device == "cpu"
+    assert rep.engine("transformer_engine").status == "missing"
+    assert rep.engine("liger_kernel").status == "unsupported"
+    assert rep.engine("triton").status == "unsupported"
+    assert rep.engine("torchao").status == "unsupported"
+    assert rep.engine("sdpa_efficient").status == "unsupported"
+    assert rep.fp8_backend is None
+    # The fake CPU measured bf16 at 1.3 vs fp32 at 93 GFLOP/s (the AVX2 machine of the notes).
+    assert rep.best_precision == "fp32" and "1.3 vs fp32 93 GFLOP/s measured here (72x slower)" in rep.best_precision_reason
+    assert rep.verdict[0].startswith("FP8: unavailable — no GPU with SM >= 8.9")
+    assert "Best precision here: fp32" in rep.verdict[1]
+
+
+def test_cpu_with_bf16_units():
+    rep = build_report(machine(None, cpu_rates={"fp32": 150.0, "bf16": 400.0}))
+    assert rep.best_precision == "bf16" and "400 vs fp32 150" in rep.best_precision_reason
+
+
+def test_hung_and_crashed_probes_are_broken_not_fatal():
+    rep = build_report(machine("h100", te={"_timeout": 120}, liger={"_crash": "probe exited with code -11: "}))
+    assert rep.engine("transformer_engine").status == "broken"
+    assert "did not finish within 120 s" in rep.engine("transformer_engine").reason
+    assert rep.engine("liger_kernel").status == "broken"
+
+
+def test_compile_without_compiler():
+    f = machine(None)
+    f["probes"]["compile"] = {"device": "cpu", "ok": False, "error": "InvalidCxxCompiler"}
+    f["toolchain"]["c_compiler"] = None
+    st = build_report(f).engine("torch.compile")
+    assert st.status == "broken" and "C++ compiler" in st.reason and "g++" in st.fix
+
+
+def test_liger_missing_dependency():
+    st = build_report(machine("h100", liger={"import_ok": False,
+                                             "import_error": "ModuleNotFoundError: No module named 'packaging'"})
+                      ).engine("liger_kernel")
+    assert st.status == "broken" and "packaging" in st.fix
+
+
+def test_catalog_lookup():
+    assert lookup_gpu("NVIDIA H100 PCIe").key == "h100-pcie"
+    assert lookup_gpu("NVIDIA L40S").key == "l40s"
+    assert lookup_gpu("NVIDIA L4").key == "l4"
+    assert lookup_gpu("NVIDIA A100-SXM4-40GB").key == "a100-40"
+    assert lookup_gpu("Tesla T4") is None
+    assert gpu_by_key("H200").hbm_tbs == 4.8
+    with pytest.raises(ValueError, match="known GPUs are .*b300"):
+        gpu_by_key("h300")
+
+
+def test_run_probe_timeout_and_crash(monkeypatch):
+    import subprocess
+
+    def _hang(*a, **k):
+        raise subprocess.TimeoutExpired(cmd="x", timeout=1)
+
+    monkeypatch.setattr(probing.subprocess, "run", _hang)
+    assert probing.run_probe("te", timeout=1) == {"_timeout": 1}
+
+    class _CP:
+        returncode, stdout, stderr = -11, "", "Segmentation fault"
+
+    monkeypatch.setattr(probing.subprocess, "run", lambda *a, **k: _CP())
+    assert "code -11" in probing.run_probe("te")["_crash"]
