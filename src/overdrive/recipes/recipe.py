@@ -1,0 +1,107 @@
+"""`Recipe`: what a user asks for. Frozen, with named presets; `resolve` decides what runs."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Literal
+
+__all__ = ["Recipe", "PRESETS", "get_recipe", "FIELD_CHOICES"]
+
+Precision = Literal["auto", "fp32", "fp16", "bf16", "fp8"]
+FP8Scaling = Literal["tensorwise", "delayed", "rowwise", "mxfp8"]
+FP8Backend = Literal["auto", "transformer_engine", "torchao", "emulated"]
+Optimizer = Literal["auto", "apex", "torch-fused", "foreach", "for-loop"]
+Norm = Literal["auto", "transformer_engine", "apex", "liger", "torch"]
+Loss = Literal["cross-entropy", "fused-linear-cross-entropy"]
+Compile = Literal["off", "default", "max-autotune"]
+Checkpointing = Literal["none", "selective", "full"]
+
+FIELD_CHOICES: dict[str, tuple[str, ...]] = {
+    "precision": ("auto", "fp32", "fp16", "bf16", "fp8"),
+    "fp8_scaling": ("tensorwise", "delayed", "rowwise", "mxfp8"),
+    "fp8_backend": ("auto", "transformer_engine", "torchao", "emulated"),
+    "optimizer": ("auto", "apex", "torch-fused", "foreach", "for-loop"),
+    "norm": ("auto", "transformer_engine", "apex", "liger", "torch"),
+    "loss": ("cross-entropy", "fused-linear-cross-entropy"),
+    "compile": ("off", "default", "max-autotune"),
+    "activation_checkpointing": ("none", "selective", "full"),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    name: str = "custom"
+    """Preset name, or "custom"."""
+    precision: Precision = "auto"
+    """fp32; fp16 (autocast + GradScaler); bf16 (autocast); fp8 (linears in FP8, the rest in bf16 on GPU);
+    auto = the best precision the environment reports (never fp8: its gain depends on shapes and
+    compile, so measure it with `overdrive bench` first)."""
+    fp8_scaling: FP8Scaling = "tensorwise"
+    """tensorwise = per-tensor current scaling; delayed (Transformer Engine only); rowwise (torchao);
+    mxfp8 (Transformer Engine, SM 10.x block scaling)."""
+    fp8_backend: FP8Backend = "auto"
+    """Which engine runs FP8: Transformer Engine, torchao, or torchao's emulation (numerics only)."""
+    optimizer: Optimizer = "auto"
+    """AdamW implementation: Apex FusedAdam, torch fused, torch foreach, or the plain for-loop."""
+    norm: Norm = "auto"
+    """LayerNorm/RMSNorm implementation."""
+    loss: Loss = "cross-entropy"
+    """Fused linear cross-entropy (Liger) never materialises the logits; needs a GPU."""
+    compile: Compile = "off"
+    """torch.compile mode."""
+    activation_checkpointing: Checkpointing = "none"
+    """none; selective (every `checkpoint_every`-th block); full (every block)."""
+    checkpoint_every: int = 2
+    """For selective checkpointing: checkpoint blocks 0, k, 2k, ..."""
+    fp8_min_dim: int = 1024
+    """Linears whose in or out features are below this stay in high precision on real FP8 hardware:
+    below ~1K the quantisation overhead outweighs the faster GEMM (torchao/TE measurements)."""
+    fp8_convert_head: bool = False
+    """Convert the output head to FP8 too (off by default: it is the most sensitive layer)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            allowed = FIELD_CHOICES.get(f.name)
+            v = getattr(self, f.name)
+            if allowed and v not in allowed:
+                raise ValueError(f"recipe field {f.name}={v!r} is not one of {', '.join(allowed)}")
+        if self.checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
+
+    def replace(self, **changes) -> "Recipe":
+        """A copy with some fields changed (name becomes "custom" unless given)."""
+        changes.setdefault("name", "custom" if changes else self.name)
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+PRESETS: dict[str, Recipe] = {
+    "auto": Recipe(name="auto"),
+    "fp32": Recipe(name="fp32", precision="fp32"),
+    "amp-fp16": Recipe(name="amp-fp16", precision="fp16"),
+    "amp-bf16": Recipe(name="amp-bf16", precision="bf16"),
+    "fp8": Recipe(name="fp8", precision="fp8", fp8_scaling="tensorwise"),
+    "fp8-rowwise": Recipe(name="fp8-rowwise", precision="fp8", fp8_scaling="rowwise"),
+    "mxfp8": Recipe(name="mxfp8", precision="fp8", fp8_scaling="mxfp8", fp8_backend="transformer_engine"),
+}
+
+
+def get_recipe(recipe: str | Recipe, **overrides) -> Recipe:
+    """A preset by name (or a Recipe as is), with optional field overrides."""
+    if isinstance(recipe, Recipe):
+        base = recipe
+    else:
+        key = str(recipe).strip().lower()
+        if key not in PRESETS:
+            raise ValueError(f"unknown recipe '{recipe}': presets are {', '.join(PRESETS)}")
+        base = PRESETS[key]
+    if overrides:
+        unknown = set(overrides) - {f.name for f in fields(Recipe)}
+        if unknown:
+            raise ValueError(f"unknown recipe field(s) {', '.join(sorted(unknown))}: fields are "
+                             f"{', '.join(f.name for f in fields(Recipe))}")
+        base = dataclasses.replace(base, **overrides, name=overrides.get("name", f"{base.name}+custom"))
+    return base

@@ -1,0 +1,115 @@
+"""The real engines on a real GPU: torchao float8, Liger, TE, Apex, fused AdamW."""
+
+import copy
+import importlib.util
+import math
+
+import pytest
+import torch
+
+import overdrive
+from overdrive.models import GPT, gpt_config
+
+pytestmark = pytest.mark.gpu
+
+
+def _sqnr(a, b):
+    return 20 * math.log10(b.double().norm().item() / (a.double() - b.double()).norm().item())
+
+
+def _gpt(n_embd=1024):
+    torch.manual_seed(0)
+    return GPT(gpt_config("tiny", n_embd=n_embd, n_head=8, n_layer=2, block_size=256, vocab_size=4096))
+
+
+def _fwd_bwd(acc, x):
+    with acc.autocast():
+        logits, loss = acc.model(x[:, :-1], x[:, 1:])
+    acc.backward(loss)
+    return logits.detach().float(), {n: p.grad.float() for n, p in acc.model.named_parameters() if p.grad is not None}
+
+
+def test_fused_adamw_matches_for_loop():
+    a, b = _gpt(256).cuda(), None
+    b = copy.deepcopy(a)
+    acc_a = overdrive.accelerate(a, overdrive.Recipe(precision="fp32", optimizer="torch-fused"))
+    acc_b = overdrive.accelerate(b, overdrive.Recipe(precision="fp32", optimizer="for-loop"))
+    x = torch.randint(0, 4096, (4, 129), device="cuda")
+    for acc in (acc_a, acc_b):
+        for _ in range(3):
+            _fwd_bwd(acc, x)
+            acc.step()
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.allclose(p, q, atol=1e-5, rtol=1e-4), n
+
+
+def test_bf16_trains():
+    acc = overdrive.accelerate(_gpt(256), "amp-bf16", lr=1e-3)
+    assert acc.resolved.autocast_dtype == "bfloat16" and acc.device.type == "cuda"
+    x = torch.randint(0, 4096, (8, 129), device="cuda")
+    losses = []
+    for _ in range(10):
+        with acc.autocast():
+            _, loss = acc.model(x[:, :-1], x[:, 1:])
+        acc.backward(loss)
+        acc.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] - 0.5
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("torchao"), reason="torchao not installed")
+@pytest.mark.parametrize("recipe", ["fp8", "fp8-rowwise"])
+def test_torchao_real_fp8(recipe):
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("FP8 needs SM >= 8.9")
+    ref = overdrive.accelerate(_gpt(), "amp-bf16", build_optimizer=False)
+    acc = overdrive.accelerate(_gpt(), overdrive.Recipe(precision="fp8", fp8_backend="torchao",
+                                                        fp8_scaling=overdrive.PRESETS[recipe].fp8_scaling),
+                               build_optimizer=False)
+    assert acc.resolved.fp8_backend == "torchao" and not acc.resolved.emulated
+    assert sum(d.converted for d in acc.conversions["fp8"]) == 8  # 4 linears x 2 blocks; head kept
+    x = torch.randint(0, 4096, (4, 257), device="cuda")
+    y_ref, g_ref = _fwd_bwd(ref, x)
+    y, g = _fwd_bwd(acc, x)
+    assert _sqnr(y, y_ref) >= 20
+    assert _sqnr(g["blocks.0.mlp.fc.weight"], g_ref["blocks.0.mlp.fc.weight"]) >= 15
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("liger_kernel"), reason="liger-kernel not installed")
+def test_liger_norms_and_fused_loss():
+    for norm in ("layernorm", "rmsnorm"):
+        torch.manual_seed(0)
+        base = GPT(gpt_config("tiny", n_embd=256, n_head=4, norm=norm, vocab_size=4096, block_size=256))
+        ref = overdrive.accelerate(copy.deepcopy(base), overdrive.Recipe(precision="fp32", norm="torch"),
+                                   build_optimizer=False)
+        acc = overdrive.accelerate(base, overdrive.Recipe(precision="fp32", norm="liger",
+                                                          loss="fused-linear-cross-entropy"), strict=True,
+                                   build_optimizer=False)
+        assert all(d.converted for d in acc.conversions["norm"])
+        x = torch.randint(0, 4096, (4, 129), device="cuda")
+        y_ref, _ = _fwd_bwd(ref, x)
+        y, _ = _fwd_bwd(acc, x)
+        assert torch.allclose(y, y_ref, atol=2e-4, rtol=1e-4)
+        h = acc.model.hidden(x[:, :-1])
+        fused = acc.lm_loss(h, acc.model.lm_head.weight, x[:, 1:])
+        plain = torch.nn.functional.cross_entropy(acc.model.lm_head(h).float().flatten(0, 1), x[:, 1:].flatten())
+        assert torch.allclose(fused, plain, rtol=1e-4)
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("transformer_engine"), reason="Transformer Engine not installed")
+def test_transformer_engine_fp8():
+    acc = overdrive.accelerate(_gpt(), overdrive.Recipe(precision="fp8", fp8_backend="transformer_engine"),
+                               strict=True)
+    x = torch.randint(0, 4096, (4, 257), device="cuda")
+    _fwd_bwd(acc, x)
+    acc.step()
+    assert set(acc.model.state_dict()) == set(_gpt().state_dict())
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("apex"), reason="Apex not installed")
+def test_apex_fused_adam_and_norms():
+    acc = overdrive.accelerate(_gpt(256), overdrive.Recipe(precision="bf16", optimizer="apex", norm="apex"),
+                               strict=True)
+    x = torch.randint(0, 4096, (4, 129), device="cuda")
+    _fwd_bwd(acc, x)
+    acc.step()

@@ -1,0 +1,131 @@
+"""Module swaps into engines this machine cannot run (TE, Apex, Liger), through faked modules.
+
+The fakes implement the engines' constructor signatures with plain torch math, so the swap,
+weight sharing, state_dict interchange and reporting are checked without a GPU; the real
+modules are exercised by tests/gpu.
+"""
+
+import sys
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from overdrive.accelerate import _keep_state_dict_plain
+from overdrive.convert import convert_fp8, convert_norms
+from overdrive.models import GPT, gpt_config
+
+
+class _FakeTELinear(nn.Module):
+    def __init__(self, in_features, out_features, bias=True, params_dtype=None, device=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=params_dtype, device=device))
+        self.bias = nn.Parameter(torch.zeros(out_features, device=device)) if bias else None
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+    def get_extra_state(self):
+        return torch.tensor([1.0])  # TE keeps FP8 scaling metadata here
+
+    def set_extra_state(self, state):
+        self.loaded_extra = state
+
+
+class _FakeNorm(nn.Module):
+    def __init__(self, hidden_size, eps=1e-5, **kw):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+
+class _FakeLN(_FakeNorm):
+    def __init__(self, hidden_size, eps=1e-5, **kw):
+        super().__init__(hidden_size, eps)
+        self.bias = nn.Parameter(torch.zeros(hidden_size))
+
+    def forward(self, x):
+        return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
+
+
+class _FakeRMS(_FakeNorm):
+    def forward(self, x):
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+@pytest.fixture
+def fake_engines(monkeypatch):
+    te = types.ModuleType("transformer_engine.pytorch")
+    te.Linear, te.LayerNorm, te.RMSNorm = _FakeTELinear, _FakeLN, _FakeRMS
+    apex_norm = types.ModuleType("apex.normalization")
+    apex_norm.FusedLayerNorm, apex_norm.FusedRMSNorm = _FakeLN, _FakeRMS
+    liger = types.ModuleType("liger_kernel.transformers")
+    liger.LigerLayerNorm, liger.LigerRMSNorm = _FakeLN, _FakeRMS
+    for name, mod in {"transformer_engine": types.ModuleType("transformer_engine"),
+                      "transformer_engine.pytorch": te, "apex": types.ModuleType("apex"),
+                      "apex.normalization": apex_norm, "liger_kernel": types.ModuleType("liger_kernel"),
+                      "liger_kernel.transformers": liger}.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    # The classes report their module as the engine's, as the real ones do.
+    for cls, mod in ((_FakeTELinear, "transformer_engine.pytorch"), (_FakeLN, "x"), (_FakeRMS, "x")):
+        monkeypatch.setattr(cls, "__module__", mod)
+    return te
+
+
+def _big_gpt(n_embd=256):
+    return GPT(gpt_config("tiny", n_embd=n_embd, n_head=4, n_layer=2))
+
+
+def test_te_linear_swap_shares_weights_and_reports(fake_engines):
+    torch.manual_seed(0)
+    m = _big_gpt()
+    x = torch.randint(0, 256, (2, 16))
+    ref, _ = m(x)
+    w = m.blocks[0].mlp.fc.weight
+    decs = {d.fqn: d for d in convert_fp8(m, backend="transformer_engine", scaling="tensorwise", min_dim=256)}
+    assert isinstance(m.blocks[0].mlp.fc, _FakeTELinear) and m.blocks[0].mlp.fc.weight is w
+    assert decs["blocks.0.mlp.fc"].converted and decs["blocks.0.attn.qkv"].converted
+    assert not decs["lm_head"].converted and "output head" in decs["lm_head"].reason
+    small = _big_gpt(n_embd=128)
+    decs = {d.fqn: d for d in convert_fp8(small, backend="transformer_engine", scaling="tensorwise", min_dim=256)}
+    assert not decs["blocks.0.mlp.fc"].converted and "too small to gain" in decs["blocks.0.mlp.fc"].reason
+    out, _ = m(x)
+    assert torch.allclose(out, ref, atol=1e-6)
+
+
+def test_te_state_dict_stays_plain(fake_engines):
+    torch.manual_seed(0)
+    original = _big_gpt()
+    m = _big_gpt()
+    m.load_state_dict(original.state_dict())
+    convert_fp8(m, backend="transformer_engine", scaling="tensorwise", min_dim=256)
+    assert any(k.endswith("_extra_state") for k in m.state_dict())  # what TE adds
+    _keep_state_dict_plain(m)
+    assert m.state_dict().keys() == original.state_dict().keys()
+    m.load_state_dict(original.state_dict(), strict=True)  # no _extra_state in a plain checkpoint: fine
+    original.load_state_dict(m.state_dict(), strict=True)
+
+
+@pytest.mark.parametrize("backend,ln_cls", [("transformer_engine", _FakeLN), ("apex", _FakeLN), ("liger", _FakeLN)])
+def test_norm_swaps(fake_engines, backend, ln_cls):
+    torch.manual_seed(0)
+    for norm in ("layernorm", "rmsnorm"):
+        m = GPT(gpt_config("tiny", norm=norm))
+        x = torch.randint(0, 256, (2, 16))
+        ref, _ = m(x)
+        keys = m.state_dict().keys()
+        decs = convert_norms(m, backend)
+        assert len(decs) == 5 and all(d.converted for d in decs)  # 2 per block + final
+        assert isinstance(m.norm_f, _FakeLN if norm == "layernorm" else _FakeRMS)
+        assert m.state_dict().keys() == keys
+        out, _ = m(x)
+        assert torch.allclose(out, ref, atol=1e-5)
+
+
+def test_norm_without_bias_is_skipped_with_reason(fake_engines):
+    m = GPT(gpt_config("tiny", bias=False))
+    decs = convert_norms(m, "apex")
+    assert not any(d.converted for d in decs)
+    assert "without bias" in decs[0].reason

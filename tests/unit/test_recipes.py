@@ -1,0 +1,158 @@
+"""resolve() on simulated machines: every choice and every fallback, with its reason."""
+
+import pytest
+
+from fakes import APEX_OK, LIGER_OK, TE_OK, TORCHAO_EMU, TRITON_OK, machine
+from overdrive.env import build_report
+from overdrive.recipes import PRESETS, Recipe, RecipeUnavailable, get_recipe, resolve
+
+APEX_PY_ONLY = {"import_ok": True, "is_nvidia_apex": True, "amp_C": False, "fused_layer_norm_cuda": False,
+                "amp_C_error": "No module named 'amp_C'", "fused_layer_norm_cuda_error": "No module named x"}
+AO_GPU = dict(TORCHAO_EMU, fp8_ok=True)
+
+
+def env(*a, **k):
+    return build_report(machine(*a, **k))
+
+
+def chosen(res, field):
+    return next(d for d in res.decisions if d.field == field)
+
+
+def test_no_gpu_fp8_falls_back_to_emulation():
+    res = resolve("fp8", env(None, torchao=TORCHAO_EMU))
+    assert res.fp8_backend == "emulated" and res.emulated and res.device == "cpu"
+    d = chosen(res, "fp8")
+    assert d.fallback
+    assert d.reason == "fp8 requested: no GPU with SM >= 8.9 here → torchao emulation, numerics only, not faster"
+    with pytest.raises(RecipeUnavailable, match="no GPU with SM >= 8.9 here → torchao emulation"):
+        resolve("fp8", env(None, torchao=TORCHAO_EMU), strict=True)
+
+
+def test_no_gpu_no_torchao_fp8_drops_to_best_precision():
+    res = resolve("fp8", env(None))
+    assert res.fp8_backend is None and res.precision == "fp32"
+    assert "pip install 'overdrive[torchao]'" in chosen(res, "fp8").reason
+
+
+def test_auto_on_cpu_without_bf16_units_is_fp32():
+    res = resolve("auto", env(None))
+    assert res.precision == "fp32" and res.autocast_dtype is None and not res.grad_scaler
+    assert "70x" in chosen(res, "precision").reason or "72x" in chosen(res, "precision").reason
+    assert res.optimizer == "torch-fused" and res.norm == "torch"
+
+
+def test_a100():
+    e = env("a100", te=dict(TE_OK, fp8_available=False, fp8_reason="Device compute capability 8.9 or higher "
+                                                                     "required for FP8 execution."),
+            torchao=TORCHAO_EMU)
+    res = resolve("auto", e)
+    assert res.precision == "bf16" and res.autocast_dtype == "bfloat16"
+    res = resolve("fp8", e)
+    assert res.fp8_backend == "emulated"
+    assert "8.9" in chosen(res, "fp8").reason
+    res = resolve("amp-fp16", e)
+    assert res.precision == "fp16" and res.grad_scaler
+
+
+def test_h100_without_te_uses_torchao():
+    res = resolve("fp8", env("h100", torchao=AO_GPU))
+    assert res.fp8_backend == "torchao" and res.fp8_scaling == "tensorwise" and not res.emulated
+    assert not chosen(res, "fp8").fallback  # auto backend: torchao is a choice, not a fallback
+    assert res.autocast_dtype == "bfloat16"
+    res = resolve(Recipe(precision="fp8", fp8_backend="transformer_engine"), env("h100", torchao=AO_GPU))
+    d = chosen(res, "fp8")
+    assert res.fp8_backend == "torchao" and d.fallback and "Transformer Engine is missing" in d.reason
+    with pytest.raises(RecipeUnavailable, match="Transformer Engine is missing"):
+        resolve(Recipe(precision="fp8", fp8_backend="transformer_engine"), env("h100", torchao=AO_GPU), strict=True)
+
+
+def test_h100_with_te():
+    e = env("h100", te=TE_OK, torchao=AO_GPU)
+    res = resolve("fp8", e)
+    assert res.fp8_backend == "transformer_engine" and res.norm == "transformer_engine"
+    res = resolve(Recipe(precision="fp8", fp8_scaling="delayed"), e)
+    assert res.fp8_backend == "transformer_engine" and res.fp8_scaling == "delayed"
+    # DelayedScaling fails under torch.compile: current scaling instead.
+    res = resolve(Recipe(precision="fp8", fp8_scaling="delayed", compile="default"), e)
+    assert res.fp8_scaling == "tensorwise" and "compile" in chosen(res, "fp8_scaling").reason
+    # Rowwise is torchao's.
+    res = resolve("fp8-rowwise", e)
+    assert res.fp8_backend == "torchao" and res.fp8_scaling == "rowwise"
+    # MXFP8 needs SM 10.x.
+    res = resolve("mxfp8", e)
+    assert res.fp8_scaling == "tensorwise" and "MXFP8 needs SM 10.x" in chosen(res, "fp8_scaling").reason
+
+
+def test_b200_mxfp8():
+    res = resolve("mxfp8", env("b200", te=dict(TE_OK, is_mxfp8_available=True)))
+    assert res.fp8_backend == "transformer_engine" and res.fp8_scaling == "mxfp8" and not res.fallbacks
+
+
+def test_torchao_delayed_scaling_falls_back():
+    res = resolve(Recipe(precision="fp8", fp8_scaling="delayed"), env("h100", torchao=AO_GPU))
+    assert res.fp8_backend == "torchao" and res.fp8_scaling == "tensorwise"
+    assert "torchao removed it" in chosen(res, "fp8_scaling").reason
+
+
+def test_apex_without_cuda_extensions():
+    res = resolve(Recipe(optimizer="apex", norm="apex"), env("h100", apex=APEX_PY_ONLY))
+    d = chosen(res, "optimizer")
+    assert res.optimizer == "torch-fused" and d.fallback
+    assert d.reason.startswith("apex FusedAdam requested: fused kernels were not built")
+    assert d.reason.endswith("→ torch fused AdamW")
+    assert res.norm == "torch" and chosen(res, "norm").fallback
+    with pytest.raises(RecipeUnavailable, match="apex FusedAdam requested: fused kernels were not built"):
+        resolve(Recipe(optimizer="apex"), env("h100", apex=APEX_PY_ONLY), strict=True)
+
+
+def test_apex_ok_and_auto_order():
+    e = env("h100", apex=APEX_OK, liger=LIGER_OK, triton=TRITON_OK)
+    assert resolve(Recipe(optimizer="apex"), e).optimizer == "apex"
+    res = resolve("auto", e)
+    assert res.optimizer == "torch-fused" and res.norm == "liger"
+    assert resolve(Recipe(compile="default"), e).norm == "torch"  # inductor fuses norms itself
+
+
+def test_liger_without_gpu():
+    e = env(None, liger=LIGER_OK)
+    res = resolve(Recipe(norm="liger", loss="fused-linear-cross-entropy"), e)
+    assert res.norm == "torch" and res.loss == "cross-entropy"
+    assert "needs a CUDA GPU" in chosen(res, "norm").reason
+    assert "needs a CUDA GPU" in chosen(res, "loss").reason
+    with pytest.raises(RecipeUnavailable, match="liger norms requested"):
+        resolve(Recipe(norm="liger"), e, strict=True)
+
+
+def test_liger_on_gpu_fused_loss():
+    res = resolve(Recipe(loss="fused-linear-cross-entropy"), env("h100", liger=LIGER_OK, triton=TRITON_OK))
+    assert res.loss == "fused-linear-cross-entropy" and not res.fallbacks
+
+
+def test_compile_broken_falls_back_to_eager():
+    f = machine(None)
+    f["probes"]["compile"] = {"device": "cpu", "ok": False, "error": "boom"}
+    res = resolve(Recipe(compile="max-autotune"), build_report(f))
+    assert res.compile == "off" and chosen(res, "compile").fallback
+
+
+def test_presets_and_validation():
+    assert set(PRESETS) == {"auto", "fp32", "amp-fp16", "amp-bf16", "fp8", "fp8-rowwise", "mxfp8"}
+    with pytest.raises(ValueError, match="presets are auto, fp32"):
+        get_recipe("fp9")
+    with pytest.raises(ValueError, match="precision='fp64' is not one of"):
+        Recipe(precision="fp64")
+    with pytest.raises(ValueError, match="unknown recipe field"):
+        get_recipe("fp32", precison="bf16")
+    r = get_recipe("amp-bf16", activation_checkpointing="full")
+    assert r.precision == "bf16" and r.activation_checkpointing == "full"
+
+
+def test_resolved_round_trips_through_json():
+    import json
+
+    from overdrive.recipes import ResolvedRecipe
+
+    res = resolve("fp8", env(None, torchao=TORCHAO_EMU))
+    back = ResolvedRecipe.from_dict(json.loads(json.dumps(res.to_dict())))
+    assert back == res
