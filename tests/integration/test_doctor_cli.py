@@ -54,7 +54,7 @@ def test_doctor_table_and_verdict():
 def test_help_everywhere():
     cp = _run("--help")
     assert cp.returncode == 0 and "doctor" in cp.stdout
-    for sub in ("doctor",):
+    for sub in ("doctor", "bench", "report"):
         cp = _run(sub, "--help")
         assert cp.returncode == 0 and "usage" in cp.stdout
 

@@ -1,0 +1,140 @@
+"""From raw runs to the numbers people read: speedups with intervals, MFU, memory, loss parity,
+safety, and the recommendation."""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+from overdrive.bench.flops import achieved_tflops, flops_per_token, mfu
+from overdrive.bench.runner import ConfigRun
+from overdrive.bench.stats import speedup_ci, summarize
+from overdrive.bench.suites import Suite
+from overdrive.env import EnvReport
+from overdrive.models import gpt_config
+
+__all__ = ["analyze", "LOSS_TOLERANCE", "loss_tolerance"]
+
+# Final-loss relative difference vs the baseline (same data order, same seed) beyond which a recipe
+# is flagged unsafe. fp32 variants differ only by summation order; bf16 keeps 8 mantissa bits;
+# FP8 (e4m3) 3 bits with per-tensor scales.
+LOSS_TOLERANCE = {"fp32": 0.01, "bf16": 0.03, "fp16": 0.03, "fp8": 0.05}
+
+
+def loss_tolerance(precision: str) -> float:
+    return LOSS_TOLERANCE.get(precision, 0.03)
+
+
+def _model_flops(name: str, seq: int) -> tuple[int, int]:
+    cfg = gpt_config(name, block_size=seq)
+    n = cfg.n_params(non_embedding=True)
+    return n, flops_per_token(n, cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, seq)
+
+
+def _tail_mean(xs: list[float], n: int) -> float | None:
+    xs = [x for x in xs[-n:]]
+    return sum(xs) / len(xs) if xs else None
+
+
+def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport) -> dict:
+    base = next((r for r in runs if r.cand.baseline), None)
+    spec = env.gpus[0].spec if env.gpus else None
+    tokens = suite.batch * suite.seq
+    configs = []
+    for run in runs:
+        res = run.resolved or {}
+        precision = res.get("precision", "?")
+        emulated = bool(res.get("emulated"))
+        c = {"name": run.cand.name, "description": run.cand.description, "baseline": run.cand.baseline,
+             "status": run.status, "reason": run.reason, "recipe": run.cand.recipe.to_dict(), "resolved": res,
+             "precision": precision, "emulated": emulated, "setup_s": run.setup_s, "first_step_s": run.first_step_s,
+             "memory": run.memory, "models": {}, "raw": {
+                 "warmup_ms": run.warmup_ms, "teacher_ms": run.teacher_ms, "student_ms": run.student_ms,
+                 "rounds_ms": run.rounds_ms, "teacher_loss": run.teacher_loss, "student_loss": run.student_loss}}
+        tot = summarize(run.step_ms())
+        c["step_ms"] = tot
+        if tot["median"] and run.warmup_ms:
+            # Compile time (and other first-step costs) reported apart from the step time.
+            c["compile_s"] = max(0.0, run.warmup_ms[0] - tot["median"]) / 1e3
+        for role in ("teacher", "student"):
+            ms = run.teacher_ms if role == "teacher" else run.student_ms
+            s = summarize(ms)
+            n_params, fpt = _model_flops(getattr(suite, role), suite.seq)
+            m = {"model": getattr(suite, role), "params_nonembedding": n_params, "flops_per_token": fpt,
+                 "step_ms": s, "tokens_per_s": None, "tflops": None, "mfu_bf16_peak": None, "mfu_fp8_peak": None,
+                 "speedup": None, "speedup_ci": None}
+            if s["median"]:
+                tps = tokens / (s["median"] / 1e3)
+                m["tokens_per_s"] = tps
+                m["tflops"] = achieved_tflops(tps, fpt)
+                if spec and not emulated:
+                    m["mfu_bf16_peak"] = mfu(tps, fpt, spec.bf16_tflops)
+                    if precision == "fp8":
+                        m["mfu_fp8_peak"] = mfu(tps, fpt, spec.fp8_tflops)
+            bms = (base.teacher_ms if role == "teacher" else base.student_ms) if base else []
+            if not emulated and bms and ms and not run.cand.baseline:
+                ci = speedup_ci(bms, ms, seed=zlib.crc32(run.cand.name.encode()))
+                if ci:
+                    m["speedup"], m["speedup_ci"] = ci[0], [ci[1], ci[2]]
+            elif run.cand.baseline and ms:
+                m["speedup"], m["speedup_ci"] = 1.0, [1.0, 1.0]
+            losses = run.teacher_loss if role == "teacher" else run.student_loss
+            base_losses = (base.teacher_loss if role == "teacher" else base.student_loss) if base else []
+            m.update(_parity(losses, base_losses, precision))
+            c["models"][role] = m
+        if not run.cand.baseline and base and base.step_ms() and run.step_ms() and not emulated:
+            ci = speedup_ci(base.step_ms(), run.step_ms(), seed=7)
+            c["speedup"], c["speedup_ci"] = (ci[0], [ci[1], ci[2]]) if ci else (None, None)
+        else:
+            c["speedup"], c["speedup_ci"] = (1.0, [1.0, 1.0]) if run.cand.baseline else (None, None)
+        bm = (base.memory or {}).get("peak_mb") if base else None
+        pm = (run.memory or {}).get("peak_mb")
+        c["peak_mb"] = pm
+        c["memory_saved_pct"] = (100 * (1 - pm / bm)) if (pm is not None and bm) else None
+        deltas = [c["models"][r]["loss_delta_pct"] for r in ("teacher", "student")]
+        unsafe = [c["models"][r]["unsafe_reason"] for r in ("teacher", "student") if c["models"][r]["unsafe_reason"]]
+        c["loss_delta_pct"] = max((abs(d) for d in deltas if d is not None), default=None)
+        c["safe"] = run.status in ("ok", "stopped") and not unsafe
+        c["unsafe_reason"] = "; ".join(unsafe) or None
+        configs.append(c)
+    return {"configs": configs, "recommendation": _recommend(configs)}
+
+
+def _parity(losses: list[float], base_losses: list[float], precision: str) -> dict:
+    """Final-loss relative difference vs the baseline at the same steps (mean of the last 3)."""
+    out = {"final_loss": None, "loss_delta_pct": None, "unsafe_reason": None, "loss_tolerance_pct":
+           100 * loss_tolerance(precision)}
+    if not losses:
+        return out
+    if any(not math.isfinite(v) for v in losses):
+        out["unsafe_reason"] = "loss became NaN/inf"
+        return out
+    n = min(len(losses), len(base_losses)) if base_losses else len(losses)
+    final = _tail_mean(losses[:n], 3)
+    out["final_loss"] = final
+    if base_losses and n:
+        ref = _tail_mean(base_losses[:n], 3)
+        delta = (final - ref) / abs(ref)
+        out["loss_delta_pct"] = 100 * delta
+        if abs(delta) > loss_tolerance(precision):
+            out["unsafe_reason"] = (f"final loss {final:.3f} vs baseline {ref:.3f} ({100 * delta:+.1f}%, tolerance "
+                                    f"±{100 * loss_tolerance(precision):.0f}% for {precision})")
+    return out
+
+
+def _recommend(configs: list[dict]) -> dict:
+    measured = [c for c in configs if c["status"] == "ok" and c["safe"] and not c["emulated"] and c["step_ms"]["median"]]
+    if not measured:
+        return {"name": None, "text": "no configuration completed safely: see the statuses above"}
+    best = min(measured, key=lambda c: c["step_ms"]["median"])
+    unsafe = [c["name"] for c in configs if not c["safe"] and c["status"] in ("ok", "stopped")]
+    tail = f" (not recommended, loss beyond tolerance: {', '.join(unsafe)})" if unsafe else ""
+    if best["baseline"]:
+        text = f"fastest safe recipe here: the baseline (plain fp32 PyTorch); no candidate beat it{tail}"
+    else:
+        lo, hi = best["speedup_ci"] or (None, None)
+        ci = f" [{lo:.2f}–{hi:.2f}]" if lo is not None else ""
+        text = (f"fastest safe recipe here: {best['name']} — {best['speedup']:.2f}x{ci} the baseline's speed "
+                f"(teacher+student step {best['step_ms']['median']:.0f} ms), loss within "
+                f"{best['loss_delta_pct'] or 0:.1f}% of the baseline{tail}")
+    return {"name": best["name"], "text": text, "speedup": best["speedup"], "speedup_ci": best["speedup_ci"]}

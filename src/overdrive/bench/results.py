@@ -1,0 +1,104 @@
+"""The results file: versioned, diffable JSON (plus CSV), written atomically."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import tempfile
+from importlib import metadata
+
+__all__ = ["RESULTS_SCHEMA", "write_atomic", "save_results", "load_results", "versions", "git_commit", "csv_rows"]
+
+RESULTS_SCHEMA = "overdrive.bench/1"
+
+
+def write_atomic(path: str, data: str | bytes) -> None:
+    """Write to a temporary file in the same folder, fsync, then rename over `path`: a crash
+    leaves either the old file or the new one, never half of one."""
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def versions() -> dict:
+    out = {}
+    for pkg in ("overdrive", "torch", "numpy", "torchao", "transformer-engine", "liger-kernel", "triton",
+                "transformers"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def git_commit() -> str | None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        cp = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        if cp.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return cp.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+CSV_FIELDS = ["config", "model", "status", "precision", "emulated", "step_ms_median", "step_ms_p10", "step_ms_p90",
+              "tokens_per_s", "speedup", "speedup_lo", "speedup_hi", "tflops", "mfu_bf16_peak", "mfu_fp8_peak",
+              "peak_mb", "memory_saved_pct", "final_loss", "loss_delta_pct", "safe", "reason"]
+
+
+def csv_rows(results: dict) -> list[dict]:
+    rows = []
+    for c in results["configs"]:
+        for role, m in c["models"].items():
+            ci = m.get("speedup_ci") or [None, None]
+            rows.append({
+                "config": c["name"], "model": role, "status": c["status"], "precision": c["precision"],
+                "emulated": c["emulated"], "step_ms_median": m["step_ms"]["median"], "step_ms_p10": m["step_ms"]["p10"],
+                "step_ms_p90": m["step_ms"]["p90"], "tokens_per_s": m["tokens_per_s"], "speedup": m["speedup"],
+                "speedup_lo": ci[0], "speedup_hi": ci[1], "tflops": m["tflops"], "mfu_bf16_peak": m["mfu_bf16_peak"],
+                "mfu_fp8_peak": m["mfu_fp8_peak"], "peak_mb": c["peak_mb"], "memory_saved_pct": c["memory_saved_pct"],
+                "final_loss": m["final_loss"], "loss_delta_pct": m["loss_delta_pct"], "safe": c["safe"],
+                "reason": c["reason"] or c.get("unsafe_reason") or ""})
+    return rows
+
+
+def save_results(results: dict, out_dir: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    write_atomic(os.path.join(out_dir, "results.json"), json.dumps(results, indent=1, sort_keys=True) + "\n")
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS)
+    w.writeheader()
+    w.writerows(csv_rows(results))
+    write_atomic(os.path.join(out_dir, "results.csv"), buf.getvalue())
+
+
+def load_results(path: str) -> dict:
+    """results.json from a file or a results folder; one-line errors for what is not one."""
+    p = os.path.join(path, "results.json") if os.path.isdir(path) else path
+    if not os.path.exists(p):
+        raise FileNotFoundError(f"{p} not found: pass a folder written by `overdrive bench --out DIR`")
+    try:
+        with open(p) as f:
+            d = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{p} is not valid JSON ({e.msg} at line {e.lineno}): re-run `overdrive bench`") from None
+    if not isinstance(d, dict) or d.get("schema") != RESULTS_SCHEMA:
+        raise ValueError(f"{p} is not an overdrive bench result (schema {d.get('schema') if isinstance(d, dict) else '?'}"
+                         f", expected {RESULTS_SCHEMA})")
+    return d

@@ -1,0 +1,158 @@
+"""One benchmark configuration in its own process: a teacher and a distilled student, trained
+side by side under one recipe. The parent (runner.py) drives it step-batch by step-batch so all
+configurations advance in interleaved rounds; this process reports its own peak memory.
+
+Protocol over a multiprocessing Pipe: ("setup", spec) → ("run", n) ... → ("finish",).
+Every reply is a dict; a failure is {"error": ..., "kind": "oom" | "backend"} and ends the worker.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+import traceback
+
+__all__ = ["worker_main", "distill_loss"]
+
+
+def distill_loss(student_logits, teacher_logits, targets, *, alpha: float = 0.5, temperature: float = 2.0):
+    """alpha·CE(student, targets) + (1−alpha)·T²·KL(softmax(teacher/T) ‖ softmax(student/T)).
+
+    The T² keeps the soft-target gradients on the scale of the hard ones (Hinton et al. 2015).
+    """
+    import torch.nn.functional as F
+
+    V = student_logits.size(-1)
+    s = student_logits.float().reshape(-1, V)
+    t = teacher_logits.float().reshape(-1, V)
+    ce = F.cross_entropy(s, targets.reshape(-1))
+    kl = F.kl_div(F.log_softmax(s / temperature, -1), F.log_softmax(t / temperature, -1), log_target=True,
+                  reduction="batchmean")
+    return alpha * ce + (1 - alpha) * temperature**2 * kl
+
+
+def _rss_mb() -> float:
+    try:
+        import psutil
+
+        return psutil.Process().memory_info().rss / 2**20
+    except Exception:
+        return 0.0
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+class _Pair:
+    def __init__(self, spec: dict) -> None:
+        import torch
+
+        from overdrive.accelerate import Accelerated
+        from overdrive.bench.data import Batches, builtin_tokens, file_tokens
+        from overdrive.env import build_report, set_env
+        from overdrive.models import GPT, gpt_config
+        from overdrive.recipes import ResolvedRecipe
+
+        torch.set_num_threads(spec.get("threads") or torch.get_num_threads())
+        env = build_report(spec["env_facts"])
+        set_env(env)
+        self.device = env.device
+        self.cuda = self.device == "cuda"
+        self.rss0 = _rss_mb()
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+        tokens = file_tokens(spec["data"]) if spec.get("data") else builtin_tokens(spec["data_tokens"])
+        self.batches = Batches(tokens, batch=spec["batch"], seq=spec["seq"], seed=spec["seed"])
+        resolved = ResolvedRecipe.from_dict(spec["resolved"])
+        self.lr = spec["lr"] * spec.get("lr_scale", 1.0)  # lr_scale: tests inject a diverging recipe
+        self.accs = {}
+        for role in ("teacher", "student"):
+            torch.manual_seed(spec["seed"] + (0 if role == "teacher" else 1))
+            model = GPT(gpt_config(spec[role], block_size=spec["seq"]))
+            self.accs[role] = Accelerated(model, resolved, lr=self.lr, weight_decay=0.1, betas=(0.9, 0.95),
+                                          grad_clip=1.0, module_filter_fn=None, build_optimizer=True)
+        if spec.get("alloc_mb"):  # tests: a transient allocation only this process's peak may show
+            blob = torch.ones(spec["alloc_mb"] * 2**18, device=self.device)  # 4-byte floats
+            del blob
+        self.fail_at = spec.get("fail_at_step")  # tests inject a backend failure
+        self.step_i = 0
+
+    def _timer(self):
+        import torch
+
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def _elapsed_ms(self, a, b) -> float:
+        return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
+
+    def step(self) -> dict:
+        import torch
+
+        if self.fail_at is not None and self.step_i >= self.fail_at:
+            raise RuntimeError("injected backend failure (test)")
+        x, y = self.batches.get(self.step_i, self.device)
+        t, s = self.accs["teacher"], self.accs["student"]
+        e0 = self._timer()
+        with t.autocast():
+            t_logits, t_loss = t.model(x, y)
+        t.backward(t_loss)
+        t.step()
+        e1 = self._timer()
+        with s.autocast():
+            s_logits, _ = s.model(x)
+            loss = distill_loss(s_logits, t_logits.detach(), y)
+        s.backward(loss)
+        s.step()
+        e2 = self._timer()
+        if self.cuda:
+            torch.cuda.synchronize()  # read the events; one sync per step, after all its work
+        self.step_i += 1
+        return {"teacher_ms": self._elapsed_ms(e0, e1), "student_ms": self._elapsed_ms(e1, e2),
+                "teacher_loss": t_loss.item(), "student_loss": loss.item()}
+
+    def memory(self) -> dict:
+        import torch
+
+        if self.cuda:
+            return {"kind": "cuda_max_allocated", "peak_mb": torch.cuda.max_memory_allocated() / 2**20}
+        return {"kind": "cpu_peak_rss", "peak_mb": _peak_rss_mb() - self.rss0, "rss_at_start_mb": self.rss0,
+                "peak_rss_mb": _peak_rss_mb()}
+
+
+def _classify(e: BaseException) -> str:
+    msg = str(e).lower()
+    return "oom" if ("out of memory" in msg or isinstance(e, MemoryError)) else "backend"
+
+
+def worker_main(conn) -> None:
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    pair = None
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        cmd = msg[0]
+        try:
+            if cmd == "setup":
+                t0 = time.perf_counter()
+                pair = _Pair(msg[1])
+                conn.send({"ok": True, "setup_s": time.perf_counter() - t0})
+            elif cmd == "run":
+                out, t0 = [], time.perf_counter()
+                for _ in range(msg[1]):
+                    out.append(pair.step())
+                conn.send({"ok": True, "steps": out, "wall_s": time.perf_counter() - t0})
+            elif cmd == "finish":
+                conn.send({"ok": True, "memory": pair.memory() if pair else None})
+                return
+        except BaseException as e:  # record and end: the parent goes on with the other configurations
+            conn.send({"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300],
+                       "kind": _classify(e), "trace": traceback.format_exc()[-1500:]})
+            return

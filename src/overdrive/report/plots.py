@@ -1,0 +1,98 @@
+"""PNG plots of bench results (matplotlib, headless)."""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+__all__ = ["write_plots"]
+
+_ROLES = ("teacher", "student")
+
+
+def _speedup(results: dict, path: str) -> None:
+    cfgs = [c for c in results["configs"] if c["status"] == "ok" and not c["emulated"]]
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    w = 0.38
+    for j, role in enumerate(_ROLES):
+        xs, ys, lo, hi = [], [], [], []
+        for i, c in enumerate(cfgs):
+            m = c["models"][role]
+            if m["speedup"] is None:
+                continue
+            xs.append(i + (j - 0.5) * w)
+            ys.append(m["speedup"])
+            ci = m["speedup_ci"] or [m["speedup"], m["speedup"]]
+            lo.append(m["speedup"] - ci[0])
+            hi.append(ci[1] - m["speedup"])
+        ax.bar(xs, ys, w, yerr=[lo, hi], capsize=3, label=role)
+    ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_xticks(range(len(cfgs)), [c["name"] for c in cfgs], rotation=20, ha="right")
+    ax.set_ylabel("speedup vs baseline (95% CI)")
+    ax.set_title(f"Step-time speedup — {results['device']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _memory(results: dict, path: str) -> None:
+    cfgs = [c for c in results["configs"] if c.get("peak_mb") is not None]
+    kind = next(((c.get("memory") or {}).get("kind") for c in cfgs), "")
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.bar([c["name"] for c in cfgs], [c["peak_mb"] for c in cfgs], color="tab:purple")
+    ax.set_ylabel("peak MB (" + ("CUDA max allocated" if kind == "cuda_max_allocated" else
+                                 "process peak RSS above start") + ")")
+    ax.set_title("Peak memory per configuration (teacher + student, own process)")
+    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _losses(results: dict, path: str) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=False)
+    for ax, role in zip(axes, _ROLES):
+        for c in results["configs"]:
+            ys = c["raw"][f"{role}_loss"]
+            if ys:
+                ax.plot(range(1, len(ys) + 1), ys, label=c["name"] + (" (emulated)" if c["emulated"] else ""),
+                        lw=1.6 if c["baseline"] else 1.0, ls="-" if c["safe"] else ":")
+        ax.set_title(f"{role} loss" + (" (CE + KL to the teacher)" if role == "student" else " (CE)"))
+        ax.set_xlabel("step (same data order and seed for every configuration)")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _distributions(results: dict, path: str) -> None:
+    cfgs = [c for c in results["configs"] if c["raw"]["teacher_ms"]]
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    data = [[a + b for a, b in zip(c["raw"]["teacher_ms"], c["raw"]["student_ms"])] for c in cfgs]
+    if data:
+        ax.boxplot(data, whis=(10, 90), showfliers=True)
+        ax.set_xticks(range(1, len(cfgs) + 1), [c["name"] for c in cfgs], rotation=20, ha="right")
+    ax.set_ylabel("teacher + student step (ms)")
+    ax.set_title("Step-time distributions (whiskers p10–p90)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_plots(results: dict, out_dir: str) -> list[str]:
+    """Write the PNGs into out_dir; returns their file names (a failing plot is skipped, not fatal)."""
+    os.makedirs(out_dir, exist_ok=True)
+    done = []
+    for name, fn in (("speedup.png", _speedup), ("memory.png", _memory), ("loss_curves.png", _losses),
+                     ("step_time_distributions.png", _distributions)):
+        try:
+            fn(results, os.path.join(out_dir, name))
+            done.append(name)
+        except Exception as e:  # noqa: BLE001 — a plot is a convenience; the JSON is the result
+            print(f"overdrive: warning: could not draw {name}: {e}")
+    return done

@@ -1,0 +1,71 @@
+"""`overdrive bench --quick` and `overdrive report` as a user runs them."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _run(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "overdrive", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def quick_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    cp = _run("bench", "--quick", "--out", str(out))
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    return out, cp.stdout
+
+
+def test_bench_quick_end_to_end(quick_dir):
+    out, stdout = quick_dir
+    assert "fastest safe recipe here:" in stdout
+    assert "baseline" in stdout and "amp-bf16" in stdout and "teacher" in stdout and "student" in stdout
+    for f in ("results.json", "results.csv", "report.html", "speedup.png", "memory.png", "loss_curves.png",
+              "step_time_distributions.png"):
+        assert (out / f).stat().st_size > 0, f
+    res = json.loads((out / "results.json").read_text())
+    assert res["schema"] == "overdrive.bench/1"
+    assert res["env"]["schema"] == "overdrive.env/1"
+    assert res["versions"]["torch"]
+    names = [c["name"] for c in res["configs"]]
+    assert names[0] == "baseline" and "fp8" in names
+    base = res["configs"][0]
+    assert base["status"] == "ok" and len(base["raw"]["teacher_ms"]) >= 6
+    fp8 = next(c for c in res["configs"] if c["name"] == "fp8")
+    if fp8["emulated"]:
+        assert fp8["speedup"] is None
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert {r["model"] for r in rows} == {"teacher", "student"}
+    html = (out / "report.html").read_text()
+    assert "data:image/png;base64," in html and "fastest safe recipe here" in html
+
+
+def test_report_rerenders_and_compares(quick_dir, tmp_path):
+    out, _ = quick_dir
+    os.remove(out / "report.html")
+    cp = _run("report", str(out))
+    assert cp.returncode == 0, cp.stderr
+    assert (out / "report.html").exists() and "fastest safe recipe here" in cp.stdout
+    cp = _run("report", str(out), str(out / "results.json"))
+    assert cp.returncode == 0 and "B/A time" in cp.stdout
+
+
+def test_bad_inputs_exit_2_with_one_line(tmp_path):
+    cp = _run("report", str(tmp_path))
+    assert cp.returncode == 2 and cp.stderr.count("\n") == 1 and "results.json not found" in cp.stderr
+    (tmp_path / "results.json").write_text("{not json")
+    cp = _run("report", str(tmp_path))
+    assert cp.returncode == 2 and "not valid JSON" in cp.stderr
+    cp = _run("bench", "--data", str(tmp_path / "missing.txt"))
+    assert cp.returncode == 2 and "does not exist" in cp.stderr and "Traceback" not in cp.stderr
+    cp = _run("bench", "--suite", "tpu")
+    assert cp.returncode == 2 and "suites are" in cp.stderr
+    cp = _run("bench", "--quick", "--configs", "nope")
+    assert cp.returncode == 2 and "choose from" in cp.stderr

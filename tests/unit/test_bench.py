@@ -1,0 +1,142 @@
+"""The bench machinery: FLOPs, statistics, per-process memory, failures, unsafe recipes."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from fakes import TORCHAO_EMU, machine
+from overdrive.bench import Candidate, Suite, run_bench
+from overdrive.bench.analysis import loss_tolerance
+from overdrive.bench.data import Batches, DataError, builtin_tokens, file_tokens
+from overdrive.bench.flops import flops_per_token, mfu
+from overdrive.bench.stats import speedup_ci, summarize
+from overdrive.bench.suites import BASELINE, FUSED
+from overdrive.env import build_report
+from overdrive.models import GPT, gpt_config
+from overdrive.recipes import Recipe
+
+CPU = build_report(machine(None, torchao=TORCHAO_EMU))
+
+
+def test_flops_against_hand_count():
+    # tiny: d=64, L=2, H=2, V=256, bias, LayerNorm, tied head.
+    # per block: qkv 64*192+192 + proj 64*64+64 = 16,640; mlp 64*256+256 + 256*64+64 = 33,088; 2 norms 256
+    # → 49,984; 2 blocks 99,968; final norm 128; head 256*64 = 16,384 → 116,480 non-embedding parameters.
+    cfg = gpt_config("tiny")
+    assert cfg.n_params() == 116_480 == GPT(cfg).num_params()
+    # 6N + 12·L·H·Q·T at T=64: 698,880 + 12*2*2*32*64 = 698,880 + 98,304
+    assert flops_per_token(116_480, 2, 2, 32, 64) == 797_184
+    # MFU: 1e6 tokens/s x 797,184 FLOPs = 0.797 TFLOP/s of a 989 TFLOP/s peak
+    assert mfu(1e6, 797_184, 989.0) == pytest.approx(0.797184 / 989.0)
+    assert mfu(1e6, 797_184, None) is None
+
+
+def test_flops_gpt2_124m_matches_published_count():
+    # GPT-2 small (untied count as nanoGPT reports it: 124M total, 85M non-embedding blocks).
+    cfg = gpt_config("gpt-125m", vocab_size=50257, block_size=1024)
+    blocks = cfg.n_params() - cfg.vocab_size * cfg.n_embd
+    assert round(blocks / 1e6) == 85
+    assert round(cfg.n_params(non_embedding=False) / 1e6) == 124
+
+
+def test_summary_statistics():
+    s = summarize([float(x) for x in range(1, 101)])
+    assert s["median"] == 50.5 and s["p10"] == pytest.approx(10.9) and s["p90"] == pytest.approx(90.1)
+    assert s["n"] == 100
+    assert summarize([])["median"] is None
+
+
+def test_speedup_ci_covers_the_true_ratio():
+    rng = np.random.default_rng(0)
+    base = list(100 + rng.normal(0, 5, 40))
+    cand = list(50 + rng.normal(0, 2.5, 40))
+    r, lo, hi = speedup_ci(base, cand)
+    assert lo < 2.0 < hi and r == pytest.approx(2.0, rel=0.05)
+    r, lo, hi = speedup_ci(base, base)
+    assert r == 1.0 and lo <= 1.0 <= hi
+    assert speedup_ci([1.0], [1.0]) is None
+
+
+def test_builtin_data_is_deterministic_and_learnable():
+    a, b = builtin_tokens(5000, seed=3), builtin_tokens(5000, seed=3)
+    assert np.array_equal(a, b) and a.max() < 256
+    assert len(set(a.tolist())) <= 48  # a small alphabet with strong structure
+    batches = Batches(a, batch=2, seq=16, seed=1)
+    x1, y1 = batches.get(5)
+    x2, y2 = batches.get(5)
+    assert (x1 == x2).all() and (x1[:, 1:] == y1[:, :-1]).all()
+
+
+def test_data_file_errors(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        file_tokens(tmp_path / "nope.txt")
+    (tmp_path / "small.txt").write_text("hi")
+    with pytest.raises(DataError, match="at least 1024"):
+        file_tokens(tmp_path / "small.txt")
+    with pytest.raises(DataError, match="directory"):
+        file_tokens(tmp_path)
+
+
+TINY = Suite(name="test", teacher="tiny", student="tiny", batch=4, seq=32, warmup=2, rounds=3, steps_per_round=2,
+             budget_s=30, micro="none", lr=3e-3, data_tokens=1 << 14)
+
+
+@pytest.fixture(scope="module")
+def faulty_run():
+    cands = (BASELINE,
+             dataclasses.replace(FUSED, alloc_mb=800),
+             Candidate(name="broken", recipe=Recipe(name="broken", precision="fp32"), description="fails",
+                       fail_at_step=3),
+             Candidate(name="diverging", recipe=Recipe(name="diverging", precision="fp32"),
+                       description="lr x 300", lr_scale=300.0))
+    return run_bench(TINY.with_candidates(cands), env=CPU, micro=False)
+
+
+def _cfg(results, name):
+    return next(c for c in results["configs"] if c["name"] == name)
+
+
+def test_failing_configuration_is_recorded_and_the_run_goes_on(faulty_run):
+    broken = _cfg(faulty_run, "broken")
+    assert broken["status"] == "failed" and "injected backend failure" in broken["reason"]
+    assert not broken["safe"]
+    assert _cfg(faulty_run, "baseline")["status"] == "ok"
+    assert _cfg(faulty_run, "fp32-fused")["status"] == "ok"
+    assert len(_cfg(faulty_run, "baseline")["raw"]["teacher_ms"]) == TINY.rounds * TINY.steps_per_round
+
+
+def test_diverging_recipe_is_unsafe_and_never_recommended(faulty_run):
+    div = _cfg(faulty_run, "diverging")
+    assert div["status"] == "ok" and not div["safe"]
+    assert "tolerance" in div["unsafe_reason"] or "NaN" in div["unsafe_reason"]
+    assert faulty_run["recommendation"]["name"] in ("baseline", "fp32-fused")
+    assert "diverging" in faulty_run["recommendation"]["text"]  # named as not recommended
+
+
+def test_each_process_reports_its_own_peak_memory(faulty_run):
+    base, fused = _cfg(faulty_run, "baseline"), _cfg(faulty_run, "fp32-fused")
+    assert base["memory"]["kind"] == "cpu_peak_rss"
+    # 800 MB allocated and freed in the fp32-fused worker only: its peak shows it, the baseline's does not
+    # (the two train the same models, so without the blob their peaks would be alike).
+    assert fused["peak_mb"] - base["peak_mb"] > 400
+    assert base["peak_mb"] < 800
+
+
+def test_fp32_variants_match_the_baseline_loss(faulty_run):
+    fused = _cfg(faulty_run, "fp32-fused")
+    assert fused["safe"] and abs(fused["loss_delta_pct"]) < 100 * loss_tolerance("fp32")
+    base = _cfg(faulty_run, "baseline")
+    assert all(math.isfinite(v) for v in base["raw"]["student_loss"])
+    assert base["raw"]["teacher_loss"][-1] < base["raw"]["teacher_loss"][0]
+
+
+def test_emulated_fp8_is_never_a_speedup():
+    fp8 = Candidate(name="fp8", recipe=Recipe(name="fp8", precision="fp8"), description="fp8")
+    suite = dataclasses.replace(TINY, rounds=2).with_candidates((BASELINE, fp8))
+    res = run_bench(suite, env=CPU, micro=False)
+    c = _cfg(res, "fp8")
+    assert c["emulated"] and c["speedup"] is None
+    assert all(m["speedup"] is None and m["mfu_bf16_peak"] is None for m in c["models"].values())
+    assert res["recommendation"]["name"] != "fp8"
