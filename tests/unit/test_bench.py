@@ -140,3 +140,17 @@ def test_emulated_fp8_is_never_a_speedup():
     assert c["emulated"] and c["speedup"] is None
     assert all(m["speedup"] is None and m["mfu_bf16_peak"] is None for m in c["models"].values())
     assert res["recommendation"]["name"] != "fp8"
+
+
+def test_gpu_suite_resolves_on_a_simulated_h100():
+    from fakes import TORCHAO_EMU as AO
+    from overdrive.bench import get_suite
+    from overdrive.recipes import resolve
+
+    h100 = build_report(machine("h100", torchao=dict(AO, fp8_ok=True)))
+    suite = get_suite("gpu")
+    res = {c.name: resolve(c.recipe, h100) for c in suite.candidates}
+    assert res["baseline"].optimizer == "for-loop" and res["baseline"].precision == "fp32"
+    assert res["fp8+compile"].fp8_backend == "torchao" and res["fp8+compile"].compile == "default"
+    assert res["amp-bf16"].autocast_dtype == "bfloat16"
+    assert not any(r.fallbacks for r in res.values())
