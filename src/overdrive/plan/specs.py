@@ -1,0 +1,127 @@
+"""Model shapes for planning: presets (Llama-3 family, a GPT-style 64B, our reference GPTs),
+custom dims, or a Hugging Face config.json."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+__all__ = ["ModelSpec", "MODEL_PRESETS", "get_model", "model_from_hf_config"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    name: str
+    n_layer: int
+    hidden: int
+    n_head: int
+    n_kv_head: int
+    ffn: int
+    """MLP inner size (per projection)."""
+    vocab: int
+    tied: bool = False
+    gated_mlp: bool = True
+    """SwiGLU (gate, up, down: 3 matrices) as in Llama; False = GELU MLP (2 matrices) as in GPT."""
+    learned_pos: int = 0
+    """Rows of a learned position table (GPT-2 style); 0 for RoPE."""
+    bias: bool = False
+    """Linear and LayerNorm biases (GPT-2 style); Llama has none."""
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.n_head
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_head * self.head_dim
+
+    def layer_params(self) -> int:
+        """Per block: Q and O (h·h each), K and V (h·kv each), the MLP, two norm gains."""
+        h = self.hidden
+        attn = 2 * h * h + 2 * h * self.kv_dim
+        mlp = (3 if self.gated_mlp else 2) * h * self.ffn
+        n = attn + mlp + 2 * h
+        if self.bias:  # qkv + out, MLP inner(s) + out, two norm biases
+            n += (2 * h + 2 * self.kv_dim) + self.ffn * (2 if self.gated_mlp else 1) + h + 2 * h
+        return n
+
+    def n_params(self) -> int:
+        """Total parameters (Llama-3-8B: 8.03B)."""
+        emb = self.vocab * self.hidden
+        head = 0 if self.tied else self.vocab * self.hidden
+        final_norm = self.hidden * (2 if self.bias else 1)
+        return self.n_layer * self.layer_params() + final_norm + emb + head + self.learned_pos * self.hidden
+
+    def n_params_matmul(self) -> int:
+        """Parameters that do a matmul per token: all but the input embedding tables (the head does,
+        tied or not) — the N of 6N FLOPs per token."""
+        final_norm = self.hidden * (2 if self.bias else 1)
+        return self.n_layer * self.layer_params() + final_norm + self.vocab * self.hidden
+
+    def flops_per_token(self, seq: int) -> int:
+        """6N + 12·L·H·Q·T (see overdrive.bench.flops)."""
+        return 6 * self.n_params_matmul() + 12 * self.n_layer * self.n_head * self.head_dim * seq
+
+
+def _llama(name, L, h, heads, kv, ffn, tied, vocab=128256):
+    return ModelSpec(name=name, n_layer=L, hidden=h, n_head=heads, n_kv_head=kv, ffn=ffn, vocab=vocab, tied=tied)
+
+
+MODEL_PRESETS: dict[str, ModelSpec] = {
+    # Llama 3.x shapes as published in their config.json files.
+    "llama3-1b": _llama("llama3-1b", 16, 2048, 32, 8, 8192, True),
+    "llama3-3b": _llama("llama3-3b", 28, 3072, 24, 8, 8192, True),
+    "llama3-8b": _llama("llama3-8b", 32, 4096, 32, 8, 14336, False),
+    "llama3-70b": _llama("llama3-70b", 80, 8192, 64, 8, 28672, False),
+    "llama3-405b": _llama("llama3-405b", 126, 16384, 128, 8, 53248, False),
+    # A GPT-style 64B: 80 blocks of d=8192 with a 4x GELU MLP (12·d² per block), MHA, 50K vocab.
+    "gpt-64b": ModelSpec(name="gpt-64b", n_layer=80, hidden=8192, n_head=64, n_kv_head=64, ffn=32768, vocab=50304,
+                         tied=True, gated_mlp=False),
+}
+
+
+def _from_reference_gpt(name: str) -> ModelSpec:
+    from overdrive.models import gpt_config
+
+    c = gpt_config(name)
+    return ModelSpec(name=name, n_layer=c.n_layer, hidden=c.n_embd, n_head=c.n_head, n_kv_head=c.n_head,
+                     ffn=c.mlp_ratio * c.n_embd, vocab=c.vocab_size, tied=c.tie_embeddings, gated_mlp=False,
+                     learned_pos=c.block_size, bias=c.bias)
+
+
+def get_model(name: str) -> ModelSpec:
+    """A preset, a reference GPT size, or a path to a Hugging Face config.json."""
+    if name in MODEL_PRESETS:
+        return MODEL_PRESETS[name]
+    from overdrive.models import GPT_SIZES
+
+    if name in GPT_SIZES:
+        return _from_reference_gpt(name)
+    if name.endswith(".json") or os.path.exists(name):
+        return model_from_hf_config(name)
+    known = ", ".join(list(MODEL_PRESETS) + list(GPT_SIZES))
+    raise ValueError(f"unknown model '{name}': known models are {known}, or a path to a Hugging Face config.json")
+
+
+def model_from_hf_config(path: str) -> ModelSpec:
+    if not os.path.exists(path):
+        raise ValueError(f"{path} does not exist: pass a Hugging Face config.json")
+    try:
+        with open(path) as f:
+            c = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e.msg} at line {e.lineno})") from None
+    g = lambda *keys, default=None: next((c[k] for k in keys if k in c), default)  # noqa: E731
+    L, h = g("num_hidden_layers", "n_layer"), g("hidden_size", "n_embd", "d_model")
+    heads = g("num_attention_heads", "n_head")
+    if not (L and h and heads):
+        raise ValueError(f"{path}: needs num_hidden_layers, hidden_size and num_attention_heads (or GPT-2's "
+                         "n_layer, n_embd, n_head)")
+    gated = c.get("model_type", "llama") not in ("gpt2", "gpt_neox", "opt", "gptj")
+    ffn = g("intermediate_size", "n_inner", "ffn_dim") or 4 * h
+    return ModelSpec(name=os.path.basename(os.path.dirname(os.path.abspath(path))) or "hf-model", n_layer=int(L),
+                     hidden=int(h), n_head=int(heads), n_kv_head=int(g("num_key_value_heads", default=heads)),
+                     ffn=int(ffn), vocab=int(g("vocab_size", default=32000)),
+                     tied=bool(g("tie_word_embeddings", default=not gated)), gated_mlp=gated,
+                     learned_pos=int(g("n_positions", default=0)) if not gated else 0)
