@@ -29,10 +29,19 @@ echo "== GPU tests ($(( $(date +%s) - start )) s)"
 timeout 180 "$PY" -m pytest -q -m gpu tests/gpu -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
+echo "== FSDP2 training run ($(( $(date +%s) - start )) s)"
+rm -rf /tmp/overdrive_gpu_train
+timeout 150 "$PY" -m torch.distributed.run --nproc_per_node=1 -m overdrive train examples/tiny.toml \
+  --set train.fsdp='"on"' --set train.recipe='"amp-bf16"' --set model.size='"gpt-125m"' --set train.seq_len=1024 \
+  --set train.global_batch=16 --set train.micro_batch=8 --set train.steps=40 --set train.log_every=5 \
+  --set train.eval_every=20 --set train.checkpoint_every=20 --set train.out_dir='"/tmp/overdrive_gpu_train"' 2>&1 | tail -12
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+cp /tmp/overdrive_gpu_train/metrics.jsonl "$OUT/train_metrics.jsonl" 2>/dev/null
+
 echo "== GPU benchmark suite ($(( $(date +%s) - start )) s)"
 BENCH=/tmp/overdrive_gpu_bench
 rm -rf "$BENCH"
-timeout 330 "$PY" -m overdrive bench --suite gpu --out "$BENCH" 2>&1 | tee "$OUT/bench.txt"
+timeout 300 "$PY" -m overdrive bench --suite gpu --out "$BENCH" 2>&1 | tee "$OUT/bench.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 if [ -f "$BENCH/results.json" ]; then
   cp "$BENCH/results.json" "$OUT/bench_results.json"

@@ -1,0 +1,206 @@
+"""Trainer configuration: TOML sections → frozen dataclasses, strictly checked.
+
+An unknown key or a wrong type is a `ConfigError` whose one-line message names the key and what
+is allowed (the CLI exits with code 2). `--set section.key=value` overrides a value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+import typing
+from dataclasses import dataclass, field, fields
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["ConfigError", "TrainConfig", "load_config", "ModelCfg", "DataCfg", "OptimCfg", "LoopCfg", "TeacherCfg"]
+
+
+class ConfigError(ValueError):
+    """A bad config: the message names the key and what is allowed."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelCfg:
+    size: str = "tiny"
+    """Reference GPT size (overdrive.models.GPT_SIZES); the fields below override its dims."""
+    n_layer: int | None = None
+    n_head: int | None = None
+    n_embd: int | None = None
+    norm: str | None = None
+    """"layernorm" or "rmsnorm"."""
+    tie_embeddings: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataCfg:
+    train: str = "builtin"
+    """"builtin" (the deterministic token stream), a text file (bytes as tokens), or a .bin memmap."""
+    format: str = "auto"
+    """auto (by extension) | text | uint16 | uint32 (pre-tokenized .bin)."""
+    val_fraction: float = 0.1
+    """The tail of the token stream held out for evaluation."""
+    builtin_tokens: int = 1 << 19
+    vocab_size: int | None = None
+    """For .bin data: the tokenizer's vocabulary (default: max token + 1)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimCfg:
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 10
+    """Linear warm-up, then cosine decay to min_lr at the last step."""
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    """0 disables clipping."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopCfg:
+    steps: int = 100
+    seq_len: int = 64
+    global_batch: int = 16
+    """Sequences per optimizer step, over all ranks."""
+    micro_batch: int = 8
+    """Sequences per forward/backward on one rank; gradient accumulation makes up the rest."""
+    seed: int = 0
+    recipe: str = "auto"
+    """Recipe preset (fp32, amp-bf16, amp-fp16, fp8, ...)."""
+    activation_checkpointing: str = "none"
+    """none | selective (every `checkpoint_every_k`-th block) | full."""
+    checkpoint_every_k: int = 2
+    eval_every: int = 50
+    eval_batches: int = 4
+    log_every: int = 10
+    out_dir: str = "runs/train"
+    checkpoint_every: int = 50
+    """Steps between sharded checkpoints (0: only at the end)."""
+    keep_last: int = 2
+    fsdp: str = "auto"
+    """auto (FSDP2 when WORLD_SIZE > 1) | on (also on one rank under torchrun) | off."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeacherCfg:
+    checkpoint: str = ""
+    """An exported state_dict (.pt) of a teacher GPT; empty = train one first (train_steps)."""
+    size: str = "cpu-teacher"
+    train_steps: int = 0
+    """If > 0 and no checkpoint: train the teacher for this many steps first (same data)."""
+    alpha: float = 0.5
+    """loss = alpha·CE + (1−alpha)·T²·KL(teacher/T ‖ student/T)."""
+    temperature: float = 2.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    model: ModelCfg = field(default_factory=ModelCfg)
+    data: DataCfg = field(default_factory=DataCfg)
+    optimizer: OptimCfg = field(default_factory=OptimCfg)
+    train: LoopCfg = field(default_factory=LoopCfg)
+    teacher: TeacherCfg | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_SECTIONS = {"model": ModelCfg, "data": DataCfg, "optimizer": OptimCfg, "train": LoopCfg, "teacher": TeacherCfg}
+
+
+def _type_ok(value, tp) -> bool:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, tp)
+
+
+def _type_name(tp) -> str:
+    args = [a for a in typing.get_args(tp) if a is not type(None)] or [tp]
+    return " or ".join({int: "an integer", float: "a number", str: "a string", bool: "true/false"}.get(a, str(a))
+                       for a in args)
+
+
+def _build(section: str, cls, raw: dict):
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[{section}] must be a table of keys, got {type(raw).__name__}")
+    hints = typing.get_type_hints(cls)
+    allowed = [f.name for f in fields(cls)]
+    for k, v in raw.items():
+        if k not in hints:
+            raise ConfigError(f"unknown key '{section}.{k}': allowed keys in [{section}] are {', '.join(allowed)}")
+        if not _type_ok(v, hints[k]):
+            raise ConfigError(f"'{section}.{k}' must be {_type_name(hints[k])}, got {v!r}")
+    return cls(**{k: (float(v) if hints[k] is float else v) for k, v in raw.items()})
+
+
+def _parse_value(text: str):
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text  # a bare word is a string: --set train.recipe=amp-bf16
+
+
+def load_config(path: str | None, overrides: list[str] = ()) -> TrainConfig:
+    raw: dict = {}
+    if path:
+        try:
+            with open(path, "rb") as f:
+                raw = tomllib.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} not found") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path} is not valid TOML: {e}") from None
+    for ov in overrides:
+        key, sep, val = ov.partition("=")
+        if not sep or "." not in key:
+            raise ConfigError(f"--set {ov!r}: use section.key=value, e.g. --set train.steps=200")
+        sec, k = key.split(".", 1)
+        raw.setdefault(sec, {})[k] = _parse_value(val)
+    unknown = set(raw) - set(_SECTIONS)
+    if unknown:
+        raise ConfigError(f"unknown section [{sorted(unknown)[0]}]: sections are {', '.join(_SECTIONS)}")
+    parts = {sec: _build(sec, cls, raw[sec]) for sec, cls in _SECTIONS.items() if sec in raw}
+    cfg = TrainConfig(**parts)
+    _check(cfg)
+    return cfg
+
+
+def _check(cfg: TrainConfig) -> None:
+    t, o = cfg.train, cfg.optimizer
+    choices = {"train.activation_checkpointing": (t.activation_checkpointing, ("none", "selective", "full")),
+               "data.format": (cfg.data.format, ("auto", "text", "uint16", "uint32")),
+               "train.fsdp": (t.fsdp, ("auto", "on", "off"))}
+    for key, (v, allowed) in choices.items():
+        if v not in allowed:
+            raise ConfigError(f"'{key}' = {v!r}: allowed values are {', '.join(allowed)}")
+    for key, v in (("train.steps", t.steps), ("train.seq_len", t.seq_len), ("train.global_batch", t.global_batch),
+                   ("train.micro_batch", t.micro_batch), ("train.log_every", t.log_every),
+                   ("train.keep_last", t.keep_last), ("train.checkpoint_every_k", t.checkpoint_every_k)):
+        if v < 1:
+            raise ConfigError(f"'{key}' must be >= 1, got {v}")
+    if not 0 < cfg.data.val_fraction < 0.5:
+        raise ConfigError(f"'data.val_fraction' must be in (0, 0.5), got {cfg.data.val_fraction}")
+    if o.lr <= 0 or o.min_lr < 0 or o.min_lr > o.lr:
+        raise ConfigError(f"optimizer: need 0 <= min_lr <= lr and lr > 0, got lr={o.lr}, min_lr={o.min_lr}")
+    from overdrive.models import GPT_SIZES
+    from overdrive.recipes import PRESETS
+
+    if cfg.model.size not in GPT_SIZES:
+        raise ConfigError(f"'model.size' = {cfg.model.size!r}: sizes are {', '.join(GPT_SIZES)}")
+    if t.recipe not in PRESETS:
+        raise ConfigError(f"'train.recipe' = {t.recipe!r}: presets are {', '.join(PRESETS)}")
+    if cfg.teacher and cfg.teacher.size not in GPT_SIZES:
+        raise ConfigError(f"'teacher.size' = {cfg.teacher.size!r}: sizes are {', '.join(GPT_SIZES)}")
