@@ -21,7 +21,7 @@ class UserError(Exception):
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from overdrive.env import get_env
 
-    rep = get_env()
+    rep = get_env(refresh=True)  # the doctor always looks afresh (and refreshes the cache others use)
     if args.json:
         print(json.dumps(rep.to_dict(), indent=2))
     else:

@@ -163,3 +163,27 @@ def test_run_probe_timeout_and_crash(monkeypatch):
 
     monkeypatch.setattr(probing.subprocess, "run", lambda *a, **k: _CP())
     assert "code -11" in probing.run_probe("te")["_crash"]
+
+
+def test_env_disk_cache(monkeypatch, tmp_path):
+    import overdrive.env as env_mod
+    from fakes import machine as fake_machine
+
+    calls = []
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("OVERDRIVE_NO_ENV_CACHE", raising=False)
+    monkeypatch.setattr(env_mod, "collect_facts", lambda: calls.append(1) or fake_machine("h100"))
+    env_mod.set_env(None)
+    try:
+        assert env_mod.get_env().gpus[0].spec.key == "h100-sxm" and len(calls) == 1
+        env_mod.set_env(None)
+        env_mod.get_env()  # a new process would find the facts on disk
+        assert len(calls) == 1
+        env_mod.get_env(refresh=True)  # the doctor always probes
+        assert len(calls) == 2
+        monkeypatch.setenv("OVERDRIVE_NO_ENV_CACHE", "1")
+        env_mod.set_env(None)
+        env_mod.get_env()
+        assert len(calls) == 3
+    finally:
+        env_mod.set_env(None)

@@ -11,6 +11,7 @@ engine to see whether it works.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from importlib import resources
 
@@ -29,13 +30,73 @@ _lock = threading.Lock()
 _cached: EnvReport | None = None
 
 
-def get_env(*, refresh: bool = False) -> EnvReport:
-    """The environment report for this process (probed once, then cached)."""
+def get_env(*, refresh: bool = False, disk_cache: bool = True) -> EnvReport:
+    """The environment report for this process (probed once, then cached).
+
+    Probing takes 5-25 s (subprocesses import each engine; torch.compile compiles a function),
+    so library callers reuse the facts of a recent probe of the same interpreter and packages
+    from disk (a day at most; `overdrive doctor` always probes afresh and refreshes it).
+    OVERDRIVE_NO_ENV_CACHE=1 turns the disk cache off.
+    """
     global _cached
     with _lock:
         if _cached is None or refresh:
-            _cached = build_report(collect_facts())
+            use_disk = disk_cache and not refresh and not os.environ.get("OVERDRIVE_NO_ENV_CACHE")
+            facts = _read_disk_cache() if use_disk else None
+            if facts is None:
+                facts = collect_facts()
+                _write_disk_cache(facts)
+            _cached = build_report(facts)
         return _cached
+
+
+_CACHE_TTL_S = 24 * 3600
+
+
+def _cache_path() -> str:
+    import hashlib
+    import sys
+    from importlib import metadata
+
+    import platform
+
+    parts = [platform.node(), sys.executable, SCHEMA_VERSION, os.environ.get("CUDA_VISIBLE_DEVICES", "")]
+    for pkg in ("torch", "torchao", "transformer-engine", "transformer_engine", "apex", "liger-kernel", "triton",
+                "overdrive"):
+        try:
+            parts.append(f"{pkg}={metadata.version(pkg)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{pkg}=-")
+    key = hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "overdrive", f"env-facts-{key}.json")
+
+
+def _read_disk_cache() -> dict | None:
+    import time
+
+    p = _cache_path()
+    try:
+        if time.time() - os.path.getmtime(p) > _CACHE_TTL_S:
+            return None
+        with open(p) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _write_disk_cache(facts: dict) -> None:
+    import tempfile
+
+    p = _cache_path()
+    try:
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(p), prefix=".tmp-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(facts, f)
+        os.replace(tmp, p)
+    except OSError:
+        pass  # a read-only home is no reason to fail
 
 
 def set_env(report: EnvReport | None) -> None:
