@@ -154,3 +154,14 @@ def test_gpu_suite_resolves_on_a_simulated_h100():
     assert res["fp8+compile"].fp8_backend == "torchao" and res["fp8+compile"].compile == "default"
     assert res["amp-bf16"].autocast_dtype == "bfloat16"
     assert not any(r.fallbacks for r in res.values())
+
+
+def test_bench_on_a_users_text_file(tmp_path):
+    text = tmp_path / "corpus.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 400)
+    suite = dataclasses.replace(TINY, rounds=2).with_candidates((BASELINE,))
+    res = run_bench(suite, env=CPU, micro=False, data=str(text))
+    base = _cfg(res, "baseline")
+    assert res["data"] == str(text) and base["status"] == "ok"
+    # a 27-symbol repetitive text is learned fast: the loss falls well below ln(256) = 5.5
+    assert base["raw"]["teacher_loss"][-1] < base["raw"]["teacher_loss"][0] - 1.0
