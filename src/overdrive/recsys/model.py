@@ -1,0 +1,75 @@
+"""A DLRM-style click model (Naumov et al. 2019): dense features → bottom MLP; each categorical
+feature → an embedding table pooled over its bag; pairwise dot-product interaction of the 27
+vectors; top MLP → click logit. The embedding lookups are the hot path, so they are pluggable:
+
+  "embedding"     nn.Embedding gathers every row of every bag, then a per-bag sum (index_add_):
+                  the naive baseline, which materialises (nnz, D) before reducing;
+  "embeddingbag"  nn.EmbeddingBag(mode="sum") gathers and reduces in one fused kernel;
+                  sparse=True gives sparse gradients (only the looked-up rows) for SparseAdam/Adagrad.
+
+Both store their tables as `tables.{i}.weight`, so their state_dicts are interchangeable.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from overdrive.recsys.data import ClickBatch, CriteoSpec
+
+__all__ = ["DLRM", "EMBEDDING_IMPLS"]
+
+EMBEDDING_IMPLS = ("embedding", "embeddingbag")
+
+
+def _mlp(sizes: list[int], last_act: bool) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if last_act or i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class DLRM(nn.Module):
+    def __init__(self, spec: CriteoSpec = CriteoSpec(), *, dim: int = 16, bottom: tuple[int, ...] = (64, 32),
+                 top: tuple[int, ...] = (64, 32), embedding: str = "embeddingbag", sparse: bool = False) -> None:
+        super().__init__()
+        if embedding not in EMBEDDING_IMPLS:
+            raise ValueError(f"embedding={embedding!r}: use one of {', '.join(EMBEDDING_IMPLS)}")
+        if embedding == "embedding" and sparse:
+            raise ValueError("sparse gradients need embedding='embeddingbag' (or nn.Embedding(sparse=True) "
+                             "with a per-bag reduction, which is the naive path)")
+        self.spec, self.dim, self.impl = spec, dim, embedding
+        self.bottom = _mlp([spec.n_dense, *bottom, dim], last_act=True)
+        if embedding == "embeddingbag":
+            self.tables = nn.ModuleList(nn.EmbeddingBag(n, dim, mode="sum", sparse=sparse) for n in spec.table_sizes)
+        else:
+            self.tables = nn.ModuleList(nn.Embedding(n, dim) for n in spec.table_sizes)
+        n_vec = spec.n_cat + 1
+        self.n_pairs = n_vec * (n_vec - 1) // 2  # 27 vectors → 351 dot products
+        self.top = _mlp([dim + self.n_pairs, *top, 1], last_act=False)
+        for t in self.tables:  # small init: pooled sums of several rows stay O(1)
+            nn.init.uniform_(t.weight, -1 / dim**0.5, 1 / dim**0.5)
+        iu = torch.triu_indices(n_vec, n_vec, offset=1)
+        self.register_buffer("_iu", iu, persistent=False)
+
+    def pooled(self, b: ClickBatch) -> list[torch.Tensor]:
+        """One (B, D) sum-pooled vector per categorical feature."""
+        B = b.labels.numel()
+        out = []
+        for t, v, o in zip(self.tables, b.values, b.offsets):
+            if self.impl == "embeddingbag":
+                out.append(t(v, o[:-1]))
+            else:
+                rows = t(v)                                               # (nnz, D): every row materialised
+                bag = torch.repeat_interleave(torch.arange(B, device=v.device), o[1:] - o[:-1])
+                out.append(torch.zeros(B, self.dim, device=v.device, dtype=rows.dtype).index_add_(0, bag, rows))
+        return out
+
+    def forward(self, b: ClickBatch) -> torch.Tensor:
+        x = self.bottom(b.dense)                                          # (B, D)
+        T = torch.stack([x, *[p.to(x.dtype) for p in self.pooled(b)]], 1)  # (B, 27, D)
+        Z = torch.bmm(T, T.transpose(1, 2))                               # (B, 27, 27)
+        inter = Z[:, self._iu[0], self._iu[1]]                            # (B, 351)
+        return self.top(torch.cat([x, inter], 1)).squeeze(1)              # (B,) logits
