@@ -61,6 +61,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from overdrive.report.doctor import wide_console
     from overdrive.report.tables import render_bench
 
+    if args.data and args.workload == "recsys":
+        raise UserError("--data is for the transformer workload; the recsys bench uses its synthetic click logs "
+                        "(read Criteo TSV files with overdrive.recsys.read_criteo_tsv)")
     if args.data:
         try:
             file_tokens(args.data)  # fail now, in one line, not inside six worker processes
@@ -70,7 +73,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         raise UserError(f"--out {args.out} is a file: pass a folder (it is created if missing)")
     env = get_env()
     try:
-        suite = get_suite(args.suite or default_suite_name(env.has_gpu, args.quick))
+        suite = get_suite(args.suite or default_suite_name(env.has_gpu, args.quick, args.workload))
     except ValueError as e:
         raise UserError(str(e)) from None
     if args.configs:
@@ -84,7 +87,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.steps:
         suite = dataclasses.replace(suite, rounds=args.steps)
     console = wide_console()
-    console.print(f"overdrive bench: suite [bold]{suite.name}[/] on {env.gpus[0].name if env.gpus else 'CPU'} — "
+    console.print(f"overdrive bench: suite [bold]{suite.name}[/] ({suite.task}) on "
+                  f"{env.gpus[0].name if env.gpus else 'CPU'} — "
                   f"{len(suite.candidates)} configurations, each in its own process, interleaved rounds")
     with Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), console=console, transient=not console.is_terminal) as progress:
@@ -137,6 +141,9 @@ def _register_bench(sub) -> None:
                                    "each in its own process, in interleaved rounds. Prints the table and the "
                                    "recommendation; --out writes results.json/csv, plots and report.html.")
     b.add_argument("--quick", action="store_true", help="the short suite (CPU: under a minute)")
+    b.add_argument("--workload", choices=["transformer", "recsys"], default="transformer",
+                   help="transformer: teacher + distilled student GPT (default); recsys: a DLRM-style click model "
+                        "(embedding lookups x optimizers x AMP)")
     b.add_argument("--suite", help="suite name: cpu-quick, cpu, gpu (default: by device)")
     b.add_argument("--out", help="folder for results.json, results.csv, PNG plots and report.html")
     b.add_argument("--data", help="a text file to train on (bytes as tokens) instead of the built-in stream")

@@ -69,3 +69,20 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path):
     assert cp.returncode == 2 and "suites are" in cp.stderr
     cp = _run("bench", "--quick", "--configs", "nope")
     assert cp.returncode == 2 and "choose from" in cp.stderr
+
+
+def test_bench_recsys_quick_end_to_end(tmp_path):
+    cp = _run("bench", "--workload", "recsys", "--quick", "--no-micro", "--out", str(tmp_path))
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    assert "DLRM click model" in cp.stdout and "fastest safe recipe here:" in cp.stdout
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["suite"]["task"] == "recsys"
+    by = {c["name"]: c for c in res["configs"]}
+    assert by["baseline"]["status"] == "ok" and by["baseline"]["options"]["embedding"] == "embedding"
+    for c in res["configs"]:
+        m = c["models"]["dlrm"]
+        assert c["status"] == "ok" and m["examples_per_s"] > 0 and 0.5 < m["auc"] <= 1.0
+        assert c["final"]["n"] == 10_000
+    assert (tmp_path / "report.html").exists() and (tmp_path / "loss_curves.png").exists()
+    cp = _run("bench", "--workload", "recsys", "--data", "x.txt")
+    assert cp.returncode == 2 and "--data is for the transformer workload" in cp.stderr

@@ -10,7 +10,8 @@ import subprocess
 import tempfile
 from importlib import metadata
 
-__all__ = ["RESULTS_SCHEMA", "write_atomic", "save_results", "load_results", "versions", "git_commit", "csv_rows"]
+__all__ = ["RESULTS_SCHEMA", "write_atomic", "save_results", "load_results", "versions", "git_commit", "csv_rows",
+           "suite_title", "throughput"]
 
 RESULTS_SCHEMA = "overdrive.bench/1"
 
@@ -57,8 +58,25 @@ def git_commit() -> str | None:
         return None
 
 
+def suite_title(results: dict) -> str:
+    """One line saying what was trained, for tables and reports."""
+    s = results["suite"]
+    if s.get("task", "gpt") == "gpt":
+        return (f"suite {s['name']}: teacher {s['teacher']}, student {s['student']}, batch {s['batch']} x "
+                f"seq {s['seq']}")
+    o = s.get("options", {})
+    return (f"suite {s['name']}: DLRM click model, 26 tables ({o.get('total_rows', '?'):,} rows, dim "
+            f"{o.get('dim', '?')}), batch {s['batch']}, {o.get('train_examples', '?'):,} training examples")
+
+
+def throughput(m: dict) -> tuple[float | None, str]:
+    if m.get("examples_per_s") is not None:
+        return m["examples_per_s"], "examples/s"
+    return m.get("tokens_per_s"), "tokens/s"
+
+
 CSV_FIELDS = ["config", "model", "status", "precision", "emulated", "step_ms_median", "step_ms_p10", "step_ms_p90",
-              "tokens_per_s", "speedup", "speedup_lo", "speedup_hi", "tflops", "mfu_bf16_peak", "mfu_fp8_peak",
+              "tokens_per_s", "examples_per_s", "auc", "speedup", "speedup_lo", "speedup_hi", "tflops", "mfu_bf16_peak", "mfu_fp8_peak",
               "peak_mb", "memory_saved_pct", "final_loss", "loss_delta_pct", "safe", "reason"]
 
 
@@ -70,7 +88,8 @@ def csv_rows(results: dict) -> list[dict]:
             rows.append({
                 "config": c["name"], "model": role, "status": c["status"], "precision": c["precision"],
                 "emulated": c["emulated"], "step_ms_median": m["step_ms"]["median"], "step_ms_p10": m["step_ms"]["p10"],
-                "step_ms_p90": m["step_ms"]["p90"], "tokens_per_s": m["tokens_per_s"], "speedup": m["speedup"],
+                "step_ms_p90": m["step_ms"]["p90"], "tokens_per_s": m["tokens_per_s"],
+                "examples_per_s": m.get("examples_per_s"), "auc": m.get("auc"), "speedup": m["speedup"],
                 "speedup_lo": ci[0], "speedup_hi": ci[1], "tflops": m["tflops"], "mfu_bf16_peak": m["mfu_bf16_peak"],
                 "mfu_fp8_peak": m["mfu_fp8_peak"], "peak_mb": c["peak_mb"], "memory_saved_pct": c["memory_saved_pct"],
                 "final_loss": m["final_loss"], "loss_delta_pct": m["loss_delta_pct"], "safe": c["safe"],

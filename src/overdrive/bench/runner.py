@@ -19,6 +19,8 @@ __all__ = ["ConfigRun", "run_e2e"]
 @dataclass
 class ConfigRun:
     cand: Candidate
+    roles: tuple[str, ...] = ("teacher", "student")
+    """What one step trains, timed apart: a teacher and a student (GPT), or one model (recsys)."""
     resolved: dict | None = None
     status: str = "pending"
     """ok | stopped (slower than the budget allows) | failed | oom | crashed | unavailable"""
@@ -26,33 +28,37 @@ class ConfigRun:
     setup_s: float | None = None
     first_step_s: float | None = None
     warmup_ms: list[float] = field(default_factory=list)
-    teacher_ms: list[float] = field(default_factory=list)
-    student_ms: list[float] = field(default_factory=list)
+    ms: dict[str, list[float]] = field(default_factory=dict)
+    loss: dict[str, list[float]] = field(default_factory=dict)
     rounds_ms: list[list[float]] = field(default_factory=list)
-    """Per round: the combined (teacher+student) step times, for paired comparisons."""
-    teacher_loss: list[float] = field(default_factory=list)
-    student_loss: list[float] = field(default_factory=list)
+    """Per round: the combined step times (all roles), for paired comparisons."""
     memory: dict | None = None
+    final: dict | None = None
+    """What the task reports at the end (e.g. held-out AUC and log-loss for recsys)."""
     conn: object = None
     proc: object = None
+
+    def __post_init__(self) -> None:
+        for r in self.roles:
+            self.ms.setdefault(r, [])
+            self.loss.setdefault(r, [])
 
     @property
     def live(self) -> bool:
         return self.status == "pending" and self.conn is not None
 
     def step_ms(self) -> list[float]:
-        return [a + b for a, b in zip(self.teacher_ms, self.student_ms)]
+        return [sum(v) for v in zip(*(self.ms[r] for r in self.roles))]
 
 
 def _record(run: ConfigRun, steps: list[dict], *, timed: bool) -> None:
     for s in steps:
-        run.teacher_loss.append(s["teacher_loss"])
-        run.student_loss.append(s["student_loss"])
-        if timed:
-            run.teacher_ms.append(s["teacher_ms"])
-            run.student_ms.append(s["student_ms"])
-        else:
-            run.warmup_ms.append(s["teacher_ms"] + s["student_ms"])
+        for r in run.roles:
+            run.loss[r].append(s[f"{r}_loss"])
+            if timed:
+                run.ms[r].append(s[f"{r}_ms"])
+        if not timed:
+            run.warmup_ms.append(sum(s[f"{r}_ms"] for r in run.roles))
 
 
 def _call(run: ConfigRun, msg: tuple, timeout: float) -> dict | None:
@@ -89,10 +95,10 @@ def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int 
             progress=None, step_timeout: float = 600.0) -> list[ConfigRun]:
     """Set up all configurations, warm them up, then run interleaved timed rounds."""
     ctx = mp.get_context("spawn")  # a fresh interpreter per configuration: no shared allocator or caches
-    runs = [ConfigRun(cand=c) for c in suite.candidates]
-    base = dict(teacher=suite.teacher, student=suite.student, batch=suite.batch, seq=suite.seq,
+    runs = [ConfigRun(cand=c, roles=suite.roles) for c in suite.candidates]
+    base = dict(task=suite.task, teacher=suite.teacher, student=suite.student, batch=suite.batch, seq=suite.seq,
                 data_tokens=suite.data_tokens, data=data, seed=seed, lr=suite.lr, threads=threads,
-                env_facts=env.facts)
+                env_facts=env.facts, options=dict(suite.options))
     for run in runs:
         try:
             run.resolved = resolve(run.cand.recipe, env).to_dict()
@@ -105,7 +111,8 @@ def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int 
         child.close()  # only the worker holds its end: if it dies, recv() sees EOF at once
         run.conn = parent
         run.conn.send(("setup", dict(base, resolved=run.resolved, lr_scale=run.cand.lr_scale,
-                                     fail_at_step=run.cand.fail_at_step, alloc_mb=run.cand.alloc_mb)))
+                                     fail_at_step=run.cand.fail_at_step, alloc_mb=run.cand.alloc_mb,
+                                     cand_options=dict(run.cand.options))))
     total = len(runs) * (2 + suite.rounds)
     task = progress.add_task("bench", total=total) if progress else None
 
@@ -187,7 +194,7 @@ def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int 
                 reply = _call(run, ("run", suite.steps_per_round), step_timeout)
                 if reply:
                     _record(run, reply["steps"], timed=True)
-                    run.rounds_ms.append([s["teacher_ms"] + s["student_ms"] for s in reply["steps"]])
+                    run.rounds_ms.append([sum(s[f"{r}_ms"] for r in run.roles) for s in reply["steps"]])
         tick(f"round {k + 1}/{rounds}")
     for run in runs:
         if run.live:
@@ -203,10 +210,8 @@ def _finish(run: ConfigRun) -> None:
     reply = _call(run, ("finish",), 60)
     if reply:
         run.memory = reply["memory"]
+        run.final = reply.get("final")
         run.status = keep
     _kill(run)
 
 
-def step_summary(run: ConfigRun) -> dict:
-    return {"teacher": summarize(run.teacher_ms), "student": summarize(run.student_ms),
-            "total": summarize(run.step_ms())}

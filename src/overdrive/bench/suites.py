@@ -26,6 +26,8 @@ class Candidate:
     """Raise inside the worker at this step (tests use it to inject a backend failure)."""
     alloc_mb: int = 0
     """Allocate and free this much at setup (tests use it to show each process reports its own peak)."""
+    options: dict = field(default_factory=dict)
+    """Task-specific settings (recsys: embedding, optimizer, amp)."""
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -68,6 +70,11 @@ class Suite:
     """Micro-benchmark sizes: "cpu", "gpu" or "none"."""
     lr: float = 1e-3
     candidates: tuple[Candidate, ...] = field(default_factory=tuple)
+    task: str = "gpt"
+    """gpt (teacher + distilled student) or recsys (one click model)."""
+    roles: tuple[str, ...] = ("teacher", "student")
+    options: dict = field(default_factory=dict)
+    """Task-specific sizes (recsys: rows scale, examples, ...)."""
 
     def with_candidates(self, cands: tuple[Candidate, ...]) -> "Suite":
         return dataclasses.replace(self, candidates=cands)
@@ -95,13 +102,18 @@ SUITES: dict[str, Suite] = {
 }
 
 
-def default_suite_name(has_gpu: bool, quick: bool) -> str:
+def default_suite_name(has_gpu: bool, quick: bool, workload: str = "transformer") -> str:
+    if workload == "recsys":
+        return "recsys-gpu" if has_gpu else ("recsys-quick" if quick else "recsys")
     if has_gpu:
         return "gpu"
     return "cpu-quick" if quick else "cpu"
 
 
 def get_suite(name: str) -> Suite:
-    if name not in SUITES:
-        raise ValueError(f"unknown suite '{name}': suites are {', '.join(SUITES)}")
-    return SUITES[name]
+    from overdrive.recsys.bench import RECSYS_SUITES  # the recsys workload registers its suites
+
+    suites = {**SUITES, **RECSYS_SUITES}
+    if name not in suites:
+        raise ValueError(f"unknown suite '{name}': suites are {', '.join(suites)}")
+    return suites[name]

@@ -13,7 +13,7 @@ import resource
 import time
 import traceback
 
-__all__ = ["worker_main", "distill_loss"]
+__all__ = ["worker_main", "distill_loss", "mark", "elapsed_ms", "process_memory"]
 
 
 def distill_loss(student_logits, teacher_logits, targets, *, alpha: float = 0.5, temperature: float = 2.0):
@@ -80,16 +80,10 @@ class _Pair:
         self.step_i = 0
 
     def _timer(self):
-        import torch
-
-        if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            return ev
-        return time.perf_counter()
+        return mark(self.cuda)
 
     def _elapsed_ms(self, a, b) -> float:
-        return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
+        return elapsed_ms(self.cuda, a, b)
 
     def step(self) -> dict:
         import torch
@@ -117,12 +111,43 @@ class _Pair:
                 "teacher_loss": t_loss.item(), "student_loss": loss.item()}
 
     def memory(self) -> dict:
-        import torch
+        return process_memory(self.cuda, self.rss0)
 
-        if self.cuda:
-            return {"kind": "cuda_max_allocated", "peak_mb": torch.cuda.max_memory_allocated() / 2**20}
-        return {"kind": "cpu_peak_rss", "peak_mb": _peak_rss_mb() - self.rss0, "rss_at_start_mb": self.rss0,
-                "peak_rss_mb": _peak_rss_mb()}
+
+def mark(cuda: bool):
+    """A point in time: a recorded CUDA event on GPU (no sync), the monotonic clock elsewhere."""
+    import torch
+
+    if cuda:
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+    return time.perf_counter()
+
+
+def elapsed_ms(cuda: bool, a, b) -> float:
+    return a.elapsed_time(b) if cuda else (b - a) * 1e3
+
+
+def process_memory(cuda: bool, rss0: float) -> dict:
+    """This process's peak: CUDA max allocated, or peak RSS above the RSS at set-up."""
+    import torch
+
+    if cuda:
+        return {"kind": "cuda_max_allocated", "peak_mb": torch.cuda.max_memory_allocated() / 2**20}
+    return {"kind": "cpu_peak_rss", "peak_mb": _peak_rss_mb() - rss0, "rss_at_start_mb": rss0,
+            "peak_rss_mb": _peak_rss_mb()}
+
+
+def _make_task(spec: dict):
+    """The workload this worker runs: the GPT teacher/student pair, or another task by name."""
+    if spec.get("task", "gpt") == "gpt":
+        return _Pair(spec)
+    if spec["task"] == "recsys":
+        from overdrive.recsys.bench import RecsysTask
+
+        return RecsysTask(spec)
+    raise ValueError(f"unknown bench task {spec['task']!r}")
 
 
 def _classify(e: BaseException) -> str:
@@ -142,7 +167,7 @@ def worker_main(conn) -> None:
         try:
             if cmd == "setup":
                 t0 = time.perf_counter()
-                pair = _Pair(msg[1])
+                pair = _make_task(msg[1])
                 conn.send({"ok": True, "setup_s": time.perf_counter() - t0})
             elif cmd == "run":
                 out, t0 = [], time.perf_counter()
@@ -150,7 +175,8 @@ def worker_main(conn) -> None:
                     out.append(pair.step())
                 conn.send({"ok": True, "steps": out, "wall_s": time.perf_counter() - t0})
             elif cmd == "finish":
-                conn.send({"ok": True, "memory": pair.memory() if pair else None})
+                final = pair.final() if pair is not None and hasattr(pair, "final") else None
+                conn.send({"ok": True, "memory": pair.memory() if pair else None, "final": final})
                 return
         except BaseException as e:  # record and end: the parent goes on with the other configurations
             conn.send({"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300],

@@ -6,7 +6,7 @@ import base64
 import html
 import os
 
-from overdrive.bench.results import csv_rows, write_atomic
+from overdrive.bench.results import csv_rows, suite_title, write_atomic
 
 __all__ = ["write_html"]
 
@@ -27,23 +27,24 @@ def write_html(results: dict, out_dir: str, plots: list[str]) -> str:
     env = results["env"]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>overdrive bench — {e(results['device'])}"
              f"</title><style>{_CSS}</style></head><body>",
-             f"<h1>overdrive bench</h1><p>{e(results['device'])} · suite <b>{e(s['name'])}</b>: teacher "
-             f"{e(s['teacher'])}, student {e(s['student'])}, batch {s['batch']} × seq {s['seq']} · "
+             f"<h1>overdrive bench</h1><p>{e(results['device'])} · {e(suite_title(results))} · "
              f"{e(results['created'])} · commit {e(str(results.get('git_commit')))} · torch "
              f"{e(str(results['versions'].get('torch')))}</p>",
              f"<p class='rec'>{e(results['recommendation']['text'])}</p>",
              "<table><tr><th>config</th><th>model</th><th>status</th><th>step ms median</th><th>p10–p90</th>"
-             "<th>tokens/s</th><th>speedup [95% CI]</th><th>MFU vs BF16 peak</th><th>peak MB</th>"
+             "<th>tokens/s or examples/s</th><th>speedup [95% CI]</th><th>MFU vs BF16 peak / AUC</th><th>peak MB</th>"
              "<th>mem saved</th><th>loss Δ</th><th>safe</th></tr>"]
     for r in csv_rows(results):
         speed = "quality only (emulated)" if r["emulated"] else (
             f"{r['speedup']:.2f}x [{r['speedup_lo']:.2f}–{r['speedup_hi']:.2f}]" if r["speedup"] is not None else "-")
         p1090 = f"{r['step_ms_p10']:.1f}–{r['step_ms_p90']:.1f}" if r["step_ms_p10"] is not None else "-"
-        mfu = f"{100 * r['mfu_bf16_peak']:.1f}%" if r["mfu_bf16_peak"] is not None else "-"
+        mfu = f"{100 * r['mfu_bf16_peak']:.1f}%" if r["mfu_bf16_peak"] is not None else (
+            f"AUC {r['auc']:.4f}" if r.get("auc") is not None else "-")
+        rate = r["tokens_per_s"] if r["tokens_per_s"] is not None else r.get("examples_per_s")
         safe = "yes" if r["safe"] else "<span class='unsafe'>UNSAFE</span>"
         parts.append(f"<tr><td>{e(r['config'])}</td><td>{r['model']}</td><td>{e(r['status'])}</td>"
                      f"<td>{_f(r['step_ms_median'], '{:.1f}')}</td><td>{p1090}</td>"
-                     f"<td>{_f(r['tokens_per_s'], '{:,.0f}')}</td><td>{speed}</td><td>{mfu}</td>"
+                     f"<td>{_f(rate, '{:,.0f}')}</td><td>{speed}</td><td>{mfu}</td>"
                      f"<td>{_f(r['peak_mb'], '{:.0f}')}</td><td>{_f(r['memory_saved_pct'], '{:+.1f}%')}</td>"
                      f"<td>{_f(r['loss_delta_pct'], '{:+.2f}%')}</td><td>{safe}</td></tr>")
     parts.append("</table>")

@@ -11,20 +11,22 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 __all__ = ["write_plots"]
 
-_ROLES = ("teacher", "student")
+def _roles(results: dict) -> list[str]:
+    return list(results["suite"].get("roles") or ("teacher", "student"))
 
 
 def _speedup(results: dict, path: str) -> None:
     cfgs = [c for c in results["configs"] if c["status"] == "ok" and not c["emulated"]]
     fig, ax = plt.subplots(figsize=(8, 3.8))
-    w = 0.38
-    for j, role in enumerate(_ROLES):
+    roles = _roles(results)
+    w = 0.8 / len(roles)
+    for j, role in enumerate(roles):
         xs, ys, lo, hi = [], [], [], []
         for i, c in enumerate(cfgs):
             m = c["models"][role]
             if m["speedup"] is None:
                 continue
-            xs.append(i + (j - 0.5) * w)
+            xs.append(i + (j - (len(roles) - 1) / 2) * w)
             ys.append(m["speedup"])
             ci = m["speedup_ci"] or [m["speedup"], m["speedup"]]
             lo.append(m["speedup"] - ci[0])
@@ -47,7 +49,7 @@ def _memory(results: dict, path: str) -> None:
     ax.bar([c["name"] for c in cfgs], [c["peak_mb"] for c in cfgs], color="tab:purple")
     ax.set_ylabel("peak MB (" + ("CUDA max allocated" if kind == "cuda_max_allocated" else
                                  "process peak RSS above start") + ")")
-    ax.set_title("Peak memory per configuration (teacher + student, own process)")
+    ax.set_title("Peak memory per configuration (its own process)")
     plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -55,14 +57,17 @@ def _memory(results: dict, path: str) -> None:
 
 
 def _losses(results: dict, path: str) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=False)
-    for ax, role in zip(axes, _ROLES):
+    roles = _roles(results)
+    fig, axes = plt.subplots(1, len(roles), figsize=(5 * len(roles), 3.8), sharey=False, squeeze=False)
+    axes = axes[0]
+    for ax, role in zip(axes, roles):
         for c in results["configs"]:
             ys = c["raw"][f"{role}_loss"]
             if ys:
                 ax.plot(range(1, len(ys) + 1), ys, label=c["name"] + (" (emulated)" if c["emulated"] else ""),
                         lw=1.6 if c["baseline"] else 1.0, ls="-" if c["safe"] else ":")
-        ax.set_title(f"{role} loss" + (" (CE + KL to the teacher)" if role == "student" else " (CE)"))
+        ax.set_title(f"{role} training loss" + {"student": " (CE + KL to the teacher)", "teacher": " (CE)"}.get(
+            role, ""))
         ax.set_xlabel("step (same data order and seed for every configuration)")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
@@ -71,13 +76,14 @@ def _losses(results: dict, path: str) -> None:
 
 
 def _distributions(results: dict, path: str) -> None:
-    cfgs = [c for c in results["configs"] if c["raw"]["teacher_ms"]]
+    roles = _roles(results)
+    cfgs = [c for c in results["configs"] if c["raw"][f"{roles[0]}_ms"]]
     fig, ax = plt.subplots(figsize=(8, 3.8))
-    data = [[a + b for a, b in zip(c["raw"]["teacher_ms"], c["raw"]["student_ms"])] for c in cfgs]
+    data = [[sum(v) for v in zip(*(c["raw"][f"{r}_ms"] for r in roles))] for c in cfgs]
     if data:
         ax.boxplot(data, whis=(10, 90), showfliers=True)
         ax.set_xticks(range(1, len(cfgs) + 1), [c["name"] for c in cfgs], rotation=20, ha="right")
-    ax.set_ylabel("teacher + student step (ms)")
+    ax.set_ylabel(" + ".join(roles) + " step (ms)")
     ax.set_title("Step-time distributions (whiskers p10–p90)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -6,6 +6,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from overdrive.bench.results import suite_title, throughput
+
 __all__ = ["render_bench", "render_compare", "fmt_ms"]
 
 
@@ -37,10 +39,12 @@ def _mfu(m: dict, precision: str) -> str:
 def render_bench(results: dict, console: Console | None = None) -> None:
     c = console or Console()
     suite = results["suite"]
-    t = Table(title=f"overdrive bench — {results['device']} — suite {suite['name']}: teacher {suite['teacher']}, "
-                    f"student {suite['student']}, batch {suite['batch']} x seq {suite['seq']}", title_justify="left")
-    for col in ("config", "model", "step ms (median [p10–p90])", "tokens/s", "speedup vs baseline",
-                "MFU vs BF16 peak (CPU: achieved)", "peak mem", "mem saved", "loss Δ", "safe"):
+    gpt = suite.get("task", "gpt") == "gpt"
+    t = Table(title=f"overdrive bench — {results['device']} — {suite_title(results)}", title_justify="left")
+    for col in ("config", "model", "step ms (median [p10–p90])", "tokens/s" if gpt else "examples/s",
+                "speedup vs baseline",
+                "MFU vs BF16 peak (CPU: achieved)" if gpt else "held-out AUC", "peak mem", "mem saved",
+                "loss Δ" if gpt else "log-loss Δ", "safe"):
         t.add_column(escape(col), overflow="fold")
     for cfg in results["configs"]:
         emu = " (emulated)" if cfg["emulated"] else ""
@@ -49,15 +53,17 @@ def render_bench(results: dict, console: Console | None = None) -> None:
                       "", "", "[red]no[/]")
             continue
         mem = f"{cfg['peak_mb']:.0f} MB" if cfg.get("peak_mb") is not None else "-"
-        for i, role in enumerate(("teacher", "student")):
+        for i, role in enumerate(cfg["models"]):
             m = cfg["models"][role]
+            rate = throughput(m)[0]
+            quality = ("-" if cfg["emulated"] else _mfu(m, cfg["precision"])) if gpt else (
+                f"{m['auc']:.4f}" if m.get("auc") is not None else "-")
             speed = "quality only" if cfg["emulated"] else _x(m["speedup"], m["speedup_ci"])
             if cfg["status"] == "stopped":
                 speed = "stopped early"
             safe = ("[green]yes[/]" if cfg["safe"] else "[red]UNSAFE[/]") if i == 0 else ""
             t.add_row(escape(cfg["name"] + emu) if i == 0 else "", role, fmt_ms(m["step_ms"]),
-                      f"{m['tokens_per_s']:,.0f}" if m["tokens_per_s"] else "-", speed,
-                      "-" if cfg["emulated"] else _mfu(m, cfg["precision"]), mem if i == 0 else "",
+                      f"{rate:,.0f}" if rate else "-", speed, quality, mem if i == 0 else "",
                       _pct(cfg.get("memory_saved_pct"))
                       if i == 0 else "", _pct(m["loss_delta_pct"]), safe)
     c.print(t)
@@ -92,7 +98,7 @@ def render_compare(a: dict, b: dict, console: Console | None = None) -> None:
     bmap = {cfg["name"]: cfg for cfg in b["configs"]}
     for ca in a["configs"]:
         cb = bmap.get(ca["name"])
-        for role in ("teacher", "student"):
+        for role in ca["models"]:
             ma = ca["models"].get(role, {})
             mb = (cb or {}).get("models", {}).get(role, {})
             sa, sb = (ma.get("step_ms") or {}).get("median"), (mb.get("step_ms") or {}).get("median")
