@@ -22,7 +22,7 @@ $(VENV)/.stamp-base: pyproject.toml | $(PY)
 	touch $@
 
 $(VENV)/.stamp-dev: pyproject.toml $(VENV)/.stamp-base
-	$(PIP) install -q -e ".[dev,hf,torchao]"
+	$(PIP) install -q -e ".[dev,hf,torchao,export]"
 	touch $@
 
 demo: $(VENV)/.stamp-base

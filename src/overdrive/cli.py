@@ -72,6 +72,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
         raise UserError(f"--out {args.out} is a file: pass a folder (it is created if missing)")
     env = get_env()
+    if args.workload == "inference":
+        return _bench_inference(args, env)
     try:
         suite = get_suite(args.suite or default_suite_name(env.has_gpu, args.quick, args.workload))
     except ValueError as e:
@@ -100,6 +102,31 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_inference(args: argparse.Namespace, env) -> int:
+    from rich.progress import Progress
+
+    from overdrive.bench.results import write_atomic
+    from overdrive.report.doctor import wide_console
+    from overdrive.report.latency_view import render_latency, write_latency_report
+    from overdrive.serve.latency import LATENCY_SUITES, run_latency
+
+    if args.slo_ms <= 0:
+        raise UserError(f"--slo-ms must be positive, got {args.slo_ms}")
+    name = args.suite or ("inference-gpu" if env.has_gpu else ("inference-quick" if args.quick else "inference"))
+    if name not in LATENCY_SUITES:
+        raise UserError(f"unknown inference suite '{name}': suites are {', '.join(LATENCY_SUITES)}")
+    console = wide_console()
+    console.print(f"overdrive bench: inference latency, suite [bold]{name}[/], SLO p99 <= {args.slo_ms:g} ms")
+    with Progress(console=console, transient=not console.is_terminal) as progress:
+        r = run_latency(LATENCY_SUITES[name], env, slo_ms=args.slo_ms, seed=args.seed, progress=progress)
+    render_latency(r, console)
+    if args.out:
+        write_atomic(os.path.join(args.out, "results.json"), json.dumps(r, indent=1) + "\n")
+        files = write_latency_report(r, args.out)
+        console.print(f"wrote {args.out}/results.json and " + ", ".join(os.path.basename(f) for f in files))
+    return 0
+
+
 def _write_report(results: dict, out: str, console) -> None:
     from overdrive.bench import save_results
     from overdrive.report.html import write_html
@@ -121,6 +148,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
         loaded = [load_results(d) for d in args.dirs]
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
+    if any(d["schema"] == "overdrive.latency/1" for d in loaded):
+        from overdrive.report.latency_view import render_latency, write_latency_report
+
+        if len(loaded) != 1:
+            raise UserError("comparing two inference results is not supported yet: pass one folder")
+        render_latency(loaded[0], console)
+        out = args.dirs[0] if os.path.isdir(args.dirs[0]) else os.path.dirname(os.path.abspath(args.dirs[0]))
+        console.print(f"re-rendered {write_latency_report(loaded[0], out)[-1]}")
+        return 0
     if len(loaded) == 1:
         render_bench(loaded[0], console)
         out = args.dirs[0] if os.path.isdir(args.dirs[0]) else os.path.dirname(os.path.abspath(args.dirs[0]))
@@ -141,9 +177,10 @@ def _register_bench(sub) -> None:
                                    "each in its own process, in interleaved rounds. Prints the table and the "
                                    "recommendation; --out writes results.json/csv, plots and report.html.")
     b.add_argument("--quick", action="store_true", help="the short suite (CPU: under a minute)")
-    b.add_argument("--workload", choices=["transformer", "recsys"], default="transformer",
+    b.add_argument("--workload", choices=["transformer", "recsys", "inference"], default="transformer",
                    help="transformer: teacher + distilled student GPT (default); recsys: a DLRM-style click model "
-                        "(embedding lookups x optimizers x AMP)")
+                        "(embedding lookups x optimizers x AMP); inference: latency p50/p95/p99 per batch size")
+    b.add_argument("--slo-ms", type=float, default=10.0, help="inference: the p99 latency budget (default 10 ms)")
     b.add_argument("--suite", help="suite name: cpu-quick, cpu, gpu (default: by device)")
     b.add_argument("--out", help="folder for results.json, results.csv, PNG plots and report.html")
     b.add_argument("--data", help="a text file to train on (bytes as tokens) instead of the built-in stream")
@@ -284,8 +321,41 @@ def _register_train(sub) -> None:
     t.set_defaults(func=_cmd_train)
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from overdrive.serve.export import ExportError, export_for_serving, slo_batch_from
+
+    try:
+        max_batch = args.max_batch
+        if args.slo_from:
+            max_batch = slo_batch_from(args.slo_from, "recsys" if args.model == "recsys" else "gpt_prefill")
+        rep = export_for_serving(args.model, args.out, size=args.size, weights=args.weights,
+                                 max_batch=max_batch or 1024, onnx=False if args.no_onnx else None)
+    except (ExportError, ValueError, FileNotFoundError) as e:
+        raise UserError(str(e)) from None
+    print(f"exported {rep['name']} (max batch {rep['max_batch']}): " + ", ".join(rep["files"]))
+    print("round-trip max abs error vs eager: " + ", ".join(f"{k} {v:.2g}" for k, v in rep["checks"].items()))
+    if rep.get("onnx"):
+        print(f"ONNX {rep['onnx']}")
+    return 0
+
+
+def _register_export(sub) -> None:
+    e = sub.add_parser("export", help="export a model for serving: torch.export, ONNX, a Triton model repository",
+                       description="Write model.pt2 (torch.export, dynamic batch), model.onnx when onnx/onnxruntime "
+                                   "are installed, and triton/<name>/ (model + config.pbtxt with dynamic batching up "
+                                   "to the SLO batch). Each artefact is reloaded and checked against the eager model.")
+    e.add_argument("--model", choices=["recsys", "gpt"], default="recsys")
+    e.add_argument("--size", default="cpu-student", help="reference GPT size (for --model gpt)")
+    e.add_argument("--weights", help="a state_dict .pt to load (weights_only); default: fresh random weights")
+    e.add_argument("--out", default="out/export", help="output folder (default out/export)")
+    e.add_argument("--max-batch", type=int, help="Triton max_batch_size (default 1024)")
+    e.add_argument("--slo-from", metavar="DIR", help="take the batch from `overdrive bench --workload inference` results")
+    e.add_argument("--no-onnx", action="store_true", help="skip ONNX (Triton then gets TorchScript on libtorch)")
+    e.set_defaults(func=_cmd_export)
+
+
 # Subcommands register themselves here, keeping this file thin.
-_REGISTRARS: list = [_register_bench, _register_plan, _register_train]
+_REGISTRARS: list = [_register_bench, _register_plan, _register_train, _register_export]
 
 
 def main(argv: list[str] | None = None) -> int:

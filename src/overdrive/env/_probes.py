@@ -277,10 +277,25 @@ def probe_torch_native() -> dict:
     return f
 
 
+def probe_onnx() -> dict:
+    """The ONNX export path: onnx, onnxscript (torch.onnx's dynamo exporter) and onnxruntime."""
+    f: dict = {}
+    try:
+        import onnx
+        import onnxruntime
+        import onnxscript  # noqa: F401
+
+        f["import_ok"], f["version"] = True, f"onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}"
+        f["providers"] = onnxruntime.get_available_providers()
+    except BaseException as e:
+        f["import_ok"], f["import_error"] = False, _err(e)
+    return f
+
+
 PROBES = {
     "gpus": probe_gpus, "te": probe_te, "apex": probe_apex, "torchao": probe_torchao,
     "liger": probe_liger, "triton": probe_triton, "compile": probe_compile,
-    "torch_native": probe_torch_native,
+    "torch_native": probe_torch_native, "onnx": probe_onnx,
 }
 
 

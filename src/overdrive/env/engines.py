@@ -224,6 +224,7 @@ def classify_engines(facts: dict, gpus: list[dict]) -> dict[str, EngineStatus]:
         "torchao": ("torchao", "pip install 'overdrive[torchao]'"),
         "liger": ("liger_kernel", "pip install 'overdrive[liger]'"),
         "triton": ("triton", "pip install triton (CUDA builds of torch bring it)"),
+        "onnx": ("onnx", "pip install 'overdrive[export]' (onnx, onnxscript, onnxruntime)"),
     }
     for key, (name, fix) in missing_fix.items():
         f = probes.get(key, {})
@@ -237,6 +238,12 @@ def classify_engines(facts: dict, gpus: list[dict]) -> dict[str, EngineStatus]:
             out[name] = _apex(f, has_gpu, gpu_name)
         elif key == "torchao":
             out[name] = _torchao(f, has_gpu, gpu_name, fp8_gpu)
+        elif key == "onnx":
+            ok = bool(f.get("import_ok"))
+            out[name] = EngineStatus(name=name, status="ok" if ok else "broken", version=f.get("version"),
+                                     reason=("onnx, onnxscript and onnxruntime import: ONNX export available" if ok
+                                             else f"import fails: {f.get('import_error')}"),
+                                     fix="" if ok else fix, details={"providers": f.get("providers", [])})
         elif key == "liger":
             out[name] = _gpu_kernel_lib(name, f, has_gpu, gpu_name, "smoke_ok", "LigerRMSNorm forward+backward",
                                         "pip install packaging numpy (liger-kernel does not declare them)")

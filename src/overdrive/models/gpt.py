@@ -89,12 +89,18 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.dropout = cfg.dropout
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         # (B, T, C) -> (B, nh, T, hs): SDPA picks flash / memory-efficient / cuDNN / math itself.
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+        causal = True
+        if cache is not None:  # decoding: attend to everything cached so far plus the new tokens
+            if "k" in cache:
+                k, v = torch.cat([cache["k"], k], 2), torch.cat([cache["v"], v], 2)
+                causal = T > 1  # one new token may see every cached one
+            cache["k"], cache["v"] = k, v
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal,
                                            dropout_p=self.dropout if self.training else 0.0)
         return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
@@ -115,8 +121,8 @@ class Block(nn.Module):
         self.norm1, self.attn = _norm(cfg), CausalSelfAttention(cfg)
         self.norm2, self.mlp = _norm(cfg), MLP(cfg)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
+    def forward(self, x: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), cache)
         return x + self.mlp(self.norm2(x))
 
 
@@ -162,6 +168,21 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.norm_f(x)
+
+    @torch.no_grad()
+    def decode(self, idx: torch.Tensor, caches: list[dict], start: int) -> torch.Tensor:
+        """Logits for `idx` (B, T) at positions start..start+T-1, extending the per-block KV caches.
+
+        Prefill: caches = [{} for each block], start = 0. Decode: one token at a time after that.
+        """
+        B, T = idx.shape
+        if start + T > self.config.block_size:
+            raise ValueError(f"position {start + T} exceeds block_size {self.config.block_size}")
+        pos = torch.arange(start, start + T, device=idx.device)
+        x = self.tok_emb(idx) + self.pos_emb(pos)
+        for block, cache in zip(self.blocks, caches):
+            x = block(x, cache)
+        return self.lm_head(self.norm_f(x[:, -1:]))  # (B, 1, V): only the last position is needed
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:

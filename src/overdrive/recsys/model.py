@@ -17,7 +17,7 @@ from torch import nn
 
 from overdrive.recsys.data import ClickBatch, CriteoSpec
 
-__all__ = ["DLRM", "EMBEDDING_IMPLS"]
+__all__ = ["DLRM", "DLRMServing", "EMBEDDING_IMPLS", "padded_ids"]
 
 EMBEDDING_IMPLS = ("embedding", "embeddingbag")
 
@@ -73,3 +73,41 @@ class DLRM(nn.Module):
         Z = torch.bmm(T, T.transpose(1, 2))                               # (B, 27, 27)
         inter = Z[:, self._iu[0], self._iu[1]]                            # (B, 351)
         return self.top(torch.cat([x, inter], 1)).squeeze(1)              # (B,) logits
+
+
+class DLRMServing(nn.Module):
+    """The click model with plain tensor inputs, as a server feeds it (and torch.export / ONNX want):
+
+        dense (B, 13) float32 — log1p of the counts;  ids (B, 26, L) int64 — each feature's bag,
+        padded with -1 to L ids.  Returns click probabilities (B,).
+
+    It reads the same table weights as the training model (sum pooling over the real ids).
+    """
+
+    def __init__(self, model: DLRM) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, dense: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        m = self.model
+        x = m.bottom(dense)                                              # (B, D)
+        mask = (ids >= 0).unsqueeze(-1).to(x.dtype)                      # (B, 26, L, 1)
+        safe = ids.clamp(min=0)
+        pooled = [(torch.nn.functional.embedding(safe[:, f], t.weight).to(x.dtype) * mask[:, f]).sum(1)
+                  for f, t in enumerate(m.tables)]                       # 26 x (B, D)
+        T = torch.stack([x, *pooled], 1)
+        Z = torch.bmm(T, T.transpose(1, 2))
+        inter = Z[:, m._iu[0], m._iu[1]]
+        return torch.sigmoid(m.top(torch.cat([x, inter], 1)).squeeze(1))
+
+
+def padded_ids(b: ClickBatch, bag: int) -> torch.Tensor:
+    """(B, 26, bag) ids padded with -1 (bags longer than `bag` are truncated) from a ClickBatch."""
+    B = b.labels.numel()
+    out = torch.full((B, len(b.values), bag), -1, dtype=torch.int64)
+    for f, (v, o) in enumerate(zip(b.values, b.offsets)):
+        row = torch.repeat_interleave(torch.arange(B), o[1:] - o[:-1])
+        pos = torch.arange(v.numel()) - torch.repeat_interleave(o[:-1], o[1:] - o[:-1])
+        keep = pos < bag
+        out[row[keep], f, pos[keep]] = v[keep]
+    return out

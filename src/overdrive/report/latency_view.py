@@ -1,0 +1,113 @@
+"""Latency results: a table per workload, a p99-vs-batch plot with the SLO line, and the HTML page."""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from overdrive.bench.results import write_atomic
+
+__all__ = ["render_latency", "write_latency_report"]
+
+_TITLES = {"recsys": "click model", "gpt_prefill": "GPT prefill", "gpt_decode": "GPT decode (one token)"}
+
+
+def _batches(w: dict) -> list[str]:
+    seen: list[str] = []
+    for md in w["modes"].values():
+        for b in md["batches"]:
+            if b not in seen:
+                seen.append(b)
+    return sorted(seen, key=int)
+
+
+def render_latency(r: dict, console: Console) -> None:
+    slo = r["slo_ms"]
+    for key, w in r["workloads"].items():
+        bs = _batches(w)
+        t = Table(title=f"{_TITLES.get(key, key)} — {w['model']} — latency ms p50 / p99 per batch "
+                        f"(SLO p99 <= {slo:g} ms) — {r['device']}", title_justify="left")
+        t.add_column("mode")
+        for b in bs:
+            t.add_column(f"batch {b}")
+        t.add_column("largest batch in SLO")
+        for mode, md in w["modes"].items():
+            if md["status"] != "ok":
+                t.add_row(mode, *[""] * len(bs), f"[dim]{escape(md['reason'])}[/]")
+                continue
+            cells = []
+            for b in bs:
+                st = md["batches"].get(b, {})
+                if "p50" not in st:
+                    cells.append(f"[dim]{escape(st.get('status', '-')[:30])}[/]")
+                else:
+                    style = "green" if st["p99"] <= slo else "red"
+                    cells.append(f"{st['p50']:.2f} / [{style}]{st['p99']:.2f}[/]")
+            slo_txt = f"{md['slo_batch']} ({md['slo_throughput']:,.0f} {w['unit']})" if md.get("slo_batch") else "none"
+            t.add_row(mode, *cells, slo_txt)
+        console.print(t)
+        console.print(f"  [bold]{escape(w['best']['text'])}[/]")
+
+
+def _plot(r: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ws = r["workloads"]
+    fig, axes = plt.subplots(1, len(ws), figsize=(5 * len(ws), 3.8), squeeze=False)
+    for ax, (key, w) in zip(axes[0], ws.items()):
+        for mode, md in w["modes"].items():
+            pts = [(int(b), st["p99"]) for b, st in md["batches"].items() if "p99" in st]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=mode)
+        ax.axhline(r["slo_ms"], color="k", ls="--", lw=1, label=f"SLO {r['slo_ms']:g} ms")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("p99 latency (ms)")
+        ax.set_title(_TITLES.get(key, key))
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_latency_report(r: dict, out_dir: str) -> list[str]:
+    """results.json was written by the caller; here the PNG and report.html."""
+    os.makedirs(out_dir, exist_ok=True)
+    png = os.path.join(out_dir, "latency_p99.png")
+    _plot(r, png)
+    e = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>overdrive latency — {e(r['device'])}</title>"
+             "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;"
+             "font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}.bad{color:#b00}"
+             "img{max-width:100%}</style></head><body>",
+             f"<h1>overdrive bench --workload inference</h1><p>{e(r['device'])} · SLO p99 &le; {r['slo_ms']:g} ms · "
+             f"{e(r['created'])} · commit {e(str(r.get('git_commit')))}</p>"]
+    for key, w in r["workloads"].items():
+        bs = _batches(w)
+        parts.append(f"<h2>{e(_TITLES.get(key, key))}: {e(w['model'])}</h2><p><b>{e(w['best']['text'])}</b></p>"
+                     "<table><tr><th>mode</th>" + "".join(f"<th>batch {b} p50/p99 ms</th>" for b in bs) +
+                     "<th>largest batch in SLO</th></tr>")
+        for mode, md in w["modes"].items():
+            row = [f"<td>{e(mode)}</td>"]
+            for b in bs:
+                st = md["batches"].get(b, {})
+                row.append(f"<td>{st['p50']:.2f} / <span class='{'' if st['p99'] <= r['slo_ms'] else 'bad'}'>"
+                           f"{st['p99']:.2f}</span></td>" if "p50" in st else f"<td>{e(st.get('status', '-'))}</td>")
+            row.append(f"<td>{md.get('slo_batch') or e(md.get('reason', 'none'))}</td>")
+            parts.append("<tr>" + "".join(row) + "</tr>")
+        parts.append("</table>")
+    with open(png, "rb") as f:
+        parts.append(f"<img alt='p99 latency' src='data:image/png;base64,{base64.b64encode(f.read()).decode()}'>")
+    parts.append("</body></html>")
+    page = os.path.join(out_dir, "report.html")
+    write_atomic(page, "\n".join(parts))
+    return [png, page]

@@ -1,0 +1,1 @@
+"""Serving: inference latency under an SLO, and export for serving (torch.export, ONNX, Triton)."""

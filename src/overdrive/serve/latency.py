@@ -1,0 +1,254 @@
+"""Inference latency: p50/p95/p99 per batch size and mode, and the largest batch that keeps p99
+under an SLO (an ad auction's window is ~10 ms).
+
+Workloads: the click model (batch 1 to 4096), the reference GPT's prefill (a prompt) and its
+single-token decode with a KV cache. Modes: fp32 eager under no_grad, fp32 under
+torch.inference_mode, bf16 weights under inference_mode, torch.compile (dynamic batch), and on GPU
+CUDA graphs (compile mode "reduce-overhead"). Every sample is one call, synchronized (CUDA events on
+GPU); (batch, mode) pairs are interleaved in rounds. A mode stops growing its batch once p50 passes
+20x the SLO: larger batches only get slower.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime as _dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from overdrive.env import EnvReport
+
+__all__ = ["LATENCY_SCHEMA", "LatencySuite", "LATENCY_SUITES", "run_latency"]
+
+LATENCY_SCHEMA = "overdrive.latency/1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LatencySuite:
+    name: str
+    recsys_batches: tuple[int, ...]
+    gpt_size: str
+    prefill_len: int
+    prefill_batches: tuple[int, ...]
+    decode_context: int
+    decode_batches: tuple[int, ...]
+    rounds: int
+    reps: int
+    compile: bool = True
+    table_scale: float = 1.0
+    """Multiplies the click model's table sizes (1.0 = 1.3M rows)."""
+
+
+LATENCY_SUITES = {
+    "inference-quick": LatencySuite(name="inference-quick", recsys_batches=(1, 16, 256, 4096), gpt_size="cpu-student",
+                                    prefill_len=64, prefill_batches=(1, 8), decode_context=64,
+                                    decode_batches=(1, 8, 64), rounds=3, reps=7, compile=False),
+    "inference": LatencySuite(name="inference", recsys_batches=(1, 4, 16, 64, 256, 1024, 4096), gpt_size="cpu-student",
+                              prefill_len=128, prefill_batches=(1, 4, 16), decode_context=128,
+                              decode_batches=(1, 4, 16, 64), rounds=4, reps=10),
+    "inference-gpu": LatencySuite(name="inference-gpu", recsys_batches=(1, 4, 16, 64, 256, 1024, 4096),
+                                  gpt_size="gpt-350m", prefill_len=1024, prefill_batches=(1, 4, 16),
+                                  decode_context=1024, decode_batches=(1, 8, 64, 256), rounds=4, reps=20,
+                                  table_scale=8.0),
+}
+
+
+def _pct(xs: list[float]) -> dict:
+    a = np.asarray(xs)
+    return {"p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95)),
+            "p99": float(np.percentile(a, 99)), "n": int(a.size)}
+
+
+def _modes(env: EnvReport, suite: LatencySuite) -> dict[str, str | None]:
+    """mode -> None if it runs here, else the reason it does not."""
+    modes: dict[str, str | None] = {"fp32-no_grad": None, "fp32-inference_mode": None, "bf16-inference_mode": None}
+    if suite.compile:
+        st = env.engine("torch.compile")
+        modes["compile"] = None if st.ok else f"torch.compile {st.status}: {st.reason}"
+    modes["cuda-graphs"] = None if env.has_gpu and env.engine_ok("torch.compile") else \
+        "CUDA graphs need a GPU (and torch.compile)"
+    return modes
+
+
+def _wrap(model: torch.nn.Module, mode: str) -> tuple[torch.nn.Module, Callable[[], contextlib.AbstractContextManager]]:
+    m = copy.deepcopy(model).eval()
+    if mode.startswith("bf16"):
+        m = m.to(torch.bfloat16)
+    if mode == "compile":
+        m = torch.compile(m, dynamic=True)
+    if mode == "cuda-graphs":
+        m = torch.compile(m, mode="reduce-overhead")
+    ctx = torch.no_grad if mode == "fp32-no_grad" else torch.inference_mode
+    return m, ctx
+
+
+def _time_one(fn: Callable[[], object], cuda: bool) -> float:
+    if cuda:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        return s.elapsed_time(e)
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _measure(calls: dict[tuple[str, int], Callable[[], object]], suite: LatencySuite, slo_ms: float, cuda: bool,
+             progress=None, label: str = "") -> dict[tuple[str, int], dict | str]:
+    """Interleaved rounds over (mode, batch); returns stats or a skip reason per pair."""
+    out: dict[tuple[str, int], dict | str] = {}
+    samples: dict[tuple[str, int], list[float]] = {k: [] for k in calls}
+    too_slow: dict[str, int] = {}
+    for key, fn in calls.items():  # warm-up (and compilation) per pair, in batch order per mode
+        mode, b = key
+        if mode in too_slow and b > too_slow[mode]:
+            out[key] = f"skipped: batch {too_slow[mode]} already took over {20 * slo_ms:.0f} ms"
+            continue
+        try:
+            fn()
+            t = _time_one(fn, cuda)
+        except Exception as e:  # noqa: BLE001 — a mode that fails here is a result
+            out[key] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}"
+            continue
+        if t > 20 * slo_ms:
+            too_slow.setdefault(mode, b)
+        samples[key].append(t)
+    live = [k for k in calls if k not in out]
+    task = progress.add_task(label, total=suite.rounds) if progress else None
+    for r in range(suite.rounds):
+        order = live[r % max(1, len(live)):] + live[:r % max(1, len(live))]
+        for key in order:
+            for _ in range(suite.reps):
+                samples[key].append(_time_one(calls[key], cuda))
+        if progress:
+            progress.update(task, advance=1)
+    for key in live:
+        out[key] = _pct(samples[key][1:])  # the warm-up sample is not counted
+    return out
+
+
+def _summarize(stats: dict, modes: dict[str, str | None], batches: tuple[int, ...], slo_ms: float, unit: str) -> dict:
+    res = {"unit": unit, "modes": {}}
+    for mode, why in modes.items():
+        if why:
+            res["modes"][mode] = {"status": "unavailable", "reason": why, "batches": {}}
+            continue
+        rows, slo_b, slo_tp = {}, None, None
+        for b in batches:
+            st = stats.get((mode, b))
+            if isinstance(st, str):
+                rows[str(b)] = {"status": st}
+                continue
+            st = dict(st, throughput=b / (st["p50"] / 1e3))
+            rows[str(b)] = st
+            if st["p99"] <= slo_ms:
+                slo_b, slo_tp = b, st["throughput"]
+        res["modes"][mode] = {"status": "ok", "batches": rows, "slo_batch": slo_b, "slo_throughput": slo_tp}
+    ok = [(m, d) for m, d in res["modes"].items() if d.get("slo_batch")]
+    if ok:
+        m, d = max(ok, key=lambda x: x[1]["slo_throughput"])
+        res["best"] = {"mode": m, "batch": d["slo_batch"], "throughput": d["slo_throughput"],
+                       "text": f"largest batch under p99 <= {slo_ms:g} ms: {d['slo_batch']} with {m} "
+                               f"({d['slo_throughput']:,.0f} {unit})"}
+    else:
+        res["best"] = {"mode": None, "batch": None, "throughput": None,
+                       "text": f"no batch meets p99 <= {slo_ms:g} ms here"}
+    return res
+
+
+def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, seed: int = 0, progress=None) -> dict:
+    from overdrive.bench.results import git_commit, versions
+    from overdrive.models import GPT, gpt_config
+    from overdrive.recsys import DLRM, CriteoSpec, DLRMServing, padded_ids, synthetic_clicks
+
+    dev, cuda = env.device, env.has_gpu
+    torch.manual_seed(seed)
+    modes = _modes(env, suite)
+    workloads = {}
+    # Click model.
+    base = CriteoSpec()
+    spec = CriteoSpec(table_sizes=tuple(max(10, int(n * suite.table_scale)) for n in base.table_sizes))
+    click = DLRMServing(DLRM(spec)).to(dev)
+    data = synthetic_clicks(max(suite.recsys_batches), spec, seed=seed)
+    ids = padded_ids(data, 5).to(dev)
+    dense = data.dense.to(dev)
+    calls = {}
+    for mode, why in modes.items():
+        if why:
+            continue
+        m, ctx = _wrap(click, mode)
+        for b in suite.recsys_batches:
+            d = dense[:b].to(torch.bfloat16) if mode.startswith("bf16") else dense[:b]
+
+            def fn(m=m, ctx=ctx, d=d, i=ids[:b]):
+                with ctx():
+                    return m(d, i)
+
+            calls[(mode, b)] = fn
+    st = _measure(calls, suite, slo_ms, cuda, progress, "latency: click model")
+    workloads["recsys"] = _summarize(st, modes, suite.recsys_batches, slo_ms, "examples/s")
+    workloads["recsys"]["model"] = f"DLRM, {sum(spec.table_sizes):,} embedding rows"
+
+    # Reference GPT: prefill and one-token decode with a KV cache.
+    cfg = gpt_config(suite.gpt_size, block_size=max(suite.prefill_len, suite.decode_context + 1))
+    gpt = GPT(cfg).to(dev).eval()
+    gen = torch.Generator().manual_seed(seed)
+    calls = {}
+    for mode, why in modes.items():
+        if why:
+            continue
+        m, ctx = _wrap(gpt, mode)
+        for b in suite.prefill_batches:
+            x = torch.randint(0, cfg.vocab_size, (b, suite.prefill_len), generator=gen).to(dev)
+
+            def fn(m=m, ctx=ctx, x=x):
+                with ctx():
+                    return m(x)[0][:, -1]
+
+            calls[(mode, b)] = fn
+    st = _measure(calls, suite, slo_ms, cuda, progress, "latency: GPT prefill")
+    workloads["gpt_prefill"] = _summarize(st, modes, suite.prefill_batches, slo_ms, "sequences/s")
+    workloads["gpt_prefill"]["model"] = f"{suite.gpt_size}, prompt {suite.prefill_len} tokens"
+
+    calls = {}
+    dec_modes = {m: (w or ("the KV-cache decode loop is not compiled here" if m in ("compile", "cuda-graphs")
+                           else None)) for m, w in modes.items()}
+    for mode, why in dec_modes.items():
+        if why:
+            continue
+        m = copy.deepcopy(gpt).eval()
+        if mode.startswith("bf16"):
+            m = m.to(torch.bfloat16)
+        ctx = torch.no_grad if mode == "fp32-no_grad" else torch.inference_mode
+        for b in suite.decode_batches:
+            x = torch.randint(0, cfg.vocab_size, (b, suite.decode_context), generator=gen).to(dev)
+            with ctx():
+                caches = [{} for _ in m.blocks]
+                m.decode(x, caches, 0)
+            nxt = x[:, -1:]
+
+            def fn(m=m, ctx=ctx, caches=caches, nxt=nxt, c=suite.decode_context):
+                with ctx():
+                    out = m.decode(nxt, caches, c)
+                for cache in caches:  # keep the context at c tokens for the next sample
+                    cache["k"], cache["v"] = cache["k"][:, :, :c], cache["v"][:, :, :c]
+                return out
+
+            calls[(mode, b)] = fn
+    st = _measure(calls, suite, slo_ms, cuda, progress, "latency: GPT decode")
+    workloads["gpt_decode"] = _summarize(st, dec_modes, suite.decode_batches, slo_ms, "tokens/s")
+    workloads["gpt_decode"]["model"] = f"{suite.gpt_size}, one token after {suite.decode_context} (KV cache)"
+    return {
+        "schema": LATENCY_SCHEMA, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": git_commit(), "versions": versions(), "env": env.to_dict(),
+        "device": env.gpus[0].name if env.gpus else f"CPU ({env.platform['cpu'].get('model')})",
+        "suite": {k: v for k, v in suite.__dict__.items()}, "slo_ms": slo_ms, "workloads": workloads,
+        "recommendation": {"text": "; ".join(f"{k}: {w['best']['text']}" for k, w in workloads.items())},
+    }

@@ -1,0 +1,93 @@
+"""Inference latency statistics and SLO batch, the KV-cache decode, and export round trips."""
+
+import importlib.util
+import json
+
+import pytest
+import torch
+
+from fakes import machine
+from overdrive.env import build_report
+from overdrive.models import GPT, gpt_config
+from overdrive.recsys import DLRM, DLRMServing, padded_ids, synthetic_clicks
+from overdrive.serve.export import ExportError, export_for_serving, slo_batch_from, triton_config
+from overdrive.serve.latency import LATENCY_SUITES, _pct, _summarize, run_latency
+
+
+def test_percentiles_and_slo_batch():
+    s = _pct([float(x) for x in range(1, 101)])
+    assert s["p50"] == pytest.approx(50.5) and s["p95"] == pytest.approx(95.05) and s["p99"] == pytest.approx(99.01)
+    stats = {("fp32", 1): {"p50": 1.0, "p95": 2.0, "p99": 3.0, "n": 10},
+             ("fp32", 64): {"p50": 5.0, "p95": 8.0, "p99": 9.5, "n": 10},
+             ("fp32", 256): {"p50": 20.0, "p95": 30.0, "p99": 40.0, "n": 10},
+             ("bf16", 1): "failed: boom", ("bf16", 64): {"p50": 4.0, "p95": 5.0, "p99": 6.0, "n": 10},
+             ("bf16", 256): {"p50": 9.0, "p95": 9.5, "p99": 9.9, "n": 10}}
+    out = _summarize(stats, {"fp32": None, "bf16": None, "gone": "no GPU"}, (1, 64, 256), 10.0, "examples/s")
+    assert out["modes"]["fp32"]["slo_batch"] == 64  # p99 9.5 <= 10; 256 misses
+    assert out["modes"]["fp32"]["slo_throughput"] == pytest.approx(64 / 0.005)
+    assert out["modes"]["bf16"]["slo_batch"] == 256 and out["modes"]["bf16"]["batches"]["1"]["status"] == "failed: boom"
+    assert out["modes"]["gone"]["status"] == "unavailable"
+    assert out["best"]["mode"] == "bf16" and out["best"]["batch"] == 256
+
+
+def test_kv_cache_decode_matches_full_forward():
+    torch.manual_seed(0)
+    m = GPT(gpt_config("tiny")).eval()
+    x = torch.randint(0, 256, (3, 21))
+    with torch.no_grad():
+        full, _ = m(x)
+        caches = [{} for _ in m.blocks]
+        first = m.decode(x[:, :13], caches, 0)
+        for t in range(13, 21):
+            last = m.decode(x[:, t:t + 1], caches, t)
+    assert torch.allclose(first[:, 0], full[:, 12], atol=1e-5)
+    assert torch.allclose(last[:, 0], full[:, 20], atol=1e-5)
+
+
+def test_serving_wrapper_matches_training_model():
+    torch.manual_seed(0)
+    b = synthetic_clicks(40, seed=2)
+    m = DLRM().eval()
+    with torch.no_grad():
+        assert torch.allclose(torch.sigmoid(m(b)), DLRMServing(m)(b.dense, padded_ids(b, 5)), atol=1e-6)
+
+
+def test_latency_quick_runs_on_this_machine():
+    env = build_report(machine(None))
+    r = run_latency(LATENCY_SUITES["inference-quick"], env, slo_ms=10.0)
+    assert r["schema"] == "overdrive.latency/1"
+    assert set(r["workloads"]) == {"recsys", "gpt_prefill", "gpt_decode"}
+    rec = r["workloads"]["recsys"]["modes"]
+    assert rec["cuda-graphs"]["status"] == "unavailable"
+    b1 = rec["fp32-inference_mode"]["batches"]["1"]
+    assert 0 < b1["p50"] <= b1["p95"] <= b1["p99"] and b1["n"] == 21
+
+
+@pytest.mark.parametrize("kind,size", [("recsys", None), ("gpt", "tiny")])
+def test_export_round_trip_and_triton_repo(tmp_path, kind, size):
+    rep = export_for_serving(kind, str(tmp_path), size=size or "cpu-student", max_batch=64, onnx=False)
+    assert rep["checks"]["torch.export"] < 1e-4 and rep["triton_platform"] == "pytorch_libtorch"
+    loaded = torch.export.load(str(tmp_path / "model.pt2")).module()
+    if kind == "recsys":
+        b = synthetic_clicks(5, seed=11)  # another batch size than at export: the batch dim is dynamic
+        out = loaded(b.dense, padded_ids(b, 5))
+        assert out.shape == (5, 1) and ((0 < out) & (out < 1)).all()
+    cfg = (tmp_path / "triton" / rep["name"] / "config.pbtxt").read_text()
+    assert "max_batch_size: 64" in cfg and "preferred_batch_size: [ 16, 32, 64 ]" in cfg
+    assert json.loads((tmp_path / "export.json").read_text())["max_batch"] == 64
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("onnxruntime"), reason="onnxruntime not installed")
+def test_onnx_export_round_trip(tmp_path):
+    rep = export_for_serving("recsys", str(tmp_path), max_batch=128, onnx=True)
+    assert rep["checks"]["onnxruntime"] < 1e-4 and rep["triton_platform"] == "onnxruntime_onnx"
+    assert (tmp_path / "triton" / "click_model" / "1" / "model.onnx").exists()
+
+
+def test_slo_batch_from_results(tmp_path):
+    (tmp_path / "results.json").write_text(json.dumps({"workloads": {"recsys": {"best": {"batch": 512}}}}))
+    assert slo_batch_from(str(tmp_path), "recsys") == 512
+    with pytest.raises(ExportError, match="not an inference bench result"):
+        slo_batch_from(str(tmp_path), "gpt_prefill")
+    spec = {"inputs": [("x", [3], "TYPE_FP32")], "output": ("y", [1], "TYPE_FP32")}
+    assert 'platform: "onnxruntime_onnx"' in triton_config("m", "onnxruntime_onnx", spec, 1)
