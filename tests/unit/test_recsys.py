@@ -90,3 +90,90 @@ def test_criteo_tsv_reader_counts_malformed_lines(tmp_path):
     assert torch.allclose(batch.dense[0], torch.log1p(torch.tensor(3.0)).expand(13))
     m = DLRM(SMALL)
     assert m(batch).shape == (2,)
+
+
+class _FakeKJT:
+    """KeyedJaggedTensor as TorchRec lays it out: all of key 0's values, then key 1's, ..."""
+
+    def __init__(self, keys, values, lengths):
+        self.keys, self.values, self.lengths = keys, values, lengths
+
+    @classmethod
+    def from_lengths_sync(cls, keys, values, lengths):
+        return cls(keys, values, lengths)
+
+
+class _FakeEBC(torch.nn.Module):
+    def __init__(self, tables, device=None):
+        super().__init__()
+        self.cfgs = tables
+        self.embedding_bags = torch.nn.ModuleDict(
+            {c.name: torch.nn.EmbeddingBag(c.num_embeddings, c.embedding_dim, mode="sum") for c in tables})
+
+    def forward(self, kjt):
+        B = kjt.lengths.numel() // len(kjt.keys)
+        out, pos = {}, 0
+        for i, c in enumerate(self.cfgs):
+            lens = kjt.lengths[i * B:(i + 1) * B]
+            vals = kjt.values[pos:pos + int(lens.sum())]
+            pos += int(lens.sum())
+            offs = torch.cat([torch.zeros(1, dtype=torch.int64), lens.cumsum(0)[:-1]])
+            out[c.feature_names[0]] = self.embedding_bags[c.name](vals, offs)
+
+        class _KT:
+            def to_dict(self_inner):
+                return out
+
+        return _KT()
+
+
+def test_torchrec_path_with_a_fake_torchrec(monkeypatch):
+    import sys
+    import types
+    from dataclasses import dataclass
+
+    @dataclass
+    class _Cfg:
+        name: str
+        embedding_dim: int
+        num_embeddings: int
+        feature_names: list
+
+    fake = types.ModuleType("torchrec")
+    fake.EmbeddingBagCollection, fake.EmbeddingBagConfig, fake.KeyedJaggedTensor = _FakeEBC, _Cfg, _FakeKJT
+    monkeypatch.setitem(sys.modules, "torchrec", fake)
+    torch.manual_seed(0)
+    tr = DLRM(SMALL, embedding="torchrec")
+    bag = DLRM(SMALL, embedding="embeddingbag")
+    sd = {k.replace("ebc.embedding_bags.t", "tables."): v for k, v in tr.state_dict().items()}
+    assert any(k.startswith("ebc.embedding_bags.t0") for k in tr.state_dict())
+    assert not any(k.startswith("tables.") for k in tr.state_dict())  # parameters once, under ebc
+    bag.load_state_dict(sd)
+    b = synthetic_clicks(16, SMALL, seed=4)
+    assert torch.allclose(tr(b), bag(b), atol=1e-6)
+    opts = build_optimizers(tr, "dense-adamw")
+    train_step(tr, opts, b)
+
+
+def test_torchrec_candidate_unavailable_with_the_doctors_reason():
+    import dataclasses
+
+    from fakes import machine
+    from overdrive.bench import run_bench
+    from overdrive.env import build_report
+    from overdrive.recsys.bench import RECSYS_SUITES
+
+    facts = machine(None)
+    facts["installed"]["torchrec"] = True
+    facts["probes"]["torchrec"] = {"import_ok": False, "import_error": "OSError: Could not load this library: "
+                                                                       "fbgemm_gpu/fbgemm_gpu_config.so"}
+    env = build_report(facts)
+    assert env.engine("torchrec").status == "broken" and "do not match this torch" in env.engine("torchrec").reason
+    suite = RECSYS_SUITES["recsys-quick"]
+    suite = dataclasses.replace(suite, rounds=1, steps_per_round=1, options=dict(
+        suite.options, train_examples=3000, val_examples=1000, table_sizes=list(SMALL.table_sizes)))
+    tr = next(c for c in suite.candidates if c.name == "torchrec-ebc")
+    res = run_bench(suite.with_candidates((suite.candidates[0], tr)), env=env, micro=False)
+    c = next(c for c in res["configs"] if c["name"] == "torchrec-ebc")
+    assert c["status"] == "unavailable" and "torchrec is broken" in c["reason"] and not c["safe"]
+    assert res["configs"][0]["status"] == "ok"

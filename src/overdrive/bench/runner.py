@@ -100,6 +100,12 @@ def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int 
                 data_tokens=suite.data_tokens, data=data, seed=seed, lr=suite.lr, threads=threads,
                 env_facts=env.facts, options=dict(suite.options))
     for run in runs:
+        need = run.cand.options.get("requires_engine")
+        if need and not env.engine_ok(need):
+            st = env.engine(need)
+            run.status, run.reason = "unavailable", f"{need} is {st.status}: {st.reason}" + (
+                f" ({st.fix})" if st.fix else "")
+            continue
         try:
             run.resolved = resolve(run.cand.recipe, env).to_dict()
         except Exception as e:  # an impossible recipe is a result, not a crash

@@ -62,7 +62,7 @@ def _cache_path() -> str:
 
     parts = [platform.node(), sys.executable, SCHEMA_VERSION, os.environ.get("CUDA_VISIBLE_DEVICES", "")]
     for pkg in ("torch", "torchao", "transformer-engine", "transformer_engine", "apex", "liger-kernel", "triton",
-                "onnxruntime", "onnxscript", "overdrive"):
+                "onnxruntime", "onnxscript", "torchrec", "fbgemm-gpu", "fbgemm-gpu-cpu", "overdrive"):
         try:
             parts.append(f"{pkg}={metadata.version(pkg)}")
         except metadata.PackageNotFoundError:

@@ -292,10 +292,38 @@ def probe_onnx() -> dict:
     return f
 
 
+def probe_torchrec() -> dict:
+    """TorchRec and FBGEMM: import both (fbgemm's .so files must match this torch) and pool one bag."""
+    f: dict = {}
+    try:
+        import torch
+        import torchrec
+
+        f["import_ok"] = True
+        try:
+            from importlib.metadata import version
+
+            f["version"] = f"torchrec {version('torchrec')}"
+        except Exception:
+            f["version"] = None
+        ebc = torchrec.EmbeddingBagCollection(tables=[torchrec.EmbeddingBagConfig(
+            name="t0", embedding_dim=4, num_embeddings=10, feature_names=["f0"])], device=torch.device("cpu"))
+        kjt = torchrec.KeyedJaggedTensor.from_lengths_sync(keys=["f0"], values=torch.tensor([1, 2, 3]),
+                                                           lengths=torch.tensor([2, 1]))
+        f["smoke_ok"] = tuple(ebc(kjt).to_dict()["f0"].shape) == (2, 4)
+    except BaseException as e:
+        f.setdefault("import_ok", False)
+        f["import_error" if not f["import_ok"] else "smoke_error"] = _err(e)
+        if f["import_ok"]:
+            f["smoke_ok"] = False
+    return f
+
+
 PROBES = {
     "gpus": probe_gpus, "te": probe_te, "apex": probe_apex, "torchao": probe_torchao,
     "liger": probe_liger, "triton": probe_triton, "compile": probe_compile,
     "torch_native": probe_torch_native, "onnx": probe_onnx,
+    "torchrec": probe_torchrec,
 }
 
 

@@ -225,6 +225,7 @@ def classify_engines(facts: dict, gpus: list[dict]) -> dict[str, EngineStatus]:
         "liger": ("liger_kernel", "pip install 'overdrive[liger]'"),
         "triton": ("triton", "pip install triton (CUDA builds of torch bring it)"),
         "onnx": ("onnx", "pip install 'overdrive[export]' (onnx, onnxscript, onnxruntime)"),
+        "torchrec": ("torchrec", "pip install torchrec fbgemm-gpu (fbgemm-gpu-cpu without CUDA), built for this torch"),
     }
     for key, (name, fix) in missing_fix.items():
         f = probes.get(key, {})
@@ -244,6 +245,20 @@ def classify_engines(facts: dict, gpus: list[dict]) -> dict[str, EngineStatus]:
                                      reason=("onnx, onnxscript and onnxruntime import: ONNX export available" if ok
                                              else f"import fails: {f.get('import_error')}"),
                                      fix="" if ok else fix, details={"providers": f.get("providers", [])})
+        elif key == "torchrec":
+            if not f.get("import_ok"):
+                err = str(f.get("import_error"))
+                why = ("FBGEMM's compiled ops do not match this torch" if "could not load" in err.lower()
+                       or "undefined symbol" in err.lower() else "import fails")
+                out[name] = EngineStatus(name=name, status="broken", version=f.get("version"),
+                                         reason=f"{why}: {err}", fix="install the torchrec/fbgemm-gpu release "
+                                                                    "built for this torch version")
+            elif not f.get("smoke_ok"):
+                out[name] = EngineStatus(name=name, status="broken", version=f.get("version"),
+                                         reason=f"EmbeddingBagCollection failed: {f.get('smoke_error')}", fix=fix)
+            else:
+                out[name] = EngineStatus(name=name, status="ok", version=f.get("version"),
+                                         reason="EmbeddingBagCollection pooled a KeyedJaggedTensor")
         elif key == "liger":
             out[name] = _gpu_kernel_lib(name, f, has_gpu, gpu_name, "smoke_ok", "LigerRMSNorm forward+backward",
                                         "pip install packaging numpy (liger-kernel does not declare them)")

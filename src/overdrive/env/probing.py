@@ -25,7 +25,8 @@ PROBE_TIMEOUTS = {"gpus": 60, "te": 120, "apex": 60, "torchao": 90, "liger": 90,
 
 # Python package each engine probe needs; a missing package is reported without a subprocess.
 _PACKAGE_OF = {"te": "transformer_engine", "apex": "apex", "torchao": "torchao",
-               "liger": "liger_kernel", "triton": "triton", "onnx": "onnxruntime"}
+               "liger": "liger_kernel", "triton": "triton", "onnx": "onnxruntime",
+               "torchrec": "torchrec"}
 
 
 def run_probe(name: str, timeout: float | None = None) -> dict:

@@ -69,9 +69,9 @@ class RecsysTask:
 
 
 def recsys_candidates() -> tuple[Candidate, ...]:
-    def cand(name, emb, opt, precision="fp32", desc="", baseline=False):
+    def cand(name, emb, opt, precision="fp32", desc="", baseline=False, **extra):
         return Candidate(name=name, recipe=Recipe(name=name, precision=precision, optimizer="for-loop"),
-                         options={"embedding": emb, "optimizer": opt}, description=desc, baseline=baseline)
+                         options={"embedding": emb, "optimizer": opt, **extra}, description=desc, baseline=baseline)
 
     return (
         cand("baseline", "embedding", "dense-adamw", desc="nn.Embedding + per-bag sum, dense AdamW", baseline=True),
@@ -81,6 +81,8 @@ def recsys_candidates() -> tuple[Candidate, ...]:
              desc="EmbeddingBag, sparse grads, Adagrad on tables + AdamW"),
         cand("bag+sparse-adam+bf16", "embeddingbag", "sparse-adam", precision="bf16",
              desc="as bag+sparse-adam, MLPs and interaction under bf16 autocast"),
+        cand("torchrec-ebc", "torchrec", "dense-adamw", requires_engine="torchrec",
+             desc="TorchRec EmbeddingBagCollection over a KeyedJaggedTensor, dense AdamW"),
     )
 
 

@@ -5,9 +5,13 @@ vectors; top MLP → click logit. The embedding lookups are the hot path, so the
   "embedding"     nn.Embedding gathers every row of every bag, then a per-bag sum (index_add_):
                   the naive baseline, which materialises (nnz, D) before reducing;
   "embeddingbag"  nn.EmbeddingBag(mode="sum") gathers and reduces in one fused kernel;
-                  sparse=True gives sparse gradients (only the looked-up rows) for SparseAdam/Adagrad.
+                  sparse=True gives sparse gradients (only the looked-up rows) for SparseAdam/Adagrad;
+  "torchrec"      TorchRec's EmbeddingBagCollection over one KeyedJaggedTensor (when torchrec and
+                  FBGEMM are installed for this torch; sharding it with DistributedModelParallel on
+                  GPUs is what brings FBGEMM's fused table-batched kernels).
 
-Both store their tables as `tables.{i}.weight`, so their state_dicts are interchangeable.
+"embedding" and "embeddingbag" store their tables as `tables.{i}.weight`, so their state_dicts are
+interchangeable; "torchrec" keeps TorchRec's own keys (`ebc.embedding_bags.t{i}.weight`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from overdrive.recsys.data import ClickBatch, CriteoSpec
 
 __all__ = ["DLRM", "DLRMServing", "EMBEDDING_IMPLS", "padded_ids"]
 
-EMBEDDING_IMPLS = ("embedding", "embeddingbag")
+EMBEDDING_IMPLS = ("embedding", "embeddingbag", "torchrec")
 
 
 def _mlp(sizes: list[int], last_act: bool) -> nn.Sequential:
@@ -42,7 +46,18 @@ class DLRM(nn.Module):
                              "with a per-bag reduction, which is the naive path)")
         self.spec, self.dim, self.impl = spec, dim, embedding
         self.bottom = _mlp([spec.n_dense, *bottom, dim], last_act=True)
-        if embedding == "embeddingbag":
+        if embedding == "torchrec":
+            import torchrec
+
+            if sparse:
+                raise ValueError("sparse=True is for nn.EmbeddingBag; TorchRec fuses its optimizer into the lookup "
+                                 "when sharded")
+            self.ebc = torchrec.EmbeddingBagCollection(tables=[torchrec.EmbeddingBagConfig(
+                name=f"t{i}", embedding_dim=dim, num_embeddings=n, feature_names=[f"f{i}"])
+                for i, n in enumerate(spec.table_sizes)], device=torch.device("cpu"))
+            # A plain list (not registered): the parameters live under `ebc` only, once in the state_dict.
+            self.tables = [self.ebc.embedding_bags[f"t{i}"] for i in range(spec.n_cat)]
+        elif embedding == "embeddingbag":
             self.tables = nn.ModuleList(nn.EmbeddingBag(n, dim, mode="sum", sparse=sparse) for n in spec.table_sizes)
         else:
             self.tables = nn.ModuleList(nn.Embedding(n, dim) for n in spec.table_sizes)
@@ -57,6 +72,14 @@ class DLRM(nn.Module):
     def pooled(self, b: ClickBatch) -> list[torch.Tensor]:
         """One (B, D) sum-pooled vector per categorical feature."""
         B = b.labels.numel()
+        if self.impl == "torchrec":
+            import torchrec
+
+            keys = [f"f{i}" for i in range(self.spec.n_cat)]
+            kjt = torchrec.KeyedJaggedTensor.from_lengths_sync(
+                keys=keys, values=torch.cat(b.values), lengths=torch.cat([o[1:] - o[:-1] for o in b.offsets]))
+            d = self.ebc(kjt).to_dict()
+            return [d[k] for k in keys]
         out = []
         for t, v, o in zip(self.tables, b.values, b.offsets):
             if self.impl == "embeddingbag":

@@ -31,7 +31,7 @@ def build_optimizers(model: DLRM, kind: str, *, lr: float = 1e-3, table_lr: floa
         return [torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)]
     if not all(getattr(t, "sparse", False) for t in model.tables):
         raise ValueError(f"{kind} needs sparse gradients: build DLRM(embedding='embeddingbag', sparse=True)")
-    tables = list(model.tables.parameters())
+    tables = [p for t in model.tables for p in t.parameters()]
     ids = {id(p) for p in tables}
     mlps = [p for p in model.parameters() if id(p) not in ids]
     sparse = torch.optim.SparseAdam(tables, lr=lr) if kind == "sparse-adam" else \
