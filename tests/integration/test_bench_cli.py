@@ -90,3 +90,22 @@ def test_bench_recsys_quick_end_to_end(tmp_path):
     assert (tmp_path / "report.html").exists() and (tmp_path / "loss_curves.png").exists()
     cp = _run("bench", "--workload", "recsys", "--data", "x.txt")
     assert cp.returncode == 2 and "--data is for the transformer workload" in cp.stderr
+
+
+def test_inference_latency_and_export_end_to_end(tmp_path):
+    lat, exp = tmp_path / "latency", tmp_path / "export"
+    cp = _run("bench", "--workload", "inference", "--quick", "--slo-ms", "10", "--out", str(lat))
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    assert "largest batch under p99 <= 10 ms" in cp.stdout
+    res = json.loads((lat / "results.json").read_text())
+    assert res["schema"] == "overdrive.latency/1" and res["slo_ms"] == 10.0
+    assert (lat / "latency_p99.png").stat().st_size > 0 and (lat / "report.html").exists()
+    cp = _run("report", str(lat))
+    assert cp.returncode == 0 and "click model" in cp.stdout
+    best = res["workloads"]["recsys"]["best"]["batch"]
+    cp = _run("export", "--model", "recsys", "--slo-from", str(lat), "--out", str(exp))
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    assert f"max_batch_size: {best}" in (exp / "triton" / "click_model" / "config.pbtxt").read_text()
+    assert (exp / "model.pt2").exists()
+    cp = _run("bench", "--workload", "inference", "--slo-ms", "0")
+    assert cp.returncode == 2 and "--slo-ms must be positive" in cp.stderr
