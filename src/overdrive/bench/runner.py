@@ -7,7 +7,6 @@ import multiprocessing as mp
 import time
 from dataclasses import dataclass, field
 
-from overdrive.bench.stats import summarize
 from overdrive.bench.suites import Candidate, Suite
 from overdrive.bench.worker import worker_main
 from overdrive.env import EnvReport

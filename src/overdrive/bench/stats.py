@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["summarize", "speedup_ci", "percentile"]
-
-
-def percentile(xs: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(xs, dtype=float), q))
+__all__ = ["summarize", "speedup_ci"]
 
 
 def summarize(xs: list[float]) -> dict:

@@ -23,7 +23,6 @@ def _f(v, fmt="{:.2f}"):
 
 def write_html(results: dict, out_dir: str, plots: list[str]) -> str:
     e = html.escape
-    s = results["suite"]
     env = results["env"]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>overdrive bench — {e(results['device'])}"
              f"</title><style>{_CSS}</style></head><body>",

@@ -84,7 +84,7 @@ def render_bench(results: dict, console: Console | None = None) -> None:
         c.print(mt)
         skipped = [r for r in results.get("micro", []) if r["status"] != "ok"]
         if skipped:
-            c.print(f"  micro skipped: " + "; ".join(sorted({f"{r['provider']} ({escape(r['reason'][:70])})"
+            c.print("  micro skipped: " + "; ".join(sorted({f"{r['provider']} ({escape(r['reason'][:70])})"
                                                             for r in skipped})))
     c.print(f"[bold]{escape(results['recommendation']['text'])}[/]")
 

@@ -1,0 +1,1 @@
+"""One module per subcommand: each `register(sub)` adds its parser; the work is in the library."""
