@@ -9,7 +9,7 @@ import pytest
 from fakes import TORCHAO_EMU, machine
 from overdrive.bench import Candidate, Suite, run_bench
 from overdrive.bench.analysis import loss_tolerance
-from overdrive.bench.data import Batches, DataError, builtin_tokens, file_tokens
+from overdrive.data import Batches, DataError, builtin_tokens, file_tokens
 from overdrive.bench.flops import flops_per_token, mfu
 from overdrive.bench.stats import speedup_ci, summarize
 from overdrive.bench.suites import BASELINE, FUSED

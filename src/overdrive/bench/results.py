@@ -7,31 +7,14 @@ import io
 import json
 import os
 import subprocess
-import tempfile
 from importlib import metadata
 
-__all__ = ["RESULTS_SCHEMA", "write_atomic", "save_results", "load_results", "versions", "git_commit", "csv_rows",
+from overdrive.io import write_atomic
+
+__all__ = ["RESULTS_SCHEMA", "save_results", "load_results", "versions", "git_commit", "csv_rows",
            "suite_title", "throughput"]
 
 RESULTS_SCHEMA = "overdrive.bench/1"
-
-
-def write_atomic(path: str, data: str | bytes) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over `path`: a crash
-    leaves either the old file or the new one, never half of one."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def versions() -> dict:

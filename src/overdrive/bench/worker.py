@@ -13,23 +13,9 @@ import resource
 import time
 import traceback
 
-__all__ = ["worker_main", "distill_loss", "mark", "elapsed_ms", "process_memory"]
+from overdrive.models.distill import distill_loss
 
-
-def distill_loss(student_logits, teacher_logits, targets, *, alpha: float = 0.5, temperature: float = 2.0):
-    """alpha·CE(student, targets) + (1−alpha)·T²·KL(softmax(teacher/T) ‖ softmax(student/T)).
-
-    The T² keeps the soft-target gradients on the scale of the hard ones (Hinton et al. 2015).
-    """
-    import torch.nn.functional as F
-
-    V = student_logits.size(-1)
-    s = student_logits.float().reshape(-1, V)
-    t = teacher_logits.float().reshape(-1, V)
-    ce = F.cross_entropy(s, targets.reshape(-1))
-    kl = F.kl_div(F.log_softmax(s / temperature, -1), F.log_softmax(t / temperature, -1), log_target=True,
-                  reduction="batchmean")
-    return alpha * ce + (1 - alpha) * temperature**2 * kl
+__all__ = ["worker_main", "mark", "elapsed_ms", "process_memory"]
 
 
 def _rss_mb() -> float:
@@ -50,7 +36,7 @@ class _Pair:
         import torch
 
         from overdrive.accelerate import Accelerated
-        from overdrive.bench.data import Batches, builtin_tokens, file_tokens
+        from overdrive.data import Batches, builtin_tokens, file_tokens
         from overdrive.env import build_report, set_env
         from overdrive.models import GPT, gpt_config
         from overdrive.recipes import ResolvedRecipe

@@ -15,7 +15,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from overdrive.bench import default_suite_name, get_suite, run_bench
-    from overdrive.bench.data import DataError, file_tokens
+    from overdrive.data import DataError, file_tokens
     from overdrive.env import get_env
     from overdrive.report.doctor import wide_console
     from overdrive.report.tables import render_bench
@@ -64,7 +64,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _bench_inference(args: argparse.Namespace, env) -> int:
     from rich.progress import Progress
 
-    from overdrive.bench.results import write_atomic
+    from overdrive.io import write_atomic
     from overdrive.report.doctor import wide_console
     from overdrive.report.latency_view import render_latency, write_latency_report
     from overdrive.serve.latency import LATENCY_SUITES, run_latency

@@ -10,7 +10,7 @@ from overdrive.errors import UserError
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from overdrive.bench.data import DataError
+    from overdrive.data import DataError
     from overdrive.train import (CheckpointError, ConfigError, TrainingDiverged, export_weights, load_config,
                                  train)
 

@@ -6,7 +6,8 @@ import base64
 import html
 import os
 
-from overdrive.bench.results import csv_rows, suite_title, write_atomic
+from overdrive.bench.results import csv_rows, suite_title
+from overdrive.io import write_atomic
 
 __all__ = ["write_html"]
 

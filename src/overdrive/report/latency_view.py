@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from overdrive.bench.results import write_atomic
+from overdrive.io import write_atomic
 
 __all__ = ["render_latency", "write_latency_report"]
 

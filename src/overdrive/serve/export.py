@@ -12,7 +12,7 @@ import os
 import torch
 from torch import nn
 
-from overdrive.bench.results import write_atomic
+from overdrive.io import write_atomic
 
 __all__ = ["export_for_serving", "ExportError", "triton_config", "slo_batch_from"]
 

@@ -19,7 +19,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from overdrive.bench.results import write_atomic
+from overdrive.io import write_atomic
 
 __all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "CheckpointError", "load_model_weights"]
 

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import torch
 
-from overdrive.bench.data import DataError, builtin_tokens
+from overdrive.data import DataError, builtin_tokens
 from overdrive.train.config import DataCfg
 
 __all__ = ["TokenData", "load_tokens", "DataError"]

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from overdrive.bench.results import write_atomic
-from overdrive.bench.worker import distill_loss
+from overdrive.io import write_atomic
 from overdrive.convert import apply_activation_checkpointing, convert_fp8, convert_norms
 from overdrive.env import get_env
 from overdrive.models import GPT, gpt_config
+from overdrive.models.distill import distill_loss
 from overdrive.optim import build_adamw
 from overdrive.recipes import Recipe, get_recipe, resolve
 from overdrive.train.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, load_model_weights,
@@ -189,7 +189,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, quiet: bool = False) -> Tra
         for g in opt.param_groups:
             g["lr"] = lr
         micro = data.rank_micro_batches(step, t.global_batch, rank, world, t.micro_batch)
-        total = 0.0
+        total = torch.zeros((), device=device)  # summed on device: one host sync per step, not per micro-batch
         for x, y in micro:
             x, y = x.to(device), y.to(device)
             ctx = torch.autocast(device, dtype=getattr(torch, autocast)) if autocast else torch.autocast(
@@ -206,8 +206,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, quiet: bool = False) -> Tra
                 loss = loss * float("nan")
             scaled = loss / len(micro)
             (scaler.scale(scaled) if scaler else scaled).backward()
-            total += float(loss.detach()) / len(micro)
-        step_loss = _all_mean(total, world, device)
+            total += loss.detach().float() / len(micro)
+        step_loss = _all_mean(float(total), world, device)
         if not math.isfinite(step_loss) and not scaler:
             last = latest_checkpoint(run_dir)
             raise TrainingDiverged(f"loss became {step_loss} at step {step}; stopped without saving. Last good "
