@@ -137,8 +137,8 @@ def test_compile_broken_falls_back_to_eager():
 
 
 def test_presets_and_validation():
-    assert set(PRESETS) == {"auto", "fp32", "amp-fp16", "amp-bf16", "fp8", "fp8-rowwise", "mxfp8"}
-    with pytest.raises(ValueError, match="presets are auto, fp32"):
+    assert {"auto", "baseline", "fp32", "fp32-fused", "amp-fp16", "amp-bf16", "fp8", "fp8-rowwise", "mxfp8"} <= set(PRESETS)
+    with pytest.raises(ValueError, match="presets are auto, baseline, fp32"):
         get_recipe("fp9")
     with pytest.raises(ValueError, match="precision='fp64' is not one of"):
         Recipe(precision="fp64")
@@ -156,3 +156,58 @@ def test_resolved_round_trips_through_json():
     res = resolve("fp8", env(None, torchao=TORCHAO_EMU))
     back = ResolvedRecipe.from_dict(json.loads(json.dumps(res.to_dict())))
     assert back == res
+
+
+# -- one registry of names -------------------------------------------------------------------
+
+@pytest.mark.parametrize("typed,canonical", [
+    ("bf16", "amp-bf16"), ("BF16", "amp-bf16"), ("fp16", "amp-fp16"), ("no", "fp32"), ("none", "fp32"),
+    ("float8", "fp8"), ("fp32-fused", "fp32-fused"), ("fp32-fused+compile", "fp32-fused+compile"),
+    ("amp-bf16+compile", "amp-bf16+compile"), ("bf16+compiled", "amp-bf16+compile"),
+    ("fp8+compile=max-autotune", "fp8+max-autotune"), ("fp8-rowwise+torchao", "fp8-rowwise+torchao"),
+    ("amp-bf16+fp8_min_dim=512", "amp-bf16+fp8_min_dim=512"),
+])
+def test_names_users_type_parse_to_one_canonical_name(typed, canonical):
+    from overdrive.recipes import canonical_name, parse_recipe_name
+
+    assert canonical_name(typed) == canonical
+    r = parse_recipe_name(typed)
+    assert parse_recipe_name(r.name) == r  # the printed name parses back to the same fields
+
+
+def test_every_name_the_bench_prints_is_accepted_everywhere(tmp_path):
+    """The bench recommended 'fp32-fused' and 'fp32-fused+compile'; accelerate() and train.recipe refused them."""
+    from overdrive.bench.suites import SUITES
+    from overdrive.recipes import parse_recipe_name
+    from overdrive.train.config import load_config
+
+    printed = {c.name for s in SUITES.values() for c in s.candidates} | {"fp32-fused", "fp32-fused+compile"}
+    for name in printed:
+        r = parse_recipe_name(name)
+        assert r.name == name, name
+        assert resolve(name, env(None)).recipe == r
+        load_config(None, [f"train.recipe={name}"])  # no ConfigError
+    assert parse_recipe_name("fp32-fused+compile").compile == "default"
+    assert parse_recipe_name("baseline").optimizer == "for-loop"
+
+
+def test_bad_names_say_what_is_wrong():
+    from overdrive.recipes import parse_recipe_name
+    from overdrive.train.config import ConfigError, load_config
+
+    with pytest.raises(ValueError, match="unknown recipe knob 'turbo'.*knobs are compile"):
+        parse_recipe_name("fp8+turbo")
+    with pytest.raises(ValueError, match="no field 'speed'"):
+        parse_recipe_name("fp8+speed=11")
+    with pytest.raises(ValueError, match="compile='fast' is not one of"):
+        parse_recipe_name("fp8+compile=fast")
+    with pytest.raises(ConfigError, match="'train.recipe' = 'fp9': unknown recipe 'fp9'"):
+        load_config(None, ["train.recipe=fp9"])
+
+
+def test_overrides_name_the_recipe_in_the_grammar():
+    from overdrive.recipes import parse_recipe_name, recipe_name
+
+    r = get_recipe("amp-bf16", activation_checkpointing="full", compile="default")
+    assert r.name == "amp-bf16+compile+ckpt" and parse_recipe_name(r.name) == r
+    assert recipe_name(Recipe(precision="bf16", compile="default")) == "amp-bf16+compile"

@@ -30,7 +30,7 @@ def test_example_configs_load():
     ("[optimizer]\nlr = true\n", "'optimizer.lr' must be a number, got True"),
     ("[trian]\nsteps = 1\n", "unknown section [trian]: sections are model, data, optimizer, train, teacher"),
     ("[train]\nactivation_checkpointing = \"some\"\n", "allowed values are none, selective, full"),
-    ("[train]\nrecipe = \"fp4\"\n", "presets are auto, fp32"),
+    ("[train]\nrecipe = \"fp9\"\n", "presets are auto, baseline, fp32"),
     ("[model]\nsize = \"huge\"\n", "'model.size' = 'huge': sizes are tiny"),
     ("[train]\nmicro_batch = 0\n", "'train.micro_batch' must be >= 1"),
     ("[data]\nval_fraction = 0.9\n", "'data.val_fraction' must be in (0, 0.5)"),

@@ -8,8 +8,8 @@ from typing import Literal
 
 __all__ = ["Recipe", "PRESETS", "get_recipe", "FIELD_CHOICES"]
 
-Precision = Literal["auto", "fp32", "fp16", "bf16", "fp8"]
-FP8Scaling = Literal["tensorwise", "delayed", "rowwise", "mxfp8"]
+Precision = Literal["auto", "fp32", "fp16", "bf16", "fp8", "fp4"]
+FP8Scaling = Literal["tensorwise", "delayed", "rowwise", "mxfp8", "nvfp4"]
 FP8Backend = Literal["auto", "transformer_engine", "torchao", "emulated"]
 Optimizer = Literal["auto", "apex", "torch-fused", "foreach", "for-loop"]
 Norm = Literal["auto", "transformer_engine", "apex", "liger", "torch"]
@@ -18,8 +18,8 @@ Compile = Literal["off", "default", "max-autotune"]
 Checkpointing = Literal["none", "selective", "full"]
 
 FIELD_CHOICES: dict[str, tuple[str, ...]] = {
-    "precision": ("auto", "fp32", "fp16", "bf16", "fp8"),
-    "fp8_scaling": ("tensorwise", "delayed", "rowwise", "mxfp8"),
+    "precision": ("auto", "fp32", "fp16", "bf16", "fp8", "fp4"),
+    "fp8_scaling": ("tensorwise", "delayed", "rowwise", "mxfp8", "nvfp4"),
     "fp8_backend": ("auto", "transformer_engine", "torchao", "emulated"),
     "optimizer": ("auto", "apex", "torch-fused", "foreach", "for-loop"),
     "norm": ("auto", "transformer_engine", "apex", "liger", "torch"),
@@ -35,11 +35,12 @@ class Recipe:
     """Preset name, or "custom"."""
     precision: Precision = "auto"
     """fp32; fp16 (autocast + GradScaler); bf16 (autocast); fp8 (linears in FP8, the rest in bf16 on GPU);
-    auto = the best precision the environment reports (never fp8: its gain depends on shapes and
-    compile, so measure it with `overdrive bench` first)."""
+    fp4 (linears in NVFP4, needs fp8_scaling="nvfp4"); auto = the best precision the environment
+    reports (never fp8/fp4: their gain depends on shapes and compile, so measure with `overdrive bench`)."""
     fp8_scaling: FP8Scaling = "tensorwise"
-    """tensorwise = per-tensor current scaling; delayed (Transformer Engine only); rowwise (torchao);
-    mxfp8 (Transformer Engine, SM 10.x block scaling)."""
+    """The low-precision format's scaling: tensorwise = per-tensor current scaling; delayed (Transformer
+    Engine only); rowwise (torchao); mxfp8 (E4M3 with one E8M0 scale per 32 elements; SM 10.x or
+    emulated); nvfp4 (E2M1 with one E4M3 scale per 16 elements and a per-tensor fp32 scale; fp4 only)."""
     fp8_backend: FP8Backend = "auto"
     """Which engine runs FP8: Transformer Engine, torchao, or torchao's emulation (numerics only)."""
     optimizer: Optimizer = "auto"
@@ -66,6 +67,9 @@ class Recipe:
             v = getattr(self, f.name)
             if allowed and v not in allowed:
                 raise ValueError(f"recipe field {f.name}={v!r} is not one of {', '.join(allowed)}")
+        if (self.precision == "fp4") != (self.fp8_scaling == "nvfp4"):
+            raise ValueError(f"precision={self.precision!r} with fp8_scaling={self.fp8_scaling!r}: NVFP4 is "
+                             "precision='fp4' with fp8_scaling='nvfp4' (the 'nvfp4' preset)")
         if self.checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
 
@@ -80,28 +84,31 @@ class Recipe:
 
 PRESETS: dict[str, Recipe] = {
     "auto": Recipe(name="auto"),
+    # Plain PyTorch, what every speedup is measured against: fp32, eager, for-loop AdamW, torch norms.
+    "baseline": Recipe(name="baseline", precision="fp32", optimizer="for-loop", norm="torch"),
     "fp32": Recipe(name="fp32", precision="fp32"),
+    "fp32-fused": Recipe(name="fp32-fused", precision="fp32", optimizer="torch-fused"),
     "amp-fp16": Recipe(name="amp-fp16", precision="fp16"),
     "amp-bf16": Recipe(name="amp-bf16", precision="bf16"),
     "fp8": Recipe(name="fp8", precision="fp8", fp8_scaling="tensorwise"),
     "fp8-rowwise": Recipe(name="fp8-rowwise", precision="fp8", fp8_scaling="rowwise"),
-    "mxfp8": Recipe(name="mxfp8", precision="fp8", fp8_scaling="mxfp8", fp8_backend="transformer_engine"),
+    "fp8-delayed": Recipe(name="fp8-delayed", precision="fp8", fp8_scaling="delayed"),
+    "mxfp8": Recipe(name="mxfp8", precision="fp8", fp8_scaling="mxfp8"),
 }
 
 
 def get_recipe(recipe: str | Recipe, **overrides) -> Recipe:
-    """A preset by name (or a Recipe as is), with optional field overrides."""
-    if isinstance(recipe, Recipe):
-        base = recipe
-    else:
-        key = str(recipe).strip().lower()
-        if key not in PRESETS:
-            raise ValueError(f"unknown recipe '{recipe}': presets are {', '.join(PRESETS)}")
-        base = PRESETS[key]
+    """A preset by name (any spelling `parse_recipe_name` accepts, e.g. "bf16", "fp8+compile"), or a
+    Recipe as is, with optional field overrides (the name then records them: "amp-bf16+compile=default")."""
+    from overdrive.recipes.names import parse_recipe_name, recipe_name  # names.py builds on PRESETS
+
+    base = recipe if isinstance(recipe, Recipe) else parse_recipe_name(recipe)
     if overrides:
         unknown = set(overrides) - {f.name for f in fields(Recipe)}
         if unknown:
             raise ValueError(f"unknown recipe field(s) {', '.join(sorted(unknown))}: fields are "
                              f"{', '.join(f.name for f in fields(Recipe))}")
-        base = dataclasses.replace(base, **overrides, name=overrides.get("name", f"{base.name}+custom"))
+        name = overrides.pop("name", None)
+        base = dataclasses.replace(base, **overrides)
+        base = dataclasses.replace(base, name=name or recipe_name(base))
     return base

@@ -196,11 +196,13 @@ def _check(cfg: TrainConfig) -> None:
     if o.lr <= 0 or o.min_lr < 0 or o.min_lr > o.lr:
         raise ConfigError(f"optimizer: need 0 <= min_lr <= lr and lr > 0, got lr={o.lr}, min_lr={o.min_lr}")
     from overdrive.models import GPT_SIZES
-    from overdrive.recipes import PRESETS
+    from overdrive.recipes import parse_recipe_name
 
     if cfg.model.size not in GPT_SIZES:
         raise ConfigError(f"'model.size' = {cfg.model.size!r}: sizes are {', '.join(GPT_SIZES)}")
-    if t.recipe not in PRESETS:
-        raise ConfigError(f"'train.recipe' = {t.recipe!r}: presets are {', '.join(PRESETS)}")
+    try:
+        parse_recipe_name(t.recipe)
+    except ValueError as e:
+        raise ConfigError(f"'train.recipe' = {t.recipe!r}: {e}") from None
     if cfg.teacher and cfg.teacher.size not in GPT_SIZES:
         raise ConfigError(f"'teacher.size' = {cfg.teacher.size!r}: sizes are {', '.join(GPT_SIZES)}")

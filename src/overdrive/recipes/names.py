@@ -1,0 +1,138 @@
+"""One registry of recipe names: every name Overdrive prints is one `accelerate(recipe=...)`,
+`train.recipe`, `bench --configs` and `tune` accept as is.
+
+Grammar:  NAME := PRESET ("+" KNOB)*      e.g. "amp-bf16+compile", "fp32-fused+compile+ckpt"
+- PRESET is a key of `PRESETS`, or a spelling users type (`ALIASES`: "bf16", "fp16", "no", "none",
+  "float8", ...), case-insensitive.
+- KNOB is a named change (`KNOBS`: "compile", "max-autotune", "ckpt", ...) or any `field=value`
+  of `Recipe` ("compile=max-autotune", "fp8_backend=torchao", "fp8_min_dim=512").
+`recipe_name(recipe)` writes a Recipe back in this grammar (preset + the fewest knobs), so a
+name recorded in results or `recipe.json` parses back to the same fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import fields
+
+from overdrive.recipes.recipe import PRESETS, Recipe
+
+__all__ = ["names", "parse_recipe_name", "recipe_name", "canonical_name", "ALIASES", "KNOBS"]
+
+# What people type -> the preset it means. "no"/"none" follow HF Accelerate's mixed_precision="no".
+ALIASES: dict[str, str] = {
+    "bf16": "amp-bf16", "bfloat16": "amp-bf16", "amp": "amp-bf16",
+    "fp16": "amp-fp16", "float16": "amp-fp16", "half": "amp-fp16",
+    "no": "fp32", "none": "fp32", "float32": "fp32",
+    "plain": "baseline", "eager": "baseline",
+    "float8": "fp8", "fp8-tensorwise": "fp8", "rowwise": "fp8-rowwise", "fp8-delayed-scaling": "fp8-delayed",
+    "mx": "mxfp8", "mxfp8-block": "mxfp8",
+}
+
+# Named knobs: each sets a few fields. Order matters only for printing (recipe_name uses it).
+KNOBS: dict[str, dict] = {
+    "compile": {"compile": "default"},
+    # Not "max-autotune" itself in training: it turns on CUDA graphs (resolve maps it to the
+    # no-cudagraphs mode); the knob keeps the user's word.
+    "max-autotune": {"compile": "max-autotune"},
+    "ckpt": {"activation_checkpointing": "full"},
+    "ckpt-selective": {"activation_checkpointing": "selective"},
+    "fused-ce": {"loss": "fused-linear-cross-entropy"},
+    "fused-adamw": {"optimizer": "torch-fused"},
+    "foreach": {"optimizer": "foreach"},
+    "for-loop": {"optimizer": "for-loop"},
+    "apex-adam": {"optimizer": "apex"},
+    "torch-norm": {"norm": "torch"},
+    "liger-norm": {"norm": "liger"},
+    "apex-norm": {"norm": "apex"},
+    "te-norm": {"norm": "transformer_engine"},
+    "te": {"fp8_backend": "transformer_engine"},
+    "torchao": {"fp8_backend": "torchao"},
+    "emulated": {"fp8_backend": "emulated"},
+    "fp8-head": {"fp8_convert_head": True},
+}
+_KNOB_ALIASES = {"ac": "ckpt", "checkpoint": "ckpt", "compiled": "compile", "flce": "fused-ce",
+                 "fused": "fused-adamw", "emulate": "emulated"}
+
+_FIELDS = {f.name: f for f in fields(Recipe)}
+
+
+def names() -> list[str]:
+    """The preset names, in the order they are documented."""
+    return list(PRESETS)
+
+
+def _fix() -> str:
+    return (f"presets are {', '.join(PRESETS)} (spellings like bf16, fp16, no also work); add knobs with '+', "
+            "e.g. amp-bf16+compile (knobs: overdrive.recipes.KNOBS, or +field=value)")
+
+
+def _coerce(field: str, text: str):
+    default = _FIELDS[field].default
+    if isinstance(default, bool):
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+            raise ValueError(f"recipe knob {field}={text!r}: use true or false")
+        return text.lower() in ("true", "1", "yes", "on")
+    if isinstance(default, int):
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"recipe knob {field}={text!r}: needs an integer") from None
+    return text
+
+
+def parse_recipe_name(text: str) -> Recipe:
+    """A Recipe from a name in the grammar above; ValueError naming the bad part and the valid ones."""
+    parts = [p.strip() for p in str(text).strip().split("+")]
+    if not parts or not parts[0]:
+        raise ValueError(f"empty recipe name {text!r}: {_fix()}")
+    head = parts[0].lower()
+    key = ALIASES.get(head, head)
+    if key not in PRESETS:
+        raise ValueError(f"unknown recipe '{parts[0]}': {_fix()}")
+    r = PRESETS[key]
+    changes: dict = {}
+    for knob in parts[1:]:
+        k = knob.lower()
+        if "=" in k:
+            fld, _, val = k.partition("=")
+            fld = fld.strip().replace("-", "_")
+            if fld not in _FIELDS or fld == "name":
+                raise ValueError(f"recipe knob '{knob}' in {text!r}: no field {fld!r}; fields are "
+                                 f"{', '.join(f for f in _FIELDS if f != 'name')}")
+            changes[fld] = _coerce(fld, val.strip())
+        else:
+            k = _KNOB_ALIASES.get(k, k)
+            if k not in KNOBS:
+                raise ValueError(f"unknown recipe knob '{knob}' in {text!r}: knobs are {', '.join(KNOBS)} "
+                                 "or field=value")
+            changes.update(KNOBS[k])
+    if not changes:
+        return r
+    r = dataclasses.replace(r, **changes)  # Recipe validates every value here
+    return dataclasses.replace(r, name=recipe_name(r, base=key))
+
+
+def _diff(a: Recipe, b: Recipe) -> dict:
+    return {f: getattr(b, f) for f in _FIELDS if f != "name" and getattr(a, f) != getattr(b, f)}
+
+
+def recipe_name(recipe: Recipe, *, base: str | None = None) -> str:
+    """The name of `recipe` in the grammar: `base` (or the closest preset) plus knobs for the rest."""
+    if base is None:
+        head = ALIASES.get(recipe.name.split("+")[0].lower(), recipe.name.split("+")[0].lower())
+        base = head if head in PRESETS else min(PRESETS, key=lambda p: len(_diff(PRESETS[p], recipe)))
+    diff = _diff(PRESETS[base], recipe)
+    out = [base]
+    for knob, sets in KNOBS.items():  # a knob is used when it says exactly what differs
+        if sets and all(diff.get(f, object()) == v for f, v in sets.items()):
+            out.append(knob)
+            for f in sets:
+                diff.pop(f)
+    out += [f"{f}={str(v).lower() if isinstance(v, bool) else v}" for f, v in diff.items()]
+    return "+".join(out)
+
+
+def canonical_name(text: str) -> str:
+    """The printed form of any accepted spelling: "bf16" -> "amp-bf16", "fp32+compile" -> "fp32+compile"."""
+    return parse_recipe_name(text).name
