@@ -7,7 +7,7 @@ import overdrive
 from fakes import TORCHAO_EMU, machine
 from overdrive.convert import find_blocks, norm_kind
 from overdrive.env import build_report
-from overdrive.models import build_hf_model
+from overdrive.models.hf import build_hf_model
 
 pytest.importorskip("transformers")
 pytest.importorskip("torchao")

@@ -93,8 +93,9 @@ SUITES: dict[str, Suite] = {
                  candidates=(BASELINE, FUSED, BF16, FP16, FP8, _compile(FUSED, "fp32-fused+compile"))),
     # H100/H200: ~0.4B teacher and 0.15B student (32K vocab, seq 2048). Every configuration
     # lives in its own process at once (that is what interleaving needs): 5 x ~18 GB fits 141 GB.
-    # FP8 only with compile: torchao's FP8 needs it to be fast (ANCHORS), and each compile costs a
-    # minute of warm-up in a 6-minute budget.
+    # FP8 only with compile: torchao's FP8 needs it to be fast (pytorch/torchtitan docs/float8.md:
+    # compile is "required for competitive performance"), and each compile costs a minute of
+    # warm-up in a 6-minute budget.
     "gpu": Suite(name="gpu", teacher="gpt-350m", student="gpt-125m", batch=4, seq=2048, warmup=3, rounds=6,
                  steps_per_round=5, budget_s=90, slow_factor=4.0, data_tokens=1 << 22, micro="gpu", lr=3e-4,
                  candidates=(BASELINE, FUSED, BF16, _compile(BF16, "amp-bf16+compile"),

@@ -13,7 +13,7 @@ import resource
 import time
 import traceback
 
-from overdrive.models.distill import distill_loss
+from overdrive.losses import distill_loss
 
 __all__ = ["worker_main", "mark", "elapsed_ms", "process_memory"]
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable
 from importlib import resources
 
 from overdrive.env.catalog import GPU_CATALOG, GpuSpec, gpu_by_key, lookup_gpu
 from overdrive.env.engines import STATUSES, EngineStatus
 from overdrive.env.probing import collect_facts
-from overdrive.env.report import SCHEMA_VERSION, EnvReport, GpuInfo, build_report, gpu_capabilities
+from overdrive.env.machine import SCHEMA_VERSION, EnvReport, GpuInfo, build_report, gpu_capabilities
 
 __all__ = [
     "get_env", "set_env", "env_schema", "EnvReport", "EngineStatus", "GpuInfo", "GpuSpec", "GPU_CATALOG",
@@ -30,13 +31,15 @@ _lock = threading.Lock()
 _cached: EnvReport | None = None
 
 
-def get_env(*, refresh: bool = False, disk_cache: bool = True) -> EnvReport:
+def get_env(*, refresh: bool = False, disk_cache: bool = True,
+            on_probe: Callable[[str, str], None] | None = None) -> EnvReport:
     """The environment report for this process (probed once, then cached).
 
     Probing takes 5-25 s (subprocesses import each engine; torch.compile compiles a function),
     so library callers reuse the facts of a recent probe of the same interpreter and packages
     from disk (a day at most; `overdrive doctor` always probes afresh and refreshes it).
-    OVERDRIVE_NO_ENV_CACHE=1 turns the disk cache off.
+    OVERDRIVE_NO_ENV_CACHE=1 turns the disk cache off. `on_probe(name, state)` hears each probe
+    start and end when it really probes (see `collect_facts`).
     """
     global _cached
     with _lock:
@@ -44,7 +47,7 @@ def get_env(*, refresh: bool = False, disk_cache: bool = True) -> EnvReport:
             use_disk = disk_cache and not refresh and not os.environ.get("OVERDRIVE_NO_ENV_CACHE")
             facts = _read_disk_cache() if use_disk else None
             if facts is None:
-                facts = collect_facts()
+                facts = collect_facts(on_probe=on_probe) if on_probe else collect_facts()
                 _write_disk_cache(facts)
             _cached = build_report(facts)
         return _cached

@@ -1,7 +1,7 @@
 """GPU catalog: dense peak rates and memory systems, for MFU and for `overdrive plan`.
 
-Figures are the vendors' dense (not sparse) peaks per GPU, as collected in the project's
-ANCHORS: e.g. H100 SXM BF16 989 TFLOP/s, FP8 1979. Where a vendor quotes "with sparsity"
+Figures are the vendors' dense (not sparse) peaks per GPU from NVIDIA's datasheets (and the
+same figures torchtitan's MFU uses): e.g. H100 SXM BF16 989 TFLOP/s, FP8 1979. Where a vendor quotes "with sparsity"
 we halve it. `measured_*` fields hold what we saw on a real card, when we have seen one.
 """
 

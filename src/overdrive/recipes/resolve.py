@@ -3,13 +3,16 @@
 Every field records the backend chosen; where the request could not be met, the fallback and
 its reason in words a user can act on. `strict=True` raises `RecipeUnavailable` instead.
 
-The `auto` order, and the figures behind it (ANCHORS; our own bench results refine them):
+The `auto` order, and the figures behind it (from the engines' own published numbers, cited below;
+our own bench results refine them):
 - precision: the environment's best precision (bf16 on Ampere+, fp16 on Volta/Turing, fp32 on
   a CPU without working bf16 units, where bf16 measured ~70x slower). FP8 is never automatic:
   without torch.compile and on small shapes it is often slower than bf16 (an FP8 FFN 3.14 ms
-  vs 0.92 ms fp16 in torchao's report), so `overdrive bench` measures it before you pick it.
-- FP8 backend: Transformer Engine (fused FP8 kernels, 1.5x over TE bf16 on H100) > torchao
-  (+10-28% over bf16 with compile on 8xH100) > torchao emulation (numerics only) > no FP8.
+  vs 0.92 ms fp16 in pytorch/ao torchao/float8/README.md), so `overdrive bench` measures it
+  before you pick it.
+- FP8 backend: Transformer Engine (fused FP8 kernels, 1.5x over TE bf16 on H100: NVIDIA/TransformerEngine
+  docs/examples/quickstart.ipynb) > torchao (+10-28% over bf16 with compile on 8xH100: pytorch/ao
+  torchao/float8/README.md, pytorch/torchtitan docs/float8.md) > torchao emulation (numerics only) > no FP8.
 - optimizer: torch fused AdamW (one kernel for all parameters; Apex FusedAdam's 10-15% edge
   predates torch's fused=True) > Apex FusedAdam > foreach > for-loop.
 - norm: under compile, torch (inductor fuses norms; hand-written kernels can break graphs);

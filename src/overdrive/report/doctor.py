@@ -7,16 +7,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from overdrive.env import EnvReport
+from overdrive.report.console import wide_console
 
-__all__ = ["render_doctor", "wide_console"]
+__all__ = ["render_doctor"]
 
 _STYLE = {"ok": "green", "missing": "yellow", "broken": "bold red", "unsupported": "cyan"}
-
-
-def wide_console() -> Console:
-    """A console that keeps tables readable when piped (rich defaults to 80 columns then)."""
-    c = Console()
-    return c if c.is_terminal else Console(width=150)
 
 
 def _gib(b: int | None) -> str:

@@ -21,7 +21,7 @@ from overdrive.io import write_atomic
 from overdrive.convert import apply_activation_checkpointing, convert_fp8, convert_norms
 from overdrive.env import get_env
 from overdrive.models import GPT, gpt_config
-from overdrive.models.distill import distill_loss
+from overdrive.losses import distill_loss
 from overdrive.optim import build_adamw
 from overdrive.recipes import Recipe, get_recipe, resolve
 from overdrive.train.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, load_model_weights,

@@ -1,4 +1,4 @@
-"""The environment report: what this machine is and what it can really run.
+"""The environment report (`EnvReport`): what this machine is and what it can really run.
 
 `build_report(facts)` is pure: the same facts give the same report, so tests build the
 reports of machines we do not have (an H100 with TE, an A100, a B200, a broken Apex).
@@ -89,10 +89,6 @@ class EnvReport:
             "fp8": {"backend": self.fp8_backend, "reason": self.fp8_reason},
             "verdict": self.verdict,
         }
-
-    @classmethod
-    def from_facts(cls, facts: dict) -> "EnvReport":
-        return build_report(facts)
 
 
 def _gpus(facts: dict) -> list[GpuInfo]:

@@ -1,4 +1,6 @@
-"""Knowledge distillation loss (Hinton et al. 2015), shared by the bench and the trainer."""
+"""Losses shared by the bench and the trainer: knowledge distillation (Hinton et al. 2015).
+
+Below both `bench/` and `train/` (siblings that must not import each other)."""
 
 from __future__ import annotations
 

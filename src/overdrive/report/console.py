@@ -1,0 +1,13 @@
+"""The console every command prints to."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+__all__ = ["wide_console"]
+
+
+def wide_console(*, stderr: bool = False) -> Console:
+    """A console that keeps tables readable when piped (rich defaults to 80 columns then)."""
+    c = Console(stderr=stderr)
+    return c if c.is_terminal else Console(width=150, stderr=stderr)
