@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 
+from overdrive.commands import late_help
 from overdrive.errors import UserError
 
 
@@ -17,7 +18,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from overdrive.bench import default_suite_name, get_suite, run_bench
     from overdrive.data import DataError, file_tokens
     from overdrive.env import get_env
-    from overdrive.report.doctor import wide_console
+    from overdrive.report.console import wide_console
     from overdrive.report.tables import render_bench
 
     if args.data and args.workload == "recsys":
@@ -65,7 +66,7 @@ def _bench_inference(args: argparse.Namespace, env) -> int:
     from rich.progress import Progress
 
     from overdrive.io import write_atomic
-    from overdrive.report.doctor import wide_console
+    from overdrive.report.console import wide_console
     from overdrive.report.latency_view import render_latency, write_latency_report
     from overdrive.serve.latency import LATENCY_SUITES, run_latency
 
@@ -97,36 +98,13 @@ def _write_report(results: dict, out: str, console) -> None:
     console.print(f"wrote {out}/results.json, results.csv, {len(plots)} plots and {page}")
 
 
-def _cmd_report(args: argparse.Namespace) -> int:
-    from overdrive.bench import load_results
-    from overdrive.report.doctor import wide_console
-    from overdrive.report.tables import render_bench, render_compare
+def _suite_names() -> str:
+    """Every suite name, read from the registries (only when help is shown)."""
+    from overdrive.bench.suites import SUITES
+    from overdrive.recsys.bench import RECSYS_SUITES
+    from overdrive.serve.latency import LATENCY_SUITES
 
-    console = wide_console()
-    try:
-        loaded = [load_results(d) for d in args.dirs]
-    except (FileNotFoundError, ValueError) as e:
-        raise UserError(str(e)) from None
-    if any(d["schema"] == "overdrive.latency/1" for d in loaded):
-        from overdrive.report.latency_view import render_latency, write_latency_report
-
-        if len(loaded) != 1:
-            raise UserError("comparing two inference results is not supported yet: pass one folder")
-        render_latency(loaded[0], console)
-        out = args.dirs[0] if os.path.isdir(args.dirs[0]) else os.path.dirname(os.path.abspath(args.dirs[0]))
-        console.print(f"re-rendered {write_latency_report(loaded[0], out)[-1]}")
-        return 0
-    if len(loaded) == 1:
-        render_bench(loaded[0], console)
-        out = args.dirs[0] if os.path.isdir(args.dirs[0]) else os.path.dirname(os.path.abspath(args.dirs[0]))
-        from overdrive.report.html import write_html
-        from overdrive.report.plots import write_plots
-
-        page = write_html(loaded[0], out, write_plots(loaded[0], out))
-        console.print(f"re-rendered {page}")
-    else:
-        render_compare(loaded[0], loaded[1], console)
-    return 0
+    return ", ".join([*SUITES, *RECSYS_SUITES, *LATENCY_SUITES])
 
 
 def register(sub) -> None:
@@ -140,16 +118,14 @@ def register(sub) -> None:
                    help="transformer: teacher + distilled student GPT (default); recsys: a DLRM-style click model "
                         "(embedding lookups x optimizers x AMP); inference: latency p50/p95/p99 per batch size")
     b.add_argument("--slo-ms", type=float, default=10.0, help="inference: the p99 latency budget (default 10 ms)")
-    b.add_argument("--suite", help="suite name: cpu-quick, cpu, gpu (default: by device)")
+    late_help(b.add_argument("--suite", help="a named suite (default: by device, workload and --quick):"),
+              _suite_names)
     b.add_argument("--out", help="folder for results.json, results.csv, PNG plots and report.html")
     b.add_argument("--data", help="a text file to train on (bytes as tokens) instead of the built-in stream")
     b.add_argument("--configs", help="comma-separated candidate names to run (the baseline always runs)")
-    b.add_argument("--steps", type=int, help="number of timed rounds (overrides the suite)")
+    b.add_argument("--steps", type=int, help="sets the number of timed rounds, not optimizer steps: each round "
+                                              "runs every configuration for the suite's steps per round "
+                                              "(default: the suite's rounds)")
     b.add_argument("--seed", type=int, default=0, help="seed for model init and data order (default 0)")
     b.add_argument("--no-micro", action="store_true", help="skip the micro-benchmarks")
     b.set_defaults(func=_cmd_bench)
-    r = sub.add_parser("report", help="re-render a bench result folder, or compare two",
-                       description="overdrive report DIR re-renders the table, plots and report.html from "
-                                   "DIR/results.json; overdrive report DIR_A DIR_B compares two runs.")
-    r.add_argument("dirs", nargs="+", metavar="DIR", help="one or two result folders (or results.json files)")
-    r.set_defaults(func=_cmd_report)

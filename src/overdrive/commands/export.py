@@ -30,7 +30,9 @@ def register(sub) -> None:
                        description="Write model.pt2 (torch.export, dynamic batch), model.onnx when onnx/onnxruntime "
                                    "are installed, and triton/<name>/ (model + config.pbtxt with dynamic batching up "
                                    "to the SLO batch). Each artefact is reloaded and checked against the eager model.")
-    e.add_argument("--model", choices=["recsys", "gpt"], default="recsys")
+    e.add_argument("--model", choices=["recsys", "gpt"], default="recsys",
+                   help="recsys: the DLRM-style click model; gpt: a reference GPT of --size (with --weights, "
+                        "the size it was trained at)")
     e.add_argument("--size", default="cpu-student", help="reference GPT size (for --model gpt)")
     e.add_argument("--weights", help="a state_dict .pt to load (weights_only); default: fresh random weights")
     e.add_argument("--out", default="out/export", help="output folder (default out/export)")

@@ -10,7 +10,7 @@ from overdrive.errors import UserError
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from overdrive.plan import DEFAULT_EFFICIENCY, ModelSpec, calibrate_from_bench, get_model, plan, sweep
-    from overdrive.report.doctor import wide_console
+    from overdrive.report.console import wide_console
     from overdrive.report.plan_view import render_plan, render_sweep, write_breakdown_png
 
     console = wide_console()
@@ -64,14 +64,16 @@ def register(sub) -> None:
     p.add_argument("--gpu", default="h100-sxm", help="a100-40, a100-80, h100-sxm, h100-pcie, h200, b200, b300, l40s, "
                                                     "l4, rtx4090")
     p.add_argument("--gpus", type=int, default=8, help="GPUs per node (default 8)")
-    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--nodes", type=int, default=1, help="nodes of --gpus GPUs each (inter-node traffic over "
+                                                         "--inter-gbs)")
     p.add_argument("--seq", type=int, default=4096, help="sequence length")
     p.add_argument("--global-batch", type=int, help="global batch in sequences")
     p.add_argument("--global-batch-tokens", type=int, help="global batch in tokens")
     p.add_argument("--precision", help="comma list of fp32,bf16,fp8,fp8-rowwise,mxfp8 (default: all but fp32)")
     p.add_argument("--sharding", help="comma list of none,fsdp,hsdp")
     p.add_argument("--checkpointing", help="comma list of none,selective,full")
-    p.add_argument("--optimizer-dtype", default="fp32", choices=["fp32", "bf16", "8bit"])
+    p.add_argument("--optimizer-dtype", default="fp32", choices=["fp32", "bf16", "8bit"],
+                   help="dtype of the AdamW moment states")
     p.add_argument("--fp8-all-gather", action="store_true", help="all-gather FP8 weights under FSDP")
     p.add_argument("--efficiency", type=float, help="achievable fraction of peak (default 0.39, calibrated)")
     p.add_argument("--calibrate", metavar="RESULTS.json", help="take the efficiency from an overdrive bench result")

@@ -1,0 +1,169 @@
+"""The command line itself: instant help, help that answers, progress, and no third-party noise."""
+
+import argparse
+import io
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from overdrive.cli import build_parser
+
+# One argparse-level mistake per subcommand: each must fail before any heavy import.
+ARG_ERRORS = {
+    "doctor": ["doctor", "--no-such-flag"],
+    "bench": ["bench", "--workload", "nope"],
+    "report": ["report"],
+    "plan": ["plan", "--gpus", "eight"],
+    "train": ["train"],
+    "export": ["export", "--model", "nope"],
+}
+HEAVY = ("torch", "matplotlib", "transformers", "torchao", "onnx")
+
+
+def _modules_after(argv: list[str]) -> tuple[int, set[str]]:
+    """Run the CLI's main in a fresh interpreter; return its exit code and the heavy modules it imported."""
+    code = textwrap.dedent(f"""
+        import contextlib, io, json, sys
+        from overdrive.cli import main
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            try:
+                rc = main({argv!r})
+            except SystemExit as e:
+                rc = e.code
+        print(json.dumps([rc, sorted(m for m in {HEAVY!r} if m in sys.modules)]))
+    """)
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    rc, heavy = json.loads(cp.stdout.strip().splitlines()[-1])
+    return rc, set(heavy)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["nope"]]
+                         + [[c, "--help"] for c in ARG_ERRORS if c != "bench"]
+                         + list(ARG_ERRORS.values()), ids=lambda a: " ".join(a) or "none")
+def test_help_and_argument_errors_import_no_torch(argv):
+    rc, heavy = _modules_after(argv)
+    assert rc == (0 if argv[-1] in ("--help", "--version") else 2)
+    assert not heavy, f"`overdrive {' '.join(argv)}` imported {sorted(heavy)}"
+
+
+def test_the_package_keeps_its_public_names():
+    import overdrive
+    import overdrive.accelerate  # binds the submodule onto the package: the public name must stay the function
+    from overdrive.accelerate import accelerate
+
+    assert overdrive.accelerate is accelerate
+    assert overdrive.Recipe.__name__ == "Recipe" and overdrive.get_env.__name__ == "get_env"
+    assert set(overdrive.__all__) <= set(dir(overdrive))
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def test_every_option_has_help_and_shows_its_default():
+    parser = build_parser()
+    for name, sp in _subparsers(parser).items():
+        fmt = sp._get_formatter()
+        for action in sp._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            flag = "/".join(action.option_strings) or action.dest
+            assert action.help and action.help.strip(), f"overdrive {name} {flag} has no help text"
+            text = fmt._get_help_string(action) % dict(vars(action), prog=sp.prog)
+            if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+                assert "default" in text, f"overdrive {name} {flag}: default {action.default!r} not shown in {text!r}"
+
+
+def test_bench_suite_help_lists_every_registered_suite():
+    from overdrive.bench.suites import SUITES
+    from overdrive.recsys.bench import RECSYS_SUITES
+    from overdrive.serve.latency import LATENCY_SUITES
+
+    text = " ".join(_subparsers(build_parser())["bench"].format_help().split())
+    for name in [*SUITES, *RECSYS_SUITES, *LATENCY_SUITES]:
+        assert name in text, f"bench --help does not list suite {name}"
+    assert "timed rounds" in text  # --steps says what it sets
+
+
+def test_report_refuses_a_third_folder(tmp_path, capsys):
+    from overdrive.cli import main
+
+    assert main(["report", str(tmp_path), str(tmp_path), str(tmp_path)]) == 2
+    assert "one folder (re-render) or two (compare), got 3" in capsys.readouterr().err
+
+
+def test_verbose_is_accepted_before_and_after_the_command():
+    p = build_parser()
+    assert p.parse_args(["-v", "doctor"]).verbose and p.parse_args(["doctor", "-v"]).verbose
+    assert not p.parse_args(["doctor"]).verbose
+
+
+def test_doctor_shows_each_probe_as_it_runs(monkeypatch):
+    """The probe boundary is faked (instant probes); every probe is announced when it starts and ends."""
+    from rich.console import Console
+
+    import overdrive.env.probing as probing
+    from overdrive.commands.doctor import PROBE_LABELS, ProbeProgress
+    from overdrive.env import get_env, set_env
+
+    ran = []
+    monkeypatch.setattr(probing, "run_probe", lambda name, timeout=None: ran.append(name) or {})
+    monkeypatch.setenv("XDG_CACHE_HOME", "/nonexistent/overdrive-test")  # do not overwrite the real cache
+    buf = io.StringIO()
+    try:
+        with ProbeProgress(Console(file=buf, width=200)) as progress:
+            get_env(refresh=True, on_probe=progress)
+    finally:
+        set_env(None)
+    out = buf.getvalue()
+    assert {"gpus", "compile", "torch_native"} <= set(ran)
+    for name in ("platform", "gpus", "compile", "torch_native"):
+        label = PROBE_LABELS[name]
+        assert f"probing {label} ..." in out and f"{label}: done (" in out, out
+    assert out.index("probing torch.compile") < out.index("torch.compile (inductor): done")
+
+
+NOISE_SCRIPT = textwrap.dedent("""
+    import logging, multiprocessing as mp, sys
+    from overdrive.quiet import at_boundary
+
+    def adagrad_step():
+        import overdrive  # a worker: installs the filters the CLI asked for through the environment
+        import torch
+        emb = torch.nn.Embedding(10, 4, sparse=True)
+        opt = torch.optim.Adagrad(emb.parameters())
+        emb(torch.tensor([1, 2])).sum().backward()
+        opt.step()  # torch: "Sparse invariant checks are implicitly disabled"
+
+    if __name__ == "__main__":
+        with at_boundary(verbose=sys.argv[1] == "-v"):
+            import torch
+            torch.utils._pytree._register_pytree_node(type("Box", (), {}), lambda b: ([], None),
+                                                      lambda v, c: None)
+            logging.getLogger("torchao").warning("Failed to load /x/torchao/_C_mxfp8.cpython-310.so: no")
+            logging.getLogger("torch.utils._pytree").warning("<enum 'K'> ... register_constant() is deprecated")
+            print("[torch.onnx]", "Run decompositions...")
+            print("our own line")
+            p = mp.get_context("spawn").Process(target=adagrad_step)
+            p.start(); p.join()
+            logging.getLogger("torchao").warning("an unknown torchao warning")
+""")
+NOISE = ("_C_mxfp8", "_register_pytree_node", "register_constant", "[torch.onnx]", "Sparse invariant checks")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verbose", [False, True])
+def test_known_third_party_noise_is_filtered_unless_verbose(tmp_path, verbose):
+    script = tmp_path / "noisy.py"
+    script.write_text(NOISE_SCRIPT)
+    cp = subprocess.run([sys.executable, str(script), "-v" if verbose else "-q"], capture_output=True, text=True,
+                        timeout=240)
+    out = cp.stdout + cp.stderr
+    assert cp.returncode == 0, out
+    assert "our own line" in cp.stdout and "an unknown torchao warning" in out  # only known noise goes
+    for noise in NOISE:
+        assert (noise in out) == verbose, f"{noise!r} {'missing with' if verbose else 'leaked without'} -v:\n{out}"
