@@ -1,40 +1,76 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 # Each creates .venv in the repo root and installs what it needs; a second run with nothing
-# changed skips the installs (stamp files inside .venv track pyproject.toml).
+# changed skips the installs (stamp files inside .venv track pyproject.toml and the torch mode).
+#
+# TORCH picks the torch the venv uses:
+#   TORCH=torch==2.13.0 (default)  pip installs that build into .venv (the CPU build CI uses)
+#   TORCH=system                   the venv sees this Python's own packages (--system-site-packages)
+#                                  and keeps its torch, e.g. the CUDA build a GPU machine came with;
+#                                  works offline: no pip upgrade, no isolated build, and when pip
+#                                  cannot build at all, src/ is linked into the venv instead.
+# Switching TORCH needs `make clean` first (the venv's kind is fixed when it is created).
 PYTHON ?= python3
-VENV   := .venv
+VENV   ?= .venv
 PY     := $(VENV)/bin/python
-PIP    := $(PY) -m pip
-# The CPU build CI uses lies on local disk; on a GPU machine pass TORCH="torch" (or your CUDA
-# build) to keep or install the torch you want. Skipped when a torch is already in the venv.
+PIP    ?= $(PY) -m pip
 TORCH  ?= torch==2.13.0
 OUT    ?= out/bench
+OD     ?= $(PY) -m overdrive
+ARGS   ?= --help
 
-.PHONY: demo test test-fast doctor gpu-check clean
+ifeq ($(TORCH),system)
+MODE       := system
+VENV_FLAGS := --system-site-packages
+else
+MODE       := pinned
+VENV_FLAGS :=
+endif
+BASE := $(VENV)/.stamp-base-$(MODE)
+DEV  := $(VENV)/.stamp-dev-$(MODE)
+
+.PHONY: demo quick doctor run test test-fast gpu-check clean
 
 $(PY):
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
+	@# an old pip cannot do editable installs from pyproject.toml; offline the upgrade fails fast and we go on
+	$(PIP) install -q --upgrade --timeout 5 --retries 0 pip || echo "make: pip not upgraded (offline?); keeping $$($(PIP) --version | cut -d' ' -f1-2)"
 
-$(VENV)/.stamp-base: pyproject.toml | $(PY)
+$(BASE): pyproject.toml | $(PY)
+ifeq ($(MODE),system)
+	@grep -q "include-system-site-packages = true" $(VENV)/pyvenv.cfg || { echo "make: $(VENV) was created without the system's packages: run 'make clean' first"; exit 2; }
+	@$(PY) -c "import torch; print('make: keeping the system torch', torch.__version__, '(CUDA', str(torch.version.cuda) + ')')" || { echo "make: TORCH=system, but $(PYTHON) has no torch: install your build there, or use the default"; exit 2; }
+	$(PIP) install -q --no-build-isolation -e . || $(PY) scripts/link_src.py
+else
+	@! grep -q "include-system-site-packages = true" $(VENV)/pyvenv.cfg || { echo "make: $(VENV) sees the system's packages (made with TORCH=system): run 'make clean' first"; exit 2; }
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH)"
 	$(PIP) install -q -e .
+endif
 	touch $@
 
-$(VENV)/.stamp-dev: pyproject.toml $(VENV)/.stamp-base
+$(DEV): pyproject.toml $(BASE)
+ifeq ($(MODE),system)
+	$(PIP) install -q --no-build-isolation -e ".[dev,hf,torchao,export]" || $(PY) -c "import pytest" || { echo "make: no pytest here and pip cannot install it (offline?)"; exit 2; }
+else
 	$(PIP) install -q -e ".[dev,hf,torchao,export]"
+endif
 	touch $@
 
-demo: $(VENV)/.stamp-base
-	$(VENV)/bin/overdrive bench --out $(OUT)
+demo: $(BASE)                 ## the bench's default suite (CPU: ~3 min on 2 cores)
+	$(OD) bench --out $(OUT)
 
-doctor: $(VENV)/.stamp-base
-	$(VENV)/bin/overdrive doctor
+quick: $(BASE)                ## the short bench suite
+	$(OD) bench --quick --out $(OUT)-quick
 
-test: $(VENV)/.stamp-dev
+doctor: $(BASE)               ## what this machine can run
+	$(OD) doctor
+
+run: $(BASE)                  ## any command: make run ARGS="plan --model llama3-8b --gpu h200"
+	$(OD) $(ARGS)
+
+test: $(DEV)
 	$(PY) -m pytest -q tests
 
-test-fast: $(VENV)/.stamp-dev
+test-fast: $(DEV)             ## everything not marked slow
 	$(PY) -m pytest -q tests -m "not slow"
 
 gpu-check:
