@@ -137,7 +137,8 @@ def test_compile_broken_falls_back_to_eager():
 
 
 def test_presets_and_validation():
-    assert {"auto", "baseline", "fp32", "fp32-fused", "amp-fp16", "amp-bf16", "fp8", "fp8-rowwise", "mxfp8"} <= set(PRESETS)
+    assert {"auto", "baseline", "fp32", "fp32-fused", "amp-fp16", "amp-bf16", "fp8", "fp8-rowwise", "mxfp8",
+            "nvfp4"} <= set(PRESETS)
     with pytest.raises(ValueError, match="presets are auto, baseline, fp32"):
         get_recipe("fp9")
     with pytest.raises(ValueError, match="precision='fp64' is not one of"):
@@ -165,7 +166,7 @@ def test_resolved_round_trips_through_json():
     ("float8", "fp8"), ("fp32-fused", "fp32-fused"), ("fp32-fused+compile", "fp32-fused+compile"),
     ("amp-bf16+compile", "amp-bf16+compile"), ("bf16+compiled", "amp-bf16+compile"),
     ("fp8+compile=max-autotune", "fp8+max-autotune"), ("fp8-rowwise+torchao", "fp8-rowwise+torchao"),
-    ("amp-bf16+fp8_min_dim=512", "amp-bf16+fp8_min_dim=512"),
+    ("amp-bf16+fp8_min_dim=512", "amp-bf16+fp8_min_dim=512"), ("fp4", "nvfp4"),
 ])
 def test_names_users_type_parse_to_one_canonical_name(typed, canonical):
     from overdrive.recipes import canonical_name, parse_recipe_name
@@ -211,3 +212,130 @@ def test_overrides_name_the_recipe_in_the_grammar():
     r = get_recipe("amp-bf16", activation_checkpointing="full", compile="default")
     assert r.name == "amp-bf16+compile+ckpt" and parse_recipe_name(r.name) == r
     assert recipe_name(Recipe(precision="bf16", compile="default")) == "amp-bf16+compile"
+
+
+# -- MXFP8 / NVFP4 on faked B200, H100 and CPU machines ------------------------------------------
+
+def test_b200_block_scaled_prefers_transformer_engine_then_torchao():
+    from fakes import TE_B200, TORCHAO_B200
+
+    for name, prec in (("mxfp8", "fp8"), ("nvfp4", "fp4")):
+        res = resolve(name, env("b200", te=TE_B200, torchao=TORCHAO_B200))
+        assert (res.fp8_backend, res.fp8_scaling, res.precision) == ("transformer_engine", name, prec)
+        assert not res.fallbacks and not res.emulated and res.autocast_dtype == "bfloat16"
+        res = resolve(name, env("b200", torchao=TORCHAO_B200))  # no TE: torchao is a choice, not a fallback
+        assert res.fp8_backend == "torchao" and res.fp8_scaling == name and not res.fallbacks
+        res = resolve(f"{name}+te", env("b200", torchao=TORCHAO_B200))
+        assert res.fp8_backend == "torchao" and chosen(res, name).fallback
+        assert "Transformer Engine is not installed" in chosen(res, name).reason
+
+
+def test_b200_old_te_has_no_nvfp4():
+    from fakes import TE_B200, TORCHAO_B200
+
+    e = env("b200", te=dict(TE_B200, version="2.7.1", is_nvfp4_available=None), torchao=TORCHAO_B200)
+    res = resolve("nvfp4", e)
+    assert res.fp8_backend == "torchao"
+    res = resolve("nvfp4+te", e)
+    assert "predates NVFP4" in chosen(res, "nvfp4").reason and "2.8" in chosen(res, "nvfp4").reason
+
+
+def test_b200_torchao_nvfp4_kernel_failure_is_reported():
+    from fakes import TORCHAO_B200
+
+    ao = dict(TORCHAO_B200, nvfp4_ok=False, nvfp4_error="RuntimeError: 0 active drivers")
+    res = resolve("nvfp4", env("b200", torchao=ao))
+    d = chosen(res, "fp8_scaling")
+    assert res.fp8_scaling == "tensorwise" and res.fp8_backend == "torchao" and d.fallback
+    assert "0 active drivers" in d.reason
+
+
+def test_h100_block_scaled_fall_back_to_per_tensor_fp8_not_emulation():
+    for name in ("mxfp8", "nvfp4"):
+        res = resolve(name, env("h100", te=TE_OK, torchao=AO_GPU))
+        d = chosen(res, "fp8_scaling")
+        assert res.fp8_scaling == "tensorwise" and res.fp8_backend == "transformer_engine" and res.precision == "fp8"
+        assert d.fallback and "SM 10" in d.reason and "H100" in d.reason
+        with pytest.raises(RecipeUnavailable, match="SM 10"):
+            resolve(name, env("h100", te=TE_OK, torchao=AO_GPU), strict=True)
+    res = resolve("nvfp4+emulated", env("h100", te=TE_OK, torchao=AO_GPU))  # numerics study, asked for
+    assert res.fp8_backend == "emulated" and res.precision == "fp4" and not res.fallbacks
+
+
+def test_cpu_block_scaled_are_emulated_and_say_which_gemms():
+    for name, prec in (("mxfp8", "fp8"), ("nvfp4", "fp4")):
+        res = resolve(name, env(None, torchao=TORCHAO_EMU))
+        d = chosen(res, name)
+        assert (res.fp8_backend, res.precision, res.autocast_dtype) == ("emulated", prec, None) and res.emulated
+        assert d.fallback and "forward, grad-input and grad-weight GEMMs" in d.reason and "not faster" in d.reason
+        with pytest.raises(RecipeUnavailable, match="numerics only"):
+            resolve(name, env(None, torchao=TORCHAO_EMU), strict=True)
+    # NVFP4 emulation is plain torch; MXFP8's is torchao's recipe.
+    assert resolve("nvfp4", env(None)).fp8_backend == "emulated"
+    res = resolve("mxfp8", env(None))
+    assert res.fp8_backend is None and res.precision == "fp32"
+    assert "torchao is not installed" in chosen(res, "fp8_scaling").reason
+
+
+def test_te_before_2_9_is_probed_through_its_fp8_module(monkeypatch):
+    """TE 2.0-2.8 have no top-level is_fp8_available: the probe must ask transformer_engine.pytorch.fp8."""
+    import sys
+    import types
+
+    from overdrive.env import _probes
+
+    te_root, te_pt, fp8 = (types.ModuleType(n) for n in ("transformer_engine", "transformer_engine.pytorch",
+                                                         "transformer_engine.pytorch.fp8"))
+    te_root.__version__ = "2.5.0"
+    fp8.check_fp8_support = lambda: (True, "")
+    fp8.check_mxfp8_support = lambda: (False, "Device compute capability 10.0 or higher required for MXFP8 execution.")
+
+    class FP8GlobalStateManager:
+        @staticmethod
+        def is_fp8_block_scaling_available():
+            return False, "FP8 block scaled GEMM requires compute capability 9.0 or higher and CUDA >= 12.9."
+
+    fp8.FP8GlobalStateManager = FP8GlobalStateManager
+    te_pt.fp8 = fp8
+    for name, mod in {"transformer_engine": te_root, "transformer_engine.pytorch": te_pt,
+                      "transformer_engine.pytorch.fp8": fp8, "transformer_engine_torch": types.ModuleType("x")}.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setattr(_probes, "_device", lambda: "cpu")
+    f = _probes.probe_te()
+    assert f["fp8_available"] is True and f["is_mxfp8_available"] is False
+    assert f["probe_api"] == "transformer_engine.pytorch.fp8.check_fp8_support"
+    assert f["is_fp8_block_scaling_available"] is False and "nvfp4" not in str(f)
+    res = resolve("fp8", env("h100", te=dict(f, smoke_ok=True)))
+    assert res.fp8_backend == "transformer_engine" and not res.fallbacks
+
+
+def test_te_before_2_2_has_no_current_scaling():
+    old = dict(TE_OK, version="2.1.0")
+    res = resolve("fp8", env("h100", te=old))
+    d = chosen(res, "fp8_scaling")
+    assert res.fp8_backend == "transformer_engine" and res.fp8_scaling == "delayed" and d.fallback
+    assert "Float8CurrentScaling (first in TE 2.2)" in d.reason
+    res = resolve("fp8+compile", env("h100", te=old, torchao=AO_GPU))  # delayed fails under compile: torchao
+    assert res.fp8_backend == "torchao" and res.fp8_scaling == "tensorwise"
+    res = resolve("fp8-delayed+compile", env("h100", te=old))
+    assert res.compile == "off" and [d for d in res.decisions if d.field == "compile"][-1].fallback
+
+
+def test_te_fp8_is_not_combined_with_activation_checkpointing():
+    res = resolve("fp8+ckpt", env("h100", te=TE_OK, torchao=AO_GPU))
+    assert res.fp8_backend == "torchao" and res.activation_checkpointing == "full"
+    assert "CheckpointError" in chosen(res, "fp8").reason
+    res = resolve("fp8+te+ckpt", env("h100", te=TE_OK, torchao=AO_GPU))
+    assert res.fp8_backend == "torchao" and chosen(res, "fp8").fallback
+    with pytest.raises(RecipeUnavailable, match="CheckpointError"):
+        resolve("fp8+te+ckpt", env("h100", te=TE_OK, torchao=AO_GPU), strict=True)
+    from fakes import TE_B200, TORCHAO_B200
+
+    res = resolve("mxfp8+ckpt", env("b200", te=TE_B200, torchao=TORCHAO_B200))
+    assert res.fp8_backend == "torchao" and res.fp8_scaling == "mxfp8"
+
+
+def test_max_autotune_trains_without_cuda_graphs():
+    res = resolve("amp-bf16+max-autotune", env("h100"))
+    assert res.compile == "max-autotune-no-cudagraphs"
+    assert "CUDA graphs" in chosen(res, "compile").reason

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["LayerDecision", "swap_modules", "share_params"]
+__all__ = ["LayerDecision", "swap_modules", "share_params", "plan_swaps"]
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,23 @@ class LayerDecision:
     reason: str
 
 
+def _targets(model: nn.Module, decide) -> list[tuple[str, nn.Module, bool, str]]:
+    out = []
+    for fqn, mod in model.named_modules():
+        if not fqn:
+            continue
+        d = decide(mod, fqn)
+        if d is not None:
+            out.append((fqn, mod, d[0], d[1]))
+    return out
+
+
+def plan_swaps(model: nn.Module, decide: Callable[[nn.Module, str], tuple[bool, str] | None],
+               kind: Callable[[nn.Module], str]) -> list[LayerDecision]:
+    """What `swap_modules` would do, without doing it (for engines that swap through their own entry point)."""
+    return [LayerDecision(fqn=f, kind=kind(m), converted=do, reason=why) for f, m, do, why in _targets(model, decide)]
+
+
 def swap_modules(model: nn.Module, decide: Callable[[nn.Module, str], tuple[bool, str] | None],
                  factory: Callable[[nn.Module, str], nn.Module], kind: Callable[[nn.Module], str]
                  ) -> list[LayerDecision]:
@@ -30,15 +47,7 @@ def swap_modules(model: nn.Module, decide: Callable[[nn.Module, str], tuple[bool
     The root module itself is never swapped.
     """
     out: list[LayerDecision] = []
-    targets: list[tuple[str, nn.Module, bool, str]] = []
-    for fqn, mod in model.named_modules():
-        if not fqn:
-            continue
-        d = decide(mod, fqn)
-        if d is None:
-            continue
-        targets.append((fqn, mod, d[0], d[1]))
-    for fqn, mod, do, why in targets:
+    for fqn, mod, do, why in _targets(model, decide):
         if do:
             parent_name, _, child = fqn.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model

@@ -61,12 +61,16 @@ def probe_te() -> dict:
     try:
         import transformer_engine.pytorch as te
 
-        ok = te.is_fp8_available(return_reason=True) if hasattr(te, "is_fp8_available") else (None, "")
-        f["fp8_available"], f["fp8_reason"] = (bool(ok[0]), str(ok[1])) if isinstance(ok, tuple) else (bool(ok), "")
-        for probe in ("is_mxfp8_available", "is_fp8_block_scaling_available", "is_nvfp4_available"):
-            if hasattr(te, probe):
-                r = getattr(te, probe)(return_reason=True)
-                f[probe] = bool(r[0]) if isinstance(r, tuple) else bool(r)
+        for what in ("fp8", "mxfp8", "nvfp4", "fp8_block_scaling"):
+            got = _te_support(te, what)
+            if got is None:
+                continue
+            ok, reason, api = got
+            key = "fp8_available" if what == "fp8" else f"is_{what}_available"
+            f[key], f[f"{what}_reason"] = ok, reason
+            f.setdefault("probe_api", api)
+        f.setdefault("fp8_available", False)
+        f.setdefault("fp8_reason", "this Transformer Engine has no FP8 availability check")
     except BaseException as e:
         f["fp8_available"], f["fp8_reason"] = False, _err(e)
     if _device() == "cuda":
@@ -85,7 +89,58 @@ def probe_te() -> dict:
             f["smoke_ok"], f["smoke_fp8"] = True, bool(f.get("fp8_available"))
         except BaseException as e:
             f["smoke_ok"], f["smoke_error"] = False, _err(e)
+        # The block-scaled formats' kernels, where TE says the GPU has them (SM 10.x): one te.Linear
+        # forward+backward under each recipe, so "available" means "ran here".
+        for fmt, cls in (("mxfp8", "MXFP8BlockScaling"), ("nvfp4", "NVFP4BlockScaling")):
+            if not f.get(f"is_{fmt}_available"):
+                continue
+            try:
+                import torch
+                import transformer_engine.pytorch as te
+                from transformer_engine.common import recipe
+
+                lin = te.Linear(128, 128, params_dtype=torch.bfloat16).cuda()
+                x = torch.randn(128, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                rec = getattr(recipe, cls)()
+                ctx = te.autocast(enabled=True, recipe=rec) if hasattr(te, "autocast") else \
+                    te.fp8_autocast(enabled=True, fp8_recipe=rec)
+                with ctx:
+                    y = lin(x)
+                y.float().sum().backward()
+                torch.cuda.synchronize()
+                f[f"{fmt}_smoke_ok"] = True
+            except BaseException as e:
+                f[f"{fmt}_smoke_ok"], f[f"{fmt}_smoke_error"] = False, _err(e)
     return f
+
+
+def _te_support(te, what: str) -> tuple[bool, str, str] | None:
+    """(available, reason, which API answered) for one TE format check, across TE versions.
+
+    TE >= 2.9 exports `is_<what>_available(return_reason=True)` at the top level. TE 2.0-2.8 have
+    `transformer_engine.pytorch.fp8.check_<what>_support()` -> (bool, reason) and the same answer
+    from `FP8GlobalStateManager.is_<what>_available()`. Asking only the top level classed every
+    TE 2.0-2.8 as "no FP8" on Hopper."""
+    fn = getattr(te, f"is_{what}_available", None)
+    if fn is not None:
+        r = fn(return_reason=True)
+        ok, why = (r[0], r[1]) if isinstance(r, tuple) else (r, "")
+        return bool(ok), str(why or ""), f"transformer_engine.pytorch.is_{what}_available"
+    try:
+        fp8 = importlib.import_module("transformer_engine.pytorch.fp8")
+    except ImportError:
+        return None
+    fn = getattr(fp8, f"check_{what}_support", None)
+    api = f"transformer_engine.pytorch.fp8.check_{what}_support"
+    if fn is None:
+        mgr = getattr(fp8, "FP8GlobalStateManager", None)
+        fn = getattr(mgr, f"is_{what}_available", None) if mgr is not None else None
+        api = f"FP8GlobalStateManager.is_{what}_available"
+    if fn is None:
+        return None
+    r = fn()
+    ok, why = (r[0], r[1]) if isinstance(r, tuple) else (r, "")
+    return bool(ok), str(why or ""), api
 
 
 def probe_apex() -> dict:
@@ -146,6 +201,11 @@ def probe_torchao() -> dict:
         f["emulate_ok"] = True
     except BaseException as e:
         f["emulate_ok"], f["emulate_error"] = False, _err(e)
+    try:
+        _run_mx("mxfp8", "cpu", emulated=True)
+        f["mxfp8_emulate_ok"] = True
+    except BaseException as e:
+        f["mxfp8_emulate_ok"], f["mxfp8_emulate_error"] = False, _err(e)
     if _device() == "cuda":
         cc = torch.cuda.get_device_capability()
         f["gpu_cc"] = list(cc)
@@ -156,7 +216,40 @@ def probe_torchao() -> dict:
                 f["fp8_ok"] = True
             except BaseException as e:
                 f["fp8_ok"], f["fp8_error"] = False, _err(e)
+        if cc >= (10, 0):  # MXFP8 (CUDA cast kernels: a source build on some platforms) and NVFP4 (Triton)
+            for fmt in ("mxfp8", "nvfp4"):
+                try:
+                    _run_mx(fmt, "cuda", emulated=False)
+                    torch.cuda.synchronize()
+                    f[f"{fmt}_ok"] = True
+                except BaseException as e:
+                    f[f"{fmt}_ok"], f[f"{fmt}_error"] = False, _err(e)
     return f
+
+
+def _run_mx(fmt: str, device: str, *, emulated: bool) -> None:
+    """One forward+backward of torchao 0.18's MXFP8 / NVFP4 training linear (dims 128: NVFP4's rule)."""
+    import torch
+
+    if fmt == "mxfp8":
+        from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe
+        from torchao.prototype.moe_training.mxfp8_linear import MXFP8Linear
+
+        cfg = MXFP8TrainingOpConfig.from_recipe(MXFP8TrainingRecipe.MXFP8_EMULATED_RCEIL if emulated
+                                                else MXFP8TrainingRecipe.MXFP8_RCEIL)
+        lin = MXFP8Linear(128, 128, bias=False, kernel_preference=cfg.kernel_preference,
+                          scale_calculation_mode=cfg.scale_calculation_mode)
+    else:
+        from torchao.prototype.moe_training.nvfp4_training.nvfp4_training import NVFP4Linear
+
+        lin = NVFP4Linear(128, 128)
+    dtype = torch.float32 if emulated else torch.bfloat16
+    lin = lin.to(device, dtype)
+    x = torch.randn(128, 128, device=device, dtype=dtype, requires_grad=True)
+    y = lin(x)
+    y.float().sum().backward()
+    if not torch.isfinite(y).all():
+        raise RuntimeError(f"{fmt} linear produced non-finite output")
 
 
 def probe_liger() -> dict:

@@ -88,7 +88,9 @@ def _te(f: dict, has_gpu: bool, gpu_name: str) -> EngineStatus:
         return EngineStatus(name=n, status="broken", version=v,
                             reason=f"extension transformer_engine_torch fails to load: {err}", fix=_TE_INSTALL)
     details = {k: f[k] for k in ("fp8_available", "is_mxfp8_available", "is_fp8_block_scaling_available",
-                                 "is_nvfp4_available") if k in f}
+                                 "is_nvfp4_available", "mxfp8_reason", "nvfp4_reason", "probe_api",
+                                 "mxfp8_smoke_ok", "mxfp8_smoke_error", "nvfp4_smoke_ok", "nvfp4_smoke_error")
+               if k in f}
     if not has_gpu:
         return EngineStatus(name=n, status="unsupported", version=v, details=details,
                             reason="imports and loads, but its kernels need a CUDA GPU", fix="run on an NVIDIA GPU")
@@ -141,6 +143,8 @@ def _torchao(f: dict, has_gpu: bool, gpu_name: str, fp8_gpu: bool) -> EngineStat
                             fix="install a torchao built for this torch (torchao >= 0.17 needs torch >= 2.10): "
                                 "pip install -U torchao")
     details = {"emulate_ok": bool(f.get("emulate_ok")), "fp8_ok": bool(f.get("fp8_ok"))}
+    details.update({k: f[k] for k in ("mxfp8_emulate_ok", "mxfp8_emulate_error", "mxfp8_ok", "mxfp8_error",
+                                      "nvfp4_ok", "nvfp4_error") if k in f})
     if not f.get("emulate_ok"):
         return EngineStatus(name=n, status="broken", version=v, details=details,
                             reason=f"float8 training fails even emulated: {f.get('emulate_error')}",
@@ -156,6 +160,61 @@ def _torchao(f: dict, has_gpu: bool, gpu_name: str, fp8_gpu: bool) -> EngineStat
                             fix="pip install -U torchao (match the torch version)")
     return EngineStatus(name=n, status="ok", version=v, details=details,
                         reason=f"Float8Linear forward+backward ran on {gpu_name} (emulation also available)")
+
+
+def _block_scaled(fmt: str, engines: dict[str, EngineStatus], gpus: list[dict]) -> EngineStatus:
+    """Does MXFP8 / NVFP4 really run here, engine by engine (Transformer Engine, torchao, emulation)?
+
+    ok: an engine's kernels ran on this GPU; unsupported: the GPU lacks the format (SM 10.x) and only
+    emulation runs (numerics, not speed); broken: a capable GPU whose engines failed; missing: nothing."""
+    name = fmt.upper()
+    capable = [g for g in gpus if tuple(g["cc"]) >= (10, 0) and (fmt == "nvfp4" or g["cc"][0] == 10)]
+    te, ao = engines.get("transformer_engine"), engines.get("torchao")
+    per: dict[str, str] = {}
+    since = {"mxfp8": "2.0", "nvfp4": "2.8"}[fmt]
+    if te is None or te.status == "missing":
+        per["transformer_engine"] = "not installed"
+    elif te.status == "broken":
+        per["transformer_engine"] = f"broken ({te.reason})"
+    elif te.details.get(f"is_{fmt}_available") is None:
+        per["transformer_engine"] = (f"TE {te.version or '?'} reports no {name} support (needs TE >= {since} and "
+                                     "SM >= 10.0)" if gpus else "needs a CUDA GPU with SM >= 10.0")
+    elif not te.details.get(f"is_{fmt}_available"):
+        per["transformer_engine"] = f"TE {te.version}: {te.details.get(f'{fmt}_reason') or 'needs SM >= 10.0'}"
+    elif te.details.get(f"{fmt}_smoke_ok") is False:
+        per["transformer_engine"] = f"TE {te.version}: te.Linear failed: {te.details.get(f'{fmt}_smoke_error')}"
+    else:
+        per["transformer_engine"] = f"ok (TE {te.version}, te.Linear ran under {name})"
+    if ao is None or ao.status == "missing":
+        per["torchao"] = "not installed"
+    elif not capable:
+        per["torchao"] = f"torchao {ao.version}: its {name} kernels need SM >= 10.0"
+    elif ao.details.get(f"{fmt}_ok"):
+        per["torchao"] = f"ok (torchao {ao.version}, training linear ran)"
+    else:
+        per["torchao"] = f"torchao {ao.version}: failed: {ao.details.get(f'{fmt}_error') or ao.reason}"
+    if fmt == "nvfp4":
+        per["emulated"] = "ok (overdrive's NVFP4 emulation: plain torch, numerics only)"
+    elif ao is not None and ao.details.get("mxfp8_emulate_ok"):
+        per["emulated"] = "ok (torchao MXFP8_EMULATED_RCEIL, numerics only)"
+    else:
+        per["emulated"] = "needs torchao" if ao is None or ao.status == "missing" else \
+            f"torchao's emulated recipe failed: {ao.details.get('mxfp8_emulate_error')}"
+    reason = "; ".join(f"{k}: {v}" for k, v in per.items())
+    real = [k for k in ("transformer_engine", "torchao") if per[k].startswith("ok")]
+    if real:
+        return EngineStatus(name=fmt, status="ok", reason=reason, details={"engines": per, "runs_on": real})
+    emulated = per["emulated"].startswith("ok")
+    if capable:
+        return EngineStatus(name=fmt, status="broken", reason=reason, details={"engines": per},
+                            fix=f"pip install -U transformer_engine[pytorch] (TE >= {since}) or torchao >= 0.18 "
+                                f"(its MXFP8 kernels may need a source build on this platform)")
+    g = gpus[0] if gpus else None
+    where = f"{g['name']} is SM {g['cc'][0]}.{g['cc'][1]}" if g else "no GPU"
+    return EngineStatus(name=fmt, status="unsupported" if emulated else "missing",
+                        reason=f"{name} needs SM >= 10.0 ({where}); " + reason, details={"engines": per},
+                        fix=f"run on a Blackwell GPU (B200/B300) for {name} speed" +
+                            ("" if emulated else "; pip install 'overdrive[torchao]' for emulation"))
 
 
 def _gpu_kernel_lib(n: str, f: dict, has_gpu: bool, gpu_name: str, smoke_key: str, what: str,
@@ -265,6 +324,8 @@ def classify_engines(facts: dict, gpus: list[dict]) -> dict[str, EngineStatus]:
         else:
             out[name] = _gpu_kernel_lib(name, f, has_gpu, gpu_name, "kernel_ok", "a tiny Triton kernel",
                                         "pip install -U triton")
+    for fmt in ("mxfp8", "nvfp4"):
+        out[fmt] = _block_scaled(fmt, out, gpus)
     cc = facts.get("toolchain", {}).get("c_compiler")
     f = probes.get("compile", {})
     out["torch.compile"] = _failed_probe("torch.compile", f, "the compile probe") or _compile(f, cc)

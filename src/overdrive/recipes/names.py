@@ -26,7 +26,7 @@ ALIASES: dict[str, str] = {
     "no": "fp32", "none": "fp32", "float32": "fp32",
     "plain": "baseline", "eager": "baseline",
     "float8": "fp8", "fp8-tensorwise": "fp8", "rowwise": "fp8-rowwise", "fp8-delayed-scaling": "fp8-delayed",
-    "mx": "mxfp8", "mxfp8-block": "mxfp8",
+    "mx": "mxfp8", "mxfp8-block": "mxfp8", "fp4": "nvfp4",
 }
 
 # Named knobs: each sets a few fields. Order matters only for printing (recipe_name uses it).

@@ -14,7 +14,7 @@ FP8Backend = Literal["auto", "transformer_engine", "torchao", "emulated"]
 Optimizer = Literal["auto", "apex", "torch-fused", "foreach", "for-loop"]
 Norm = Literal["auto", "transformer_engine", "apex", "liger", "torch"]
 Loss = Literal["cross-entropy", "fused-linear-cross-entropy"]
-Compile = Literal["off", "default", "max-autotune"]
+Compile = Literal["off", "default", "max-autotune", "max-autotune-no-cudagraphs"]
 Checkpointing = Literal["none", "selective", "full"]
 
 FIELD_CHOICES: dict[str, tuple[str, ...]] = {
@@ -24,7 +24,7 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "optimizer": ("auto", "apex", "torch-fused", "foreach", "for-loop"),
     "norm": ("auto", "transformer_engine", "apex", "liger", "torch"),
     "loss": ("cross-entropy", "fused-linear-cross-entropy"),
-    "compile": ("off", "default", "max-autotune"),
+    "compile": ("off", "default", "max-autotune", "max-autotune-no-cudagraphs"),
     "activation_checkpointing": ("none", "selective", "full"),
 }
 
@@ -94,6 +94,7 @@ PRESETS: dict[str, Recipe] = {
     "fp8-rowwise": Recipe(name="fp8-rowwise", precision="fp8", fp8_scaling="rowwise"),
     "fp8-delayed": Recipe(name="fp8-delayed", precision="fp8", fp8_scaling="delayed"),
     "mxfp8": Recipe(name="mxfp8", precision="fp8", fp8_scaling="mxfp8"),
+    "nvfp4": Recipe(name="nvfp4", precision="fp4", fp8_scaling="nvfp4"),
 }
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from overdrive.env import EnvReport
+from overdrive.recipes.blackwell import resolve_block_scaled, version_tuple
 from overdrive.recipes.recipe import Recipe, get_recipe
 
 __all__ = ["resolve", "ResolvedRecipe", "Decision", "RecipeUnavailable"]
@@ -120,7 +121,20 @@ def _precision(r: Recipe, env: EnvReport, log: _Log) -> str:
     return log.add("precision", req, req, f"{req} autocast on CPU{note}")
 
 
-def _fp8(r: Recipe, env: EnvReport, log: _Log) -> tuple[str | None, str | None, str]:
+# Why TE FP8 and activation checkpointing are not combined: torch.utils.checkpoint recomputes the
+# block outside TE's FP8 autocast, so the recompute saves other tensors and torch raises CheckpointError
+# (TE's own te.distributed.checkpoint re-enters the autocast; our checkpointing uses torch's).
+TE_AC_CONFLICT = ("Transformer Engine FP8 is not combined with activation checkpointing: the recompute runs "
+                  "outside TE's FP8 autocast (CheckpointError)")
+
+
+def _te_has_current_scaling(te) -> bool:
+    """Float8CurrentScaling first ships in Transformer Engine 2.2 (unknown version: assume it does)."""
+    v = version_tuple(te.version)
+    return not v or v >= (2, 2)
+
+
+def _fp8(r: Recipe, env: EnvReport, log: _Log, compile_mode: str = "off") -> tuple[str | None, str | None, str]:
     """(backend, scaling, precision that runs)."""
     req_b, scaling = r.fp8_backend, r.fp8_scaling
     fp8_gpu = next((g for g in env.gpus if g.capabilities["fp8"]), None)
@@ -133,27 +147,23 @@ def _fp8(r: Recipe, env: EnvReport, log: _Log) -> tuple[str | None, str | None, 
     def ao_why() -> str:
         return f"torchao is {ao.status}: {ao.reason}"
 
-    if scaling == "mxfp8":
-        if te.ok and any(g.capabilities["mxfp8"] for g in env.gpus) and te.details.get("is_mxfp8_available", True):
-            return log.add("fp8", want, "transformer_engine", "MXFP8 block scaling via Transformer Engine on "
-                           + env.gpus[0].name), "mxfp8", "fp8"
-        if not env.gpus:
-            why = "no GPU here"
-        elif not te.ok:
-            why = te_why()
-        else:
-            g = env.gpus[0]
-            why = f"MXFP8 needs SM 10.x, {g.name} is SM {g.cc[0]}.{g.cc[1]}"
-        log.add("fp8_scaling", "mxfp8", "tensorwise", f"mxfp8 requested: {why} → per-tensor (tensorwise) FP8",
+    if scaling in ("mxfp8", "nvfp4"):
+        backend, why = resolve_block_scaled(scaling, req_b, env, log,
+                                            te_blocked=TE_AC_CONFLICT if r.activation_checkpointing != "none"
+                                            else None)
+        if backend:
+            return backend, scaling, "fp4" if scaling == "nvfp4" else "fp8"
+        log.add("fp8_scaling", scaling, "tensorwise", f"{scaling} requested: {why} → per-tensor (tensorwise) FP8",
                 fallback=True)
-        scaling, req_b = "tensorwise", "auto"
+        scaling = "tensorwise"
+        want = f"fp8 ({scaling}, backend {req_b})"
 
     order = {"auto": ["transformer_engine", "torchao"], "transformer_engine": ["transformer_engine", "torchao"],
              "torchao": ["torchao", "transformer_engine"], "emulated": []}[req_b]
 
     def pick(b: str, label: str):
         if req_b in ("auto", b):
-            return log.add("fp8", want, b, label)
+            return log.add("fp8", want, b, label + (f" ({TE_AC_CONFLICT})" if TE_AC_CONFLICT in reasons else ""))
         return log.add("fp8", want, b, f"{req_b} FP8 requested: {'; '.join(reasons)} → {label}", fallback=True)
 
     reasons: list[str] = []
@@ -161,8 +171,19 @@ def _fp8(r: Recipe, env: EnvReport, log: _Log) -> tuple[str | None, str | None, 
         if b == "transformer_engine":
             if not te.ok:
                 reasons.append(te_why())
+            elif r.activation_checkpointing != "none":
+                reasons.append(TE_AC_CONFLICT)
             elif scaling == "rowwise":
                 reasons.append("Transformer Engine has no rowwise scaling (torchao does)")
+            elif scaling == "tensorwise" and not _te_has_current_scaling(te):
+                no_cs = f"Transformer Engine {te.version} has no Float8CurrentScaling (first in TE 2.2)"
+                if compile_mode != "off":
+                    reasons.append(f"{no_cs} and its DelayedScaling fails under torch.compile")
+                    continue
+                log.add("fp8_scaling", "tensorwise", "delayed", f"{no_cs} → DelayedScaling (amax history 16); "
+                        "pip install -U transformer_engine[pytorch] for current scaling", fallback=True)
+                scaling = "delayed"
+                return pick(b, f"Transformer Engine runs FP8 ({scaling}) on {fp8_gpu.name}"), scaling, "fp8"
             else:
                 return pick(b, f"Transformer Engine runs FP8 ({scaling}) on {fp8_gpu.name}"), scaling, "fp8"
         if b == "torchao":
@@ -251,7 +272,14 @@ def resolve(recipe: str | Recipe, env: EnvReport, *, strict: bool = False) -> Re
     compile_mode = r.compile
     if compile_mode != "off":
         st = env.engine("torch.compile")
-        if st.ok:
+        if st.ok and compile_mode == "max-autotune":
+            # "max-autotune" turns on CUDA graphs, which in a training loop replay over buffers that the
+            # optimizer and any tensor kept across steps (teacher logits) overwrite; inductor's own
+            # training-safe variant keeps the autotuned kernels without the graphs.
+            compile_mode = log.add("compile", r.compile, "max-autotune-no-cudagraphs",
+                                   "torch.compile(mode='max-autotune-no-cudagraphs'): max-autotune's CUDA graphs are "
+                                   "unsafe in training (buffers reused across steps)")
+        elif st.ok:
             log.add("compile", r.compile, r.compile, f"torch.compile(mode={r.compile!r})")
         else:
             compile_mode = log.add("compile", r.compile, "off", f"compile requested: {st.reason} → eager",
@@ -260,17 +288,21 @@ def resolve(recipe: str | Recipe, env: EnvReport, *, strict: bool = False) -> Re
         log.add("compile", "off", "off", "eager")
 
     fp8_backend = fp8_scaling = None
-    if r.precision == "fp8":
-        fp8_backend, fp8_scaling, precision = _fp8(r, env, log)
+    if r.precision in ("fp8", "fp4"):
+        fp8_backend, fp8_scaling, precision = _fp8(r, env, log, compile_mode)
         if fp8_backend == "transformer_engine" and fp8_scaling == "delayed" and compile_mode != "off":
-            log.add("fp8_scaling", "delayed", "tensorwise", "TE DelayedScaling fails under torch.compile → "
-                    "current (tensorwise) scaling", fallback=True)
-            fp8_scaling = "tensorwise"
+            if _te_has_current_scaling(env.engine("transformer_engine")):
+                log.add("fp8_scaling", "delayed", "tensorwise", "TE DelayedScaling fails under torch.compile → "
+                        "current (tensorwise) scaling", fallback=True)
+                fp8_scaling = "tensorwise"
+            else:
+                compile_mode = log.add("compile", r.compile, "off", "TE DelayedScaling fails under torch.compile "
+                                       "and this TE has no current scaling (TE < 2.2) → eager", fallback=True)
     else:
         precision = _precision(r, env, log)
 
-    if precision == "fp8":
-        # FP8 covers the linears; the rest runs under bf16 autocast where bf16 is fast.
+    if precision in ("fp8", "fp4"):
+        # FP8/FP4 covers the linears; the rest runs under bf16 autocast where bf16 is fast.
         base = "bf16" if (env.gpus and env.gpus[0].capabilities["bf16"]) or env.best_precision == "bf16" else "fp32"
         if fp8_backend == "emulated":
             base = "fp32"  # emulation studies FP8 numerics in isolation: the rest stays fp32
