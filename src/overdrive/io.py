@@ -1,16 +1,27 @@
-"""Files written so that a crash leaves the old version or the new one, never half of one."""
+"""Files written so that a crash leaves the old version or the new one, never half of one; output
+paths checked before the work that fills them; JSON read from untrusted files without tracebacks."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 
-__all__ = ["write_atomic"]
+from overdrive.errors import UserError
+
+__all__ = ["write_atomic", "check_writable", "read_json"]
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only portable way to read it: set and restore at once
+    os.umask(mask)
+    return mask
 
 
 def write_atomic(path: str, data: str | bytes) -> None:
     """Write to a temporary file in the same folder, fsync, then rename over `path`: a crash
-    leaves either the old file or the new one, never half of one."""
+    leaves either the old file or the new one, never half of one. The file gets the mode a plain
+    open() would give it (0666 less the umask), not mkstemp's private 0600."""
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path))
@@ -19,8 +30,67 @@ def write_atomic(path: str, data: str | bytes) -> None:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def check_writable(path: str, *, flag: str, kind: str = "folder") -> None:
+    """Refuse, before any work, an output that could not be written at the end.
+
+    kind="folder": `path` is (or will be created as) a folder that receives files;
+    kind="file": `path` is a file to (over)write. Creates missing folders, writes and deletes a probe
+    file, and raises UserError naming the flag and the fix.
+    """
+    p = os.path.abspath(path)
+    if kind == "file":
+        if os.path.isdir(p):
+            raise UserError(f"{flag} {path} is a folder: pass a file path")
+        folder = os.path.dirname(p)
+    else:
+        if os.path.exists(p) and not os.path.isdir(p):
+            raise UserError(f"{flag} {path} is a file: pass a folder (it is created if missing)")
+        folder = p
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".overdrive-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UserError(f"{flag} {path} is not writable ({e.strerror or type(e).__name__}): pass a path you can "
+                        "write to") from None
+
+
+def read_json(path: str, *, schema: dict | None = None, what: str = "JSON file", fix: str = "") -> object:
+    """A JSON document from a file, checked against a JSON schema when one is given.
+
+    Every way the file can be wrong (missing, not JSON, nested deeper than Python recurses, not
+    matching the schema) is a ValueError/FileNotFoundError with one line naming the problem.
+    """
+    tail = f": {fix}" if fix else ""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} not found{tail}") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path} is a folder, not a {what}{tail}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        where = f" ({e.msg} at line {e.lineno})" if isinstance(e, json.JSONDecodeError) else ""
+        raise ValueError(f"{path} is not valid JSON{where}{tail}") from None
+    except RecursionError:
+        raise ValueError(f"{path} is nested too deeply to be a {what}{tail}") from None
+    if schema is not None:
+        import jsonschema
+
+        try:
+            err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(doc))
+        except RecursionError:
+            raise ValueError(f"{path} is nested too deeply to be a {what}{tail}") from None
+        if err is not None:
+            at = "/".join(str(x) for x in err.absolute_path) or "top level"
+            raise ValueError(f"{path} is not a valid {what}: at {at}: {err.message[:200]}{tail}")
+    return doc

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from overdrive.train import latest_checkpoint, load_config, load_exported, train
+from overdrive.train import TrainHooks, TrainingDiverged, latest_checkpoint, load_config, load_exported, train
 
 pytestmark = pytest.mark.slow
 
@@ -119,20 +119,27 @@ def test_sigkill_during_training_then_resume_matches(tmp_path):
     assert max(abs(a[s] - b[s]) for s in a) < 1e-6
 
 
+# The test passes its fault in: a save that sleeps once its shards are written, before the rename.
+_SLOW_SAVE = ("import sys, time; from overdrive.train import TrainHooks, load_config, train; "
+              "cfg = load_config(sys.argv[1], sys.argv[2:]); "
+              "train(cfg, resume=True, hooks=TrainHooks(on_checkpoint_written=lambda tmp: time.sleep(3)))")
+
+
 def test_sigkill_during_save_leaves_a_loadable_checkpoint(tmp_path):
     run = tmp_path / "r"
-    args = ["--set", "train.steps=30", "--set", "train.checkpoint_every=10", "--set", "train.keep_last=3"]
-    p = subprocess.Popen([sys.executable, "-m", "overdrive", "train", "examples/tiny.toml", *_sets(run), *args],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         env=dict(os.environ, OVERDRIVE_TEST_SAVE_SLEEP="3"))
-    ok = _wait_for(lambda: (run / "checkpoints" / "step_0000020.tmp").exists(), p)
+    sets = BASE + [f"train.out_dir=\"{run}\"", "train.steps=30", "train.checkpoint_every=10", "train.keep_last=3"]
+    p = subprocess.Popen([sys.executable, "-c", _SLOW_SAVE, "examples/tiny.toml", *sets],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ok = _wait_for(lambda: (run / "checkpoints" / "step_0000020.tmp" / "extra_rank0.pt").exists(), p)
     time.sleep(0.5)  # inside the save: shards written, not yet renamed into place
     p.send_signal(signal.SIGKILL)
     p.wait()
     assert ok
     assert latest_checkpoint(str(run)).endswith("step_0000010")
+    args = ["--set", "train.steps=30", "--set", "train.checkpoint_every=10", "--set", "train.keep_last=3"]
     cp = _cli("examples/tiny.toml", *_sets(run), *args, "--resume")
     assert cp.returncode == 0 and latest_checkpoint(str(run)).endswith("step_0000030")
+    assert "took over the lock" in cp.stderr  # the killed trainer's lock, said once
     # the stale .tmp of the killed save was replaced by a complete step 20
     assert not (run / "checkpoints" / "step_0000020.tmp").exists()
     assert (run / "checkpoints" / "step_0000020" / ".metadata").exists()
@@ -171,21 +178,92 @@ def test_bad_input_messages_and_exit_codes(tmp_path):
 def test_world_size_must_divide_the_batch(monkeypatch, tmp_path):
     from overdrive.train import trainer
 
-    monkeypatch.setattr(trainer, "_dist_setup", lambda force=False: (0, 2, "cpu"))
+    monkeypatch.setattr(trainer, "dist_setup", lambda force=False, timeout_s=0: (0, 2, "cpu"))
     with pytest.raises(ValueError, match="does not divide by the world size 2"):
         train(_cfg(tmp_path, "train.global_batch=15", "train.micro_batch=5"), quiet=True)
 
 
-def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+def test_nan_loss_stops_and_names_the_last_good_checkpoint(tmp_path, monkeypatch, capsys):
     run = tmp_path / "r"
-    cp = _cli("examples/tiny.toml", *_sets(run), "--set", "train.steps=30", "--set", "train.checkpoint_every=10",
-              env={"OVERDRIVE_INJECT_NAN_STEP": "15"})
-    assert cp.returncode == 3 and "loss became nan at step 15" in cp.stderr and "step_0000010" in cp.stderr
+    real = train
+    # The CLI path (exit code 3, one line), with the fault passed in by the test.
+    monkeypatch.setattr("overdrive.train.train",
+                        lambda cfg, **kw: real(cfg, **kw, hooks=TrainHooks(nan_loss_at=16)))
+    from overdrive.cli import main
+
+    code = main(["train", "examples/tiny.toml", *_sets(run), "--set", "train.steps=30", "--set",
+                 "train.checkpoint_every=10"])
+    err = capsys.readouterr().err
+    assert code == 3 and "loss became nan at step 16" in err and "step_0000010" in err, err
     assert latest_checkpoint(str(run)).endswith("step_0000010")
 
 
-def test_fp16_scaler_skips_a_nan_step(tmp_path, monkeypatch):
-    monkeypatch.setenv("OVERDRIVE_INJECT_NAN_STEP", "3")
+def test_nan_gradient_with_finite_loss_never_reaches_the_optimizer_or_a_checkpoint(tmp_path):
+    run = tmp_path / "r"
+    cfg = _cfg(run, "train.steps=12", "train.checkpoint_every=4", "train.log_every=1")
+    with pytest.raises(TrainingDiverged) as e:
+        train(cfg, quiet=True, hooks=TrainHooks(nan_grad_at=6))
+    msg = str(e.value)
+    assert "gradient norm became nan" in msg and "at step 6" in msg and "step_0000004" in msg, msg
+    # the log counts the same way: step 5 is the last logged step
+    assert max(_losses(run)) == 5
+    ck = latest_checkpoint(str(run), verify=True)
+    assert ck.endswith("step_0000004")
+    from overdrive.train.checkpoint import load_model_weights
+    from overdrive.train.weights import build_model
+
+    m = build_model(cfg, 256)
+    load_model_weights(ck, m)
+    assert all(torch.isfinite(p).all() for p in m.parameters())
+
+
+def test_grad_clip_zero_still_catches_a_nan_gradient(tmp_path):
+    cfg = _cfg(tmp_path / "r", "train.steps=4", "train.checkpoint_every=0", "optimizer.grad_clip=0")
+    with pytest.raises(TrainingDiverged, match="gradient norm became nan at step 2"):
+        train(cfg, quiet=True, hooks=TrainHooks(nan_grad_at=2))
+
+
+def test_fp16_scaler_skips_a_nan_step(tmp_path):
     res = train(_cfg(tmp_path / "r", "train.steps=8", "train.recipe=\"amp-fp16\"", "train.checkpoint_every=0"),
-                quiet=True)
+                quiet=True, hooks=TrainHooks(nan_loss_at=4))
     assert len(res.losses) == 8 and res.losses[-1] < res.losses[0]
+
+
+def test_readme_sequence_keeps_runs_apart(tmp_path):
+    """fp32, then another recipe, in the same out_dir: the second run goes to a fresh folder, says so, and
+    resume/export/keep_last/metrics each see one run."""
+    run = tmp_path / "tiny"
+    a = train(_cfg(run, "train.steps=6", "train.checkpoint_every=2", "train.keep_last=2"), quiet=True)
+    b = train(_cfg(run, "train.steps=4", "train.checkpoint_every=2", "train.keep_last=2", "optimizer.lr=1e-3"),
+              quiet=True)
+    assert a.run_dir == str(run) and b.run_dir == str(run) + "-2"
+    assert any("this run writes to" in n for n in b.notes)
+    assert sorted(os.listdir(run / "checkpoints")) == ["latest", "step_0000004", "step_0000006"]
+    assert max(_losses(run)) == 6 and max(_losses(b.run_dir)) == 4
+    again = train(_cfg(run, "train.steps=6"), resume=True, quiet=True)
+    assert again.losses == [] and again.run_dir == str(run)  # "already finished" is true of this run
+    c = train(_cfg(run, "train.steps=3", "train.checkpoint_every=0"), overwrite=True, quiet=True)
+    assert c.run_dir == str(run) and sorted(os.listdir(run / "checkpoints")) == ["latest", "step_0000003"]
+    assert max(_losses(run)) == 3 and any("--overwrite" in n for n in c.notes)
+
+
+def test_outputs_are_checked_before_the_work(tmp_path, capsys):
+    from overdrive.cli import main
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["train", "examples/tiny.toml", *_sets(blocker / "run"), "--set", "train.steps=5"]) == 2
+    assert "train.out_dir" in capsys.readouterr().err
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "checkpoints").write_text("not a folder")  # checkpoints/ cannot be written: refused at once
+    assert main(["train", "examples/tiny.toml", *_sets(run), "--set", "train.steps=5", "--resume"]) == 2
+    assert "checkpoints" in capsys.readouterr().err and not (run / "metrics.jsonl").exists()
+    assert main(["train", "examples/tiny.toml", *_sets(run), "--export", str(blocker / "model.pt")]) == 2
+    assert "--export" in capsys.readouterr().err
+
+
+def test_a_batch_beyond_memory_is_refused_with_the_estimate(tmp_path):
+    with pytest.raises(ValueError, match=r"needs at least [\d.]+ GiB .* lower train.micro_batch"):
+        train(_cfg(tmp_path / "r", "train.global_batch=20000000", "train.micro_batch=20000000"), quiet=True)
+    assert not (tmp_path / "r").exists()

@@ -9,7 +9,7 @@ import pytest
 from fakes import TORCHAO_EMU, machine
 from overdrive.bench import Candidate, Suite, run_bench
 from overdrive.bench.analysis import loss_tolerance
-from overdrive.data import Batches, DataError, builtin_tokens, file_tokens
+from overdrive.data import DataError, TokenData, builtin_tokens, file_tokens
 from overdrive.bench.flops import flops_per_token, mfu
 from overdrive.bench.stats import speedup_ci, summarize
 from overdrive.bench.suites import BASELINE, FUSED
@@ -63,9 +63,9 @@ def test_builtin_data_is_deterministic_and_learnable():
     a, b = builtin_tokens(5000, seed=3), builtin_tokens(5000, seed=3)
     assert np.array_equal(a, b) and a.max() < 256
     assert len(set(a.tolist())) <= 48  # a small alphabet with strong structure
-    batches = Batches(a, batch=2, seq=16, seed=1)
-    x1, y1 = batches.get(5)
-    x2, y2 = batches.get(5)
+    batches = TokenData(a, seq_len=16, seed=1)
+    x1, y1 = batches.get(5, 2)
+    x2, y2 = batches.get(5, 2)
     assert (x1 == x2).all() and (x1[:, 1:] == y1[:, :-1]).all()
 
 

@@ -36,7 +36,7 @@ class _Pair:
         import torch
 
         from overdrive.accelerate import Accelerated
-        from overdrive.data import Batches, builtin_tokens, file_tokens
+        from overdrive.data import TokenData, builtin_tokens, file_tokens
         from overdrive.env import build_report, set_env
         from overdrive.models import GPT, gpt_config
         from overdrive.recipes import ResolvedRecipe
@@ -50,7 +50,8 @@ class _Pair:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
         tokens = file_tokens(spec["data"]) if spec.get("data") else builtin_tokens(spec["data_tokens"])
-        self.batches = Batches(tokens, batch=spec["batch"], seq=spec["seq"], seed=spec["seed"])
+        self.batches = TokenData(tokens, seq_len=spec["seq"], seed=spec["seed"])
+        self.batch = spec["batch"]
         resolved = ResolvedRecipe.from_dict(spec["resolved"])
         self.lr = spec["lr"] * spec.get("lr_scale", 1.0)  # lr_scale: tests inject a diverging recipe
         self.accs = {}
@@ -76,7 +77,7 @@ class _Pair:
 
         if self.fail_at is not None and self.step_i >= self.fail_at:
             raise RuntimeError("injected backend failure (test)")
-        x, y = self.batches.get(self.step_i, self.device)
+        x, y = self.batches.get(self.step_i, self.batch, self.device)
         t, s = self.accs["teacher"], self.accs["student"]
         e0 = self._timer()
         with t.autocast():
@@ -138,7 +139,9 @@ def _make_task(spec: dict):
 
 def _classify(e: BaseException) -> str:
     msg = str(e).lower()
-    return "oom" if ("out of memory" in msg or isinstance(e, MemoryError)) else "backend"
+    # CUDA says "out of memory"; the CPU allocator "can't allocate memory ... (Cannot allocate memory)".
+    oom = ("out of memory", "can't allocate memory", "cannot allocate memory")
+    return "oom" if (any(s in msg for s in oom) or isinstance(e, MemoryError)) else "backend"
 
 
 def worker_main(conn) -> None:

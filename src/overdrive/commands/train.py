@@ -11,22 +11,29 @@ from overdrive.errors import UserError
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from overdrive.data import DataError
-    from overdrive.train import (CheckpointError, ConfigError, TrainingDiverged, export_weights, load_config,
-                                 train)
+    from overdrive.io import check_writable
+    from overdrive.train import (CheckpointError, ConfigError, RankTimeout, TrainingDiverged, export_weights,
+                                 load_config, train)
 
+    rank0 = int(os.environ.get("RANK", "0")) == 0
     try:
         cfg = load_config(args.config, args.set or [])
         if args.export:
-            path = export_weights(args.from_dir or cfg.train.out_dir, cfg, args.export)
+            check_writable(args.export, flag="--export", kind="file")  # before loading anything
+            say = lambda m: print(f"overdrive: {m}", file=sys.stderr)  # noqa: E731
+            path = export_weights(args.from_dir or cfg.train.out_dir, cfg, args.export, say=say)
             print(f"exported {path}")
             return 0
-        res = train(cfg, resume=args.resume)
+        res = train(cfg, resume=args.resume, overwrite=args.overwrite)
     except (ConfigError, DataError, CheckpointError, ValueError) as e:
         raise UserError(str(e)) from None
     except TrainingDiverged as e:
         print(f"overdrive: training stopped: {e}", file=sys.stderr)
         return 3
-    if int(os.environ.get("RANK", "0")) == 0:
+    except RankTimeout as e:
+        print(f"overdrive: training stopped: {e}", file=sys.stderr)
+        return 4
+    if rank0:
         v = f", final val loss {res.final_val_loss:.4f}" if res.final_val_loss is not None else ""
         print(f"done: {len(res.losses)} steps, last loss {res.losses[-1]:.4f}{v}; run in {res.run_dir}"
               if res.losses else f"nothing to do: {res.run_dir} already finished")
@@ -37,12 +44,17 @@ def register(sub) -> None:
     t = sub.add_parser("train", help="train a reference GPT (distillation, checkpointing, FSDP2 under torchrun)",
                        description="Train per a TOML config (see examples/tiny.toml). Under torchrun "
                                    "(torchrun --nproc_per_node=N -m overdrive train CONFIG) the model is sharded "
-                                   "with FSDP2. Checkpoints are sharded (torch.distributed.checkpoint) and "
-                                   "crash-safe; --resume continues from the newest. Exit codes: 2 bad input, "
-                                   "3 training diverged.")
+                                   "with FSDP2. Checkpoints are sharded (torch.distributed.checkpoint), verified "
+                                   "and crash-safe; --resume continues from the newest intact one. A run folder "
+                                   "holds one run: reusing one needs --resume or --overwrite, else the run goes to "
+                                   "a fresh folder. Exit codes: 2 bad input, 3 training diverged, 4 a rank stopped "
+                                   "answering.")
     t.add_argument("config", help="TOML config file")
     t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override, e.g. --set train.steps=200")
-    t.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in train.out_dir")
+    t.add_argument("--resume", action="store_true", help="continue the run in train.out_dir from its newest "
+                                                         "intact checkpoint")
+    t.add_argument("--overwrite", action="store_true", help="delete the run already in train.out_dir and start "
+                                                            "afresh there")
     t.add_argument("--export", metavar="PATH", help="write the newest checkpoint as one plain state_dict and exit")
     t.add_argument("--from", dest="from_dir", metavar="DIR", help="with --export: a run folder or checkpoint "
                                                                   "(default train.out_dir)")

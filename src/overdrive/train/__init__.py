@@ -1,9 +1,13 @@
 """`overdrive train`: a recipe-driven trainer with distillation, activation checkpointing, FSDP2
-under torchrun and crash-safe sharded checkpoints."""
+under torchrun and crash-safe, verified sharded checkpoints."""
 
-from overdrive.train.checkpoint import CheckpointError, latest_checkpoint
+from overdrive.train.checkpoint import CheckpointError, latest_checkpoint, verify_checkpoint
 from overdrive.train.config import ConfigError, TrainConfig, load_config
-from overdrive.train.trainer import TrainingDiverged, TrainResult, export_weights, load_exported, train
+from overdrive.train.rundir import RunDirError
+from overdrive.train.runtime import RankTimeout
+from overdrive.train.trainer import TrainHooks, TrainingDiverged, TrainResult, train
+from overdrive.train.weights import export_weights, load_exported
 
-__all__ = ["train", "TrainConfig", "load_config", "ConfigError", "TrainingDiverged", "TrainResult",
-           "CheckpointError", "latest_checkpoint", "export_weights", "load_exported"]
+__all__ = ["train", "TrainConfig", "load_config", "ConfigError", "TrainingDiverged", "TrainResult", "TrainHooks",
+           "CheckpointError", "latest_checkpoint", "verify_checkpoint", "export_weights", "load_exported",
+           "RunDirError", "RankTimeout"]

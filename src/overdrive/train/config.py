@@ -7,6 +7,7 @@ is allowed (the CLI exits with code 2). `--set section.key=value` overrides a va
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import types
 import typing
@@ -46,7 +47,7 @@ class DataCfg:
     """The tail of the token stream held out for evaluation."""
     builtin_tokens: int = 1 << 19
     vocab_size: int | None = None
-    """For .bin data: the tokenizer's vocabulary (default: max token + 1)."""
+    """The vocabulary (default: 256 for text and builtin, max token + 1 for .bin); must exceed every token id."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,7 +60,7 @@ class OptimCfg:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
-    """0 disables clipping."""
+    """Clip the global gradient norm to this; 0 disables clipping (the norm is still checked for NaN/inf)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +78,7 @@ class LoopCfg:
     """none | selective (every `checkpoint_every_k`-th block) | full."""
     checkpoint_every_k: int = 2
     eval_every: int = 50
+    """Steps between evaluations on the held-out split (0: none)."""
     eval_batches: int = 4
     log_every: int = 10
     out_dir: str = "runs/train"
@@ -85,6 +87,8 @@ class LoopCfg:
     keep_last: int = 2
     fsdp: str = "auto"
     """auto (FSDP2 when WORLD_SIZE > 1) | on (also on one rank under torchrun) | off."""
+    dist_timeout_s: float = 600.0
+    """Under torchrun: how long a collective waits for a rank before the job stops and names it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,6 +165,10 @@ def load_config(path: str | None, overrides: list[str] = ()) -> TrainConfig:
                 raw = tomllib.load(f)
         except FileNotFoundError:
             raise ConfigError(f"config file {path} not found") from None
+        except IsADirectoryError:
+            raise ConfigError(f"config path {path} is a folder: pass a TOML file (e.g. examples/tiny.toml)") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path} is not a text TOML file") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
     for ov in overrides:
@@ -180,6 +188,12 @@ def load_config(path: str | None, overrides: list[str] = ()) -> TrainConfig:
 
 def _check(cfg: TrainConfig) -> None:
     t, o = cfg.train, cfg.optimizer
+    for sec in _SECTIONS:
+        part = getattr(cfg, sec)
+        for f in fields(part) if part is not None else ():
+            v = getattr(part, f.name)
+            if isinstance(v, float) and not math.isfinite(v):  # TOML allows nan and inf
+                raise ConfigError(f"'{sec}.{f.name}' must be a finite number, got {v}")
     choices = {"train.activation_checkpointing": (t.activation_checkpointing, ("none", "selective", "full")),
                "data.format": (cfg.data.format, ("auto", "text", "uint16", "uint32")),
                "train.fsdp": (t.fsdp, ("auto", "on", "off"))}
@@ -191,6 +205,23 @@ def _check(cfg: TrainConfig) -> None:
                    ("train.keep_last", t.keep_last), ("train.checkpoint_every_k", t.checkpoint_every_k)):
         if v < 1:
             raise ConfigError(f"'{key}' must be >= 1, got {v}")
+    for key, v in (("train.eval_every", t.eval_every), ("train.checkpoint_every", t.checkpoint_every),
+                   ("optimizer.warmup_steps", o.warmup_steps), ("optimizer.weight_decay", o.weight_decay),
+                   ("optimizer.grad_clip", o.grad_clip)):
+        if v < 0:  # grad_clip=-1 would flip every gradient; checkpoint_every=-1 would save every step
+            raise ConfigError(f"'{key}' must be >= 0, got {v}")
+    if t.eval_batches < 1:
+        raise ConfigError(f"'train.eval_batches' must be >= 1, got {t.eval_batches} (to skip evaluation set "
+                          "train.eval_every = 0)")
+    if not t.dist_timeout_s > 0:
+        raise ConfigError(f"'train.dist_timeout_s' must be > 0 seconds, got {t.dist_timeout_s}")
+    for key, v in (("optimizer.beta1", o.beta1), ("optimizer.beta2", o.beta2)):
+        if not 0 <= v < 1:
+            raise ConfigError(f"'{key}' must be in [0, 1), got {v}")
+    if cfg.data.builtin_tokens < 1:
+        raise ConfigError(f"'data.builtin_tokens' must be >= 1, got {cfg.data.builtin_tokens}")
+    if cfg.data.vocab_size is not None and cfg.data.vocab_size < 1:
+        raise ConfigError(f"'data.vocab_size' must be >= 1, got {cfg.data.vocab_size}")
     if not 0 < cfg.data.val_fraction < 0.5:
         raise ConfigError(f"'data.val_fraction' must be in (0, 0.5), got {cfg.data.val_fraction}")
     if o.lr <= 0 or o.min_lr < 0 or o.min_lr > o.lr:
@@ -204,5 +235,25 @@ def _check(cfg: TrainConfig) -> None:
         parse_recipe_name(t.recipe)
     except ValueError as e:
         raise ConfigError(f"'train.recipe' = {t.recipe!r}: {e}") from None
-    if cfg.teacher and cfg.teacher.size not in GPT_SIZES:
-        raise ConfigError(f"'teacher.size' = {cfg.teacher.size!r}: sizes are {', '.join(GPT_SIZES)}")
+    m = cfg.model
+    for key in ("n_layer", "n_head", "n_embd"):
+        v = getattr(m, key)
+        if v is not None and v < 1:
+            raise ConfigError(f"'model.{key}' must be >= 1, got {v}")
+    heads = m.n_head or GPT_SIZES[m.size].n_head
+    width = m.n_embd or GPT_SIZES[m.size].n_embd
+    if width % heads:
+        raise ConfigError(f"'model.n_embd' = {width} does not divide into {heads} heads: pick a multiple of the "
+                          "head count")
+    if m.norm is not None and m.norm not in ("layernorm", "rmsnorm"):
+        raise ConfigError(f"'model.norm' = {m.norm!r}: allowed values are layernorm, rmsnorm")
+    tc = cfg.teacher
+    if tc:
+        if tc.size not in GPT_SIZES:
+            raise ConfigError(f"'teacher.size' = {tc.size!r}: sizes are {', '.join(GPT_SIZES)}")
+        if not 0 <= tc.alpha <= 1:
+            raise ConfigError(f"'teacher.alpha' must be in [0, 1], got {tc.alpha}")
+        if not tc.temperature > 0:
+            raise ConfigError(f"'teacher.temperature' must be > 0, got {tc.temperature}")
+        if tc.train_steps < 0:
+            raise ConfigError(f"'teacher.train_steps' must be >= 0, got {tc.train_steps}")

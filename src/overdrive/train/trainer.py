@@ -1,39 +1,52 @@
 """The trainer: one process or many under torchrun (FSDP2), recipe-driven, distillation-capable,
-crash-safe. `train(cfg)` is what `overdrive train CONFIG` runs.
+crash-safe. `train(cfg)` is what `overdrive train CONFIG` runs: `_setup` builds the run (folder,
+lock, data, model, optimizer, resume), then each step is `_step`, with `_evaluate` and `_save` at
+their intervals.
 
 Under torchrun (WORLD_SIZE > 1) each block and the root are wrapped with `fully_shard`, with a
 MixedPrecisionPolicy taken from the recipe (bf16/fp16 parameters in compute, fp32 reductions);
 gloo on CPU, nccl on GPU. Every rank reads its own slice of the global batch; rank 0 logs.
+
+Steps are counted as the log counts them: step 1 is the first optimizer step, and checkpoint
+step_0000010 holds the model after 10 steps.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
+import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
-from overdrive.io import write_atomic
 from overdrive.convert import apply_activation_checkpointing, convert_fp8, convert_norms
+from overdrive.data import TokenData, load_tokens
 from overdrive.env import get_env
-from overdrive.models import GPT, gpt_config
+from overdrive.io import check_writable, write_atomic
 from overdrive.losses import distill_loss
+from overdrive.models import GPT
 from overdrive.optim import build_adamw
 from overdrive.recipes import Recipe, get_recipe, resolve
-from overdrive.train.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, load_model_weights,
-                                        save_checkpoint)
+from overdrive.train.checkpoint import (latest_checkpoint, load_model_weights, resume_checkpoint, save_checkpoint,
+                                        verify_checkpoint)
 from overdrive.train.config import TrainConfig
-from overdrive.train.data import TokenData, load_tokens
+from overdrive.train.memory import check_fits, estimate_bytes, free_bytes
+from overdrive.train.rundir import RunDir, RunDirError, claim_run_dir
+from overdrive.train.runtime import Heartbeat, RankTimeout, dist_setup, is_timeout
+from overdrive.train.weights import build_model, export_weights, load_exported
 
-__all__ = ["train", "TrainingDiverged", "TrainResult", "build_model", "export_weights", "load_exported"]
+__all__ = ["train", "TrainingDiverged", "TrainResult", "TrainHooks", "build_model", "export_weights",
+           "load_exported"]
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss became NaN/inf outside fp16 (where the scaler would skip the step)."""
+    """The loss or the gradient norm became NaN/inf outside fp16 (where the scaler would skip the step)."""
 
 
 @dataclass
@@ -43,27 +56,22 @@ class TrainResult:
     final_val_loss: float | None
     run_dir: str
     resumed_from: int | None
+    notes: list[str] = field(default_factory=list)
+    """What the run said about its folder, lock and checkpoints (also printed unless quiet)."""
 
 
-def _dist_setup(force: bool = False) -> tuple[int, int, str]:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if force and "MASTER_ADDR" not in os.environ:
-        raise ValueError("train.fsdp = \"on\" needs torchrun (it sets MASTER_ADDR): torchrun --nproc_per_node=1 "
-                         "-m overdrive train CONFIG")
-    if (world > 1 or force) and not dist.is_initialized():
-        dist.init_process_group("nccl" if device == "cuda" else "gloo")
-        if device == "cuda":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    return rank, world, device
+@dataclass(frozen=True, kw_only=True)
+class TrainHooks:
+    """Faults that tests inject, passed to `train(hooks=...)`; never read from the environment."""
 
-
-def build_model(cfg: TrainConfig, vocab: int, size: str | None = None) -> GPT:
-    m = cfg.model
-    over = {k: getattr(m, k) for k in ("n_layer", "n_head", "n_embd", "norm", "tie_embeddings")
-            if getattr(m, k) is not None and size is None}
-    return GPT(gpt_config(size or m.size, vocab_size=vocab, block_size=cfg.train.seq_len, **over))
+    nan_loss_at: int | None = None
+    """The step (counted as the log counts) whose loss is made NaN."""
+    nan_grad_at: int | None = None
+    """The step whose gradients get a NaN while the loss stays finite."""
+    stall: tuple[int, int, float] | None = None
+    """(rank, step, seconds): that rank stops answering for that long at the start of that step."""
+    on_checkpoint_written: Callable[[str], None] | None = None
+    """Called with the .tmp folder once this rank's checkpoint files are written, before the rename."""
 
 
 def _lr_at(step: int, cfg: TrainConfig) -> float:
@@ -88,7 +96,7 @@ class _Log:
         self.path = os.path.join(run_dir, "metrics.jsonl")
         self.tb = None
         if rank == 0:
-            os.makedirs(run_dir, exist_ok=True)
+            check_writable(self.path, flag="train.out_dir", kind="file")  # now, not at the first log line
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
@@ -108,6 +116,7 @@ class _Log:
         if not self.quiet:
             print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in rec.items()),
                   flush=True)
+
 
 
 def _prepare(model: GPT, recipe: Recipe, cfg: TrainConfig, world: int, device: str, fsdp: bool):
@@ -137,9 +146,68 @@ def _prepare(model: GPT, recipe: Recipe, cfg: TrainConfig, world: int, device: s
     return res, autocast, impl
 
 
-def train(cfg: TrainConfig, *, resume: bool = False, quiet: bool = False) -> TrainResult:
-    t = cfg.train
-    rank, world, device = _dist_setup(force=t.fsdp == "on")
+@dataclass
+class _Run:
+    """Everything `_setup` builds and the step, eval and save use."""
+
+    cfg: TrainConfig
+    rank: int
+    world: int
+    device: str
+    run_dir: str
+    run_id: str
+    folder: RunDir | None  # rank 0 holds the folder's lock
+    log: _Log
+    data: TokenData
+    model: GPT
+    opt: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler | None
+    autocast: str | None
+    teacher: GPT | None
+    hooks: TrainHooks
+    heartbeat: Heartbeat
+    quiet: bool
+    notes: list[str]
+    start: int = 0
+    resumed_from: int | None = None
+    last_good: str | None = None  # the newest checkpoint this run saved or resumed from
+
+    def close(self) -> None:
+        if self.folder is not None:
+            self.folder.lock.release()
+            self.folder = None
+
+
+def _sayer(rank: int, quiet: bool, notes: list[str]) -> Callable[[str], None]:
+    def say(msg: str) -> None:
+        if rank == 0:
+            notes.append(msg)
+            if not quiet:
+                print(f"overdrive: {msg}", file=sys.stderr, flush=True)
+    return say
+
+
+def _claim(out_dir: str, rank: int, world: int, *, resume: bool, overwrite: bool, say) -> tuple[str, str, RunDir | None]:
+    """Rank 0 claims the folder; every rank learns where the run goes (or the one-line error)."""
+    folder, payload = None, [None]
+    if rank == 0:
+        try:
+            check_writable(out_dir, flag="train.out_dir")
+            folder = claim_run_dir(out_dir, resume=resume, overwrite=overwrite, say=say)
+            payload = [(folder.path, folder.run_id, None)]
+        except Exception as e:  # RunDirError, UserError (not writable), OSError: one line on every rank
+            payload = [(None, None, str(e))]
+    if world > 1:
+        dist.broadcast_object_list(payload, src=0)
+    path, run_id, err = payload[0]
+    if err:
+        raise RunDirError(err)
+    return path, run_id, folder
+
+
+def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hooks: TrainHooks) -> _Run:
+    t, o = cfg.train, cfg.optimizer
+    rank, world, device = dist_setup(force=t.fsdp == "on", timeout_s=t.dist_timeout_s)
     fsdp = t.fsdp == "on" or (t.fsdp == "auto" and world > 1)
     if t.fsdp == "off" and world > 1:
         raise ValueError("train.fsdp = \"off\" with several ranks: each rank would train its own copy; use "
@@ -151,164 +219,210 @@ def train(cfg: TrainConfig, *, resume: bool = False, quiet: bool = False) -> Tra
     if per_rank % t.micro_batch:
         raise ValueError(f"train.global_batch / world = {per_rank} is not a multiple of train.micro_batch="
                          f"{t.micro_batch}: pick a micro-batch that divides it")
-    tokens, vocab = load_tokens(cfg.data)
-    data = TokenData(tokens, seq_len=t.seq_len, val_fraction=cfg.data.val_fraction, seed=t.seed)
-    run_dir = t.out_dir
-    log = _Log(run_dir, rank, quiet)
+    d = cfg.data
+    tokens, vocab = load_tokens(d.train, fmt=d.format, vocab_size=d.vocab_size, builtin_n=d.builtin_tokens)
+    data = TokenData(tokens, seq_len=t.seq_len, val_fraction=d.val_fraction, seed=t.seed)
+    with torch.device("meta"):  # sizes only: no memory, no RNG
+        shape = build_model(cfg, vocab)
+    act, state = estimate_bytes(n_params=sum(p.numel() for p in shape.parameters()), n_layer=shape.config.n_layer,
+                                n_embd=shape.config.n_embd, vocab=vocab, micro_batch=t.micro_batch,
+                                seq_len=t.seq_len, shards=world if fsdp else 1)
+    check_fits(act=act, state=state, free=free_bytes(device), micro_batch=t.micro_batch, seq_len=t.seq_len)
 
-    teacher = None
-    if cfg.teacher:
-        teacher = _teacher(cfg, data, vocab, device, rank, world, quiet)
+    notes: list[str] = []
+    say = _sayer(rank, quiet, notes)
+    run_dir, run_id, folder = _claim(t.out_dir, rank, world, resume=resume, overwrite=overwrite, say=say)
+    try:
+        log = _Log(run_dir, rank, quiet)
+        if rank == 0:
+            check_writable(os.path.join(run_dir, "checkpoints"), flag="train.out_dir (its checkpoints/ folder)")
+        teacher = _teacher(cfg, run_dir, vocab, device, quiet) if cfg.teacher else None
+        torch.manual_seed(t.seed)
+        model = build_model(cfg, vocab)
+        res, autocast, impl = _prepare(model, get_recipe(t.recipe), cfg, world, device, fsdp)
+        opt = build_adamw(model, impl, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
+        scaler = torch.amp.GradScaler(device) if res.grad_scaler else None
+        run = _Run(cfg=cfg, rank=rank, world=world, device=device, run_dir=run_dir, run_id=run_id, folder=folder,
+                   log=log, data=data, model=model, opt=opt, scaler=scaler, autocast=autocast, teacher=teacher,
+                   hooks=hooks, heartbeat=Heartbeat(rank, world), quiet=quiet, notes=notes)
+        if resume:
+            _resume(run, say)
+        if rank == 0:
+            write_atomic(os.path.join(run_dir, "config.json"),
+                         json.dumps({"run_id": run_id, **cfg.to_dict()}, indent=1))
+            write_atomic(os.path.join(run_dir, "recipe.json"), json.dumps(res.to_dict(), indent=1))
+        return run
+    except BaseException:
+        if folder is not None:
+            folder.lock.release()
+        raise
 
-    torch.manual_seed(t.seed)
-    model = build_model(cfg, vocab)
-    res, autocast, impl = _prepare(model, get_recipe(t.recipe), cfg, world, device, fsdp)
-    o = cfg.optimizer
-    opt = build_adamw(model, impl, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
-    scaler = torch.amp.GradScaler(device) if res.grad_scaler else None
-    start, resumed_from = 0, None
-    if resume:
-        ck = latest_checkpoint(run_dir)
-        if ck:
-            extra = load_checkpoint(ck, model, opt, rank=rank, world=world)
-            start = resumed_from = int(extra["step"])
-            torch.set_rng_state(extra["rng_cpu"])
-            if scaler and extra.get("scale") is not None:
-                scaler.update(float(extra["scale"]))
-            if rank == 0 and not quiet:
-                print(f"resumed from {ck} at step {start}", flush=True)
-    if rank == 0:
-        write_atomic(os.path.join(run_dir, "config.json"), json.dumps(cfg.to_dict(), indent=1))
-        write_atomic(os.path.join(run_dir, "recipe.json"), json.dumps(res.to_dict(), indent=1))
 
-    losses, val_losses = [], {}
-    inject_nan = int(os.environ.get("OVERDRIVE_INJECT_NAN_STEP", "-1"))  # tests: a diverging step
-    t0 = time.perf_counter()
-    for step in range(start, t.steps):
-        lr = _lr_at(step, cfg)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        micro = data.rank_micro_batches(step, t.global_batch, rank, world, t.micro_batch)
-        total = torch.zeros((), device=device)  # summed on device: one host sync per step, not per micro-batch
-        for x, y in micro:
-            x, y = x.to(device), y.to(device)
-            ctx = torch.autocast(device, dtype=getattr(torch, autocast)) if autocast else torch.autocast(
-                device, enabled=False)
-            with ctx:
-                logits, ce = model(x, y)
-                loss = ce
-                if teacher is not None:
-                    with torch.no_grad():
-                        t_logits, _ = teacher(x)
-                    loss = distill_loss(logits, t_logits, y, alpha=cfg.teacher.alpha,
-                                        temperature=cfg.teacher.temperature)
-            if step == inject_nan:
-                loss = loss * float("nan")
-            scaled = loss / len(micro)
-            (scaler.scale(scaled) if scaler else scaled).backward()
-            total += loss.detach().float() / len(micro)
-        step_loss = _all_mean(float(total), world, device)
-        if not math.isfinite(step_loss) and not scaler:
-            last = latest_checkpoint(run_dir)
-            raise TrainingDiverged(f"loss became {step_loss} at step {step}; stopped without saving. Last good "
-                                   f"checkpoint: {last or 'none'}. Lower optimizer.lr or use grad clipping.")
-        if scaler:
-            scaler.unscale_(opt)
-        if o.grad_clip:
-            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip)
-            gnorm = float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)
-        else:
-            gnorm = float("nan")
-        if scaler:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(step_loss)
-        done = step + 1
-        if done % t.log_every == 0 or done == t.steps:
-            el = time.perf_counter() - t0
-            log({"step": done, "loss": step_loss, "lr": lr, "grad_norm": gnorm,
-                 "tokens_per_s": (done - start) * t.global_batch * t.seq_len / max(el, 1e-9)})
-        if t.eval_every and (done % t.eval_every == 0 or done == t.steps):
-            v = _evaluate(model, data, cfg, rank, world, device, autocast)
-            val_losses[done] = v
-            log({"step": done, "val_loss": v})
-        if (t.checkpoint_every and done % t.checkpoint_every == 0) or done == t.steps:
-            extra = {"step": done, "rng_cpu": torch.get_rng_state(),
-                     "scale": scaler.get_scale() if scaler else None, "world": world}
-            save_checkpoint(run_dir, done, model, opt, extra, rank=rank, world=world, keep_last=t.keep_last)
-    final = val_losses.get(t.steps)
-    return TrainResult(losses=losses, val_losses=val_losses, final_val_loss=final, run_dir=run_dir,
-                       resumed_from=resumed_from)
+def _resume(run: _Run, say: Callable[[str], None]) -> None:
+    ck, extra = resume_checkpoint(run.run_dir, run.model, run.opt, run_id=run.run_id, rank=run.rank,
+                                  world=run.world, say=say)
+    if ck is None:
+        say(f"no checkpoint of this run in {run.run_dir} to resume from: starting at step 0")
+        return
+    run.start = run.resumed_from = int(extra["step"])
+    run.last_good = ck
+    torch.set_rng_state(extra["rng_cpu"])
+    if run.scaler and extra.get("scale") is not None:
+        run.scaler.update(float(extra["scale"]))
+    if run.rank == 0 and not run.quiet:
+        print(f"resumed from {ck} at step {run.start}", flush=True)
+
+
+def _autocast(run: _Run):
+    return torch.autocast(run.device, dtype=getattr(torch, run.autocast)) if run.autocast else \
+        torch.autocast(run.device, enabled=False)
+
+
+def _last_good(run: _Run) -> str:
+    """The newest checkpoint of this run that verifies (saves never hold non-finite parameters)."""
+    if run.last_good and verify_checkpoint(run.last_good) is None:
+        return run.last_good
+    return latest_checkpoint(run.run_dir, run_id=run.run_id, verify=True) or "none (this run saved none yet)"
+
+
+def _step(run: _Run, step: int) -> tuple[float, float, float]:
+    """One optimizer step (0-based `step`, logged as step+1): (loss, gradient norm, lr).
+
+    Loss and gradient norm are checked before the optimizer steps: a finite loss with a NaN
+    gradient would otherwise poison the parameters, and every checkpoint after them."""
+    cfg, t, h = run.cfg, run.cfg.train, run.hooks
+    done = step + 1
+    if h.stall and h.stall[0] == run.rank and h.stall[1] == done:
+        time.sleep(h.stall[2])
+    run.heartbeat.beat(done)
+    lr = _lr_at(step, cfg)
+    for g in run.opt.param_groups:
+        g["lr"] = lr
+    micro = run.data.rank_micro_batches(step, t.global_batch, run.rank, run.world, t.micro_batch)
+    total = torch.zeros((), device=run.device)  # summed on device: one host sync per step, not per micro-batch
+    for x, y in micro:
+        x, y = x.to(run.device), y.to(run.device)
+        with _autocast(run):
+            logits, loss = run.model(x, y)
+            if run.teacher is not None:
+                with torch.no_grad():
+                    t_logits, _ = run.teacher(x)
+                loss = distill_loss(logits, t_logits, y, alpha=cfg.teacher.alpha, temperature=cfg.teacher.temperature)
+        if done == h.nan_loss_at:
+            loss = loss * float("nan")
+        scaled = loss / len(micro)
+        (run.scaler.scale(scaled) if run.scaler else scaled).backward()
+        total += loss.detach().float() / len(micro)
+    if done == h.nan_grad_at:
+        next(p for p in run.model.parameters() if p.grad is not None).grad.mul_(float("nan"))
+    step_loss = _all_mean(float(total), run.world, run.device)
+    if run.scaler:
+        run.scaler.unscale_(run.opt)
+    clip = cfg.optimizer.grad_clip or float("inf")  # inf: measure the norm, scale nothing
+    gn = torch.nn.utils.clip_grad_norm_(run.model.parameters(), clip)
+    gnorm = float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)
+    if not run.scaler and not (math.isfinite(step_loss) and math.isfinite(gnorm)):
+        what = f"loss became {step_loss} at step {done}" if not math.isfinite(step_loss) else \
+            f"the gradient norm became {gnorm} at step {done} (loss {step_loss:.4g})"
+        raise TrainingDiverged(f"{what}; stopped before the optimizer step, nothing saved. Last good "
+                               f"checkpoint: {_last_good(run)}. Lower optimizer.lr or use grad clipping.")
+    if run.scaler:  # under fp16 the scaler skips a non-finite step itself
+        run.scaler.step(run.opt)
+        run.scaler.update()
+    else:
+        run.opt.step()
+    run.opt.zero_grad(set_to_none=True)
+    return step_loss, gnorm, lr
 
 
 @torch.no_grad()
-def _evaluate(model, data: TokenData, cfg: TrainConfig, rank: int, world: int, device: str, autocast) -> float:
-    model.eval()
-    tot = 0.0
-    t = cfg.train
-    for i in range(cfg.train.eval_batches):
-        for x, y in data.rank_micro_batches(i, t.global_batch, rank, world, t.micro_batch, split="val"):
-            ctx = torch.autocast(device, dtype=getattr(torch, autocast)) if autocast else torch.autocast(
-                device, enabled=False)
-            with ctx:
-                _, loss = model(x.to(device), y.to(device))
-            tot += float(loss) / (cfg.train.eval_batches * (t.global_batch // world // t.micro_batch))
-    model.train()
-    return _all_mean(tot, world, device)
+def _evaluate(run: _Run) -> float:
+    t = run.cfg.train
+    run.model.eval()
+    tot, n = 0.0, t.eval_batches * (t.global_batch // run.world // t.micro_batch)
+    for i in range(t.eval_batches):
+        for x, y in run.data.rank_micro_batches(i, t.global_batch, run.rank, run.world, t.micro_batch, split="val"):
+            with _autocast(run):
+                _, loss = run.model(x.to(run.device), y.to(run.device))
+            tot += float(loss) / n
+    run.model.train()
+    return _all_mean(tot, run.world, run.device)
 
 
-def _teacher(cfg: TrainConfig, data: TokenData, vocab: int, device: str, rank: int, world: int, quiet: bool):
+def _params_finite(run: _Run) -> bool:
+    ok = all(bool(torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all())
+             for p in run.model.parameters())
+    if run.world > 1:
+        flag = torch.tensor([1.0 if ok else 0.0], device=run.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        ok = bool(flag.item() == 1.0)
+    return ok
+
+
+def _save(run: _Run, done: int) -> None:
+    if not _params_finite(run):  # never write a poisoned checkpoint that a resume would trust
+        raise TrainingDiverged(f"the parameters hold NaN/inf after step {done}; not saved. Last good checkpoint: "
+                               f"{_last_good(run)}. Lower optimizer.lr or use grad clipping.")
+    extra = {"step": done, "rng_cpu": torch.get_rng_state(),
+             "scale": run.scaler.get_scale() if run.scaler else None, "world": run.world}
+    run.last_good = save_checkpoint(run.run_dir, done, run.model, run.opt, extra, rank=run.rank, world=run.world,
+                                    keep_last=run.cfg.train.keep_last, run_id=run.run_id,
+                                    on_written=run.hooks.on_checkpoint_written)
+
+
+def _loop(run: _Run) -> TrainResult:
+    t = run.cfg.train
+    losses, val_losses = [], {}
+    t0 = time.perf_counter()
+    for step in range(run.start, t.steps):
+        done = step + 1
+        try:
+            loss, gnorm, lr = _step(run, step)
+            losses.append(loss)
+            if done % t.log_every == 0 or done == t.steps:
+                el = time.perf_counter() - t0
+                run.log({"step": done, "loss": loss, "lr": lr, "grad_norm": gnorm,
+                         "tokens_per_s": (done - run.start) * t.global_batch * t.seq_len / max(el, 1e-9)})
+            if t.eval_every and (done % t.eval_every == 0 or done == t.steps):
+                val_losses[done] = _evaluate(run)
+                run.log({"step": done, "val_loss": val_losses[done]})
+            if (t.checkpoint_every and done % t.checkpoint_every == 0) or done == t.steps:
+                _save(run, done)
+        except RuntimeError as e:
+            if run.world > 1 and not isinstance(e, (TrainingDiverged, RankTimeout)) and is_timeout(e):
+                raise RankTimeout(run.heartbeat.blame(done, t.dist_timeout_s)) from None
+            raise
+    return TrainResult(losses=losses, val_losses=val_losses, final_val_loss=val_losses.get(t.steps),
+                       run_dir=run.run_dir, resumed_from=run.resumed_from, notes=run.notes)
+
+
+def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, quiet: bool = False,
+          hooks: TrainHooks | None = None) -> TrainResult:
+    """Train per `cfg` in `cfg.train.out_dir` (or a fresh folder next to it when that one holds another run
+    and neither `resume` nor `overwrite` is given: the result's run_dir and notes say which)."""
+    run = _setup(cfg, resume=resume, overwrite=overwrite, quiet=quiet, hooks=hooks or TrainHooks())
+    try:
+        return _loop(run)
+    finally:
+        run.close()
+
+
+def _teacher(cfg: TrainConfig, run_dir: str, vocab: int, device: str, quiet: bool) -> GPT:
     tc = cfg.teacher
     teacher = build_model(cfg, vocab, size=tc.size)
     if tc.checkpoint:
         load_exported(tc.checkpoint, teacher)
     elif tc.train_steps > 0:
-        import dataclasses
-
+        tdir = os.path.join(run_dir, "teacher")
         tcfg = dataclasses.replace(cfg, teacher=None, model=dataclasses.replace(cfg.model, size=tc.size, n_layer=None,
                                                                                  n_head=None, n_embd=None),
-                                   train=dataclasses.replace(cfg.train, steps=tc.train_steps,
-                                                             out_dir=os.path.join(cfg.train.out_dir, "teacher"),
+                                   train=dataclasses.replace(cfg.train, steps=tc.train_steps, out_dir=tdir,
                                                              checkpoint_every=0, eval_every=0))
         train(tcfg, resume=True, quiet=quiet)
-        ck = latest_checkpoint(tcfg.train.out_dir)
-        load_model_weights(ck, teacher)
+        load_model_weights(latest_checkpoint(tdir, verify=True), teacher)
     else:
         raise ValueError("[teacher] needs checkpoint = \"path.pt\" or train_steps > 0")
     teacher.to(device).eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
     return teacher
-
-
-def export_weights(run_dir_or_ckpt: str, cfg: TrainConfig, out_path: str) -> str:
-    """One plain state_dict (for inference) from the newest checkpoint of a run."""
-    ck = run_dir_or_ckpt if os.path.exists(os.path.join(run_dir_or_ckpt, ".metadata")) else \
-        latest_checkpoint(run_dir_or_ckpt)
-    if not ck:
-        raise CheckpointError(f"no complete checkpoint under {run_dir_or_ckpt}: train first")
-    _, vocab = load_tokens(cfg.data)
-    model = build_model(cfg, vocab)
-    load_model_weights(ck, model)
-    import io
-
-    buf = io.BytesIO()
-    torch.save(model.state_dict(), buf)
-    write_atomic(out_path, buf.getvalue())
-    return out_path
-
-
-def load_exported(path: str, model: torch.nn.Module) -> torch.nn.Module:
-    """Load an exported state_dict with weights_only=True (no code runs from the file)."""
-    if not os.path.exists(path):
-        raise CheckpointError(f"{path} not found: export one with `overdrive train CONFIG --export PATH`")
-    try:
-        sd = torch.load(path, map_location="cpu", weights_only=True)
-        model.load_state_dict(sd)
-    except Exception as e:
-        raise CheckpointError(f"cannot load {path} into {type(model).__name__}: {str(e).splitlines()[0][:200]}") \
-            from None
-    return model

@@ -1,0 +1,134 @@
+"""A run folder belongs to one run, and one trainer at a time.
+
+- Each run has an id (in config.json and in every checkpoint's manifest). Starting a run in a folder
+  that holds another run's files needs `resume` (continue that run) or `overwrite` (delete its files);
+  otherwise the new run goes to a fresh folder next to it (`runs/tiny-2`) and says so. Following the
+  README's examples one after the other therefore never mixes checkpoints, `latest` or metrics.
+- A lock (`run.lock`, an flock held for the life of the run, holding the holder's pid and host) makes
+  a second trainer on the same folder fail at once with a message naming the holder. The kernel drops
+  an flock when its process dies, so a lock left by a killed trainer is taken over, and that is said.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["RunDirError", "RunLock", "RunDir", "claim_run_dir", "LOCK_FILE"]
+
+LOCK_FILE = "run.lock"
+# What a run writes into its folder; --overwrite deletes these and nothing else.
+_RUN_FILES = ("checkpoints", "metrics.jsonl", "config.json", "recipe.json", "tb", "teacher")
+
+
+class RunDirError(ValueError):
+    """The run folder cannot be used as asked; the message says why and what to do."""
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class RunLock:
+    """An exclusive, non-blocking flock on FOLDER/run.lock; the file names the holder while held."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder, self.path, self.fd = folder, os.path.join(folder, LOCK_FILE), None
+
+    def acquire(self, say: Callable[[str], None]) -> RunLock:
+        os.makedirs(self.folder, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            h = _holder(fd)
+            os.close(fd)
+            raise RunDirError(f"{self.folder} is in use by another trainer (pid {h.get('pid', '?')} on "
+                              f"{h.get('host', '?')}, since {h.get('started', '?')}): wait for it to finish or set "
+                              "another train.out_dir") from None
+        h = _holder(fd)
+        if h:  # the file still names a holder, yet the lock was free: that process died holding it
+            say(f"took over the lock of {self.folder} left by pid {h.get('pid', '?')} on {h.get('host', '?')} "
+                "(that process is gone)")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": _now()}).encode(), 0)
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        # Truncate, never unlink: unlinking would let a waiter lock a deleted inode while a third
+        # process creates a new file, and both would think they hold the lock.
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)
+            os.close(self.fd)  # closing drops the flock
+            self.fd = None
+
+
+def _holder(fd: int) -> dict:
+    try:
+        raw = os.pread(fd, 4096, 0)
+        return json.loads(raw) if raw.strip() else {}
+    except (OSError, ValueError):
+        return {"pid": "?", "host": "?"}
+
+
+@dataclass
+class RunDir:
+    path: str
+    run_id: str
+    lock: RunLock
+    notes: list[str] = field(default_factory=list)
+
+
+def _run_id_of(folder: str) -> str | None:
+    try:
+        with open(os.path.join(folder, "config.json")) as f:
+            rid = json.load(f).get("run_id")
+        return rid if isinstance(rid, str) else None
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
+
+
+def _contents(folder: str) -> list[str]:
+    return [n for n in os.listdir(folder) if n != LOCK_FILE] if os.path.isdir(folder) else []
+
+
+def new_run_id() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+
+
+def claim_run_dir(out_dir: str, *, resume: bool, overwrite: bool, say: Callable[[str], None]) -> RunDir:
+    """Lock the folder this run will write to and decide its run id (rank 0 only)."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise RunDirError(f"train.out_dir {out_dir} is a file: set train.out_dir to a folder")
+    if resume and overwrite:
+        raise RunDirError("--resume and --overwrite contradict each other: pick one")
+    lock = RunLock(out_dir).acquire(say)
+    try:
+        old, stuff = _run_id_of(out_dir), _contents(out_dir)
+        if resume or not stuff:
+            return RunDir(out_dir, old or new_run_id(), lock)
+        if overwrite:
+            for n in _RUN_FILES:
+                p = os.path.join(out_dir, n)
+                shutil.rmtree(p) if os.path.isdir(p) else (os.path.exists(p) and os.remove(p))
+            say(f"--overwrite: deleted run {old or '(unnamed)'} from {out_dir}")
+            return RunDir(out_dir, new_run_id(), lock)
+    except BaseException:
+        lock.release()
+        raise
+    lock.release()
+    n = 2
+    while _contents(f"{out_dir}-{n}"):
+        n += 1
+    fresh = f"{out_dir}-{n}"
+    say(f"{out_dir} holds another run ({old or 'unnamed'}): this run writes to {fresh} (pass --resume to continue "
+        "that run, or --overwrite to replace it)")
+    return RunDir(fresh, new_run_id(), RunLock(fresh).acquire(say))
