@@ -125,7 +125,8 @@ class Accelerated:
             tag = "FALLBACK " if d.fallback else ""
             lines.append(f"  {tag}{d.field}: {d.chosen}  — {d.reason}")
         if r.emulated:
-            lines.append("  NOTE: FP8 is emulated: it shows FP8 numerics, it is not faster.")
+            fmt = {"mxfp8": "MXFP8", "nvfp4": "NVFP4"}.get(r.fp8_scaling, "FP8")
+            lines.append(f"  NOTE: {fmt} is emulated: it shows {fmt} numerics, it is not faster.")
         for what, decs in self.conversions.items():
             conv = [d for d in decs if d.converted]
             lines.append(f"  {what} swaps: {len(conv)} of {len(decs)} layers converted")
@@ -149,12 +150,9 @@ class Accelerated:
 
 
 def _te_fp8_recipe(scaling: str | None):
-    rec = importlib.import_module("transformer_engine.common.recipe")
-    if scaling == "delayed":
-        return rec.DelayedScaling(fp8_format=rec.Format.HYBRID, amax_history_len=16, amax_compute_algo="max")
-    if scaling == "mxfp8":
-        return rec.MXFP8BlockScaling()
-    return rec.Float8CurrentScaling()
+    from overdrive.convert.fp8 import te_fp8_recipe  # one place knows TE's recipe classes (incl. NVFP4)
+
+    return te_fp8_recipe(scaling)
 
 
 def _keep_state_dict_plain(model: nn.Module) -> None:

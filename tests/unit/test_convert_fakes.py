@@ -129,3 +129,85 @@ def test_norm_without_bias_is_skipped_with_reason(fake_engines):
     decs = convert_norms(m, "apex")
     assert not any(d.converted for d in decs)
     assert "without bias" in decs[0].reason
+
+
+class _FakeOffsetRMS(nn.Module):
+    """LigerRMSNorm's and te.RMSNorm's real constructor defaults: offset=0.0 / zero_centered_gamma=False
+    compute x/rms(x)*w; offset=1.0 / zero_centered_gamma=True compute x/rms(x)*(1+w)."""
+
+    def __init__(self, hidden_size, eps=1e-6, offset=0.0, casting_mode="llama", init_fn="ones", in_place=True,
+                 zero_centered_gamma=False, **kw):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps, self.offset = eps, 1.0 if zero_centered_gamma else offset
+
+    def forward(self, x):
+        return F.rms_norm(x, (x.shape[-1],), eps=self.eps) * (self.offset + self.weight)
+
+
+class Qwen3NextRMSNorm(nn.Module):
+    """Gemma/Qwen3-Next style: weight initialised to zero, output x/rms(x)*(1+w). The class name says
+    nothing about the offset: only its behaviour does."""
+
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.zeros(d)), eps
+
+    def forward(self, x):
+        return F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps) * (1.0 + self.weight.float())
+
+
+@pytest.mark.parametrize("backend", ["liger", "transformer_engine", "apex"])
+def test_gemma_style_rmsnorm_keeps_its_offset(fake_engines, monkeypatch, backend):
+    import sys
+
+    for mod in ("liger_kernel.transformers", "transformer_engine.pytorch", "apex.normalization"):
+        monkeypatch.setattr(sys.modules[mod], "LigerRMSNorm" if "liger" in mod else
+                            ("RMSNorm" if "engine" in mod else "FusedRMSNorm"), _FakeOffsetRMS, raising=False)
+    monkeypatch.setattr(_FakeOffsetRMS, "__module__", "x")
+    torch.manual_seed(0)
+    m = nn.Sequential(Qwen3NextRMSNorm(64), nn.RMSNorm(64, eps=1e-6))
+    with torch.no_grad():
+        m[0].weight.normal_(0, 0.1)
+        m[1].weight.normal_(1, 0.1)
+    x = torch.randn(3, 64)
+    ref = m(x)
+    decs = {d.fqn: d for d in convert_norms(m, backend)}
+    if backend == "apex":
+        assert not decs["0"].converted and "has no offset" in decs["0"].reason
+    else:
+        assert decs["0"].converted and "Gemma-style" in decs["0"].reason and isinstance(m[0], _FakeOffsetRMS)
+        assert m[0].offset == 1.0
+    assert decs["1"].converted and m[1].offset == 0.0
+    assert torch.allclose(m(x), ref, atol=1e-5)
+
+
+def test_rms_offset_is_read_from_behaviour():
+    from overdrive.convert.norms import rms_offset
+
+    class Odd(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(8))
+
+        def forward(self, x):
+            return x * self.weight  # not a norm at all
+
+    assert rms_offset(nn.RMSNorm(8)) == 0.0 and rms_offset(Qwen3NextRMSNorm(8)) == 1.0 and rms_offset(Odd()) is None
+
+
+def test_te_recipe_objects_per_scaling(monkeypatch):
+    import sys
+
+    from overdrive.convert.fp8 import te_fp8_recipe
+
+    rec = types.ModuleType("transformer_engine.common.recipe")
+    for name in ("MXFP8BlockScaling", "NVFP4BlockScaling", "Float8CurrentScaling"):
+        setattr(rec, name, type(name, (), {}))
+    rec.Format = types.SimpleNamespace(HYBRID="HYBRID")
+    rec.DelayedScaling = lambda **kw: ("DelayedScaling", kw)
+    monkeypatch.setitem(sys.modules, "transformer_engine.common.recipe", rec)
+    assert type(te_fp8_recipe("nvfp4")).__name__ == "NVFP4BlockScaling"
+    assert type(te_fp8_recipe("mxfp8")).__name__ == "MXFP8BlockScaling"
+    assert type(te_fp8_recipe("tensorwise")).__name__ == "Float8CurrentScaling"
+    assert te_fp8_recipe("delayed")[1]["amax_history_len"] == 16

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import importlib
 
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 from overdrive.convert.swap import LayerDecision, share_params, swap_modules
 
-__all__ = ["norm_kind", "convert_norms"]
+__all__ = ["norm_kind", "convert_norms", "rms_offset"]
 
 # (module, class) per backend and kind. Signatures as the projects define them:
 #   te.LayerNorm(hidden_size, eps=), te.RMSNorm(hidden_size, eps=)
@@ -44,12 +46,39 @@ def _eps(m: nn.Module) -> float:
     return 1e-6 if norm_kind(m) == "rmsnorm" else 1e-5  # nn.RMSNorm(eps=None) uses finfo.eps; close enough
 
 
+def rms_offset(m: nn.Module) -> float | None:
+    """0.0 for x/rms(x)*w, 1.0 for Gemma-style x/rms(x)*(1+w) (Gemma, Qwen3-Next: weight initialised to
+    zero), None when the module's forward is neither. Decided from what the module computes on a probe
+    input, not from its class name: swapping a Gemma-style norm for a standard one (LigerRMSNorm's
+    default offset=0) multiplies by w ~ 0 and wipes the output."""
+    w = getattr(m, "weight", None)
+    if not isinstance(w, torch.Tensor) or w.dim() != 1:
+        return None
+    if w.is_meta:  # nothing to run: the class name is all there is
+        return 1.0 if "gemma" in type(m).__name__.lower() else 0.0
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, w.shape[0], generator=g).to(device=w.device, dtype=w.dtype)
+    try:
+        with torch.no_grad():
+            y = m(x).float()
+    except Exception:  # a norm that needs more than one tensor argument
+        return None
+    base = F.rms_norm(x.float(), (w.shape[0],), eps=_eps(m))
+    tol = 2e-2 if w.dtype in (torch.float16, torch.bfloat16) else 1e-4
+    for offset in (0.0, 1.0):
+        ref = base * (offset + w.detach().float())
+        if torch.allclose(y, ref, rtol=tol, atol=tol * max(1.0, float(ref.abs().max()))):
+            return offset
+    return None
+
+
 def convert_norms(model: nn.Module, backend: str) -> list[LayerDecision]:
     """Swap every norm for `backend`'s fused module; report each (converted or why not)."""
     if backend == "torch":
         return []
     mod_name, classes = _CLASSES[backend]
     lib = importlib.import_module(mod_name)
+    offsets: dict[int, float] = {}
 
     def decide(m: nn.Module, fqn: str) -> tuple[bool, str] | None:
         k = norm_kind(m)
@@ -62,11 +91,26 @@ def convert_norms(model: nn.Module, backend: str) -> list[LayerDecision]:
             return False, f"LayerNorm without bias: {backend}'s LayerNorm always has one (state_dict would change)"
         if w.dim() != 1:
             return False, "normalises over more than one dimension"
+        if k == "rmsnorm":
+            off = rms_offset(m)
+            if off is None:
+                return False, "its forward is neither x/rms(x)*w nor x/rms(x)*(1+w) on a probe input: kept as is"
+            offsets[id(m)] = off
+            if off == 1.0:
+                if backend == "apex":
+                    return False, "Gemma-style RMSNorm (x*(1+w)): Apex FusedRMSNorm has no offset, kept in torch"
+                how = "zero_centered_gamma=True" if backend == "transformer_engine" else \
+                    "offset=1.0, casting_mode='gemma'"
+                return True, f"{backend} {classes[k]}({how}): Gemma-style x*(1+w), detected from its output"
         return True, f"{backend} {classes[k]}"
 
     def factory(m: nn.Module, fqn: str) -> nn.Module:
         k = norm_kind(m)
-        new = getattr(lib, classes[k])(m.weight.shape[0], eps=_eps(m))
+        kw: dict = {}
+        if offsets.get(id(m)) == 1.0:  # the swapped module must compute x*(1+w) too, as Liger's Gemma patch does
+            kw = {"zero_centered_gamma": True} if backend == "transformer_engine" else \
+                {"offset": 1.0, "casting_mode": "gemma", "in_place": False}
+        new = getattr(lib, classes[k])(m.weight.shape[0], eps=_eps(m), **kw)
         new = new.to(device=m.weight.device)
         share_params(m, new)
         return new
