@@ -29,6 +29,26 @@ echo "== GPU tests ($(( $(date +%s) - start )) s)"
 timeout 180 "$PY" -m pytest -q -m gpu tests/gpu -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
+echo "== MXFP8 / NVFP4 ($(( $(date +%s) - start )) s)"
+# Always: how the doctor and resolve see the Blackwell formats here (per-tensor FP8 fallback before SM 10).
+"$PY" - > "$OUT/blackwell.txt" 2>&1 <<'PYEOF' || status=1
+import overdrive
+env = overdrive.get_env()
+for fmt in ("mxfp8", "nvfp4"):
+    st = env.engine(fmt)
+    res = overdrive.resolve(fmt, env)
+    print(f"{fmt}: doctor {st.status}: {st.reason}")
+    print(f"{fmt}: resolves to {res.fp8_backend} {res.fp8_scaling} ({res.precision})",
+          [d.reason for d in res.fallbacks])
+PYEOF
+cat "$OUT/blackwell.txt"
+# Blackwell only (SM >= 10.0): the real MXFP8/NVFP4 kernels train the reference GPT (tests/gpu, -k block_scaled).
+if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.get_device_capability() >= (10, 0) else 1)" 2>/dev/null; then
+  timeout 240 "$PY" -m pytest -q -m gpu tests/gpu/test_accelerate_gpu.py -k "block_scaled" -p no:cacheprovider \
+    2>&1 | tee -a "$OUT/blackwell.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
 echo "== FSDP2 training run ($(( $(date +%s) - start )) s)"
 rm -rf /tmp/overdrive_gpu_train
 timeout 150 "$PY" -m torch.distributed.run --nproc_per_node=1 -m overdrive train examples/tiny.toml \

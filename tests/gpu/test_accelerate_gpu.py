@@ -113,3 +113,44 @@ def test_apex_fused_adam_and_norms():
     x = torch.randint(0, 4096, (4, 129), device="cuda")
     _fwd_bwd(acc, x)
     acc.step()
+
+
+# -- MXFP8 / NVFP4 ---------------------------------------------------------------------------------
+
+def _cc():
+    return torch.cuda.get_device_capability() if torch.cuda.is_available() else (0, 0)
+
+
+blackwell = pytest.mark.skipif(_cc() < (10, 0), reason="MXFP8/NVFP4 kernels need SM 10.x (Blackwell)")
+
+
+def test_block_scaled_on_pre_blackwell_fall_back_to_per_tensor_fp8():
+    if _cc() >= (10, 0):
+        pytest.skip("a Blackwell GPU runs the formats themselves")
+    for name in ("mxfp8", "nvfp4"):
+        res = overdrive.resolve(name, overdrive.get_env())
+        assert res.fp8_scaling != name and any("SM 10" in d.reason for d in res.fallbacks), res.decisions
+
+
+def test_emulated_quantisers_agree_on_cuda_and_cpu():
+    from overdrive.convert.mx import nvfp4_fake_quantize
+
+    x = torch.randn(256, 512) * torch.exp(torch.randn(256, 1))
+    assert torch.equal(nvfp4_fake_quantize(x.cuda()).cpu(), nvfp4_fake_quantize(x))
+
+
+@blackwell
+@pytest.mark.parametrize("name", ["mxfp8", "nvfp4"])
+def test_block_scaled_real_kernels_train_close_to_bf16(name):
+    """On SM 10.x the formats run in TE or torchao (not emulated) and stay near bf16 for a few steps."""
+    ref = overdrive.accelerate(_gpt(1024).cuda(), "amp-bf16")
+    low = overdrive.accelerate(_gpt(1024).cuda(), overdrive.get_recipe(name, fp8_min_dim=512))
+    assert low.resolved.fp8_backend in ("transformer_engine", "torchao") and low.resolved.fp8_scaling == name
+    assert sum(d.converted for d in low.conversions["fp8"]) >= 4
+    x = torch.randint(0, 4096, (8, 257), device="cuda")  # 256 tokens per row: NVFP4's 128-multiple rule
+    for acc in (ref, low):
+        for _ in range(5):
+            _fwd_bwd(acc, x)
+            acc.step()
+    lr, ll = (_fwd_bwd(a, x)[0] for a in (ref, low))
+    assert torch.isfinite(ll).all() and _sqnr(ll, lr) > (15 if name == "mxfp8" else 8)

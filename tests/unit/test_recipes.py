@@ -339,3 +339,27 @@ def test_max_autotune_trains_without_cuda_graphs():
     res = resolve("amp-bf16+max-autotune", env("h100"))
     assert res.compile == "max-autotune-no-cudagraphs"
     assert "CUDA graphs" in chosen(res, "compile").reason
+
+
+def test_doctor_says_per_engine_whether_mxfp8_and_nvfp4_run_here():
+    from fakes import TE_B200, TORCHAO_B200
+
+    cpu = env(None, torchao=TORCHAO_EMU).engines
+    assert cpu["mxfp8"].status == "unsupported" and "MXFP8_EMULATED_RCEIL" in cpu["mxfp8"].reason
+    assert cpu["nvfp4"].status == "unsupported" and "needs SM >= 10.0 (no GPU)" in cpu["nvfp4"].reason
+    bare = env(None).engines
+    assert bare["mxfp8"].status == "missing" and "overdrive[torchao]" in bare["mxfp8"].fix
+    h100 = env("h100", te=dict(TE_OK, is_mxfp8_available=False, mxfp8_reason="Device compute capability 10.0 or "
+                               "higher required for MXFP8 execution."), torchao=AO_GPU).engines["mxfp8"]
+    assert h100.status == "unsupported" and "TE 2.8.0: Device compute capability 10.0" in h100.reason
+    assert "SM 9.0" in h100.reason
+    b200 = env("b200", te=TE_B200, torchao=TORCHAO_B200).engines
+    assert b200["mxfp8"].status == "ok" and b200["mxfp8"].details["runs_on"] == ["transformer_engine", "torchao"]
+    bad = env("b200", torchao=dict(TORCHAO_B200, nvfp4_ok=False, nvfp4_error="ModuleNotFoundError: triton"))
+    nv = bad.engines["nvfp4"]
+    assert nv.status == "broken" and "ModuleNotFoundError: triton" in nv.reason and "torchao" in nv.fix
+    import jsonschema
+
+    from overdrive.env import env_schema
+
+    jsonschema.validate(env("b200", te=TE_B200, torchao=TORCHAO_B200).to_dict(), env_schema())
