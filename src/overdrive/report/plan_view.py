@@ -1,4 +1,4 @@
-"""Plan output: the ranked table, the reasons, the sweep, and the memory-breakdown PNG."""
+"""Plan output: the ranked table, the reasons, the sweep (table, Markdown, plot), the memory-breakdown PNG."""
 
 from __future__ import annotations
 
@@ -6,73 +6,119 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-__all__ = ["render_plan", "render_sweep", "write_breakdown_png"]
+__all__ = ["render_plan", "render_sweep", "sweep_markdown", "write_breakdown_png", "write_sweep_png"]
 
 
 def render_plan(r: dict, console: Console, *, limit: int = 15) -> None:
     m = r["model"]
+    par = "".join(f" {k}{r[k]}" for k in ("tp", "pp", "cp") if r.get(k, 1) > 1)
     t = Table(title=f"overdrive plan — {m['name']} ({r['params_b']:.2f}B params) on {r['nodes']}x{r['gpus_per_node']} "
-                    f"{r['gpu']}, seq {r['seq']}" + (f", global batch {r['global_batch']}" if r["global_batch"] else ""),
-              title_justify="left")
+                    f"{r['gpu']} ({r['capacity_gib']:.1f} GiB){par}, seq {r['seq']}"
+                    + (f", global batch {r['global_batch']}" if r["global_batch"] else ""), title_justify="left")
     for col in ("#", "precision", "sharding", "checkpointing", "micro-batch", "memory/GPU", "headroom", "step s",
                 "tokens/s/GPU", "MFU"):
         t.add_column(col)
     fitting = [c for c in r["candidates"] if c["fits"]]
     for i, c in enumerate(fitting[:limit], 1):
-        t.add_row(str(i), c["precision"], c["sharding"], c["checkpointing"], str(c["micro_batch"]),
+        t.add_row(str(i), c["label"], c["sharding"], c["checkpointing"], str(c["micro_batch"]),
                   f"{c['memory_gib']:.1f} GiB", f"{c['headroom_gib']:.1f} GiB", f"{c['step_s']:.3f}",
                   f"{c['tokens_per_s_per_gpu']:,.0f}", f"{100 * c['mfu']:.0f}%")
     console.print(t)
     n_out = len(r["candidates"]) - len(fitting)
     console.print(f"{len(fitting)} configurations fit ({min(limit, len(fitting))} shown); {n_out} do not.")
+    for n in r.get("notes", []):
+        console.print(f"[yellow]{escape(n)}[/]")
     if r["top"]:
         console.print(f"[bold]{escape(r['why'])}[/]")
     else:
         console.print("[bold red]Nothing fits.[/] What would:")
         for s in r["suggestions"]:
             console.print(f"  - {escape(s)}")
-    console.print(f"[dim]Efficiency {100 * r['efficiency']:.0f}% of peak (calibration: docs/plan-validation.md); "
-                  "memory = params + grads + optimizer + activations (incl. logits) + other (FSDP buffers, "
-                  "CUDA context, fragmentation).[/]")
+    console.print("[dim]Memory = params + grads + optimizer + activations (incl. logits) + other (FSDP buffers, CUDA "
+                  "context, fragmentation); time = per-op roofline + communication (--explain shows each term). "
+                  "Errors against published runs: docs/plan-validation.md.[/]")
+
+
+def _fmt_row(r: dict) -> list[str]:
+    return [r["model"], f"{r['params_b']:.1f}B", r["gpu"], r["precision"], r["checkpointing"],
+            f"{r['longest_seq']:,}" if r["longest_seq"] else "does not fit",
+            f"{r['tokens_per_s_per_gpu']:,.0f}" if r["tokens_per_s_per_gpu"] else "-",
+            f"{100 * r['mfu']:.0f}%" if r["mfu"] else "-", f"{r['memory_gib']:.0f} GiB" if r["memory_gib"] else "-"]
+
+
+_SWEEP_COLS = ("model", "params", "GPU", "precision", "checkpointing", "longest seq", "tokens/s/GPU", "MFU",
+               "memory/GPU")
 
 
 def render_sweep(rows: list[dict], console: Console) -> None:
-    t = Table(title="overdrive plan --sweep — one node of 8 GPUs, FSDP, full checkpointing, micro-batch 1: "
-                    "the longest sequence that fits", title_justify="left")
-    for col in ("model", "params", "GPU", "precision", "longest seq", "tokens/s/GPU", "MFU", "memory/GPU"):
+    t = Table(title="overdrive plan --sweep — one node of 8 GPUs, FSDP, micro-batch 1: the longest sequence that "
+                    "fits, and the speed there", title_justify="left")
+    for col in _SWEEP_COLS:
         t.add_column(col)
     for r in rows:
-        t.add_row(r["model"], f"{r['params_b']:.1f}B", r["gpu"], r["precision"],
-                  f"{r['longest_seq']:,}" if r["longest_seq"] else "does not fit",
-                  f"{r['tokens_per_s_per_gpu']:,.0f}" if r["tokens_per_s_per_gpu"] else "-",
-                  f"{100 * r['mfu']:.0f}%" if r["mfu"] else "-",
-                  f"{r['memory_gib']:.0f} GiB" if r["memory_gib"] else "-")
+        t.add_row(*_fmt_row(r))
     console.print(t)
 
 
-def write_breakdown_png(r: dict, path: str) -> None:
+def sweep_markdown(rows: list[dict]) -> str:
+    out = ["| " + " | ".join(_SWEEP_COLS) + " |", "|" + "---|" * len(_SWEEP_COLS)]
+    out += ["| " + " | ".join(_fmt_row(r)) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _plt():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def write_sweep_png(rows: list[dict], path: str) -> None:
+    """Longest sequence (bars) per model, one panel per GPU, by precision x checkpointing."""
+    plt = _plt()
+    gpus = sorted({r["gpu"] for r in rows})
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    combos = list(dict.fromkeys((r["precision"], r["checkpointing"]) for r in rows))
+    fig, axes = plt.subplots(1, len(gpus), figsize=(6 * len(gpus), 4), sharey=True, squeeze=False)
+    w = 0.8 / len(combos)
+    for ax, g in zip(axes[0], gpus):
+        for j, (p, ac) in enumerate(combos):
+            ys = [next((r["longest_seq"] or 0) / 1024 for r in rows if r["gpu"] == g and r["model"] == m
+                       and r["precision"] == p and r["checkpointing"] == ac) for m in models]
+            ax.bar([i + (j - (len(combos) - 1) / 2) * w for i in range(len(models))], ys, w,
+                   label=f"{p}, AC {ac}")
+        ax.set_xticks(range(len(models)), models, fontsize=8)
+        ax.set_yscale("log", base=2)
+        ax.set_title(f"8x {g}, FSDP, micro-batch 1", fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("longest sequence that fits (K tokens)")
+    axes[0][-1].legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_breakdown_png(r: dict, path: str) -> None:
+    plt = _plt()
     c = r["top"] or min(r["candidates"], key=lambda x: x["memory_gib"])
     parts = c["breakdown"]
-    fig, ax = plt.subplots(figsize=(7, 2.6))
+    cap = r["capacity_gib"]
+    fig, ax = plt.subplots(figsize=(7.5, 2.8))
     left = 0.0
     for k, v in parts.items():
         ax.barh([0], [v], left=left, label=f"{k} {v:.1f}")
         left += v
-    from overdrive.env import gpu_by_key
-
-    cap = gpu_by_key(r["gpu"]).mem_gib
     ax.axvline(cap, color="k", ls="--", lw=1)
-    ax.text(cap, 0.45, f" {r['gpu']} {cap:.0f} GiB", va="center")
+    # The label sits inside the axes, right-aligned to the line, so it is never cut at the edge.
+    ax.set_xlim(0, max(cap, left) * 1.05)
+    ax.text(cap, 0.45, f"{r['gpu']} {cap:.0f} GiB ", va="center", ha="right", fontsize=8)
     ax.set_yticks([])
     ax.set_xlabel("GiB per GPU")
-    ax.set_title(f"{r['model']['name']}: {c['precision']} · {c['sharding']} · AC {c['checkpointing']} · "
+    ax.set_title(f"{r['model']['name']}: {c['label']} · {c['sharding']} · AC {c['checkpointing']} · "
                  f"mb {c['micro_batch']} · seq {c['seq']}" + ("" if c["fits"] else " (does not fit)"), fontsize=9)
     ax.legend(ncol=5, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
