@@ -139,7 +139,8 @@ def register(sub) -> None:
     a("--optimizer-dtype", default="fp32", choices=["fp32", "bf16", "8bit"], help="dtype of the AdamW moments")
     a("--pure-bf16", action="store_true", help="bf16 weights, grads and states with no fp32 master copy")
     a("--offload", default="none", choices=["none", "optimizer", "params"], help="CPU offload")
-    a("--loss", default="standard", choices=["standard", "fused"], help="fused = chunked/fused cross-entropy")
+    a("--loss", default="standard", choices=["standard", "compiled", "fused"],
+      help="cross-entropy: eager on fp32 logits, torch.compile'd, or chunked/fused with the head")
     a("--fp8-activations", action="store_true", help="store GEMM inputs for backward in FP8 (Transformer Engine)")
     a("--lora-rank", type=int, default=0, help="> 0: LoRA fine-tuning with a frozen bf16 base")
     a("--fp8-all-gather", action="store_true", help="all-gather FP8 weights under FSDP")

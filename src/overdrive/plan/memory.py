@@ -20,9 +20,11 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               Checkpointing keeps each checkpointed block's input (s·b·h) and recomputes one block at a
               time; selective-op keeps the block input, attention output and every other matmul output.
               Pipeline 1F1B: the first stage holds pp micro-batches in flight (interleaved: ×(1 + (pp−1)/(pp·v))).
-  logits      s·b·V/(tp·cp)·(2 [bf16] + 4 [fp32 copy for the loss] + 4 [its gradient]): ~10 GB for
-              V = 128K, s = 8192 — why long context on big vocabularies OOMs at the head. --loss fused
-              materialises one 1,024-token chunk at a time.
+  logits      s·b·V/(tp·cp) × 12 bytes at the start of backward in eager cross-entropy on .float() logits:
+              log_softmax's saved fp32 output (4) + the incoming fp32 grad (4) + the grad it produces (4);
+              ~12 GB for V = 128K, s = 8192 — why long context on big vocabularies OOMs at the head.
+              --loss compiled (torch.compile'd loss, torchtitan's default since 2025): bf16 logits + bf16
+              grad, 4 bytes. --loss fused materialises one 1,024-token chunk at a time.
   buffers     FSDP: two blocks' parameters all-gathered at once (current + prefetched; compute dtype, 1
               byte with FP8 all-gather) + one block's fp32 gradients before reduce-scatter.
 
@@ -99,9 +101,10 @@ def _activations(m: ModelSpec, s: TrainSetup) -> tuple[float, float]:
 
 def _logits(m: ModelSpec, s: TrainSetup) -> float:
     tokens = s.seq * s.micro_batch / (s.tp * s.cp)
-    per = 12 if s.precision == "fp32" else 10
+    wide = s.precision == "fp32"
     if s.loss == "fused":
-        tokens = min(tokens, LOSS_CHUNK)
+        return min(tokens, LOSS_CHUNK) * m.vocab * 10
+    per = {"standard": 16 if wide else 12, "compiled": 8 if wide else 4}[s.loss]
     return tokens * m.vocab * per
 
 

@@ -181,7 +181,7 @@ SWEEP_MODELS = ("llama3-1b", "llama3-3b", "llama3-8b", "gpt-64b")
 def sweep(models=SWEEP_MODELS, gpus=("b200", "b300"), precisions=("fp8", "bf16", "fp16"),
           checkpointing=("none", "full")) -> list[dict]:
     """The seed scenario: one node of 8 GPUs, FSDP, micro-batch 1: the longest sequence that fits and the
-    speed there, for each model x GPU x precision x checkpointing."""
+    speed there (and at 8K tokens, so GPUs compare), for each model x GPU x precision x checkpointing."""
     rows = []
     for mname in models:
         m = get_model(mname)
@@ -191,8 +191,10 @@ def sweep(models=SWEEP_MODELS, gpus=("b200", "b300"), precisions=("fp8", "bf16",
                     base = TrainSetup(gpu=gpu_by_key(gk), precision=prec, sharding="fsdp", checkpointing=ac)
                     seq = longest_seq(m, base)
                     e = estimate(m, dataclasses.replace(base, seq=seq)) if seq else None
+                    at8k = estimate(m, dataclasses.replace(base, seq=8192))
                     rows.append({"model": mname, "params_b": m.n_params() / 1e9, "gpu": gk, "precision": prec,
                                  "checkpointing": ac, "longest_seq": seq,
+                                 "tokens_per_s_per_gpu_8k": at8k.tokens_per_s_per_gpu if at8k.fits else None,
                                  "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu if e else None,
                                  "mfu": e.mfu if e else None, "memory_gib": e.memory_gib if e else None})
     return rows

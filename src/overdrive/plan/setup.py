@@ -25,7 +25,7 @@ CHECKPOINTING = ("none", "selective", "selective-op", "full")
 (keep matmul outputs, every other one, and attention; recompute the cheap ops); full = every block."""
 OPTIMIZER_DTYPES = ("fp32", "bf16", "8bit")
 OFFLOADS = ("none", "optimizer", "params")
-LOSSES = ("standard", "fused")
+LOSSES = ("standard", "compiled", "fused")
 
 
 def needs_blackwell(precision: str) -> bool:
@@ -76,7 +76,9 @@ class TrainSetup:
     offload: str = "none"
     """none | optimizer (states and step on the CPU) | params (FSDP CPU offload of params, grads, states)."""
     loss: str = "standard"
-    """standard (fp32 logits materialised) | fused (chunked or fused linear + cross-entropy)."""
+    """standard (eager cross-entropy on fp32 logits) | compiled (torch.compile'd loss, or a fused kernel such
+    as flash-attn's or Megatron's: no fp32 copies) |
+    fused (chunked or fused linear + cross-entropy: one chunk of logits at a time)."""
     fp8_activations: bool = False
     """Keep the GEMM inputs saved for backward in FP8, as Transformer Engine does."""
     lora_rank: int = 0

@@ -14,7 +14,7 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
   memory      per token per block (12h + 2kv + 3F [SwiGLU] or 2F) elements × 2 bytes forward, ×3 with
               backward (norms, RoPE, residuals, activation); ×`nocompile` without fusion; low-precision
               casts read 2 and write 1 byte per element of each GEMM operand, forward and backward
-              (3·(2MK + 2KN + MN) bytes); the loss 24 bytes per logit (fused: 8). At 80% of HBM bandwidth.
+              (3·(2MK + 2KN + MN) bytes); the loss 24 bytes per logit (compiled or fused: 8). At 80% of HBM bandwidth.
   recompute   full: another forward of every block (GEMM, attention, memory-bound); selective (every 2nd
               block): half of that; selective-op: every other block matmul and the memory-bound forward.
   optimizer   AdamW over this GPU's shard: 32 bytes per parameter (read p, g, m, v; write p, m, v; the
@@ -110,7 +110,7 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
     if not s.compile:
         ew_bytes *= cal["nocompile"]
     hbm = s.gpu.hbm_tbs * 1e12 * HBM_EFF
-    memory = (ew_bytes + L * quant_b + tok * m.vocab * (8 if s.loss == "fused" else 24)) / hbm
+    memory = (ew_bytes + L * quant_b + tok * m.vocab * (24 if s.loss == "standard" else 8)) / hbm
     frac_fwd = {"none": 0.0, "selective": 0.5, "full": 1.0, "selective-op": 0.0}[s.checkpointing]
     recompute = frac_fwd * (gemm_block / passes + attn / 3.5 + (ew_bytes / 3 + L * quant_b / 3) / hbm)
     if s.checkpointing == "selective-op":

@@ -17,7 +17,7 @@ from overdrive.plan.specs import MPT_SIZES, get_model, mpt
 __all__ = ["load_runs", "predict", "evaluate", "summary", "markdown_table"]
 
 _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "tp", "pp", "vpp", "cp", "checkpointing",
-               "pure_bf16", "fp8_all_gather", "compile", "async_tp", "inter_gbs", "optimizer_dtype", "stack")
+               "pure_bf16", "fp8_all_gather", "compile", "async_tp", "inter_gbs", "optimizer_dtype", "stack", "loss")
 
 
 def load_runs() -> list[dict]:

@@ -42,17 +42,18 @@ def render_plan(r: dict, console: Console, *, limit: int = 15) -> None:
 def _fmt_row(r: dict) -> list[str]:
     return [r["model"], f"{r['params_b']:.1f}B", r["gpu"], r["precision"], r["checkpointing"],
             f"{r['longest_seq']:,}" if r["longest_seq"] else "does not fit",
+            f"{r['tokens_per_s_per_gpu_8k']:,.0f}" if r.get("tokens_per_s_per_gpu_8k") else "does not fit",
             f"{r['tokens_per_s_per_gpu']:,.0f}" if r["tokens_per_s_per_gpu"] else "-",
             f"{100 * r['mfu']:.0f}%" if r["mfu"] else "-", f"{r['memory_gib']:.0f} GiB" if r["memory_gib"] else "-"]
 
 
-_SWEEP_COLS = ("model", "params", "GPU", "precision", "checkpointing", "longest seq", "tokens/s/GPU", "MFU",
-               "memory/GPU")
+_SWEEP_COLS = ("model", "params", "GPU", "precision", "checkpointing", "longest seq", "tokens/s/GPU at 8K",
+               "tokens/s/GPU at longest", "MFU at longest", "memory/GPU")
 
 
 def render_sweep(rows: list[dict], console: Console) -> None:
     t = Table(title="overdrive plan --sweep — one node of 8 GPUs, FSDP, micro-batch 1: the longest sequence that "
-                    "fits, and the speed there", title_justify="left")
+                    "fits, and the speed at 8K tokens and there", title_justify="left")
     for col in _SWEEP_COLS:
         t.add_column(col)
     for r in rows:
@@ -61,8 +62,23 @@ def render_sweep(rows: list[dict], console: Console) -> None:
 
 
 def sweep_markdown(rows: list[dict]) -> str:
-    out = ["| " + " | ".join(_SWEEP_COLS) + " |", "|" + "---|" * len(_SWEEP_COLS)]
-    out += ["| " + " | ".join(_fmt_row(r)) + " |" for r in rows]
+    """One line per model x GPU: the longest sequence without and with full checkpointing, and tokens/s per
+    GPU at 8K tokens with full checkpointing for each precision (the precision does not change memory)."""
+    precs = list(dict.fromkeys(r["precision"] for r in rows))
+    acs = list(dict.fromkeys(r["checkpointing"] for r in rows))
+    ac_t = "full" if "full" in acs else acs[-1]
+    head = (["model", "params", "8x GPU"] + [f"longest seq, AC {a}" for a in acs]
+            + [f"{p} tok/s/GPU @8K (AC {ac_t})" for p in precs])
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in dict.fromkeys((r["model"], r["gpu"]) for r in rows):
+        sel = {(r["precision"], r["checkpointing"]): r for r in rows if (r["model"], r["gpu"]) == key}
+        first = next(iter(sel.values()))
+        cells = [key[0], f"{first['params_b']:.1f}B", key[1]]
+        cells += [f"{sel[(precs[0], a)]['longest_seq']:,}" if sel[(precs[0], a)]["longest_seq"] else "does not fit"
+                  for a in acs]
+        cells += [f"{sel[(p, ac_t)]['tokens_per_s_per_gpu_8k']:,.0f}" if sel[(p, ac_t)]["tokens_per_s_per_gpu_8k"]
+                  else "does not fit" for p in precs]
+        out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -76,25 +92,43 @@ def _plt():
 
 
 def write_sweep_png(rows: list[dict], path: str) -> None:
-    """Longest sequence (bars) per model, one panel per GPU, by precision x checkpointing."""
+    """Per GPU: the longest sequence that fits (top; the precision does not change it, activations are
+    kept in 16 bits) and tokens/s per GPU at 8K tokens with full checkpointing (bottom), by model."""
     plt = _plt()
-    gpus = sorted({r["gpu"] for r in rows})
+    gpus = list(dict.fromkeys(r["gpu"] for r in rows))
     models = list(dict.fromkeys(r["model"] for r in rows))
-    combos = list(dict.fromkeys((r["precision"], r["checkpointing"]) for r in rows))
-    fig, axes = plt.subplots(1, len(gpus), figsize=(6 * len(gpus), 4), sharey=True, squeeze=False)
-    w = 0.8 / len(combos)
-    for ax, g in zip(axes[0], gpus):
-        for j, (p, ac) in enumerate(combos):
-            ys = [next((r["longest_seq"] or 0) / 1024 for r in rows if r["gpu"] == g and r["model"] == m
-                       and r["precision"] == p and r["checkpointing"] == ac) for m in models]
-            ax.bar([i + (j - (len(combos) - 1) / 2) * w for i in range(len(models))], ys, w,
-                   label=f"{p}, AC {ac}")
-        ax.set_xticks(range(len(models)), models, fontsize=8)
-        ax.set_yscale("log", base=2)
-        ax.set_title(f"8x {g}, FSDP, micro-batch 1", fontsize=10)
-        ax.grid(axis="y", alpha=0.3)
-    axes[0][0].set_ylabel("longest sequence that fits (K tokens)")
-    axes[0][-1].legend(fontsize=7, loc="upper right")
+    precs = list(dict.fromkeys(r["precision"] for r in rows))
+    acs = list(dict.fromkeys(r["checkpointing"] for r in rows))
+    fig, axes = plt.subplots(2, len(gpus), figsize=(5.5 * len(gpus), 7), sharey="row", squeeze=False)
+    x = range(len(models))
+
+    def pick(g, m, p, ac, key):
+        return next((r[key] or 0) for r in rows if (r["gpu"], r["model"], r["precision"], r["checkpointing"])
+                    == (g, m, p, ac))
+
+    for col, g in enumerate(gpus):
+        top, bot = axes[0][col], axes[1][col]
+        w = 0.8 / len(acs)
+        for j, ac in enumerate(acs):
+            ys = [pick(g, m, precs[0], ac, "longest_seq") / 1024 for m in models]
+            bars = top.bar([i + (j - (len(acs) - 1) / 2) * w for i in x], ys, w, label=f"checkpointing {ac}")
+            top.bar_label(bars, [f"{y:.0f}K" for y in ys], fontsize=7)
+        top.set_title(f"8x {g}, FSDP, micro-batch 1", fontsize=10)
+        top.set_yscale("log", base=2)
+        w = 0.8 / len(precs)
+        ac = "full" if "full" in acs else acs[-1]
+        for j, p in enumerate(precs):
+            ys = [pick(g, m, p, ac, "tokens_per_s_per_gpu_8k") for m in models]
+            bot.bar([i + (j - (len(precs) - 1) / 2) * w for i in x], ys, w, label=p)
+        bot.set_yscale("log")
+        for ax in (top, bot):
+            ax.set_xticks(list(x), models, fontsize=8)
+            ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("longest sequence that fits (tokens)")
+    axes[1][0].set_ylabel(f"tokens/s per GPU at 8K, checkpointing {ac}")
+    axes[0][-1].legend(fontsize=8, loc="lower left")
+    axes[1][-1].legend(fontsize=8, loc="lower left")
+    fig.suptitle("overdrive plan --sweep (a model, see docs/plan-validation.md for its errors)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
