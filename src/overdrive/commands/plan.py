@@ -112,7 +112,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("plan", help="what fits and how fast: memory per GPU and tokens/s for 1B-405B models",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                        description="Estimate memory per GPU and step time for every precision x sharding x "
                                    "checkpointing x micro-batch, rank what fits, and say what would make the rest "
                                    "fit. Example: overdrive plan --model llama3-8b --gpu h100-sxm --gpus 8 --seq 8192")
