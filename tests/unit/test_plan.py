@@ -181,3 +181,45 @@ def test_cli_plan_json_and_errors(tmp_path, capsys):
     assert cp.returncode == 0 and "gpt-64b" in cp.stdout and "b300" in cp.stdout and "fp16" in cp.stdout
     cp = run("--seq", "1000", "--global-batch-tokens", "1500")
     assert cp.returncode == 2 and "not a multiple" in cp.stderr
+
+
+def test_breakdown_png_keeps_the_capacity_label_inside():
+    import matplotlib.pyplot as plt
+
+    from overdrive.report.plan_view import breakdown_figure
+
+    for gpu in ("b200", "h100-sxm"):
+        r = plan(get_model("llama3-8b"), gpu, seq=8192)
+        fig = breakdown_figure(r)
+        fig.canvas.draw()
+        box = fig.bbox
+        label = next(t for t in fig.axes[0].texts if "GiB" in t.get_text())
+        ext = label.get_window_extent()
+        assert box.x0 <= ext.x0 and ext.x1 <= box.x1, (gpu, ext, box)  # "b200 179 GiB" was cut at the edge
+        plt.close(fig)
+
+
+def test_suggestions_for_70b_on_one_h100_node():
+    r = plan(get_model("llama3-70b"), "h100-sxm", seq=8192)
+    text = "\n".join(r["suggestions"])
+    assert r["top"] is None
+    for what in ("CPU offload", "8-bit AdamW", "tensor parallel 8", "LoRA", "more GPUs"):
+        assert what in text, what
+    # every suggestion states its memory; those that fit also their speed
+    assert all("GiB" in s for s in r["suggestions"][1:] if not s.startswith("a shorter"))
+    assert any("tokens/s per GPU" in s for s in r["suggestions"])
+
+
+def test_unsupported_precisions_in_a_list_are_named():
+    r = plan(get_model("llama3-8b"), "h100-sxm", seq=4096, precisions=["bf16", "nvfp4"])
+    assert any("nvfp4 skipped: not supported on h100-sxm (would run as fp8)" in n for n in r["notes"])
+
+
+def test_explain_lists_every_term_with_a_formula():
+    from overdrive.plan import explain
+
+    e = estimate(get_model("llama3-8b"), TrainSetup(gpu=H100, seq=8192, tp=2, checkpointing="selective-op"))
+    text = "\n".join(explain(e))
+    for term in ("params", "grads", "optimizer", "activations", "gemm", "attention", "memory_bound", "tp_exposed",
+                 "max_memory_allocated"):
+        assert term in text, term

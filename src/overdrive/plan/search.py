@@ -149,13 +149,15 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
     if not cands:
         raise ValueError(f"no configuration to evaluate: global batch {base.global_batch} is not divisible by "
                          f"micro-batch x {base.dp} data-parallel ranks for any micro-batch in {list(mbs)}")
+    skipped = [f"{p} skipped: not supported on {g.key} (would run as {fallback_precision(p, g)})"
+               for p in precisions if len(precisions) > 1 and fallback_precision(p, g)]
     ranked = sorted([e for e in cands if e.fits], key=lambda e: (-e.tokens_per_s_per_gpu, e.memory_gib))
     rest = sorted((e for e in cands if not e.fits), key=lambda e: e.memory_gib)
     result = {"model": dataclasses.asdict(model), "params_b": model.n_params() / 1e9, "gpu": g.key,
               "capacity_gib": g.mem_gib, "gpus_per_node": base.gpus_per_node, "nodes": base.nodes, "seq": base.seq,
               "global_batch": base.global_batch, "tp": base.tp, "pp": base.pp, "cp": base.cp,
               "efficiency": base.efficiency, "candidates": [cand_dict(e) for e in ranked + rest],
-              "notes": sorted({n for e in cands for n in e.notes if "not supported" in n})}
+              "notes": skipped + sorted({n for e in cands for n in e.notes if "not supported" in n})}
     if ranked:
         result.update(top=cand_dict(ranked[0]), why=_why(model, ranked[0], ranked), suggestions=[])
     else:

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-__all__ = ["render_plan", "render_sweep", "sweep_markdown", "write_breakdown_png", "write_sweep_png"]
+__all__ = ["render_plan", "render_sweep", "sweep_markdown", "write_breakdown_png", "write_sweep_png", "breakdown_figure"]
 
 
 def render_plan(r: dict, console: Console, *, limit: int = 15) -> None:
@@ -136,6 +136,14 @@ def write_sweep_png(rows: list[dict], path: str) -> None:
 
 def write_breakdown_png(r: dict, path: str) -> None:
     plt = _plt()
+    fig = breakdown_figure(r)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def breakdown_figure(r: dict):
+    """The memory breakdown of the top pick (or the leanest candidate) against the GPU's capacity."""
+    plt = _plt()
     c = r["top"] or min(r["candidates"], key=lambda x: x["memory_gib"])
     parts = c["breakdown"]
     cap = r["capacity_gib"]
@@ -154,5 +162,4 @@ def write_breakdown_png(r: dict, path: str) -> None:
                  f"mb {c['micro_batch']} · seq {c['seq']}" + ("" if c["fits"] else " (does not fit)"), fontsize=9)
     ax.legend(ncol=5, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35))
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    return fig
