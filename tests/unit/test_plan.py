@@ -2,8 +2,6 @@
 
 import dataclasses
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -12,7 +10,8 @@ from overdrive.env import gpu_by_key
 from overdrive.models import GPT, gpt_config
 from overdrive.optim import build_adamw
 from overdrive.plan import TrainSetup, estimate, get_model, memory_breakdown, model_from_hf_config, plan
-from overdrive.plan.estimate import GIB, _act_bytes_per_layer
+from overdrive.plan.memory import GIB, terms
+from overdrive.plan.memory import act_bytes_per_layer as _act_bytes_per_layer
 
 H100 = gpu_by_key("h100-sxm")
 
@@ -34,15 +33,24 @@ def test_reference_gpt_spec_matches_the_module():
 def test_adamw_state_bytes_and_fsdp_division():
     m = get_model("llama3-8b")
     P = m.n_params()
-    one = memory_breakdown(m, TrainSetup(gpu=H100, gpus_per_node=1, sharding="none", seq=1024))
-    assert one["params"] * GIB == 4 * P and one["grads"] * GIB == 4 * P
-    assert one["optimizer"] * GIB == 8 * P  # two fp32 moments
-    eight = memory_breakdown(m, TrainSetup(gpu=H100, gpus_per_node=8, sharding="fsdp", seq=1024))
+    one = terms(m, TrainSetup(gpu=H100, gpus_per_node=1, sharding="none", seq=1024, precision="fp32"))
+    assert one["params"] == 4 * P and one["grads"] == 4 * P
+    assert one["optimizer"] == 8 * P  # two fp32 moments
+    eight = terms(m, TrainSetup(gpu=H100, gpus_per_node=8, sharding="fsdp", seq=1024, precision="fp32"))
     for k in ("params", "grads", "optimizer"):
         assert eight[k] == pytest.approx(one[k] / 8)
     assert eight["activations"] == one["activations"]  # activations are not sharded by FSDP
-    bf16_opt = memory_breakdown(m, TrainSetup(gpu=H100, sharding="fsdp", seq=1024, optimizer_dtype="bf16"))
+    bf16_opt = terms(m, TrainSetup(gpu=H100, sharding="fsdp", seq=1024, optimizer_dtype="bf16", precision="fp32"))
     assert bf16_opt["optimizer"] == pytest.approx(eight["optimizer"] / 2)
+    # ZeRO-1 (Megatron's distributed optimizer): bf16 weights on every rank, fp32 master + moments sharded
+    z1 = terms(m, TrainSetup(gpu=H100, gpus_per_node=8, sharding="zero1", seq=1024))
+    assert z1["params"] == pytest.approx(2 * P + 4 * P / 8) and z1["grads"] == 4 * P
+    assert z1["optimizer"] == pytest.approx(8 * P / 8)
+    # TP and PP divide the states; LoRA trains a small fraction
+    tp = terms(m, TrainSetup(gpu=H100, gpus_per_node=8, sharding="fsdp", seq=1024, tp=2, pp=2, precision="fp32"))
+    assert tp["optimizer"] == pytest.approx(8 * P / 4 / 2)
+    lora = terms(m, TrainSetup(gpu=H100, gpus_per_node=8, sharding="fsdp", seq=1024, lora_rank=16))
+    assert lora["optimizer"] < 0.01 * eight["optimizer"] and lora["params"] < eight["params"]
 
 
 def test_activation_formula_by_hand():
@@ -53,24 +61,27 @@ def test_activation_formula_by_hand():
     # checkpointing keeps only block inputs (+ one block being recomputed)
     none = memory_breakdown(m, dataclasses.replace(s, checkpointing="none"))["activations"]
     full = memory_breakdown(m, dataclasses.replace(s, checkpointing="full"))["activations"]
-    logits = 2 * 2048 * m.vocab * 10 / GIB
+    logits = 2 * 2048 * m.vocab * 12 / GIB  # eager cross-entropy on fp32 logits: 12 bytes per logit
     assert none - logits == pytest.approx(12 * 2048 * 2 * 16 * 768 * 2 / GIB)
     assert full - logits == pytest.approx((12 * 2048 * 2 * 768 * 2 + 2048 * 2 * 16 * 768 * 2) / GIB)
 
 
-def test_step_time_calibration_point():
-    # torchtitan Llama-3.1-8B on 8xH100, FSDP, bf16 + compile: 6,667 tok/s/GPU. Our default reproduces it.
-    e = estimate(get_model("llama3-8b"), TrainSetup(gpu=H100, seq=8192))
-    assert e.tokens_per_s_per_gpu == pytest.approx(6667, rel=0.03)
-    fp8 = estimate(get_model("llama3-8b"), TrainSetup(gpu=H100, seq=8192, precision="fp8"))
-    assert 1.2 < fp8.tokens_per_s_per_gpu / e.tokens_per_s_per_gpu < 1.35  # published +25-28%
+def test_fp8_gain_grows_with_model_size():
+    # llm-foundry measured FP8/bf16 1.10x at 1B and 1.16x at 3B; torchtitan +28% at 8B: not a flat factor.
+    gains = []
+    for name in ("llama3-1b", "llama3-8b", "llama3-70b"):
+        base = TrainSetup(gpu=H100, seq=4096, nodes=4, checkpointing="full")
+        b = estimate(get_model(name), base).tokens_per_s_per_gpu
+        f = estimate(get_model(name), dataclasses.replace(base, precision="fp8")).tokens_per_s_per_gpu
+        gains.append(f / b)
+    assert 1.0 < gains[0] < gains[1] < gains[2] < 1.6, gains
 
 
 def test_full_checkpointing_costs_a_forward():
     m = get_model("llama3-8b")
     a = estimate(m, TrainSetup(gpu=H100, seq=4096, checkpointing="none"))
     b = estimate(m, TrainSetup(gpu=H100, seq=4096, checkpointing="full"))
-    assert b.memory_gib < a.memory_gib and 1.25 < a.tokens_per_s_per_gpu / b.tokens_per_s_per_gpu < 1.36
+    assert b.memory_gib < a.memory_gib and 1.2 < a.tokens_per_s_per_gpu / b.tokens_per_s_per_gpu < 1.36
 
 
 def test_plan_json_shape_and_impossible_request():
@@ -132,7 +143,8 @@ def test_params_grads_optimizer_exact_and_activations_within_15pct(size):
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
     states = sum(v.numel() * v.element_size() for st in opt.state.values() for k, v in st.items() if k != "step")
-    assert pred["params"] * GIB == params and pred["grads"] * GIB == grads and pred["optimizer"] * GIB == states
+    exact = terms(spec, setup)
+    assert pred["params"] * GIB == params and exact["grads"] == grads and pred["optimizer"] * GIB == states
     # Activations of one block, measured with saved-tensor hooks, vs the per-layer formula.
     block = model.blocks[0]
     h = torch.randn(mb, seq, cfg.n_embd, requires_grad=True)
@@ -146,10 +158,15 @@ def test_params_grads_optimizer_exact_and_activations_within_15pct(size):
     assert abs(measured - predicted) / measured < 0.15, (measured, predicted)
 
 
-def test_cli_plan_json_and_errors(tmp_path):
+def test_cli_plan_json_and_errors(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from overdrive.cli import main
+
     def run(*a):
-        return subprocess.run([sys.executable, "-m", "overdrive", "plan", *a], capture_output=True, text=True,
-                              timeout=120)
+        rc = main(["plan", *a])
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
 
     cp = run("--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq", "8192", "--json",
              "--png", str(tmp_path / "m.png"))
@@ -161,6 +178,48 @@ def test_cli_plan_json_and_errors(tmp_path):
     cp = run("--model", "llama9")
     assert cp.returncode == 2 and "known models are" in cp.stderr and "llama3-70b" in cp.stderr
     cp = run("--sweep")
-    assert cp.returncode == 0 and "llama3-70b" in cp.stdout and "b300" in cp.stdout
+    assert cp.returncode == 0 and "gpt-64b" in cp.stdout and "b300" in cp.stdout and "fp16" in cp.stdout
     cp = run("--seq", "1000", "--global-batch-tokens", "1500")
     assert cp.returncode == 2 and "not a multiple" in cp.stderr
+
+
+def test_breakdown_png_keeps_the_capacity_label_inside():
+    import matplotlib.pyplot as plt
+
+    from overdrive.report.plan_view import breakdown_figure
+
+    for gpu in ("b200", "h100-sxm"):
+        r = plan(get_model("llama3-8b"), gpu, seq=8192)
+        fig = breakdown_figure(r)
+        fig.canvas.draw()
+        box = fig.bbox
+        label = next(t for t in fig.axes[0].texts if "GiB" in t.get_text())
+        ext = label.get_window_extent()
+        assert box.x0 <= ext.x0 and ext.x1 <= box.x1, (gpu, ext, box)  # "b200 179 GiB" was cut at the edge
+        plt.close(fig)
+
+
+def test_suggestions_for_70b_on_one_h100_node():
+    r = plan(get_model("llama3-70b"), "h100-sxm", seq=8192)
+    text = "\n".join(r["suggestions"])
+    assert r["top"] is None
+    for what in ("CPU offload", "8-bit AdamW", "tensor parallel 8", "LoRA", "more GPUs"):
+        assert what in text, what
+    # every suggestion states its memory; those that fit also their speed
+    assert all("GiB" in s for s in r["suggestions"][1:] if not s.startswith("a shorter"))
+    assert any("tokens/s per GPU" in s for s in r["suggestions"])
+
+
+def test_unsupported_precisions_in_a_list_are_named():
+    r = plan(get_model("llama3-8b"), "h100-sxm", seq=4096, precisions=["bf16", "nvfp4"])
+    assert any("nvfp4 skipped: not supported on h100-sxm (would run as fp8)" in n for n in r["notes"])
+
+
+def test_explain_lists_every_term_with_a_formula():
+    from overdrive.plan import explain
+
+    e = estimate(get_model("llama3-8b"), TrainSetup(gpu=H100, seq=8192, tp=2, checkpointing="selective-op"))
+    text = "\n".join(explain(e))
+    for term in ("params", "grads", "optimizer", "activations", "gemm", "attention", "memory_bound", "tp_exposed",
+                 "max_memory_allocated"):
+        assert term in text, term

@@ -4,49 +4,105 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from overdrive.errors import UserError
 
 
-def _cmd_plan(args: argparse.Namespace) -> int:
-    from overdrive.plan import DEFAULT_EFFICIENCY, ModelSpec, calibrate_from_bench, get_model, plan, sweep
-    from overdrive.report.console import wide_console
-    from overdrive.report.plan_view import render_plan, render_sweep, write_breakdown_png
+def _check_writable(path: str) -> None:
+    """Refuse an output path we could not write, before any work (nothing computed is lost)."""
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    if os.path.isdir(path):
+        raise UserError(f"--png {path} is a directory: give a file name such as {os.path.join(path, 'plan.png')}")
+    if not os.path.isdir(d):
+        raise UserError(f"--png {path}: folder {d} does not exist: create it or pick another path")
+    import tempfile
 
+    try:  # a real write, as os.access says yes to root on read-only mounts and /proc
+        with tempfile.NamedTemporaryFile(dir=d, suffix=".png"):
+            pass
+        if os.path.exists(path):
+            with open(path, "ab"):
+                pass
+    except OSError as e:
+        raise UserError(f"--png {path} is not writable ({e.strerror}): pick a path in a folder you can write") from None
+
+
+def _model(args):
+    from overdrive.plan import ModelSpec, get_model
+
+    if args.layers is None:
+        return get_model(args.model)
+    for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {v}")
+    if not (args.hidden and args.heads):
+        raise ValueError("custom dims need --layers, --hidden and --heads (and optionally --kv-heads, --ffn, "
+                         "--vocab, --tied)")
+    if args.hidden % args.heads or args.heads % (args.kv_heads or args.heads):
+        raise ValueError(f"--hidden {args.hidden} must divide by --heads {args.heads}, and heads by --kv-heads")
+    return ModelSpec(name="custom", n_layer=args.layers, hidden=args.hidden, n_head=args.heads,
+                     n_kv_head=args.kv_heads or args.heads, ffn=args.ffn or 4 * args.hidden, vocab=args.vocab,
+                     tied=args.tied, gated_mlp=not args.gelu_mlp)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from overdrive.plan import calibrate_from_bench, estimate, explain, plan, sweep
+    from overdrive.report.console import wide_console
+    from overdrive.report.plan_view import render_plan, render_sweep, sweep_markdown, write_breakdown_png, write_sweep_png
+
+    if args.png:
+        _check_writable(args.png)
     console = wide_console()
     if args.sweep:
         rows = sweep()
-        print(json.dumps({"sweep": rows}, indent=1)) if args.json else render_sweep(rows, console)
+        if args.json:
+            print(json.dumps({"sweep": rows}, indent=1))
+        elif args.markdown:
+            print(sweep_markdown(rows))
+        else:
+            render_sweep(rows, console)
+        if args.png:
+            write_sweep_png(rows, args.png)
         return 0
     try:
-        if args.layers:
-            if not (args.hidden and args.heads):
-                raise ValueError("custom dims need --layers, --hidden and --heads (and optionally --kv-heads, --ffn, "
-                                 "--vocab, --tied)")
-            model = ModelSpec(name="custom", n_layer=args.layers, hidden=args.hidden, n_head=args.heads,
-                              n_kv_head=args.kv_heads or args.heads, ffn=args.ffn or 4 * args.hidden,
-                              vocab=args.vocab, tied=args.tied, gated_mlp=not args.gelu_mlp)
-        else:
-            model = get_model(args.model)
-        eff = calibrate_from_bench(args.calibrate) if args.calibrate else (args.efficiency or DEFAULT_EFFICIENCY)
+        model = _model(args)
+        eff = calibrate_from_bench(args.calibrate) if args.calibrate else args.efficiency
         gb = args.global_batch
-        if args.global_batch_tokens:
-            if args.global_batch_tokens % args.seq:
-                raise ValueError(f"--global-batch-tokens {args.global_batch_tokens} is not a multiple of --seq "
-                                 f"{args.seq}")
+        if args.global_batch_tokens is not None:
+            if args.global_batch_tokens < 1 or args.global_batch_tokens % args.seq:
+                raise ValueError(f"--global-batch-tokens {args.global_batch_tokens} is not a multiple of "
+                                 f"--seq {args.seq} (or not positive)")
             gb = args.global_batch_tokens // args.seq
-        r = plan(model, args.gpu, gpus_per_node=args.gpus, nodes=args.nodes, seq=args.seq, global_batch=gb,
-                 precisions=args.precision.split(",") if args.precision else None,
-                 shardings=args.sharding.split(",") if args.sharding else None,
-                 checkpointing=args.checkpointing.split(",") if args.checkpointing else None,
-                 optimizer_dtype=args.optimizer_dtype, fp8_all_gather=args.fp8_all_gather, efficiency=eff,
-                 intra_gbs=args.intra_gbs, inter_gbs=args.inter_gbs)
+        setup = dict(gpus_per_node=args.gpus, nodes=args.nodes, seq=args.seq, global_batch=gb, tp=args.tp, pp=args.pp,
+                     vpp=args.vpp, cp=args.cp, optimizer_dtype=args.optimizer_dtype, fp8_all_gather=args.fp8_all_gather,
+                     efficiency=eff, intra_gbs=args.intra_gbs, inter_gbs=args.inter_gbs, offload=args.offload,
+                     loss=args.loss, lora_rank=args.lora_rank, pure_bf16=args.pure_bf16,
+                     fp8_activations=args.fp8_activations, compile=not args.no_compile, async_tp=args.async_tp)
+        if args.micro_batch is not None:
+            setup["micro_batch"] = args.micro_batch
+        shardings = args.sharding.split(",") if args.sharding else None
+        if args.zero:
+            shardings = [{1: "zero1", 2: "zero2", 3: "fsdp"}[args.zero]]
+        r = plan(model, args.gpu, precisions=args.precision.split(",") if args.precision else None,
+                 shardings=shardings, checkpointing=args.checkpointing.split(",") if args.checkpointing else None,
+                 **setup)
     except ValueError as e:
         raise UserError(str(e)) from None
     if args.json:
         print(json.dumps(r, indent=1))
     else:
         render_plan(r, console)
+    if args.explain:
+        e = r["top"] or r["candidates"][0]
+        from overdrive.env import gpu_by_key
+        from overdrive.plan import TrainSetup
+
+        s = TrainSetup(gpu=gpu_by_key(r["gpu"]), **{**setup, "micro_batch": e["micro_batch"]},
+                       precision=e["precision"], sharding=e["sharding"], checkpointing=e["checkpointing"])
+        for line in explain(estimate(model, s)):
+            console.print(line, markup=False, highlight=False)
     if args.png:
         write_breakdown_png(r, args.png)
         if not args.json:
@@ -59,37 +115,53 @@ def register(sub) -> None:
                        description="Estimate memory per GPU and step time for every precision x sharding x "
                                    "checkpointing x micro-batch, rank what fits, and say what would make the rest "
                                    "fit. Example: overdrive plan --model llama3-8b --gpu h100-sxm --gpus 8 --seq 8192")
-    p.add_argument("--model", default="llama3-8b", help="llama3-1b/3b/8b/70b/405b, gpt-64b, a reference GPT size, "
-                                                        "or a Hugging Face config.json path")
-    p.add_argument("--gpu", default="h100-sxm", help="a100-40, a100-80, h100-sxm, h100-pcie, h200, b200, b300, l40s, "
-                                                    "l4, rtx4090")
-    p.add_argument("--gpus", type=int, default=8, help="GPUs per node (default 8)")
-    p.add_argument("--nodes", type=int, default=1, help="nodes of --gpus GPUs each (inter-node traffic over "
-                                                         "--inter-gbs)")
-    p.add_argument("--seq", type=int, default=4096, help="sequence length")
-    p.add_argument("--global-batch", type=int, help="global batch in sequences")
-    p.add_argument("--global-batch-tokens", type=int, help="global batch in tokens")
-    p.add_argument("--precision", help="comma list of fp32,bf16,fp8,fp8-rowwise,mxfp8 (default: all but fp32)")
-    p.add_argument("--sharding", help="comma list of none,fsdp,hsdp")
-    p.add_argument("--checkpointing", help="comma list of none,selective,full")
-    p.add_argument("--optimizer-dtype", default="fp32", choices=["fp32", "bf16", "8bit"],
-                   help="dtype of the AdamW moment states")
-    p.add_argument("--fp8-all-gather", action="store_true", help="all-gather FP8 weights under FSDP")
-    p.add_argument("--efficiency", type=float, help="achievable fraction of peak (default 0.39, calibrated)")
-    p.add_argument("--calibrate", metavar="RESULTS.json", help="take the efficiency from an overdrive bench result")
-    p.add_argument("--intra-gbs", type=float, help="per-GPU intra-node bandwidth GB/s (default: NVLink of the GPU)")
-    p.add_argument("--inter-gbs", type=float, default=50.0, help="per-GPU inter-node bandwidth GB/s (default 50)")
-    p.add_argument("--layers", type=int, help="custom model: layers")
-    p.add_argument("--hidden", type=int, help="custom model: hidden size")
-    p.add_argument("--heads", type=int, help="custom model: attention heads")
-    p.add_argument("--kv-heads", type=int, help="custom model: KV heads (default: heads)")
-    p.add_argument("--ffn", type=int, help="custom model: FFN size (default 4 x hidden)")
-    p.add_argument("--vocab", type=int, default=128256, help="custom model: vocabulary")
-    p.add_argument("--tied", action="store_true", help="custom model: tied embeddings")
-    p.add_argument("--gelu-mlp", action="store_true", help="custom model: 2-matrix GELU MLP instead of SwiGLU")
-    p.add_argument("--json", action="store_true", help="print JSON (candidates with fits, memory_gib, "
-                                                       "tokens_per_s_per_gpu, breakdown)")
-    p.add_argument("--png", help="write the memory breakdown of the top pick to this PNG")
-    p.add_argument("--sweep", action="store_true", help="1B/8B/64B/70B on 8xB200 and 8xB300, bf16 vs fp8: longest "
-                                                        "sequence that fits at micro-batch 1")
+    a = p.add_argument
+    a("--model", default="llama3-8b", help="llama3-1b/3b/8b/70b/405b, llama2-13b/70b, gpt-64b, mpt-1b..70b, a "
+                                          "reference GPT size, or a Hugging Face config.json path")
+    a("--gpu", default="h100-sxm", help="gb300, gb200, b300, b200, h200, h200-nvl, h100-sxm, h100-96gb, h100-nvl, "
+                                        "h100-pcie, a100-80, a100-40, l40s, l4, rtx4090")
+    a("--gpus", type=int, default=8, help="GPUs per node")
+    a("--nodes", type=int, default=1, help="number of nodes (GPUs in all = nodes x --gpus)")
+    a("--seq", type=int, default=4096, help="sequence length in tokens")
+    a("--micro-batch", type=int, default=None, help="sequences per GPU per step (default: search 1-16)")
+    a("--global-batch", type=int, help="global batch in sequences (sets gradient accumulation)")
+    a("--global-batch-tokens", type=int, help="global batch in tokens")
+    a("--precision", help="comma list of fp32,bf16,fp16,fp8,fp8-rowwise,mxfp8,nvfp4 (default: all but fp32/fp16 "
+                          "that this GPU runs; mxfp8/nvfp4 need Blackwell, asked alone elsewhere they show the fallback)")
+    a("--sharding", help="comma list of none (DDP),zero1,zero2,fsdp (=zero3),hsdp (default: fsdp,hsdp,zero1,none)")
+    a("--zero", type=int, choices=[1, 2, 3], help="ZeRO stage: 1 = distributed optimizer, 2 = + grads, 3 = FSDP")
+    a("--tp", type=int, default=1, help="tensor parallel degree (within a node, sequence parallel)")
+    a("--pp", type=int, default=1, help="pipeline parallel stages")
+    a("--vpp", type=int, default=1, help="virtual stages per pipeline rank (interleaved 1F1B)")
+    a("--cp", type=int, default=1, help="context parallel degree (ring attention)")
+    a("--checkpointing", help="comma list of none,selective (every 2nd block),selective-op (torchtitan per-op),full")
+    a("--optimizer-dtype", default="fp32", choices=["fp32", "bf16", "8bit"], help="dtype of the AdamW moments")
+    a("--pure-bf16", action="store_true", help="bf16 weights, grads and states with no fp32 master copy")
+    a("--offload", default="none", choices=["none", "optimizer", "params"], help="CPU offload")
+    a("--loss", default="standard", choices=["standard", "compiled", "fused"],
+      help="cross-entropy: eager on fp32 logits, torch.compile'd, or chunked/fused with the head")
+    a("--fp8-activations", action="store_true", help="store GEMM inputs for backward in FP8 (Transformer Engine)")
+    a("--lora-rank", type=int, default=0, help="> 0: LoRA fine-tuning with a frozen bf16 base")
+    a("--fp8-all-gather", action="store_true", help="all-gather FP8 weights under FSDP")
+    a("--no-compile", action="store_true", help="eager mode: memory-bound ops unfused")
+    a("--async-tp", action="store_true", help="overlap TP collectives with GEMMs")
+    a("--efficiency", type=float, help="override the calibrated GEMM fraction of peak, in (0, 1]")
+    a("--calibrate", metavar="RESULTS.json", help="take the GEMM efficiency from an overdrive bench result")
+    a("--intra-gbs", type=float, help="per-GPU intra-node bandwidth GB/s (default: NVLink of the GPU)")
+    a("--inter-gbs", type=float, default=50.0, help="per-GPU inter-node bandwidth GB/s")
+    a("--layers", type=int, help="custom model: layers")
+    a("--hidden", type=int, help="custom model: hidden size")
+    a("--heads", type=int, help="custom model: attention heads")
+    a("--kv-heads", type=int, help="custom model: KV heads (default: heads)")
+    a("--ffn", type=int, help="custom model: FFN size (default 4 x hidden)")
+    a("--vocab", type=int, default=128256, help="custom model: vocabulary")
+    a("--tied", action="store_true", help="custom model: tied embeddings")
+    a("--gelu-mlp", action="store_true", help="custom model: 2-matrix GELU MLP instead of SwiGLU")
+    a("--json", action="store_true", help="print JSON (candidates with fits, memory_gib, allocated_gib, "
+                                          "tokens_per_s_per_gpu, times_s, breakdown)")
+    a("--explain", action="store_true", help="print every memory and time term of the top pick, with formulas")
+    a("--png", help="write the memory breakdown of the top pick (with --sweep: the sweep plot) to this PNG")
+    a("--markdown", action="store_true", help="with --sweep: print the table as Markdown")
+    a("--sweep", action="store_true", help="1B-64B on 8xB200 and 8xB300, FP8/BF16/FP16, with and without "
+                                           "checkpointing: longest sequence at micro-batch 1 and its speed")
     p.set_defaults(func=_cmd_plan)

@@ -7,7 +7,7 @@ import json
 import os
 from dataclasses import dataclass
 
-__all__ = ["ModelSpec", "MODEL_PRESETS", "get_model", "model_from_hf_config"]
+__all__ = ["ModelSpec", "MODEL_PRESETS", "get_model", "model_from_hf_config", "mpt", "MPT_SIZES"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,10 +75,26 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
     "llama3-8b": _llama("llama3-8b", 32, 4096, 32, 8, 14336, False),
     "llama3-70b": _llama("llama3-70b", 80, 8192, 64, 8, 28672, False),
     "llama3-405b": _llama("llama3-405b", 126, 16384, 128, 8, 53248, False),
+    # Llama 2 (torchtitan's A100 runs): 32K vocabulary, MHA at 13B, GQA at 70B.
+    "llama2-13b": _llama("llama2-13b", 40, 5120, 40, 40, 13824, False, vocab=32000),
+    "llama2-70b": _llama("llama2-70b", 80, 8192, 64, 8, 28672, False, vocab=32000),
     # A GPT-style 64B: 80 blocks of d=8192 with a 4x GELU MLP (12·d² per block), MHA, 50K vocab.
     "gpt-64b": ModelSpec(name="gpt-64b", n_layer=80, hidden=8192, n_head=64, n_kv_head=64, ffn=32768, vocab=50304,
                          tied=True, gated_mlp=False),
 }
+
+
+# MosaicML MPT as llm-foundry benchmarks it (scripts/train/benchmarking): GELU MLP 4x, biases, tied
+# embeddings, a learned position table as long as the sequence; (layers, d_model, heads).
+MPT_SIZES = {"mpt-760m": (24, 1536, 12), "mpt-1b": (24, 2048, 16), "mpt-3b": (32, 2560, 20), "mpt-7b": (32, 4096, 32),
+             "mpt-13b": (40, 5120, 40), "mpt-30b": (48, 7168, 56), "mpt-70b": (80, 8192, 64)}
+
+
+def mpt(name: str, seq: int) -> ModelSpec:
+    """An MPT of llm-foundry's benchmark table (its NumParams column: mpt-7b at seq 2048 = 6,658,859,008)."""
+    L, h, heads = MPT_SIZES[name]
+    return ModelSpec(name=name, n_layer=L, hidden=h, n_head=heads, n_kv_head=heads, ffn=4 * h, vocab=50368, tied=True,
+                     gated_mlp=False, learned_pos=seq, bias=True)
 
 
 def _from_reference_gpt(name: str) -> ModelSpec:
@@ -94,6 +110,8 @@ def get_model(name: str) -> ModelSpec:
     """A preset, a reference GPT size, or a path to a Hugging Face config.json."""
     if name in MODEL_PRESETS:
         return MODEL_PRESETS[name]
+    if name in MPT_SIZES:
+        return mpt(name, 2048)
     from overdrive.models import GPT_SIZES
 
     if name in GPT_SIZES:
@@ -104,14 +122,33 @@ def get_model(name: str) -> ModelSpec:
     raise ValueError(f"unknown model '{name}': known models are {known}, or a path to a Hugging Face config.json")
 
 
+def _hf_name(path: str, c: dict) -> str:
+    """A readable name: the checkpoint's own `_name_or_path`, else the file's stem when it is not the
+    generic "config", else the architecture and size (a folder like path/to/ says nothing)."""
+    own = str(c.get("_name_or_path") or "").rstrip("/")
+    if own:
+        return own.split("/")[-1]
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if stem.lower() != "config":
+        return stem
+    L, h = c.get("num_hidden_layers", c.get("n_layer")), c.get("hidden_size", c.get("n_embd"))
+    return f"{c.get('model_type', 'hf')}-{L}L-{h}d"
+
+
 def model_from_hf_config(path: str) -> ModelSpec:
     if not os.path.exists(path):
         raise ValueError(f"{path} does not exist: pass a Hugging Face config.json")
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a directory: pass the config.json inside it")
     try:
         with open(path) as f:
             c = json.load(f)
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a text JSON file: pass a Hugging Face config.json") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} is not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(c, dict):
+        raise ValueError(f"{path} is not a Hugging Face config (a JSON object expected)")
     g = lambda *keys, default=None: next((c[k] for k in keys if k in c), default)  # noqa: E731
     L, h = g("num_hidden_layers", "n_layer"), g("hidden_size", "n_embd", "d_model")
     heads = g("num_attention_heads", "n_head")
@@ -120,7 +157,7 @@ def model_from_hf_config(path: str) -> ModelSpec:
                          "n_layer, n_embd, n_head)")
     gated = c.get("model_type", "llama") not in ("gpt2", "gpt_neox", "opt", "gptj")
     ffn = g("intermediate_size", "n_inner", "ffn_dim") or 4 * h
-    return ModelSpec(name=os.path.basename(os.path.dirname(os.path.abspath(path))) or "hf-model", n_layer=int(L),
+    return ModelSpec(name=_hf_name(path, c), n_layer=int(L),
                      hidden=int(h), n_head=int(heads), n_kv_head=int(g("num_key_value_heads", default=heads)),
                      ffn=int(ffn), vocab=int(g("vocab_size", default=32000)),
                      tied=bool(g("tie_word_embeddings", default=not gated)), gated_mlp=gated,

@@ -1,0 +1,50 @@
+"""`overdrive plan --explain`: one candidate's memory and time terms, each with its formula."""
+
+from __future__ import annotations
+
+from overdrive.plan.estimate import Estimate
+
+__all__ = ["explain"]
+
+_MEM = {
+    "params": "weights: fp32 master 4·P/S under FSDP; ZeRO-1/2: 2·P + 4·P/S; DDP: 4·P + 2·P autocast copies "
+              "(P after /tp/pp; LoRA: frozen bf16 base)",
+    "grads": "fp32 grads 4·P (/S under ZeRO-2/3), counted as far as they sit on top of the activation peak",
+    "optimizer": "AdamW m, v: 2·b·P/S (b = 4 fp32, 2 bf16, 1 8-bit; 0 when offloaded)",
+    "activations": "per block s·b·(5h + h+2kv + 3F)·2 bytes /(tp·cp), minus what checkpointing drops; "
+                   "+ logits s·b·V·10 bytes (fused loss: one 1,024-token chunk)",
+    "other": "FSDP buffers (2 gathered blocks + 1 block of fp32 grads) + 1 GiB CUDA context + 8% fragmentation",
+}
+_TIME = {
+    "gemm": "3·2·M·K·N per linear / (peak × e × d/(d+128)); low precision at its peak × lowp_rel, head in bf16",
+    "attention": "causal flash attention 3.5 × 2·b·s²·h/(tp·cp) / (bf16 peak × e × attn_rel)",
+    "memory_bound": "(12h + 2kv + 3F)·2 bytes ×3 per token per block + FP8 casts + loss, at 80% of HBM",
+    "recompute": "the forward again for checkpointed blocks (full: all, selective: half, selective-op: half the mms)",
+    "optimizer": "32 bytes per parameter of this GPU's shard over HBM (offloaded: PCIe + CPU step)",
+    "bubble": "pipeline idle (pp−1)/(vpp·micro-batches)",
+    "tp_exposed": "8 all-gathers/reduce-scatters of b·s·h per block over NVLink (async TP: 30% exposed)",
+    "cp_exposed": "ring K/V exchange beyond what attention hides",
+    "pp_p2p": "activations between stages",
+    "dp_comm": "FSDP all-gathers + reduce-scatter (per micro-batch) or ZeRO/DDP (per step), (S−1)/S over the link",
+    "dp_exposed": "dp_comm − overlap × compute, if positive",
+}
+
+
+def explain(e: Estimate) -> list[str]:
+    """Lines describing every memory term (GiB) and time term (ms) of one estimate, with formulas."""
+    s = e.setup
+    lines = [f"{e.label} · {s.sharding} tp{s.tp} pp{s.pp} cp{s.cp} · AC {s.checkpointing} · mb {s.micro_batch} "
+             f"x {s.grad_accum} accum · seq {s.seq} on {s.nodes}x{s.gpus_per_node} {s.gpu.key}", "memory per GPU:"]
+    for k, v in e.breakdown_gib.items():
+        lines.append(f"  {k:<12} {v:8.2f} GiB  {_MEM[k]}")
+    lines.append(f"  {'total':<12} {e.memory_gib:8.2f} GiB of {e.capacity_gib:.1f} "
+                 f"({'fits' if e.fits else 'does not fit'}); max_memory_allocated should read "
+                 f"{e.allocated_gib:.2f} GiB, reserved margin {e.reserved_margin_gib:.2f} GiB")
+    lines.append("time per optimizer step:")
+    for k, v in e.times.items():
+        if v:
+            lines.append(f"  {k:<12} {1e3 * v:9.1f} ms  {_TIME[k]}")
+    lines.append(f"  {'step':<12} {1e3 * e.step_s:9.1f} ms -> {e.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
+                 f"{100 * e.mfu:.0f}% MFU vs the bf16 peak")
+    lines.extend(f"note: {n}" for n in e.notes)
+    return lines

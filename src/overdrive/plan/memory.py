@@ -1,0 +1,171 @@
+"""Memory per GPU for one training configuration. Every term says where its formula comes from.
+
+States (bytes per GPU; P_l = parameters on this GPU after tensor and pipeline parallelism, P / (tp·pp);
+S = GPUs sharing the sharded states, `TrainSetup.shards`):
+  params      fp32 master weights 4·P_l, /S under FSDP (ZeRO-3). ZeRO-1/2 and DDP keep the compute copy
+              on every rank (2·P_l, Megatron's layout; plain DDP under autocast: fp32 4·P_l + the bf16 copies
+              autocast caches for backward, 2·P_l) and the fp32 master in the optimizer (4·P_l / S).
+              --pure-bf16: 2 bytes, no master. LoRA: frozen bf16 base (2·P_l, /S under FSDP).
+  grads       fp32 4·P_l (2 with --pure-bf16), /S under ZeRO-2/3 (reduce-scattered).
+  optimizer   AdamW m and v, 2·b·P_l with b = 4 / 2 / 1 (fp32 / bf16 / 8-bit), /S under any ZeRO.
+              --offload optimizer moves states and the fp32 master to the CPU; --offload params also the
+              weights and grads (FSDP CPUOffloadPolicy), leaving the gathered blocks.
+  activations per layer, 16-bit, no dropout, flash attention (no s² scores): Korthikanti et al. 2022
+              ("Reducing Activation Recomputation in Large Transformer Models", eq. 1 gives 34·s·b·h with
+              dropout and materialised scores), recounted tensor by tensor for what autograd saves:
+                s·b·(h [norm1 in] + h [qkv in] + (h + 2·kv) [q, k, v] + h [attention out] + h [norm2 in]
+                     + h [mlp in] + F·(2 if gated else 1) [fc outs] + F [activation out])
+              / (tp·cp) (sequence parallel, context parallel); FP8 activation storage halves the four
+              GEMM inputs (qkv in, attention out, mlp in, activation out).
+              Checkpointing keeps each checkpointed block's input (s·b·h) and recomputes one block at a
+              time; selective-op keeps the block input, attention output and every other matmul output.
+              Pipeline 1F1B: the first stage holds pp micro-batches in flight (interleaved: ×(1 + (pp−1)/(pp·v))).
+  logits      s·b·V/(tp·cp) × 12 bytes at the start of backward in eager cross-entropy on .float() logits:
+              log_softmax's saved fp32 output (4) + the incoming fp32 grad (4) + the grad it produces (4);
+              ~12 GB for V = 128K, s = 8192 — why long context on big vocabularies OOMs at the head.
+              --loss compiled (torch.compile'd loss, torchtitan's default since 2025): bf16 logits + bf16
+              grad, 4 bytes. --loss fused materialises one 1,024-token chunk at a time.
+  buffers     FSDP: two blocks' parameters all-gathered at once (current + prefetched; compute dtype, 1
+              byte with FP8 all-gather) + one block's fp32 gradients before reduce-scatter.
+
+What the allocator counter sees (`torch.cuda.max_memory_allocated`) is `allocated`: the states, the
+activations at their peak and the buffers. Gradients are None at the activation peak when the optimizer
+zeroes with set_to_none (torch's default) and there is one micro-batch per step, so then the peak is
+max(activations, gradients + one block). The GPU needs more: the CUDA context and library workspaces
+(`CONTEXT_BYTES`) and the caching allocator's fragmentation (`FRAGMENTATION` of allocated), reported
+separately as the reserved-memory margin.
+"""
+
+from __future__ import annotations
+
+from overdrive.plan.setup import TrainSetup
+from overdrive.plan.specs import ModelSpec
+
+__all__ = ["memory_breakdown", "peak_allocated", "GIB", "CONTEXT_BYTES", "FRAGMENTATION", "OPT_BYTES",
+           "act_bytes_per_layer", "lora_params", "terms"]
+
+GIB = 2**30
+OPT_BYTES = {"fp32": 4, "bf16": 2, "8bit": 1}
+CONTEXT_BYTES = 1 * GIB
+FRAGMENTATION = 0.08
+LOSS_CHUNK = 1024
+
+
+def lora_params(m: ModelSpec, rank: int) -> int:
+    """Trainable LoRA parameters: r·(in + out) for each linear of each block."""
+    h, kv, F = m.hidden, m.kv_dim, m.ffn
+    shapes = [(h, h), (h, kv), (h, kv), (h, h)] + [(h, F)] * (2 if m.gated_mlp else 1) + [(F, h)]
+    return m.n_layer * sum(rank * (a + b) for a, b in shapes)
+
+
+def _act_elems(m: ModelSpec) -> tuple[int, int]:
+    """(elements autograd keeps per token per block, of which GEMM inputs)."""
+    h, F = m.hidden, m.ffn
+    gemm_in = h + h + h + F
+    other = h + (h + 2 * m.kv_dim) + h + F * (2 if m.gated_mlp else 1)
+    return gemm_in + other, gemm_in
+
+
+def act_bytes_per_layer(m: ModelSpec, s: TrainSetup) -> float:
+    """Bytes autograd keeps for one block of one micro-batch on one GPU (no checkpointing)."""
+    total, gemm_in = _act_elems(m)
+    width = 4 if s.precision == "fp32" else 2
+    tokens = s.seq * s.micro_batch / (s.tp * s.cp)
+    stored = total * width - (gemm_in * (width - 1) if s.fp8_activations and s.low_precision else 0)
+    return tokens * stored
+
+
+def _activations(m: ModelSpec, s: TrainSetup) -> tuple[float, float]:
+    """(activation bytes at the peak on the busiest GPU, bytes of one block during its backward)."""
+    per_layer = act_bytes_per_layer(m, s)
+    width = 4 if s.precision == "fp32" else 2
+    tokens = s.seq * s.micro_batch / (s.tp * s.cp)
+    block_input = tokens * m.hidden * width
+    L = m.n_layer / s.pp
+    if s.checkpointing == "none":
+        acts = L * per_layer
+    elif s.checkpointing == "full":
+        acts = L * block_input + per_layer
+    elif s.checkpointing == "selective":
+        k = L // 2
+        acts = k * block_input + (L - k) * per_layer + per_layer
+    else:  # selective-op: block input, attention output, every other matmul output
+        h, kv, F = m.hidden, m.kv_dim, m.ffn
+        mm_out = h + 2 * kv + h + F * (2 if m.gated_mlp else 1) + h
+        acts = L * tokens * (2 * h + mm_out / 2) * width + per_layer
+    if s.pp > 1:
+        in_flight = min(s.pp, s.grad_accum) * (1 + (s.pp - 1) / (s.pp * s.vpp) if s.vpp > 1 else 1)
+        acts *= max(1.0, in_flight)
+    return acts, per_layer
+
+
+def _logits(m: ModelSpec, s: TrainSetup) -> float:
+    tokens = s.seq * s.micro_batch / (s.tp * s.cp)
+    wide = s.precision == "fp32"
+    if s.loss == "fused":
+        return min(tokens, LOSS_CHUNK) * m.vocab * 10
+    per = {"standard": 16 if wide else 12, "compiled": 8 if wide else 4}[s.loss]
+    return tokens * m.vocab * per
+
+
+def memory_breakdown(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
+    """GiB per GPU: params, grads, optimizer, activations (incl. logits), other (buffers, context, fragmentation)."""
+    d = terms(m, s)
+    other = d["buffers"] + CONTEXT_BYTES + FRAGMENTATION * d["allocated"]
+    # Gradients count only as far as they sit on top of the activations at the peak (see above), so
+    # the terms add up to what the GPU needs.
+    out = {"params": d["params"], "grads": d["grads_at_peak"], "optimizer": d["optimizer"],
+           "activations": d["activations"] + d["logits"], "other": other}
+    return {k: v / GIB for k, v in out.items()}
+
+
+def peak_allocated(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
+    """GiB: what `max_memory_allocated` should read (`allocated`) and the reserved margin on top of it."""
+    d = terms(m, s)
+    return {"allocated": d["allocated"] / GIB, "reserved_margin": FRAGMENTATION * d["allocated"] / GIB,
+            "context": CONTEXT_BYTES / GIB}
+
+
+def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
+    """Bytes per GPU of each state and of the activation peak (see the module docstring)."""
+    P = m.n_params() / (s.tp * s.pp)
+    S = s.shards
+    zero3 = s.sharding in ("fsdp", "hsdp")
+    opt_b = OPT_BYTES[s.optimizer_dtype]
+    if s.lora_rank:
+        T = lora_params(m, s.lora_rank) / (s.tp * s.pp) / (S if zero3 else 1)
+        params = 2 * P / (S if zero3 else 1) + 4 * T
+        grads, opt = 4 * T, 2 * opt_b * T
+    elif s.pure_bf16:
+        params = 2 * P / (S if zero3 else 1)
+        grads = 2 * P / (S if s.sharding != "none" and s.sharding != "zero1" else 1)
+        opt = 2 * min(opt_b, 2) * P / S
+    else:
+        if zero3:
+            params = 4 * P / S
+        elif s.sharding == "none":
+            params = 4 * P + (2 * P if s.precision != "fp32" else 0)  # + autocast's cached 16-bit copies
+        else:  # zero1/2: compute copy on every rank, fp32 master sharded with the optimizer
+            params = 2 * P + 4 * P / S
+        grads = 4 * P / (S if s.sharding in ("zero2", "fsdp", "hsdp") else 1)
+        opt = 2 * opt_b * P / S
+    if s.offload in ("optimizer", "params"):
+        opt = 0.0
+        if zero3 or s.sharding in ("zero1", "zero2"):
+            params -= 4 * P / S if not (s.lora_rank or s.pure_bf16) else 0
+    if s.offload == "params":
+        params, grads = 0.0, 0.0
+    acts, per_layer = _activations(m, s)
+    logits = _logits(m, s)
+    buffers = 0.0
+    if zero3 and S > 1 or s.offload == "params":
+        gather = 1 if (s.fp8_all_gather and s.low_precision) else (4 if s.precision == "fp32" else 2)
+        layer = m.layer_params() / s.tp
+        buffers = 2 * layer * gather + (layer * 4 if not s.lora_rank else 0)
+    if s.grad_accum > 1 or s.lora_rank:
+        peak = acts + logits + grads
+    else:  # grads are None while activations peak (set_to_none); they replace activations in backward
+        peak = max(acts + logits, grads + per_layer + logits)
+    allocated = params + opt + buffers + peak
+    return {"params": params, "grads": grads, "grads_at_peak": peak - acts - logits, "optimizer": opt, "activations": acts, "logits": logits,
+            "buffers": buffers, "allocated": allocated}

@@ -1,0 +1,218 @@
+"""Enumerate training configurations, estimate each, rank what fits, and say what would make the rest fit."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from overdrive.env.catalog import GpuSpec, gpu_by_key
+from overdrive.plan.estimate import Estimate, estimate
+from overdrive.plan.setup import CHECKPOINTING, TrainSetup, fallback_precision
+from overdrive.plan.specs import ModelSpec, get_model
+
+__all__ = ["plan", "sweep", "longest_seq", "calibrate_from_bench", "SWEEP_MODELS", "label"]
+
+DEFAULT_PRECISIONS = ("bf16", "fp8", "fp8-rowwise", "mxfp8", "nvfp4")
+MICRO_BATCHES = (1, 2, 4, 8, 16)
+
+
+def label(s: TrainSetup) -> str:
+    par = "".join(f" {k}{v}" for k, v in (("tp", s.tp), ("pp", s.pp), ("cp", s.cp)) if v > 1)
+    extra = "".join(f" · {x}" for x, on in (("offload " + s.offload, s.offload != "none"),
+                                              (f"LoRA r{s.lora_rank}", s.lora_rank), ("8-bit Adam", s.optimizer_dtype == "8bit"),
+                                              ("fused loss", s.loss == "fused")) if on)
+    return f"{s.precision} · {s.sharding}{par} · AC {s.checkpointing} · mb {s.micro_batch}{extra}"
+
+
+def _candidates(model: ModelSpec, base: TrainSetup, precisions, shardings, ckpts, micro_batches) -> list[Estimate]:
+    out, seen = [], set()
+    for prec in precisions:
+        if fallback_precision(prec, base.gpu) and len(precisions) > 1:
+            continue  # searching: only what this GPU runs (asked alone, the fallback is planned and labelled)
+        for sh in shardings:
+            if sh == "hsdp" and base.nodes == 1:
+                continue
+            for ac in ckpts:
+                for mb in micro_batches:
+                    if base.global_batch and base.global_batch % (mb * base.dp):
+                        continue
+                    s = dataclasses.replace(base, precision=prec, sharding=sh, checkpointing=ac, micro_batch=mb)
+                    key = (s.precision, s.sharding, s.checkpointing, s.micro_batch)
+                    if key not in seen:
+                        seen.add(key)
+                        out.append(estimate(model, s))
+    return out
+
+
+def longest_seq(model: ModelSpec, base: TrainSetup, *, lo: int = 512, hi: int = 1 << 20, step: int = 512) -> int:
+    """The longest sequence (a multiple of `step` and of cp) that fits, by bisection; 0 if even `lo` does not."""
+    step = step * base.cp
+
+    def fits(seq: int) -> bool:
+        return estimate(model, dataclasses.replace(base, seq=seq)).fits
+
+    if not fits(lo * base.cp):
+        return 0
+    a, b = lo // step or 1, hi // step
+    while a < b:
+        mid = (a + b + 1) // 2
+        a, b = (mid, b) if fits(mid * step) else (a, mid - 1)
+    return a * step
+
+
+def _option(model: ModelSpec, s: TrainSetup, what: str) -> tuple[str, Estimate] | None:
+    try:
+        e = estimate(model, s)
+    except ValueError:
+        return None
+    if not e.fits:
+        return (f"{what}: not enough alone, {e.memory_gib:.1f} GiB per GPU", e)
+    bound = " — communication-bound, says its own model" if any("communication-bound" in n for n in e.notes) else ""
+    return (f"{what}: {e.memory_gib:.1f} GiB per GPU, {e.tokens_per_s_per_gpu:,.0f} tokens/s per GPU "
+            f"({label(e.setup)}){bound}", e)
+
+
+def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
+    """What practitioners do when nothing fits, each with its memory and speed from the same model."""
+    s = smallest.setup
+    out = [f"the leanest configuration ({label(s)}) needs {smallest.memory_gib:.1f} GiB per GPU, "
+           f"{smallest.memory_gib - smallest.capacity_gib:.1f} GiB over the {smallest.capacity_gib:.0f} GiB of a "
+           f"{s.gpu.key}"]
+    full = dataclasses.replace(s, checkpointing="full", micro_batch=1)
+    n = s.gpus_per_node
+    tries = [
+        (dataclasses.replace(full, loss="fused"), "full checkpointing + fused cross-entropy"),
+        (dataclasses.replace(full, optimizer_dtype="8bit"), "8-bit AdamW states (bitsandbytes/torchao)"),
+        (dataclasses.replace(full, optimizer_dtype="8bit", loss="fused"), "8-bit AdamW + fused cross-entropy"),
+        (dataclasses.replace(full, offload="optimizer"), "CPU offload of the optimizer (states + step on the CPU)"),
+        (dataclasses.replace(full, offload="params"), "FSDP CPU offload of parameters, gradients and states"),
+        (dataclasses.replace(full, tp=n, sharding="fsdp", async_tp=True), f"tensor parallel {n} within the node + FSDP"),
+        (dataclasses.replace(full, lora_rank=16, sharding="fsdp"), "LoRA rank 16 (frozen bf16 base, fine-tuning only)"),
+    ]
+    if s.low_precision and not s.fp8_all_gather:
+        tries.insert(0, (dataclasses.replace(full, fp8_all_gather=True), "FP8 all-gather"))
+    for nodes in (2, 4, 8, 16, 32, 64):
+        if nodes > s.nodes:
+            tries.append((dataclasses.replace(full, nodes=nodes, sharding="fsdp"),
+                          f"more GPUs: FSDP over {nodes} nodes ({nodes * n} GPUs)"))
+    found = 0
+    for cand, what in tries:
+        opt = _option(model, cand, what)
+        if opt and (opt[1].fits or not what.startswith("more GPUs")):
+            out.append(opt[0])
+            found += opt[1].fits
+            if what.startswith("more GPUs"):
+                break
+    seq = longest_seq(model, full, hi=s.seq)
+    if 0 < seq < s.seq:
+        out.append(f"a shorter sequence: {seq} tokens fits with full checkpointing at micro-batch 1")
+    if not found:
+        out.append("nothing within reach does it: shard over more GPUs")
+    return out
+
+
+def _why(model: ModelSpec, top: Estimate, ranked: list[Estimate]) -> str:
+    s = top.setup
+    parts = [f"{label(s)} is fastest that fits: {top.tokens_per_s_per_gpu:,.0f} tokens/s per GPU "
+             f"({100 * top.mfu:.0f}% MFU) with {top.headroom_gib:.1f} GiB headroom"]
+    bf16 = next((e for e in ranked if e.setup.precision == "bf16"), None)
+    if s.precision != "bf16" and bf16:
+        gain = top.tokens_per_s_per_gpu / bf16.tokens_per_s_per_gpu - 1
+        share = top.times["gemm"] / max(1e-12, top.step_s)
+        parts.append(f"{s.precision} is {100 * gain:+.0f}% over the best bf16 ({bf16.tokens_per_s_per_gpu:,.0f}): "
+                     f"the GEMMs, {100 * share:.0f}% of its step, run at the {s.precision} peak, minus the casts")
+    if s.checkpointing == "none":
+        parts.append("no recomputation is needed: the activations fit")
+    else:
+        parts.append(f"{s.checkpointing} checkpointing is the least recomputation that fits at this micro-batch")
+    parts.extend(top.notes)
+    return "; ".join(parts)
+
+
+def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=None, checkpointing=None,
+         micro_batches=None, **setup) -> dict:
+    """Rank every precision x sharding x checkpointing x micro-batch for `model` on `gpu`; `setup` holds the
+    other TrainSetup fields (gpus_per_node, nodes, seq, global_batch, tp, pp, cp, ...)."""
+    g = gpu_by_key(gpu) if isinstance(gpu, str) else gpu
+    base = TrainSetup(gpu=g, **setup)
+    precisions = list(precisions or DEFAULT_PRECISIONS)
+    for p in precisions:  # validate every name before the search
+        dataclasses.replace(base, precision=p)
+    for sh in shardings or ():
+        dataclasses.replace(base, sharding=sh)
+    for ac in checkpointing or ():
+        dataclasses.replace(base, checkpointing=ac)
+    mbs = micro_batches or ([base.micro_batch] if "micro_batch" in setup else MICRO_BATCHES)
+    cands = _candidates(model, base, precisions, shardings or ("fsdp", "hsdp", "zero1", "none"),
+                        checkpointing or CHECKPOINTING, mbs)
+    if not cands:
+        raise ValueError(f"no configuration to evaluate: global batch {base.global_batch} is not divisible by "
+                         f"micro-batch x {base.dp} data-parallel ranks for any micro-batch in {list(mbs)}")
+    skipped = [f"{p} skipped: not supported on {g.key} (would run as {fallback_precision(p, g)})"
+               for p in precisions if len(precisions) > 1 and fallback_precision(p, g)]
+    ranked = sorted([e for e in cands if e.fits], key=lambda e: (-e.tokens_per_s_per_gpu, e.memory_gib))
+    rest = sorted((e for e in cands if not e.fits), key=lambda e: e.memory_gib)
+    result = {"model": dataclasses.asdict(model), "params_b": model.n_params() / 1e9, "gpu": g.key,
+              "capacity_gib": g.mem_gib, "gpus_per_node": base.gpus_per_node, "nodes": base.nodes, "seq": base.seq,
+              "global_batch": base.global_batch, "tp": base.tp, "pp": base.pp, "cp": base.cp,
+              "efficiency": base.efficiency, "candidates": [cand_dict(e) for e in ranked + rest],
+              "notes": skipped + sorted({n for e in cands for n in e.notes if "not supported" in n})}
+    if ranked:
+        result.update(top=cand_dict(ranked[0]), why=_why(model, ranked[0], ranked), suggestions=[])
+    else:
+        result.update(top=None, why="nothing fits", suggestions=_suggestions(model, rest[0]))
+    return result
+
+
+def cand_dict(e: Estimate) -> dict:
+    s = e.setup
+    return {"precision": s.precision, "label": e.label, "sharding": s.sharding, "checkpointing": s.checkpointing,
+            "micro_batch": s.micro_batch, "seq": s.seq, "tp": s.tp, "pp": s.pp, "cp": s.cp, "fits": e.fits,
+            "memory_gib": round(e.memory_gib, 3), "allocated_gib": round(e.allocated_gib, 3),
+            "reserved_margin_gib": round(e.reserved_margin_gib, 3), "headroom_gib": round(e.headroom_gib, 3),
+            "step_s": e.step_s, "compute_s": e.compute_s, "comm_s": e.comm_s,
+            "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu, "mfu": e.mfu,
+            "times_s": {k: round(v, 6) for k, v in e.times.items()},
+            "breakdown": {k: round(v, 3) for k, v in e.breakdown_gib.items()}, "notes": e.notes}
+
+
+SWEEP_MODELS = ("llama3-1b", "llama3-3b", "llama3-8b", "gpt-64b")
+
+
+def sweep(models=SWEEP_MODELS, gpus=("b200", "b300"), precisions=("fp8", "bf16", "fp16"),
+          checkpointing=("none", "full")) -> list[dict]:
+    """The seed scenario: one node of 8 GPUs, FSDP, micro-batch 1: the longest sequence that fits and the
+    speed there (and at 8K tokens, so GPUs compare), for each model x GPU x precision x checkpointing."""
+    rows = []
+    for mname in models:
+        m = get_model(mname)
+        for gk in gpus:
+            for prec in precisions:
+                for ac in checkpointing:
+                    base = TrainSetup(gpu=gpu_by_key(gk), precision=prec, sharding="fsdp", checkpointing=ac)
+                    seq = longest_seq(m, base)
+                    e = estimate(m, dataclasses.replace(base, seq=seq)) if seq else None
+                    at8k = estimate(m, dataclasses.replace(base, seq=8192))
+                    rows.append({"model": mname, "params_b": m.n_params() / 1e9, "gpu": gk, "precision": prec,
+                                 "checkpointing": ac, "longest_seq": seq,
+                                 "tokens_per_s_per_gpu_8k": at8k.tokens_per_s_per_gpu if at8k.fits else None,
+                                 "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu if e else None,
+                                 "mfu": e.mfu if e else None, "memory_gib": e.memory_gib if e else None})
+    return rows
+
+
+def calibrate_from_bench(path: str) -> float:
+    """GEMM efficiency from our own bench: the best measured bf16 MFU (vs the BF16 peak) in results.json."""
+    p = os.path.join(path, "results.json") if os.path.isdir(path) else path
+    try:
+        with open(p) as f:
+            res = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"--calibrate {path}: cannot read a bench results.json ({e})") from None
+    mfus = [m.get("mfu_bf16_peak") for c in res.get("configs", []) if c.get("precision") == "bf16" and c.get("safe")
+            for m in c.get("models", {}).values()]
+    mfus = [x for x in mfus if x]
+    if not mfus:
+        raise ValueError(f"--calibrate {path}: no bf16 configuration with a measured MFU (a GPU bench run is needed)")
+    return min(1.0, max(mfus))

@@ -1,0 +1,171 @@
+"""One training configuration to estimate: the GPU, the parallel layout, precision and memory savers.
+
+Every field is validated on construction, so a bad value from the CLI or Python fails in one line that
+names the problem and the fix (ValueError; the CLI turns it into exit code 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from overdrive.env.catalog import GpuSpec
+
+__all__ = ["TrainSetup", "PRECISIONS", "SHARDINGS", "CHECKPOINTING", "OPTIMIZER_DTYPES", "OFFLOADS", "LOSSES",
+           "LOW_PRECISION", "needs_blackwell", "fallback_precision"]
+
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp8-rowwise", "mxfp8", "nvfp4")
+LOW_PRECISION = ("fp8", "fp8-rowwise", "mxfp8", "nvfp4")
+SHARDINGS = ("none", "zero1", "zero2", "fsdp", "hsdp")
+"""none = DDP (replicated); zero1 = DDP with a distributed optimizer (Megatron's); zero2 = + sharded grads;
+fsdp = ZeRO-3 (FSDP2 fully_shard); hsdp = FSDP within a node, replicated across nodes."""
+SHARDING_ALIASES = {"ddp": "none", "zero3": "fsdp", "zero-3": "fsdp", "zero-1": "zero1", "zero-2": "zero2",
+                    "dist-opt": "zero1"}
+CHECKPOINTING = ("none", "selective", "selective-op", "full")
+"""selective = every 2nd block (torchtitan's 'selective layer'); selective-op = torchtitan's per-op policy
+(keep matmul outputs, every other one, and attention; recompute the cheap ops); full = every block."""
+OPTIMIZER_DTYPES = ("fp32", "bf16", "8bit")
+OFFLOADS = ("none", "optimizer", "params")
+LOSSES = ("standard", "compiled", "fused")
+
+
+def needs_blackwell(precision: str) -> bool:
+    """MXFP8 and NVFP4 need SM 10.x tensor cores (Transformer Engine's and torchao's gates)."""
+    return precision in ("mxfp8", "nvfp4")
+
+
+def fallback_precision(precision: str, gpu: GpuSpec) -> str | None:
+    """What a precision resolves to on `gpu` when that GPU cannot run it (None: it runs as asked)."""
+    if needs_blackwell(precision) and gpu.sm[0] != 10:
+        return "fp8" if gpu.fp8_tflops else "bf16"
+    if precision in LOW_PRECISION and not gpu.fp8_tflops:
+        return "bf16"
+    return None
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"--{name} {value!r} is not one of {', '.join(allowed)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainSetup:
+    gpu: GpuSpec
+    gpus_per_node: int = 8
+    nodes: int = 1
+    seq: int = 4096
+    micro_batch: int = 1
+    """Sequences per GPU per forward/backward (per data-parallel rank)."""
+    global_batch: int | None = None
+    """Sequences per optimizer step; sets gradient accumulation. None: one micro-batch per rank."""
+    precision: str = "bf16"
+    """fp32 | bf16 | fp16 | fp8 (tensorwise) | fp8-rowwise | mxfp8 | nvfp4 (the last two on Blackwell only)."""
+    sharding: str = "fsdp"
+    tp: int = 1
+    """Tensor parallel degree (with sequence parallelism), within a node."""
+    pp: int = 1
+    """Pipeline stages (1F1B; interleaved with vpp > 1)."""
+    vpp: int = 1
+    """Virtual stages per pipeline rank (interleaved schedule)."""
+    cp: int = 1
+    """Context parallel degree (ring attention over the sequence)."""
+    checkpointing: str = "none"
+    optimizer_dtype: str = "fp32"
+    """AdamW moments: fp32, bf16 or 8-bit (bitsandbytes/torchao)."""
+    pure_bf16: bool = False
+    """Weights, grads and optimizer states in bf16, no fp32 master copy (llm-foundry's 'PURE')."""
+    offload: str = "none"
+    """none | optimizer (states and step on the CPU) | params (FSDP CPU offload of params, grads, states)."""
+    loss: str = "standard"
+    """standard (eager cross-entropy on fp32 logits) | compiled (torch.compile'd loss, or a fused kernel such
+    as flash-attn's or Megatron's: no fp32 copies) |
+    fused (chunked or fused linear + cross-entropy: one chunk of logits at a time)."""
+    fp8_activations: bool = False
+    """Keep the GEMM inputs saved for backward in FP8, as Transformer Engine does."""
+    lora_rank: int = 0
+    """> 0: LoRA on every linear of the blocks, base weights frozen in bf16."""
+    fp8_all_gather: bool = False
+    compile: bool = True
+    """torch.compile (or fused kernels as in Megatron/TE): fuses the memory-bound ops."""
+    async_tp: bool = False
+    """Overlap tensor-parallel collectives with GEMMs (torchtitan async TP, Megatron tp_comm_overlap)."""
+    stack: str = "torch"
+    """torch (FSDP2/torchtitan/llm-foundry style: torch.compile or fused kernels) | megatron (Megatron-Core with
+    Transformer Engine: fused kernels end to end, userbuffer TP overlap), whose GEMM efficiency is calibrated
+    separately."""
+    efficiency: float | None = None
+    """Override of the GEMM fraction of peak (default: calibrated per GPU generation)."""
+    overlap: float = 0.9
+    """Share of compute that data-parallel communication can hide under (FSDP prefetch, DDP buckets)."""
+    intra_gbs: float | None = None
+    """Per-GPU intra-node bandwidth, GB/s (default: the GPU's NVLink)."""
+    inter_gbs: float = 50.0
+    """Per-GPU inter-node bandwidth, GB/s (400 Gb/s InfiniBand or RoCE per GPU)."""
+
+    def __post_init__(self):
+        sh = SHARDING_ALIASES.get(self.sharding, self.sharding)
+        if sh != self.sharding:
+            object.__setattr__(self, "sharding", sh)
+        _choice("precision", self.precision, PRECISIONS)
+        _choice("sharding", self.sharding, SHARDINGS)
+        _choice("checkpointing", self.checkpointing, CHECKPOINTING)
+        _choice("optimizer-dtype", self.optimizer_dtype, OPTIMIZER_DTYPES)
+        _choice("offload", self.offload, OFFLOADS)
+        _choice("loss", self.loss, LOSSES)
+        _choice("stack", self.stack, ("torch", "megatron"))
+        for name in ("gpus_per_node", "nodes", "seq", "micro_batch", "tp", "pp", "vpp", "cp"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {v}")
+        if self.lora_rank < 0:
+            raise ValueError(f"--lora-rank must be >= 0, got {self.lora_rank}")
+        if self.global_batch is not None and self.global_batch < 1:
+            raise ValueError(f"--global-batch must be a positive number of sequences, got {self.global_batch}")
+        if self.efficiency is not None and not 0 < self.efficiency <= 1:
+            raise ValueError(f"--efficiency is a fraction of peak in (0, 1], got {self.efficiency}")
+        if not 0 <= self.overlap <= 1:
+            raise ValueError(f"overlap is a fraction in [0, 1], got {self.overlap}")
+        for name in ("intra_gbs", "inter_gbs"):
+            v = getattr(self, name)
+            if v is not None and v <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be a positive bandwidth in GB/s, got {v}")
+        if self.world % (self.tp * self.pp * self.cp):
+            raise ValueError(f"tp {self.tp} x pp {self.pp} x cp {self.cp} does not divide the {self.world} GPUs")
+        if self.tp > self.gpus_per_node:
+            raise ValueError(f"--tp {self.tp} spans nodes ({self.gpus_per_node} GPUs per node): keep TP within a node")
+        if self.seq % self.cp:
+            raise ValueError(f"--seq {self.seq} is not divisible by --cp {self.cp}")
+        if self.vpp > 1 and self.pp == 1:
+            raise ValueError("--vpp needs --pp > 1 (virtual stages interleave a pipeline)")
+        if self.global_batch is not None and self.global_batch % (self.micro_batch * self.dp):
+            raise ValueError(f"global batch {self.global_batch} is not divisible by micro-batch {self.micro_batch} "
+                             f"x {self.dp} data-parallel ranks")
+        if self.pure_bf16 and self.precision == "fp32":
+            raise ValueError("--pure-bf16 contradicts --precision fp32")
+
+    @property
+    def world(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel ranks (replicas of one model copy)."""
+        return self.world // (self.tp * self.pp * self.cp)
+
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches per optimizer step on each data-parallel rank."""
+        return self.global_batch // (self.micro_batch * self.dp) if self.global_batch else 1
+
+    @property
+    def shards(self) -> int:
+        """GPUs that share one copy of the sharded states (FSDP shards over data and context parallel ranks)."""
+        if self.sharding == "none":
+            return 1
+        group = self.dp * self.cp
+        if self.sharding == "hsdp":
+            return max(1, min(group, self.gpus_per_node // self.tp))
+        return group
+
+    @property
+    def low_precision(self) -> bool:
+        return self.precision in LOW_PRECISION

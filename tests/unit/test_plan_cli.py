@@ -1,0 +1,88 @@
+"""`overdrive plan` refuses bad input in one line with exit code 2, before any work."""
+
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from overdrive.cli import main
+
+
+@pytest.fixture
+def run(capsys):
+    """The CLI in-process (a subprocess pays torch's import on every call): returncode, stdout, stderr."""
+    def _run(*a):
+        try:
+            rc = main(["plan", *a])
+        except SystemExit as e:  # argparse's own refusals
+            rc = e.code
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
+    return _run
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--precision", "fp4"], "--precision 'fp4' is not one of"),
+    (["--efficiency", "-1"], "--efficiency is a fraction of peak"),
+    (["--efficiency", "1.5"], "--efficiency is a fraction of peak"),
+    (["--layers", "-3", "--hidden", "64", "--heads", "4"], "--layers must be a positive integer"),
+    (["--global-batch", "-2"], "--global-batch must be a positive"),
+    (["--seq", "-1"], "--seq must be a positive integer"),
+    (["--checkpointing", "x"], "--checkpointing 'x' is not one of"),
+    (["--sharding", "zero9"], "--sharding 'zero9' is not one of"),
+    (["--tp", "3"], "does not divide the 8 GPUs"),
+])
+def test_refusals_are_one_line(run, args, needle):
+    cp = run(*args)
+    assert cp.returncode == 2, cp.stderr
+    assert needle in cp.stderr and len(cp.stderr.strip().splitlines()) == 1, cp.stderr
+
+
+def test_zero3_is_fsdp_and_new_flags_plan(run):
+    cp = run("--sharding", "zero3", "--seq", "2048", "--json")
+    assert cp.returncode == 0, cp.stderr
+    assert {c["sharding"] for c in json.loads(cp.stdout)["candidates"]} == {"fsdp"}
+    cp = run("--model", "llama3-70b", "--gpus", "8", "--nodes", "8", "--tp", "8", "--pp", "2", "--vpp", "2",
+              "--global-batch", "64", "--micro-batch", "1", "--precision", "fp8", "--zero", "1", "--json")
+    assert cp.returncode == 0, cp.stderr
+    top = json.loads(cp.stdout)["candidates"][0]
+    assert (top["tp"], top["pp"], top["sharding"]) == (8, 2, "zero1")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_png_on_read_only_path_refused_before_work(run, tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    cp = run("--png", str(ro / "m.png"))
+    assert cp.returncode == 2 and "not writable" in cp.stderr and "overdrive plan" not in cp.stdout
+
+
+def test_png_in_missing_folder_refused(run, tmp_path):
+    cp = run("--png", str(tmp_path / "nope" / "m.png"))
+    assert cp.returncode == 2 and "does not exist" in cp.stderr and cp.stdout == ""
+
+
+def test_hf_config_named_after_the_model_not_the_folder(run, tmp_path):
+    d = tmp_path / "path" / "to"
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 16, "hidden_size": 2048,
+                                               "num_attention_heads": 32, "num_key_value_heads": 8,
+                                               "intermediate_size": 8192, "vocab_size": 128256}))
+    cp = run("--model", str(d / "config.json"), "--json", "--seq", "2048")
+    assert cp.returncode == 0, cp.stderr
+    assert json.loads(cp.stdout)["model"]["name"] == "llama-16L-2048d"
+    cp = run("--model", str(d), "--seq", "2048")
+    assert cp.returncode == 2 and "is a directory" in cp.stderr
+
+
+def test_help_documents_every_flag_with_defaults(run):
+    out = run("--help").stdout
+    assert "number of nodes" in out and "dtype of the AdamW moments" in out and "(default: 4096)" in out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+def test_png_on_unwritable_path_refused_even_for_root(run):
+    cp = run("--png", "/proc/overdrive_plan.png")
+    assert cp.returncode == 2 and "not writable" in cp.stderr and cp.stdout == ""
