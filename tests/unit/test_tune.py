@@ -65,6 +65,10 @@ def test_named_candidates_always_start_with_the_baseline():
     assert [c.name for c in cands] == ["baseline", "amp-bf16"]
     with pytest.raises(ValueError, match="unknown recipe"):
         named_candidates(["nope"], CPU)
+    c = named_candidates(["fp32+foreach", "amp-bf16+compile"], CPU)
+    assert [x.resolved.optimizer for x in c[1:]] == ["foreach", "torch-fused"] and c[2].resolved.compile == "default"
+    with pytest.raises(ValueError, match="knob"):
+        named_candidates(["fp32+turbo"], CPU)
 
 
 def test_fp8_gpu_candidates_pick_the_real_engine():

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from overdrive.bench.timing import speedup_ci, summarize, verdict
 from overdrive.env import EnvReport, get_env
 from overdrive.errors import UserError
-from overdrive.recipes import Recipe, get_recipe
+from overdrive.recipes import Recipe
 from overdrive.recipes.tuned import machine_fingerprint, save_tuned
-from overdrive.tune.candidates import baseline_recipe, describe
+from overdrive.tune.candidates import baseline_recipe, describe, parse_name
 from overdrive.tune.measure import Run, measure
 from overdrive.tune.safety import Tolerance
 from overdrive.tune.workload import FileFn, Workload, hf_workload
@@ -131,10 +131,16 @@ def tune(model_fn: Callable | str | None = None, batch_fn: Callable | str | None
             get_recipe(n)
         except ValueError as e:
             raise UserError(f"--candidates: {e}") from None
-    env = env or get_env()
-    left = budget_s - (time.perf_counter() - t0)
-    s = measure(wl, env, budget_s=left, names=names, seed=seed, lr=lr, threads=threads, tol=tolerance,
-                progress=progress)
+    if env is None:
+        if progress:
+            progress("probing this machine (cached for a day after the first time)")
+        env = get_env()
+    spent = time.perf_counter() - t0
+    if budget_s - spent < 5:
+        raise UserError(f"--budget-s {budget_s:g} is too small: probing this machine alone took {spent:.0f} s "
+                        "(it is cached afterwards: run `overdrive doctor` once, or raise --budget-s)")
+    s = measure(wl, env, budget_s=budget_s - spent, names=names, seed=seed, lr=lr, threads=threads, tol=tolerance,
+                progress=progress, total_budget_s=budget_s)
     base = s.runs[0]
     rows = [_row(r, base) for r in s.runs]
     best, summary = _pick(rows, s.runs)

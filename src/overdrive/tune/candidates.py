@@ -16,7 +16,7 @@ from overdrive.env import EnvReport
 from overdrive.recipes import PRESETS, Recipe, ResolvedRecipe, get_recipe, resolve
 
 __all__ = ["Candidate", "baseline_recipe", "effective_key", "preset_candidates", "knob_candidates",
-           "checkpointing_candidates", "named_candidates", "dedupe", "describe"]
+           "checkpointing_candidates", "named_candidates", "parse_name", "dedupe", "describe"]
 
 # Knob name (as in the recipe-name grammar "preset+knob") -> the fields it sets.
 _KNOBS = {"compile": {"compile": "default"}, "fused-adamw": {"optimizer": "torch-fused"},
@@ -155,11 +155,27 @@ def checkpointing_candidates(survivors: list[Candidate], env: EnvReport,
     return dedupe(specs, env, stage="checkpointing", existing=existing)
 
 
+def parse_name(name: str) -> Recipe:
+    """A recipe name: a preset, or "preset+knob+..." with the knobs above (the grammar of the recipe
+    name registry; this also works where that registry has not landed). ValueError names the fix."""
+    try:
+        return dataclasses.replace(get_recipe(name), name=name)
+    except ValueError:
+        head, *knobs = [p.strip() for p in name.split("+")]
+        if not knobs:
+            raise
+        rec = get_recipe(head)
+        for k in knobs:
+            if k not in _KNOBS:
+                raise ValueError(f"unknown recipe knob '{k}' in {name!r}: knobs are {', '.join(_KNOBS)}") from None
+            rec = dataclasses.replace(rec, **_KNOBS[k])
+        return dataclasses.replace(rec, name=name)
+
+
 def named_candidates(names: list[str], env: EnvReport) -> list[Candidate]:
     """`--candidates a,b,c`: exactly these (the baseline is always measured first, as the reference)."""
     base = baseline_recipe()
     specs = [(base.name, base)]
     for n in names:
-        rec = get_recipe(n)  # ValueError names the bad one; the CLI turns it into a one-line error
-        specs.append((n, dataclasses.replace(rec, name=n)))
+        specs.append((n, parse_name(n)))  # ValueError names the bad one; the CLI makes it one line
     return dedupe(specs, env, stage="presets")

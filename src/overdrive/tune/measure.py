@@ -19,10 +19,12 @@ Every call to a worker has a timeout that ends at the deadline, so the budget ho
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import multiprocessing as mp
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,10 +74,13 @@ class Run:
 class Session:
     def __init__(self, workload: Workload, env: EnvReport, *, budget_s: float, seed: int = 0, lr: float = 3e-4,
                  threads: int | None = None, tol: Tolerance = Tolerance(), warmup_steps: int = 3,
-                 slow_factor: float = 3.0, progress: Callable[[str], None] | None = None) -> None:
+                 slow_factor: float = 3.0, progress: Callable[[str], None] | None = None,
+                 total_budget_s: float | None = None) -> None:
         self.wl, self.env, self.budget_s, self.seed, self.lr, self.threads = workload, env, budget_s, seed, lr, threads
         self.tol, self.warmup_steps, self.slow_factor = tol, max(2, warmup_steps), slow_factor
         self.say = progress or (lambda s: None)
+        self.total_budget_s = total_budget_s or budget_s
+        """The user's --budget-s (what messages quote); `budget_s` is what was left of it here."""
         self.t0 = time.perf_counter()
         self.deadline = self.t0 + budget_s
         self.warm_deadline = self.t0 + 0.65 * budget_s  # the rest is for the timed rounds
@@ -93,7 +98,8 @@ class Session:
     def _start(self, msg: tuple):
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(target=worker_main, args=(child,), daemon=True)
-        proc.start()
+        with _main_not_rerun(self.wl):
+            proc.start()
         child.close()  # only the worker holds its end: if it dies, recv() sees EOF at once
         parent.send(msg)
         return parent, proc
@@ -211,7 +217,7 @@ class Session:
         if not run.live:
             return
         if base is not None and self.left(self.warm_deadline) <= 0:
-            self._end(run, "skipped", f"the budget ({self.budget_s:g} s) was spent before its warm-up")
+            self._end(run, "skipped", f"the budget ({self.total_budget_s:g} s) was spent before its warm-up")
             return
         eager = run.cand.resolved.compile == "off"
         ref_s = (base.steady_ms() or 0) / 1e3 if base else 0.0
@@ -220,7 +226,7 @@ class Session:
             t, why = min(t, max(5.0, 30 * ref_s)), f"over 30x the baseline's step"
         elif base is not None:
             # Compilation is paid from the budget: at most a third of it for one candidate.
-            t, why = min(t, self.budget_s / 3), f"a third of the {self.budget_s:g} s budget"
+            t, why = min(t, self.budget_s / 3), f"a third of the {self.total_budget_s:.0f} s budget"
         else:
             why = "the budget"
         self.say(f"warm-up {run.cand.label}" + ("" if eager else " (compiling)"))
@@ -323,6 +329,25 @@ class Session:
                            on_round=halve)
 
 
+@contextlib.contextmanager
+def _main_not_rerun(wl: Workload):
+    """A new process re-runs the caller's script to rebuild `__main__` (multiprocessing's rule), so a
+    script calling tune() without an `if __name__ == "__main__":` guard would start tune again in
+    every worker. The workers need `__main__` only when a function of the workload lives there;
+    otherwise the script's path is hidden while the worker starts, as for an interactive session."""
+    main = sys.modules.get("__main__")
+    fns = (wl.model_fn, wl.batch_fn, wl.loss_fn)
+    if main is None or any(getattr(f, "__module__", None) == "__main__" for f in fns) \
+            or "__file__" not in vars(main):
+        yield
+        return
+    path = main.__dict__.pop("__file__")
+    try:
+        yield
+    finally:
+        main.__file__ = path
+
+
 def _context():
     """Workers fork from a fork server that has only imported torch and Overdrive (no tensor op,
     no thread pool, no compile cache yet): each candidate starts as clean as a fresh interpreter,
@@ -387,6 +412,7 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
 def _too_small(s: Session, base: Run) -> str:
     took = time.perf_counter() - s.t0
     step = base.steady_ms()
-    need = math.ceil(max(2 * took, took + 40 * (step or 0) / 1e3) / 10) * 10
-    return (f"--budget-s {s.budget_s:g} is too small for even the baseline: its set-up and warm-up took {took:.0f} s"
+    need = math.ceil((s.total_budget_s - s.budget_s + max(2 * took, took + 40 * (step or 0) / 1e3)) / 10) * 10
+    return (f"--budget-s {s.total_budget_s:g} is too small for even the baseline: its set-up and warm-up took "
+            f"{took:.0f} s"
             + (f" and a step {step:.0f} ms" if step else "") + f"; use --budget-s {max(need, 30):.0f} or more")
