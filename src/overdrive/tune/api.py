@@ -128,7 +128,7 @@ def tune(model_fn: Callable | str | None = None, batch_fn: Callable | str | None
     names = [c.strip() for c in candidates.split(",") if c.strip()] if isinstance(candidates, str) else candidates
     for n in names or []:
         try:
-            get_recipe(n)
+            parse_name(n)
         except ValueError as e:
             raise UserError(f"--candidates: {e}") from None
     if env is None:
