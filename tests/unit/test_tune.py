@@ -42,8 +42,8 @@ def test_presets_that_resolve_alike_are_one_candidate_with_every_name():
     cands = preset_candidates(CPU)
     labels = {c.name: c.names for c in cands}
     assert cands[0].baseline and cands[0].name == "baseline"
-    assert labels["fp32"] == ["fp32", "auto"]  # auto resolves to fp32 on this CPU: measured once
-    assert "mxfp8" in labels["fp8"]            # mxfp8 falls back to tensorwise FP8 here
+    assert labels["fp32"] == ["fp32", "fp32-fused", "auto"]  # auto resolves to fp32 on this CPU: measured once
+    assert "fp8-delayed" in labels["fp8"]      # delayed scaling is TE only: tensorwise emulation here
     assert len({effective_key(c.resolved) for c in cands}) == len(cands)
     fp8 = next(c for c in cands if c.name == "fp8")
     assert fp8.emulated and "FALLBACK" in describe(fp8.resolved) and "emulated" in describe(fp8.resolved)
@@ -73,6 +73,7 @@ def test_named_candidates_always_start_with_the_baseline():
 
 def test_fp8_gpu_candidates_pick_the_real_engine():
     ao = {c.name: c for c in preset_candidates(H100_AO)}
+    assert {"fp8-delayed", "mxfp8", "nvfp4"} <= set(ao["fp8"].names)  # all fall back to tensorwise on an H100
     assert ao["fp8"].resolved.fp8_backend == "torchao" and not ao["fp8"].emulated
     assert ao["fp8-rowwise"].resolved.fp8_scaling == "rowwise"
     te = {c.name: c for c in preset_candidates(H100_TE)}

@@ -67,7 +67,7 @@ def effective_key(r: ResolvedRecipe) -> tuple:
 
 def describe(r: ResolvedRecipe) -> str:
     """What ran, in a few words, fallbacks named: 'fp32, eager, for-loop AdamW'."""
-    parts = [r.precision if not r.fp8_backend else f"fp8 ({r.fp8_backend} {r.fp8_scaling}"
+    parts = [r.precision if not r.fp8_backend else f"{r.precision} ({r.fp8_backend} {r.fp8_scaling}"
              + (", measured per-layer filter" if r.recipe.fp8_shapes else "") + ")"]
     if r.autocast_dtype:
         parts.append(f"autocast {r.autocast_dtype}" + (" + GradScaler" if r.grad_scaler else ""))

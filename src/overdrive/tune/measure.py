@@ -379,7 +379,9 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
                             f"the baseline (plain fp32 PyTorch) fails on this model: {base.reason}")
         if s.left() < 2 * 3 * (base.steady_ms() or 0) / 1e3 + 2:
             raise UserError(_too_small(s, base))
-        for r in s._spawn(first[1:]):
+        # Emulated FP8 is checked for safety only, after everything that can win has warmed up.
+        emulated = [c for c in first[1:] if c.emulated]
+        for r in s._spawn([c for c in first[1:] if not c.emulated]):
             s._warm(r, base)
         if not names:
             # Knobs for the precisions that are in the race, fastest first (the budget may end mid-stage).
@@ -395,6 +397,8 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
                 s.memory_note = why
                 for r in s._spawn(checkpointing_candidates(survivors, env, [r.cand for r in s.runs])):
                     s._warm(r, base)
+        for r in s._spawn(emulated):
+            s._warm(r, base)
         s._timed(base, reserve_s=min(5.0, 0.05 * budget_s) + 0.2 * sum(1 for r in s.runs if r.live))
         for r in s.runs:
             if r.live:
