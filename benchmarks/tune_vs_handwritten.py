@@ -122,18 +122,27 @@ def main() -> int:
     p.add_argument("--models", default="narrow,wide")
     p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--steps", type=int, default=3, help="steps per contender per round")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads for tune's workers and the side-by-side loops (default: 1 when the host is "
+                        "oversubscribed, else torch's default): on a shared 2-core host at load 20, two OpenMP "
+                        "threads made a 1-thread 8 ms step take 100-375 ms")
     a = p.parse_args()
+    if a.threads is None:
+        a.threads = 1 if os.getloadavg()[0] > (os.cpu_count() or 1) else torch.get_num_threads()
+    torch.set_num_threads(a.threads)
     import overdrive
     from overdrive.bench.timing import speedup_ci
 
     env = overdrive.get_env()
     print(f"host: {env.platform['cpu'].get('model')} ({env.platform['cpu'].get('count')} cores, "
-          f"{env.platform['cpu'].get('isa')}); load average {os.getloadavg()[0]:.1f}; torch {torch.__version__}")
+          f"{env.platform['cpu'].get('isa')}); load average {os.getloadavg()[0]:.1f}; torch {torch.__version__}; "
+          f"{a.threads} thread(s) per process")
     ok_all = True
     for name in a.models.split(","):
         factory = globals()[name]
         t0 = time.perf_counter()
         res = overdrive.tune(f"{HERE}:{name}", f"{HERE}:batch", loss_fn=f"{HERE}:loss", budget_s=a.budget_s,
+                             threads=a.threads,
                              progress=lambda s: print(f"  [{time.perf_counter() - t0:5.0f} s] {s}", file=sys.stderr))
         print(f"\n== {name} ({sum(p.numel() for p in factory().parameters()) / 1e6:.2f}M params): tune took "
               f"{time.perf_counter() - t0:.0f} s of {a.budget_s:g}\n{res.table()}\n{res.summary}")

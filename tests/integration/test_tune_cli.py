@@ -55,6 +55,10 @@ def broken():
 
 def bad_batch(step):
     return 42
+
+
+def ids_only(step):
+    return {"ids": torch.randint(0, 64, (8, 16))}
 '''
 
 
@@ -155,6 +159,8 @@ def test_bad_input_is_one_line_and_exit_2(user, tmp_path, capsys):
     rc, line = err(["tune", f"{user}:narrow", "--batch", f"{user}:bad_batch", "--budget-s", "40"])
     assert rc == 2 and "returned int" in line
     rc, line = err(["tune", f"{user}:narrow", "--batch", f"{user}:batch", "--budget-s", "40"])
+    assert rc == 2 and "model(**batch) fails" in line and "pass --loss" in line  # "tags" is no forward argument
+    rc, line = err(["tune", f"{user}:narrow", "--batch", f"{user}:ids_only", "--budget-s", "40"])
     assert rc == 2 and "not a scalar loss: pass --loss" in line  # logits, and no --loss
     rc, line = err(["tune", f"{user}:narrow", "--batch", f"{user}:batch", "--loss", f"{user}:loss",
                     "--budget-s", "0.5"])

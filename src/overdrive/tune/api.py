@@ -136,7 +136,7 @@ def tune(model_fn: Callable | str | None = None, batch_fn: Callable | str | None
             progress("probing this machine (cached for a day after the first time)")
         env = get_env()
     spent = time.perf_counter() - t0
-    if budget_s - spent < 5:
+    if spent > 1.0 and budget_s - spent < 5:
         raise UserError(f"--budget-s {budget_s:g} is too small: probing this machine alone took {spent:.0f} s "
                         "(it is cached afterwards: run `overdrive doctor` once, or raise --budget-s)")
     s = measure(wl, env, budget_s=budget_s - spent, names=names, seed=seed, lr=lr, threads=threads, tol=tolerance,

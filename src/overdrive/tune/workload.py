@@ -132,8 +132,14 @@ def compute_loss(model, batch, loss_fn: Callable | None):
         out = loss_fn(model, batch)
         where = "the loss function"
     else:
-        out = model(**batch) if isinstance(batch, dict) else model(*batch) if isinstance(batch, (tuple, list)) \
-            else model(batch)
+        call = "model(**batch)" if isinstance(batch, dict) else "model(*batch)" if isinstance(batch, (tuple, list)) \
+            else "model(batch)"
+        try:
+            out = model(**batch) if isinstance(batch, dict) else model(*batch) if isinstance(batch, (tuple, list)) \
+                else model(batch)
+        except TypeError as e:  # the batch does not fit the model's forward signature
+            raise UserError(f"{call} fails ({_first_line(e)}): pass --loss FILE.py:FN (loss_fn(model, batch) -> "
+                            "scalar loss)") from None
         where = "the model"
         if not isinstance(out, torch.Tensor):
             loss = getattr(out, "loss", None)
