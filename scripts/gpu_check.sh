@@ -63,6 +63,21 @@ BENCH=/tmp/overdrive_gpu_bench
 rm -rf "$BENCH"
 timeout 300 "$PY" -m overdrive bench --suite gpu --out "$BENCH/transformer" 2>&1 | tee "$OUT/bench.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+# tune on a mid-size GPT (d=1024, 12 layers, seq 1024) as a user's model: FP8 candidates get the
+# measured per-layer filter; its decisions per layer are printed and kept in the tarball.
+if [ $(( $(date +%s) - start )) -lt 300 ]; then
+  echo "== tune ($(( $(date +%s) - start )) s)"
+  timeout 200 "$PY" -m overdrive tune examples/tune_gpt.py:make_model --batch examples/tune_gpt.py:batch \
+    --loss examples/tune_gpt.py:loss --budget-s 150 --out "$BENCH/tune" 2>&1 | tail -40 | tee -a "$OUT/bench.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  "$PY" - "$BENCH/tune/results.json" <<'PYEOF' 2>&1 | tee -a "$OUT/bench.txt"
+import json, sys
+res = json.load(open(sys.argv[1]))
+for r in res["candidates"]:
+    for d in (r.get("fp8_filter") or {}).get("layers", []):
+        print(f"fp8 filter {r['name']}: {d['fqn']} {d['shape']} M={d['tokens']} -> {d['reason']}")
+PYEOF
+fi
 # The recsys and inference suites run only while the 8-minute budget allows.
 if [ $(( $(date +%s) - start )) -lt 330 ]; then
   echo "== inference latency ($(( $(date +%s) - start )) s)"

@@ -17,14 +17,20 @@ from overdrive.quiet import install_from_env as _install_from_env  # noqa: E402
 _install_from_env()  # a bench worker or torchrun rank started by the CLI: filter the same known noise
 
 __all__ = ["__version__", "accelerate", "Accelerated", "get_env", "Recipe", "PRESETS", "resolve", "ResolvedRecipe",
-           "RecipeUnavailable"]
+           "RecipeUnavailable", "tune", "TuneResult"]
 
 _LAZY = {"Accelerated": "overdrive.accelerate", "get_env": "overdrive.env", "Recipe": "overdrive.recipes",
          "PRESETS": "overdrive.recipes", "resolve": "overdrive.recipes", "ResolvedRecipe": "overdrive.recipes",
-         "RecipeUnavailable": "overdrive.recipes"}
+         "RecipeUnavailable": "overdrive.recipes", "TuneResult": "overdrive.tune"}
 
 
 def __getattr__(name: str):
+    if name == "tune":
+        # The subpackage, which is callable: `overdrive.tune(...)` runs `overdrive.tune.tune`, and
+        # `overdrive.tune.api` and friends still import (and patch) like any module.
+        import importlib
+
+        return importlib.import_module("overdrive.tune")
     if name in _LAZY:
         import importlib
 

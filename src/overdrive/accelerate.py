@@ -12,7 +12,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
+import logging
 from collections.abc import Callable, Iterator
 
 import torch
@@ -22,7 +24,7 @@ from torch import nn
 from overdrive.convert import LayerDecision, apply_activation_checkpointing, convert_fp8, convert_norms
 from overdrive.env import EnvReport, get_env
 from overdrive.optim import build_adamw
-from overdrive.recipes import Recipe, ResolvedRecipe, resolve
+from overdrive.recipes import Decision, Recipe, ResolvedRecipe, resolve
 
 __all__ = ["accelerate", "Accelerated"]
 
@@ -179,9 +181,45 @@ def accelerate(model: nn.Module, recipe: str | Recipe = "auto", *, lr: float = 3
                build_optimizer: bool = True) -> Accelerated:
     """Resolve `recipe` on this machine and apply it to `model` in place.
 
+    recipe="tuned" applies the winner `overdrive tune` cached for this model (parameter names and
+    shapes) on this machine; with none cached it runs "auto" and says so (a FALLBACK line in report()).
     strict=True raises RecipeUnavailable instead of falling back. `module_filter_fn(module, fqn)`
     decides which nn.Linear layers go to FP8 (instead of the size and head rules).
     """
-    resolved = resolve(recipe, env or get_env(), strict=strict)
+    env = env or get_env()
+    tuned_note = None
+    if isinstance(recipe, str) and recipe.strip().lower() == "tuned":
+        recipe, tuned_note = _tuned(model, env)
+    resolved = resolve(recipe, env, strict=strict)
+    if tuned_note is not None:
+        resolved = dataclasses.replace(resolved, decisions=(tuned_note,) + resolved.decisions)
+    if module_filter_fn is None and resolved.fp8_backend and resolved.recipe.fp8_shapes:
+        module_filter_fn = _shape_filter(resolved.recipe.fp8_shapes, resolved.fp8_convert_head)
     return Accelerated(model, resolved, lr=lr, weight_decay=weight_decay, betas=betas, grad_clip=grad_clip,
                        module_filter_fn=module_filter_fn, build_optimizer=build_optimizer)
+
+
+def _tuned(model: nn.Module, env: EnvReport) -> tuple[str | Recipe, Decision]:
+    """The cached tune winner for this model and machine, or "auto" with a fallback decision."""
+    from overdrive.recipes.tuned import load_tuned
+
+    rec, why = load_tuned(model, env)
+    if rec is None:
+        logging.getLogger("overdrive").warning("recipe 'tuned': %s; running 'auto'", why)
+        return "auto", Decision(field="recipe", requested="tuned", chosen="auto", reason=f"{why} → auto",
+                                fallback=True)
+    return rec, Decision(field="recipe", requested="tuned", chosen=rec.name, reason=why)
+
+
+def _shape_filter(shapes: str, convert_head: bool) -> Callable[[nn.Module, str], bool]:
+    """The measured per-layer FP8 filter a tuned recipe carries: only the listed (in x out) shapes."""
+    from overdrive.convert.fp8 import HEAD_NAMES
+
+    keep = {s.strip() for s in shapes.split(",") if s.strip()}
+
+    def f(m: nn.Module, fqn: str) -> bool:
+        if not convert_head and fqn.rsplit(".", 1)[-1] in HEAD_NAMES:
+            return False
+        return f"{m.in_features}x{m.out_features}" in keep
+
+    return f

@@ -60,6 +60,10 @@ class Recipe:
     below ~1K the quantisation overhead outweighs the faster GEMM (torchao/TE measurements)."""
     fp8_convert_head: bool = False
     """Convert the output head to FP8 too (off by default: it is the most sensitive layer)."""
+    fp8_shapes: str = ""
+    """A measured per-layer FP8 filter (what `overdrive tune` writes): only Linears whose
+    "in_features x out_features" shape is listed go to FP8, e.g. "4096x11008,11008x4096"; empty =
+    the size rule (`fp8_min_dim`). The head rule still applies."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -80,6 +84,44 @@ class Recipe:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def save(self, path: str) -> str:
+        """Write this recipe as JSON (what `overdrive tune --out` writes as recipe.json)."""
+        import json
+
+        from overdrive.io import write_atomic
+
+        write_atomic(path, json.dumps({"recipe": self.to_dict()}, indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str) -> "Recipe":
+        """Read a recipe.json (a bare field dict, or one under "recipe" as tune and `save` write it)."""
+        import json
+
+        from overdrive.errors import UserError
+
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except FileNotFoundError:
+            raise UserError(f"recipe file {path} not found: pass the recipe.json that `overdrive tune --out DIR` "
+                            "wrote") from None
+        except (OSError, ValueError) as e:
+            raise UserError(f"recipe file {path} is not readable JSON ({e}): re-run `overdrive tune --out DIR`") \
+                from None
+        d = d.get("recipe", d) if isinstance(d, dict) else d
+        if not isinstance(d, dict):
+            raise UserError(f"recipe file {path} holds no recipe object: re-run `overdrive tune --out DIR`")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise UserError(f"recipe file {path} has unknown field(s) {', '.join(unknown)}: it was written by "
+                            "another Overdrive version; re-run `overdrive tune`")
+        try:
+            return cls(**d)
+        except (TypeError, ValueError) as e:
+            raise UserError(f"recipe file {path}: {e}") from None
 
 
 PRESETS: dict[str, Recipe] = {

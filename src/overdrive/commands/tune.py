@@ -1,0 +1,100 @@
+"""`overdrive tune` — argument parsing and printing only; the work is in overdrive.tune."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from overdrive.errors import UserError
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from overdrive.tune import tune
+
+    if not args.factory and not args.hf:
+        raise UserError("pass the model as FILE.py:FACTORY (a function returning a fresh nn.Module), or --hf CONFIG")
+    if args.factory and args.hf:
+        raise UserError("pass either FILE.py:FACTORY or --hf CONFIG, not both")
+    if args.budget_s <= 0:
+        raise UserError(f"--budget-s must be a positive number of seconds, got {args.budget_s:g}")
+    kw = dict(loss_fn=args.loss, hf=args.hf, budget_s=args.budget_s, candidates=args.candidates, out=args.out,
+              seed=args.seed, lr=args.lr, threads=args.threads)
+    if args.json:
+        res = tune(args.factory, args.batch, progress=lambda s: print(f"tune: {s}", file=sys.stderr), **kw)
+        d = res.to_dict()
+        d["candidates"] = [{k: v for k, v in r.items() if k != "losses"} for r in d["candidates"]]
+        print(json.dumps(d, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]tune[/]"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f} s"),
+                  TimeElapsedColumn(), TextColumn("{task.description}"), transient=True,
+                  console=Console(stderr=True)) as prog:
+        import time
+
+        t0 = time.perf_counter()
+        task = prog.add_task("probing this machine", total=args.budget_s)
+
+        def say(s: str) -> None:
+            prog.update(task, completed=min(args.budget_s, time.perf_counter() - t0), description=s[:90])
+
+        res = tune(args.factory, args.batch, progress=say, **kw)
+    _print(res)
+    if args.out:
+        print(f"wrote {args.out}/results.json, report.html and recipe.json "
+              f"(apply it: accelerate(model, recipe=Recipe.load('{args.out}/recipe.json')))")
+    return 0
+
+
+def _print(res) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from overdrive.tune.api import speedup_text
+
+    t = Table(title=f"overdrive tune — {res.meta['workload']} on {res.meta['gpu'] or res.meta['cpu']} "
+                    f"({res.meta['elapsed_s']:.0f} of {res.meta['budget_s']:g} s, {res.meta['rounds']} rounds)")
+    for col in ("candidate", "status", "step ms", "speedup [95% CI]", "warm-up ms", "loss Δ", "safe", "what ran / why"):
+        t.add_column(col, overflow="fold")
+    for r in res.rows:
+        step = "-" if r["step_ms"] is None else f"{r['step_ms']:.1f}"
+        warm = "-" if r["warmup_first_step_ms"] is None else f"{r['warmup_first_step_ms']:.0f}"
+        dl = "-" if r["loss_delta_pct"] is None else f"{r['loss_delta_pct']:+.2f}%"
+        safe = {True: "yes", False: "[red]UNSAFE[/]", None: "-"}[r["safe"]]
+        why = r["ran"] + (f" — {r['reason']}" if r["reason"] else "")
+        name = ("[bold green]" + r["label"] + "[/]") if r["name"] == res.best.name else r["label"]
+        t.add_row(name, r["status"], step, speedup_text(r), warm, dl, safe, why)
+    c = Console(width=max(120, Console().width))
+    c.print(t)
+    c.print(res.summary)
+    if res.meta.get("memory_limit"):
+        c.print(f"Memory was the limit ({res.meta['memory_limit']}): activation checkpointing was tried.")
+    c.print(f"Safety rule: {res.meta['tolerance']}.")
+    if res.meta.get("cached_at"):
+        c.print(f"Cached for accelerate(model, recipe=\"tuned\") on this machine: {res.meta['cached_at']}")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("tune", help="measure the recipes on your own model and pick the fastest safe one",
+                       description="Each candidate recipe (every preset distinct on this machine, then compile, "
+                                   "optimizer and, where memory is the limit, checkpointing; FP8 with a measured "
+                                   "per-layer filter on FP8 GPUs) trains your model in its own process. Interleaved "
+                                   "timed rounds, successive halving, bootstrap intervals; every loss curve checked "
+                                   "against an fp32 shadow. A winner needs its interval above 1.0.")
+    p.add_argument("factory", nargs="?", metavar="FILE.py:FACTORY",
+                   help="a function returning a fresh nn.Module (same weights each call)")
+    p.add_argument("--batch", metavar="FILE.py:FN", help="FN(step) returns a batch: a tensor, tuple or dict")
+    p.add_argument("--loss", metavar="FILE.py:FN", help="FN(model, batch) returns the scalar loss (default: the "
+                   "model's output if a scalar, else its .loss)")
+    p.add_argument("--hf", metavar="CONFIG", help="a transformers config folder or .json: a causal LM with random "
+                   "token batches (no download)")
+    p.add_argument("--budget-s", type=float, default=120.0, help="wall-clock budget for the whole run (default 120)")
+    p.add_argument("--candidates", help="comma-separated recipe names to try (default: all distinct presets + knobs)")
+    p.add_argument("--out", metavar="DIR", help="write results.json, report.html and recipe.json (the winner)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout (progress goes to stderr)")
+    p.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate for the measured steps")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: torch's)")
+    p.set_defaults(func=_cmd_tune)

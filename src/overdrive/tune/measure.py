@@ -1,0 +1,422 @@
+"""Measure the candidates: each in its own process, warm-up apart, interleaved rounds, successive
+halving, never past the budget.
+
+The schedule, and why:
+1. Stage 1 (presets) is spawned; the baseline warms up first. If the baseline cannot finish its
+   warm-up and two rounds inside the budget, the user is told the budget is too small (exit 2).
+2. Each candidate's first step is timed apart (it carries torch.compile and allocator growth: the
+   "warm-up" column, counted against the budget, never in the step time); a few more untimed
+   steps record its loss and grad norm for the safety check against the fp32 shadow (the
+   baseline, same batches and seed). Far slower than the baseline (bf16 on a CPU without bf16
+   units runs ~70x slower): stopped at once. Emulated FP8: checked for safety, then stopped.
+3. Stage 2 adds the knobs (compile, optimizer) on the precisions that survived; stage 3 adds
+   activation checkpointing only when memory is the limit (an OOM, or > 85% of GPU memory).
+4. Timed rounds through `bench.timing.interleaved_rounds` (rotating order, so a noisy shared host
+   drifts on all alike); after rounds 2, 4, 8, ... the slower half is dropped (successive
+   halving) when the leader is surely faster, or unconditionally from round 8 on.
+Every call to a worker has a timeout that ends at the deadline, so the budget holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from overdrive.bench.timing import interleaved_rounds, speedup_ci, verdict
+from overdrive.env import EnvReport
+from overdrive.errors import UserError
+from overdrive.recipes import resolve
+from overdrive.tune.candidates import (Candidate, checkpointing_candidates, knob_candidates, named_candidates,
+                                       preset_candidates)
+from overdrive.tune.safety import SafetyResult, Tolerance, check_safety
+from overdrive.tune.worker import worker_main
+from overdrive.tune.workload import Workload
+
+__all__ = ["Run", "Session", "measure"]
+
+
+@dataclass(eq=False)
+class Run:
+    cand: Candidate
+    status: str = "pending"
+    """ok | eliminated (successive halving) | stopped (too slow / budget) | unsafe | emulated |
+    skipped (budget spent, or FP8 filter found no winning layer) | failed | oom | crashed"""
+    reason: str = ""
+    setup_s: float | None = None
+    warmup_ms: list[float] = field(default_factory=list)
+    ms: list[float] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    gnorm: list[float | None] = field(default_factory=list)
+    conversions: dict = field(default_factory=dict)
+    signature: str | None = None
+    fp8_filter: dict | None = None
+    memory: dict | None = None
+    safety: SafetyResult | None = None
+    conn: object = None
+    proc: object = None
+
+    @property
+    def live(self) -> bool:
+        return self.status == "pending" and self.conn is not None
+
+    def steady_ms(self) -> float | None:
+        xs = self.ms or self.warmup_ms[1:]
+        return statistics.median(xs) if xs else None
+
+
+class Session:
+    def __init__(self, workload: Workload, env: EnvReport, *, budget_s: float, seed: int = 0, lr: float = 3e-4,
+                 threads: int | None = None, tol: Tolerance = Tolerance(), warmup_steps: int = 3,
+                 slow_factor: float = 3.0, progress: Callable[[str], None] | None = None,
+                 total_budget_s: float | None = None) -> None:
+        self.wl, self.env, self.budget_s, self.seed, self.lr, self.threads = workload, env, budget_s, seed, lr, threads
+        self.tol, self.warmup_steps, self.slow_factor = tol, max(2, warmup_steps), slow_factor
+        self.say = progress or (lambda s: None)
+        self.total_budget_s = total_budget_s or budget_s
+        """The user's --budget-s (what messages quote); `budget_s` is what was left of it here."""
+        self.t0 = time.perf_counter()
+        self.deadline = self.t0 + budget_s
+        self.warm_deadline = self.t0 + 0.65 * budget_s  # the rest is for the timed rounds
+        self.runs: list[Run] = []
+        self.rounds = 0
+        self.filters: dict[tuple, dict] = {}
+        self.memory_note: str | None = None
+        """Why activation checkpointing was tried (memory was the limit), or None."""
+        self._ctx = _context()
+
+    def left(self, until: float | None = None) -> float:
+        return (until or self.deadline) - time.perf_counter()
+
+    # -- worker plumbing ------------------------------------------------------------------
+    def _start(self, msg: tuple):
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=worker_main, args=(child,), daemon=True)
+        with _main_not_rerun(self.wl):
+            proc.start()
+        child.close()  # only the worker holds its end: if it dies, recv() sees EOF at once
+        parent.send(msg)
+        return parent, proc
+
+    def _call(self, run: Run, msg: tuple, timeout: float, on_timeout: str) -> dict | None:
+        try:
+            run.conn.send(msg)
+            if not run.conn.poll(max(0.05, timeout)):
+                self._end(run, "stopped", on_timeout)
+                return None
+            reply = run.conn.recv()
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            code = run.proc.exitcode if run.proc is not None else None
+            self._end(run, "crashed", f"worker process died (exit code {code})")
+            return None
+        if "error" in reply:
+            self._end(run, {"oom": "oom", "user": "user"}.get(reply["kind"], "failed"), reply["error"])
+            return None
+        return reply
+
+    def _end(self, run: Run, status: str, reason: str, *, collect: bool = False) -> None:
+        """Stop a run's worker (asking it for its peak memory first when it is healthy)."""
+        if collect and run.conn is not None:
+            try:
+                run.conn.send(("finish",))
+                if run.conn.poll(min(30.0, max(1.0, self.left()))):
+                    run.memory = run.conn.recv().get("memory")
+            except (EOFError, OSError):
+                pass
+        run.status, run.reason = status, reason
+        if run.proc is not None:
+            run.proc.join(timeout=0.5)
+            if run.proc.is_alive():
+                run.proc.kill()
+                run.proc.join(timeout=2)
+        run.conn = None
+
+    def close(self) -> None:
+        for r in self.runs:
+            if r.conn is not None or (r.proc is not None and r.proc.is_alive()):
+                self._end(r, r.status if r.status != "pending" else "stopped", r.reason or "tune ended")
+
+    # -- stages ---------------------------------------------------------------------------
+    def _spec(self, cand: Candidate) -> dict:
+        return {"workload": self.wl, "recipe": cand.recipe.to_dict(), "env_facts": self.env.facts,
+                "seed": self.seed, "lr": self.lr, "threads": self.threads}
+
+    def _apply_fp8_filter(self, cand: Candidate) -> str | None:
+        """Real FP8: measure which Linears win, put them in the recipe; None or why it is skipped."""
+        r = cand.resolved
+        if not r.fp8_backend or r.emulated or r.recipe.fp8_shapes:
+            return None
+        key = (r.fp8_backend, r.fp8_scaling, r.compile != "off")
+        if key not in self.filters:
+            self.say(f"measuring the per-layer FP8 filter ({r.fp8_backend} {r.fp8_scaling}"
+                     f"{', compiled' if key[2] else ''})")
+            conn, proc = self._start(("fp8_filter", dict(self._spec(cand), backend=r.fp8_backend,
+                                                         scaling=r.fp8_scaling, compile=key[2],
+                                                         convert_head=r.fp8_convert_head)))
+            reply = conn.recv() if conn.poll(max(0.05, self.left(self.warm_deadline))) else \
+                {"error": "the per-layer FP8 timing did not finish within the budget"}
+            proc.join(timeout=1)
+            if proc.is_alive():
+                proc.kill()
+            self.filters[key] = reply
+        f = self.filters[key]
+        if "error" in f:
+            return f"per-layer FP8 filter failed: {f['error']}"
+        if not f["shapes"]:
+            return f"measured per-layer FP8 filter: no Linear is faster in FP8 here ({f['summary']})"
+        cand.recipe = dataclasses.replace(cand.recipe, fp8_shapes=f["shapes"])
+        cand.resolved = resolve(cand.recipe, self.env)
+        return None
+
+    def _spawn(self, cands: list[Candidate]) -> list[Run]:
+        new = []
+        for c in cands:
+            run = Run(cand=c)
+            self.runs.append(run)
+            new.append(run)
+            why = self._apply_fp8_filter(c)
+            if run.cand.resolved.recipe.fp8_shapes or c.resolved.fp8_backend:
+                run.fp8_filter = self.filters.get((c.resolved.fp8_backend, c.resolved.fp8_scaling,
+                                                   c.resolved.compile != "off"))
+            if why:
+                run.status, run.reason = "skipped", why
+                continue
+            run.conn, run.proc = self._start(("setup", self._spec(c)))
+        for run in new:  # set-ups ran concurrently; collect them
+            if run.conn is None:
+                continue
+            if not run.conn.poll(max(0.05, self.left())):
+                self._end(run, "stopped", "set-up did not finish within the budget")
+                continue
+            try:
+                reply = run.conn.recv()
+            except (EOFError, OSError):
+                self._end(run, "crashed", "worker died during set-up")
+                continue
+            if "error" in reply:
+                self._end(run, {"oom": "oom", "user": "user"}.get(reply["kind"], "failed"), reply["error"])
+            else:
+                run.setup_s, run.conversions = reply["setup_s"], reply.get("conversions", {})
+                run.signature = reply.get("signature")
+            self.say(f"set up {run.cand.label}")
+        return new
+
+    def _record(self, run: Run, steps: list[dict], *, timed: bool) -> None:
+        for s in steps:
+            (run.ms if timed else run.warmup_ms).append(s["ms"])
+            run.loss.append(s["loss"])
+            run.gnorm.append(s["gnorm"])
+
+    def _warm(self, run: Run, base: Run | None) -> None:
+        if not run.live:
+            return
+        if base is not None and self.left(self.warm_deadline) <= 0:
+            self._end(run, "skipped", f"the budget ({self.total_budget_s:g} s) was spent before its warm-up")
+            return
+        eager = run.cand.resolved.compile == "off"
+        ref_s = (base.steady_ms() or 0) / 1e3 if base else 0.0
+        t = self.left(self.warm_deadline if base else self.deadline)
+        if base is not None and eager:
+            t, why = min(t, max(5.0, 30 * ref_s)), f"over 30x the baseline's step"
+        elif base is not None:
+            # Compilation is paid from the budget: at most a third of it for one candidate.
+            t, why = min(t, self.budget_s / 3), f"a third of the {self.total_budget_s:.0f} s budget"
+        else:
+            why = "the budget"
+        self.say(f"warm-up {run.cand.label}" + ("" if eager else " (compiling)"))
+        reply = self._call(run, ("run", 1, True), t, f"its first step (warm-up{'' if eager else ', compiling'}) "
+                           f"did not finish within {t:.0f} s ({why})")
+        if reply is None:
+            return
+        self._record(run, reply["steps"], timed=False)
+        if base is not None and eager and run.warmup_ms[0] > 15 * (base.steady_ms() or math.inf):
+            self._end(run, "stopped", f"{run.warmup_ms[0] / base.steady_ms():.0f}x the baseline's step on its first "
+                      "step: not measured further")
+            return
+        # Emulated FP8 never reaches the timed rounds: give its safety check a few more steps here.
+        n = self.warmup_steps - 1 + (3 if run.cand.emulated else 0)
+        t = self.left(self.warm_deadline if base else self.deadline)
+        if base is not None:
+            t = min(t, max(5.0, 3 * n * self.slow_factor * ref_s))
+        reply = self._call(run, ("run", n, True), t, f"its warm-up steps did not finish within {t:.0f} s")
+        if reply is None:
+            return
+        self._record(run, reply["steps"], timed=False)
+        run.memory = reply.get("memory")
+        if base is None:
+            return
+        run.safety = self._safety(run, base)
+        if run.safety.safe is False:
+            self._end(run, "unsafe", run.safety.reason, collect=True)
+        elif run.cand.emulated:
+            self._end(run, "emulated", "FP8 emulated (no FP8 hardware here): checked for safety only, never "
+                      "reported as a speedup", collect=True)
+        else:
+            # Paired check: the baseline steps right now, so a load swing of the shared host (5-10x
+            # seen) hits both sides of the comparison alike.
+            reply = self._call(base, ("run", 2, True), max(1.0, min(self.left(), 20 * ref_s + 5)),
+                               "the baseline's reference steps did not finish")
+            if reply is None:
+                raise UserError(f"the baseline stopped during the warm-ups: {base.reason}")
+            self._record(base, reply["steps"], timed=False)
+            ref = statistics.median(s["ms"] for s in reply["steps"])
+            mine = statistics.median(run.warmup_ms[1:])
+            if mine > self.slow_factor * ref:
+                self._end(run, "stopped", f"{mine / ref:.1f}x slower than the baseline after warm-up ({mine:.1f} vs "
+                          f"{ref:.1f} ms, measured back to back): not measured further", collect=True)
+
+    def _safety(self, run: Run, base: Run) -> SafetyResult:
+        return check_safety(run.loss, base.loss, gnorm=run.gnorm, ref_gnorm=base.gnorm,
+                            scaler=run.cand.resolved.grad_scaler, tol=self.tol)
+
+    def _memory_limited(self) -> str | None:
+        if any(r.status == "oom" for r in self.runs):
+            return "a candidate ran out of memory"
+        for r in self.runs:
+            m = r.memory or {}
+            if m.get("total_mb") and m.get("peak_mb", 0) > 0.85 * m["total_mb"]:
+                return f"{r.cand.name} peaked at {m['peak_mb']:.0f} of {m['total_mb']:.0f} MB"
+        return None
+
+    # -- timed rounds ---------------------------------------------------------------------
+    def _timed(self, base: Run, reserve_s: float) -> None:
+        live = [r for r in self.runs if r.live]
+        step_s = {id(r): (r.steady_ms() or 1.0) / 1e3 for r in live}
+        spr = max(1, min(8, round(0.6 / max(1e-3, step_s[id(base)]))))  # ~0.6 s of baseline per turn
+        budget = self.left() - reserve_s
+        # What cannot fit twice in the time left is dropped now, slowest first (the baseline stays).
+        while len(live) > 1 and 2 * spr * sum(step_s[id(r)] for r in live) > budget:
+            worst = max((r for r in live if r is not base), key=lambda r: step_s[id(r)])
+            self._end(worst, "skipped", "too little budget left for timed rounds after the warm-ups", collect=True)
+            live.remove(worst)
+        by_id = {id(r): r for r in live}
+
+        def run_one(key: int, k: int) -> bool:
+            run = by_id[key]
+            if not run.live:
+                return False
+            t = self.left() - reserve_s / 2
+            reply = self._call(run, ("run", spr, False), t, "the budget ran out during its round")
+            if reply is None:
+                return False
+            self._record(run, reply["steps"], timed=True)
+            return True
+
+        def halve(done: int, _total: int) -> None:
+            self.rounds = done
+            self.say(f"round {done}: " + ", ".join(f"{r.cand.name} {statistics.median(r.ms):.1f} ms"
+                                                    for r in live if r.live and r.ms))
+            if done & (done - 1):  # rungs at rounds 2, 4, 8, ...
+                return
+            rivals = sorted((r for r in live if r.live and r is not base and r.ms), key=lambda r: statistics.median(r.ms))
+            if len(rivals) < 2 or done < 2:
+                return
+            leader, keep = rivals[0], math.ceil(len(rivals) / 2)
+            for r in rivals[keep:]:
+                sure = verdict(speedup_ci(r.ms, leader.ms)) == "faster"
+                if sure or done >= 8:
+                    self._end(r, "eliminated", f"successive halving after round {done}: median "
+                              f"{statistics.median(r.ms):.1f} ms vs {leader.cand.name} {statistics.median(leader.ms):.1f}"
+                              " ms" + (" (surely slower)" if sure else ""), collect=True)
+
+        interleaved_rounds([id(r) for r in live], run_one, rounds=100_000, budget_s=budget, min_rounds=1,
+                           on_round=halve)
+
+
+@contextlib.contextmanager
+def _main_not_rerun(wl: Workload):
+    """A new process re-runs the caller's script to rebuild `__main__` (multiprocessing's rule), so a
+    script calling tune() without an `if __name__ == "__main__":` guard would start tune again in
+    every worker. The workers need `__main__` only when a function of the workload lives there;
+    otherwise the script's path is hidden while the worker starts, as for an interactive session."""
+    main = sys.modules.get("__main__")
+    fns = (wl.model_fn, wl.batch_fn, wl.loss_fn)
+    if main is None or any(getattr(f, "__module__", None) == "__main__" for f in fns) \
+            or "__file__" not in vars(main):
+        yield
+        return
+    path = main.__dict__.pop("__file__")
+    try:
+        yield
+    finally:
+        main.__file__ = path
+
+
+def _context():
+    """Workers fork from a fork server that has only imported torch and Overdrive (no tensor op,
+    no thread pool, no compile cache yet): each candidate starts as clean as a fresh interpreter,
+    without paying torch's import (11 s measured on a loaded 2-core host) once per candidate."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    # torchao (FP8, emulated on CPU) is imported too where installed; a missing one is skipped.
+    ctx.set_forkserver_preload(["torch", "overdrive.accelerate", "overdrive.tune.worker", "torchao.float8"])
+    return ctx
+
+
+def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[str] | None = None,
+            **kw) -> Session:
+    """Run the whole schedule; returns the session (its `runs` hold every candidate's record)."""
+    s = Session(workload, env, budget_s=budget_s, **kw)
+    try:
+        first = named_candidates(names, env) if names else preset_candidates(env)
+        runs = s._spawn(first[:1])
+        base = runs[0]
+        if base.status in ("user", "failed", "crashed", "oom"):
+            raise UserError(base.reason if base.status == "user" else
+                            f"the baseline (plain fp32 PyTorch) fails on this model: {base.reason}")
+        s._warm(base, None)
+        if base.status != "pending":
+            if base.status == "stopped":
+                raise UserError(_too_small(s, base))
+            raise UserError(base.reason if base.status == "user" else
+                            f"the baseline (plain fp32 PyTorch) fails on this model: {base.reason}")
+        if s.left() < 2 * 3 * (base.steady_ms() or 0) / 1e3 + 2:
+            raise UserError(_too_small(s, base))
+        # Emulated FP8 is checked for safety only, after everything that can win has warmed up.
+        emulated = [c for c in first[1:] if c.emulated]
+        for r in s._spawn([c for c in first[1:] if not c.emulated]):
+            s._warm(r, base)
+        if not names:
+            # Knobs for the precisions that are in the race, fastest first (the budget may end mid-stage).
+            alive = sorted((r for r in s.runs if r.live), key=lambda r: r.steady_ms() or math.inf)
+            best = alive[0].steady_ms() if alive else None
+            survivors = [r.cand for r in alive if best and (r.steady_ms() or math.inf) <= 2 * best]
+            for r in s._spawn(knob_candidates(survivors, env, [r.cand for r in s.runs])):
+                s._warm(r, base)
+            why = s._memory_limited()
+            if why:
+                s.say(f"memory is the limit ({why}): adding activation checkpointing")
+                survivors = [r.cand for r in s.runs if r.live or r.status == "oom"]
+                s.memory_note = why
+                for r in s._spawn(checkpointing_candidates(survivors, env, [r.cand for r in s.runs])):
+                    s._warm(r, base)
+        for r in s._spawn(emulated):
+            s._warm(r, base)
+        s._timed(base, reserve_s=min(5.0, 0.05 * budget_s) + 0.2 * sum(1 for r in s.runs if r.live))
+        for r in s.runs:
+            if r.live:
+                if r is not base:
+                    r.safety = s._safety(r, base)
+                if r.safety is not None and r.safety.safe is False:
+                    s._end(r, "unsafe", r.safety.reason, collect=True)
+                else:
+                    s._end(r, "ok", "", collect=True)
+        return s
+    finally:
+        s.close()
+
+
+def _too_small(s: Session, base: Run) -> str:
+    took = time.perf_counter() - s.t0
+    step = base.steady_ms()
+    need = math.ceil((s.total_budget_s - s.budget_s + max(2 * took, took + 40 * (step or 0) / 1e3)) / 10) * 10
+    return (f"--budget-s {s.total_budget_s:g} is too small for even the baseline: its set-up and warm-up took "
+            f"{took:.0f} s"
+            + (f" and a step {step:.0f} ms" if step else "") + f"; use --budget-s {max(need, 30):.0f} or more")

@@ -1,0 +1,99 @@
+"""report.html for a tune run: the winner's line, the table of what ran, two plots (speedup with
+its interval; loss curves against the fp32 shadow), and the per-layer FP8 decisions if any."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+
+__all__ = ["write_report"]
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1150px;color:#222}
+table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left}
+th{background:#f3f3f3}.unsafe{color:#b00;font-weight:bold}img{max-width:100%}
+.rec{font-size:1.1em;background:#eef7ee;padding:.6em;border-left:4px solid #393}.note{color:#555;font-size:13px}"""
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return "<img src='data:image/png;base64," + base64.b64encode(buf.getvalue()).decode() + "'>"
+
+
+def _plots(res: dict) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    rows = [r for r in res["candidates"] if r["speedup"] is not None and r["speedup_ci"] or r["baseline"]]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.2))
+    ys = list(range(len(rows)))
+    sp = [r["speedup"] for r in rows]
+    err = [[max(0.0, r["speedup"] - (r["speedup_ci"] or [r["speedup"]] * 2)[0]) for r in rows],
+           [max(0.0, (r["speedup_ci"] or [r["speedup"]] * 2)[1] - r["speedup"]) for r in rows]]
+    ax.barh(ys, sp, xerr=err, capsize=3, color=["#393" if r["name"] == res["best"] else "#88a" for r in rows])
+    ax.axvline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_yticks(ys, [r["name"] for r in rows])
+    ax.set_xlabel("speedup vs baseline (median ratio, 95% bootstrap CI)")
+    fig.tight_layout()
+    out.append(_png(fig))
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for r in res["candidates"]:
+        if r["losses"]:
+            ax.plot(r["losses"], label=r["name"], lw=2.5 if r["baseline"] else 1)
+    ax.set_xlabel("step (same batches and seed)")
+    ax.set_ylabel("training loss")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    out.append(_png(fig))
+    plt.close(fig)
+    return out
+
+
+def write_report(res: dict, out_dir: str) -> str:
+    from overdrive.io import write_atomic
+    from overdrive.tune.api import speedup_text
+
+    e = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>overdrive tune</title><style>{_CSS}"
+             "</style></head><body><h1>overdrive tune</h1>",
+             f"<p>{e(str(res.get('workload')))} on {e(str(res.get('gpu') or res.get('cpu')))} · {e(res['created'])}"
+             f" · budget {res['budget_s']:g} s, took {res['elapsed_s']:.0f} s, {res['rounds']} timed rounds</p>",
+             f"<p class='rec'>{e(res['summary'])}</p>",
+             f"<p class='note'>Safety: {e(res['tolerance'])}. Speedups are against the baseline "
+             f"({e(res['baseline'])}); emulated FP8 is checked for safety only.</p>",
+             "<table><tr><th>candidate</th><th>status</th><th>step ms</th><th>speedup [95% CI]</th><th>warm-up "
+             "(first step) ms</th><th>loss Δ</th><th>safe</th><th>what ran</th><th>note</th></tr>"]
+    for r in res["candidates"]:
+        safe = {True: "yes", False: "<span class='unsafe'>UNSAFE</span>", None: "-"}[r["safe"]]
+        step = "-" if r["step_ms"] is None else f"{r['step_ms']:.1f}"
+        warm = "-" if r["warmup_first_step_ms"] is None else f"{r['warmup_first_step_ms']:.0f}"
+        dl = "-" if r["loss_delta_pct"] is None else f"{r['loss_delta_pct']:+.2f}% ({r['loss_delta_nats']:+.4f})"
+        parts.append(f"<tr><td>{e(r['label'])}</td><td>{e(r['status'])}</td><td>{step}</td>"
+                     f"<td>{e(speedup_text(r))}</td><td>{warm}</td><td>{dl}</td><td>{safe}</td><td>{e(r['ran'])}</td>"
+                     f"<td>{e(r['reason'] or r['safety'])}</td></tr>")
+    parts.append("</table>")
+    for r in res["candidates"]:
+        f = r.get("fp8_filter")
+        if f and f.get("layers"):
+            parts.append(f"<h3>Per-layer FP8 filter for {e(r['name'])}</h3><table><tr><th>layer</th><th>shape</th>"
+                         "<th>M</th><th>bf16 ms</th><th>fp8 ms</th><th>decision</th></tr>")
+            for d in f["layers"]:
+                parts.append(f"<tr><td>{e(d['fqn'])}</td><td>{d['shape']}</td><td>{d['tokens']}</td>"
+                             f"<td>{'-' if d['bf16_ms'] is None else format(d['bf16_ms'], '.3f')}</td>"
+                             f"<td>{'-' if d['fp8_ms'] is None else format(d['fp8_ms'], '.3f')}</td>"
+                             f"<td>{e(d['reason'])}</td></tr>")
+            parts.append("</table>")
+    try:
+        parts += _plots(res)
+    except Exception as ex:  # a plot must never cost the results
+        parts.append(f"<p class='note'>plots unavailable: {e(str(ex))}</p>")
+    parts.append("</body></html>")
+    p = os.path.join(out_dir, "report.html")
+    write_atomic(p, "\n".join(parts))
+    return p

@@ -1,0 +1,291 @@
+"""tune: candidates and their dedupe, safety rule, per-layer FP8 filter (faked timings and a faked
+FP8 GPU), the winner rule, Recipe save/load, and accelerate(recipe="tuned")."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import overdrive
+from fakes import TE_OK, TORCHAO_EMU, machine
+from overdrive.env import build_report
+from overdrive.errors import UserError
+from overdrive.recipes import Recipe, resolve
+from overdrive.recipes.tuned import machine_fingerprint, model_signature, save_tuned
+from overdrive.tune.api import _pick
+from overdrive.tune.candidates import (checkpointing_candidates, describe, effective_key, knob_candidates,
+                                       named_candidates, preset_candidates)
+from overdrive.tune.fp8_filter import LinearSite, bench_linear, linear_sites, measure_filter
+from overdrive.tune.safety import Tolerance, check_safety
+from overdrive.tune.workload import Workload, check_batch, compute_loss, load_file_fn
+
+CPU = build_report(machine(None, torchao=TORCHAO_EMU))  # AVX2-like: fp32 is best, FP8 only emulated
+AO_GPU = dict(TORCHAO_EMU, fp8_ok=True)
+H100_AO = build_report(machine("h100", torchao=AO_GPU))
+H100_TE = build_report(machine("h100", te=TE_OK, torchao=AO_GPU))
+
+
+class Net(nn.Module):
+    def __init__(self, width=32):
+        super().__init__()
+        self.fc1, self.fc2, self.head = nn.Linear(16, width), nn.Linear(width, width), nn.Linear(width, 8)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+# -- candidates -----------------------------------------------------------------------------
+
+def test_presets_that_resolve_alike_are_one_candidate_with_every_name():
+    cands = preset_candidates(CPU)
+    labels = {c.name: c.names for c in cands}
+    assert cands[0].baseline and cands[0].name == "baseline"
+    assert labels["fp32"] == ["fp32", "fp32-fused", "auto"]  # auto resolves to fp32 on this CPU: measured once
+    assert "fp8-delayed" in labels["fp8"]      # delayed scaling is TE only: tensorwise emulation here
+    assert len({effective_key(c.resolved) for c in cands}) == len(cands)
+    fp8 = next(c for c in cands if c.name == "fp8")
+    assert fp8.emulated and "FALLBACK" in describe(fp8.resolved) and "emulated" in describe(fp8.resolved)
+
+
+def test_knobs_expand_only_surviving_precisions_and_dedupe_against_existing():
+    cands = preset_candidates(CPU)
+    fp32 = [c for c in cands if c.name == "fp32"]
+    new = knob_candidates(fp32, CPU, cands)
+    names = {c.name for c in new}
+    assert names == {"fp32+foreach", "fp32+compile"}  # +fused-adamw is fp32 itself, +for-loop the baseline
+    assert "fp32+for-loop" in cands[0].names and "fp32+fused-adamw" in fp32[0].names
+    assert all(c.resolved.precision == "fp32" for c in new)
+    assert next(c for c in new if c.name == "fp32+compile").resolved.compile == "default"
+
+
+def test_named_candidates_always_start_with_the_baseline():
+    cands = named_candidates(["amp-bf16"], CPU)
+    assert [c.name for c in cands] == ["baseline", "amp-bf16"]
+    with pytest.raises(ValueError, match="unknown recipe"):
+        named_candidates(["nope"], CPU)
+    c = named_candidates(["fp32+foreach", "amp-bf16+compile"], CPU)
+    assert [x.resolved.optimizer for x in c[1:]] == ["foreach", "torch-fused"] and c[2].resolved.compile == "default"
+    with pytest.raises(ValueError, match="knob"):
+        named_candidates(["fp32+turbo"], CPU)
+
+
+def test_fp8_gpu_candidates_pick_the_real_engine():
+    ao = {c.name: c for c in preset_candidates(H100_AO)}
+    assert {"fp8-delayed", "mxfp8", "nvfp4"} <= set(ao["fp8"].names)  # all fall back to tensorwise on an H100
+    assert ao["fp8"].resolved.fp8_backend == "torchao" and not ao["fp8"].emulated
+    assert ao["fp8-rowwise"].resolved.fp8_scaling == "rowwise"
+    te = {c.name: c for c in preset_candidates(H100_TE)}
+    assert te["fp8"].resolved.fp8_backend == "transformer_engine"
+    assert te["fp8-rowwise"].resolved.fp8_backend == "torchao"  # TE has no rowwise scaling
+    knobs = {c.name for c in knob_candidates([ao["fp8"]], H100_AO, list(ao.values()))}
+    assert knobs == {"fp8+compile"}  # FP8 is tried compiled, no optimizer variants on top
+
+
+def test_checkpointing_candidates_when_memory_is_the_limit():
+    cands = preset_candidates(H100_AO)
+    bf16 = [c for c in cands if "amp-bf16" in c.names]
+    new = checkpointing_candidates(bf16, H100_AO, cands)
+    assert {c.resolved.activation_checkpointing for c in new} == {"full", "selective"}
+
+
+def test_memory_limit_detection(tmp_path):
+    from overdrive.tune.measure import Run, Session
+
+    s = Session(Workload(model_fn=Net, batch_fn=_batch), H100_AO, budget_s=10)
+    s.runs = [Run(cand=preset_candidates(H100_AO)[0], memory={"peak_mb": 70_000, "total_mb": 80_000})]
+    assert "peaked at 70000 of 80000 MB" in s._memory_limited()
+    s.runs[0].memory = {"peak_mb": 10_000, "total_mb": 80_000}
+    assert s._memory_limited() is None
+    s.runs[0].status = "oom"
+    assert s._memory_limited() == "a candidate ran out of memory"
+
+
+def _batch(step):
+    return torch.randn(4, 16)
+
+
+# -- FP8 filter -----------------------------------------------------------------------------
+
+def test_fp8_filter_converts_only_measured_winners():
+    sites = [LinearSite(fqn="blocks.0.fc", in_features=1024, out_features=4096, tokens=8192),
+             LinearSite(fqn="blocks.0.proj", in_features=4096, out_features=1024, tokens=8192),
+             LinearSite(fqn="blocks.0.small", in_features=128, out_features=128, tokens=8192),
+             LinearSite(fqn="odd", in_features=100, out_features=128, tokens=8192),
+             LinearSite(fqn="lm_head", in_features=1024, out_features=32000, tokens=8192)]
+    fake = {(8192, 1024, 4096): (2.0, 1.3), (8192, 4096, 1024): (2.0, 1.95), (8192, 128, 128): (0.1, 0.2)}
+    calls = []
+
+    def bench(m, k, n, fp8):
+        calls.append((m, k, n, fp8))
+        return fake[(m, k, n)][1 if fp8 else 0]
+
+    res = measure_filter(sites, bench=bench, min_gain=1.05)
+    by = {d["fqn"]: d for d in res.layers}
+    assert res.shapes == "1024x4096"
+    assert by["blocks.0.fc"]["convert"] and by["blocks.0.fc"]["speedup"] == pytest.approx(2 / 1.3)
+    assert not by["blocks.0.proj"]["convert"]      # 1.03x: under the 1.05x bar
+    assert not by["blocks.0.small"]["convert"]     # FP8 slower
+    assert "divisible by 16" in by["odd"]["reason"] and by["odd"]["bf16_ms"] is None
+    assert "head" in by["lm_head"]["reason"]
+    assert len(calls) == 6  # 3 timed shapes x (bf16, fp8); untimed layers cost nothing
+
+
+def test_fp8_filter_shape_that_loses_anywhere_stays_bf16():
+    sites = [LinearSite(fqn="a", in_features=64, out_features=64, tokens=4096),
+             LinearSite(fqn="b", in_features=64, out_features=64, tokens=16)]
+    res = measure_filter(sites, bench=lambda m, k, n, fp8: (1.0 if fp8 else 2.0) if m == 4096 else
+                         (1.0 if fp8 else 0.5))
+    assert res.shapes == "" and not any(d["convert"] for d in res.layers)
+
+
+def test_linear_sites_records_token_counts():
+    net = Net()
+    x = torch.randn(3, 5, 16)
+    sites = {s.fqn: s for s in linear_sites(net, lambda: net(x))}
+    assert sites["fc1"].tokens == 15 and sites["head"].shape == "32x8"
+
+
+@pytest.mark.slow  # torchao import + emulated FP8: ~10 s on a loaded 2-core host
+def test_bench_linear_runs_emulated_fp8_on_cpu():
+    pytest.importorskip("torchao")
+    ms = bench_linear(32, 16, 32, True, backend="emulated", scaling="tensorwise", compile=False, device="cpu", reps=1)
+    assert ms > 0
+
+
+def test_measured_shapes_travel_in_the_recipe_to_accelerate():
+    pytest.importorskip("torchao")
+    rec = Recipe(name="fp8", precision="fp8", fp8_backend="emulated", fp8_shapes="16x32")
+    acc = overdrive.accelerate(Net(), rec, env=CPU, grad_clip=None)
+    conv = {d.fqn: d.converted for d in acc.conversions["fp8"]}
+    assert conv == {"fc1": True, "fc2": False, "head": False}
+    x = torch.randn(4, 16)
+    loss = acc.model(x).square().mean()
+    acc.backward(loss)
+    acc.step()
+    assert "measured per-layer filter" in describe(resolve(rec, CPU))
+
+
+def test_session_applies_a_measured_filter_and_skips_fp8_when_nothing_wins():
+    from overdrive.tune.measure import Session
+
+    s = Session(Workload(model_fn=Net, batch_fn=_batch), H100_AO, budget_s=10)
+    fp8 = next(c for c in preset_candidates(H100_AO) if c.name == "fp8")
+    s.filters[("torchao", "tensorwise", False)] = {"shapes": "", "layers": [], "summary": "0 of 3 Linears"}
+    assert "no Linear is faster in FP8" in s._apply_fp8_filter(fp8)
+    s.filters[("torchao", "tensorwise", False)] = {"shapes": "1024x4096", "layers": [], "summary": "1 of 3"}
+    assert s._apply_fp8_filter(fp8) is None
+    assert fp8.recipe.fp8_shapes == "1024x4096" and fp8.resolved.recipe.fp8_shapes == "1024x4096"
+
+
+# -- safety ---------------------------------------------------------------------------------
+
+def test_safety_rule():
+    ref = [2.0, 1.9, 1.8, 1.7, 1.6, 1.5]
+    assert check_safety([x * 1.01 for x in ref], ref).safe is True
+    drift = check_safety([x * 1.2 for x in ref], ref)
+    assert drift.safe is False and "beyond 3% and 0.05 nats" in drift.reason and drift.delta_pct == pytest.approx(20)
+    assert check_safety(ref[:3] + [math.nan], ref).safe is False
+    small = [1e-3 * x for x in ref]  # +20% of a tiny loss is far under 0.05 nats: not a drift
+    assert check_safety([x * 1.2 for x in small], small).safe is True
+    g = [1.0] * 6
+    assert "blew up" in check_safety(ref, ref, gnorm=[1, 1, 50, 1, 1, 1], ref_gnorm=g).reason
+    assert check_safety(ref, ref, gnorm=[math.inf, 1, 1, 1, 1, 1], ref_gnorm=g, scaler=True).safe is True
+    assert check_safety(ref, ref, gnorm=[math.inf, 1, 1, 1, 1, 1], ref_gnorm=g).safe is False
+    assert check_safety([1.0], ref).safe is None
+    assert "3%" in Tolerance().describe() and "nats" in Tolerance().describe()
+
+
+# -- the winner rule ------------------------------------------------------------------------
+
+def _rowd(name, speedup, ci, status="ok", safe=True, emulated=False):
+    return {"name": name, "names": [name], "status": status, "safe": safe, "emulated": emulated,
+            "speedup": speedup, "speedup_ci": ci, "n": 20, "step_ms": 10.0 / speedup, "ran": "x",
+            "loss_delta_pct": 0.1, "loss_delta_nats": 0.001}
+
+
+def test_winner_needs_the_interval_above_one_and_safety():
+    from overdrive.tune.measure import Run
+
+    cands = named_candidates(["fp32", "amp-bf16"], CPU)
+    runs = [Run(cand=c) for c in cands]
+    base = _rowd("baseline", 1.0, None)
+    rows = [base, _rowd("fp32", 1.08, [0.97, 1.2]), _rowd("amp-bf16", 1.5, [1.3, 1.7], safe=False)]
+    best, text = _pick(rows, runs)
+    assert best.name == "baseline" and text.startswith("Nothing beat the baseline with confidence")
+    assert "fp32" in text and "0.97-1.20" in text
+    rows[1]["speedup_ci"] = [1.02, 1.2]
+    best, text = _pick(rows, runs)
+    assert best.name == "fp32" and "1.08x the baseline" in text and "95% CI 1.02-1.20" in text
+    rows[1]["emulated"] = True
+    assert _pick(rows, runs)[0].name == "baseline"
+
+
+# -- Recipe save/load, the tuned cache, accelerate(recipe="tuned") ------------------------------
+
+def test_recipe_save_load_roundtrip_and_errors(tmp_path):
+    r = Recipe(name="amp-bf16+compile", precision="bf16", compile="default", fp8_shapes="")
+    p = r.save(str(tmp_path / "recipe.json"))
+    assert Recipe.load(p) == r
+    with pytest.raises(UserError, match="not found"):
+        Recipe.load(str(tmp_path / "missing.json"))
+    (tmp_path / "bad.json").write_text('{"recipe": {"precision": "bf16", "warp": 9}}')
+    with pytest.raises(UserError, match="unknown field"):
+        Recipe.load(str(tmp_path / "bad.json"))
+    (tmp_path / "bad2.json").write_text('{"precision": "bf17"}')
+    with pytest.raises(UserError, match="bf17"):
+        Recipe.load(str(tmp_path / "bad2.json"))
+
+
+def test_signature_and_fingerprint():
+    assert model_signature(Net(32)) == model_signature(Net(32))  # weights differ, architecture same
+    assert model_signature(Net(32)) != model_signature(Net(64))
+    assert machine_fingerprint(CPU) == machine_fingerprint(build_report(machine(None, torchao=TORCHAO_EMU)))
+    assert machine_fingerprint(CPU) != machine_fingerprint(H100_AO)
+
+
+def test_accelerate_tuned_falls_back_to_auto_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    acc = overdrive.accelerate(Net(), "tuned", env=CPU)
+    d = acc.resolved.decisions[0]
+    assert d.fallback and d.requested == "tuned" and d.chosen == "auto" and "no tuned recipe" in d.reason
+    assert "FALLBACK recipe: auto" in acc.report()
+    win = Recipe(name="fp32+foreach", precision="fp32", optimizer="foreach")
+    save_tuned(win, signature=model_signature(Net()), fingerprint=machine_fingerprint(CPU), summary="1.2x")
+    acc = overdrive.accelerate(Net(), "tuned", env=CPU)
+    assert acc.resolved.recipe == win and acc.resolved.optimizer == "foreach"
+    assert not acc.resolved.decisions[0].fallback and "1.2x" in acc.resolved.decisions[0].reason
+    other = overdrive.accelerate(Net(64), "tuned", env=CPU)  # another architecture: no match
+    assert other.resolved.decisions[0].fallback
+
+
+# -- the user's functions ---------------------------------------------------------------------
+
+def test_user_function_errors_are_one_line(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        load_file_fn(str(tmp_path / "nope.py") + ":f", "model factory")
+    (tmp_path / "m.py").write_text("def g():\n    return 1\n")
+    with pytest.raises(UserError, match="has no function 'f' \\(it has g\\)"):
+        load_file_fn(str(tmp_path / "m.py") + ":f", "model factory")
+    with pytest.raises(UserError, match="FILE.py:FUNCTION"):
+        load_file_fn("m.py", "model factory")
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    with pytest.raises(UserError, match="fails to import: SyntaxError"):
+        load_file_fn(str(tmp_path / "broken.py") + ":f", "model factory")
+    with pytest.raises(UserError, match="returned int"):
+        check_batch(3)
+    with pytest.raises(UserError, match="no tensors"):
+        check_batch({"a": 1})
+    check_batch({"x": torch.zeros(1)})
+    with pytest.raises(UserError, match="shape \\(4, 8\\), not a scalar loss: pass --loss"):
+        compute_loss(Net(), torch.randn(4, 16), None)
+    assert compute_loss(Net(), {"x": torch.randn(4, 16)}, lambda m, b: m(b["x"]).mean()).dim() == 0
+    with pytest.raises(UserError, match="cannot travel to a worker process"):
+        Workload(model_fn=lambda: Net(), batch_fn=_batch).check_picklable()
+    Workload(model_fn=Net, batch_fn=_batch).check_picklable()
+
+
+def test_tuned_recipe_dataclass_replace_keeps_shapes():
+    r = dataclasses.replace(Recipe(precision="fp8"), fp8_shapes="64x64")
+    assert r.fp8_shapes == "64x64"
