@@ -134,8 +134,10 @@ def _suite(name, tables, batch, train, val, rounds, steps, budget, parity, lr=1e
                           "total_rows": sum(tables)})
 
 
+# parity: the naive baseline (nn.Embedding, dense AdamW, lr 1e-3) reaches held-out AUC ~0.67 after
+# 60 steps of 1024 and ~0.76 after 90 on the CPU tables (0.53 after 12, which judged nothing).
 RECSYS_SUITES = {
-    "recsys-quick": _suite("recsys-quick", _CPU_TABLES, 1024, 40_000, 10_000, 4, 5, 20, parity=60),
+    "recsys-quick": _suite("recsys-quick", _CPU_TABLES, 1024, 40_000, 10_000, 4, 5, 20, parity=80),
     "recsys": _suite("recsys", _CPU_TABLES, 1024, 120_000, 20_000, 8, 10, 60, parity=150),
     "recsys-gpu": _suite("recsys-gpu", _GPU_TABLES, 8192, 2_000_000, 200_000, 6, 20, 90, parity=200),
 }
