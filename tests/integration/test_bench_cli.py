@@ -23,9 +23,12 @@ def quick_dir(tmp_path_factory):
     return out, cp.stdout
 
 
+VERDICTS = ("fastest safe recipe here:", "no recipe was measurably faster")
+
+
 def test_bench_quick_end_to_end(quick_dir):
     out, stdout = quick_dir
-    assert "fastest safe recipe here:" in stdout
+    assert any(v in stdout for v in VERDICTS)
     assert "baseline" in stdout and "amp-bf16" in stdout and "teacher" in stdout and "student" in stdout
     for f in ("results.json", "results.csv", "report.html", "speedup.png", "memory.png", "loss_curves.png",
               "step_time_distributions.png"):
@@ -34,17 +37,22 @@ def test_bench_quick_end_to_end(quick_dir):
     assert res["schema"] == "overdrive.bench/1"
     assert res["env"]["schema"] == "overdrive.env/1"
     assert res["versions"]["torch"]
-    names = [c["name"] for c in res["configs"]]
-    assert names[0] == "baseline" and "fp8" in names
+    names = [n for c in res["configs"] for n in c["names"]]
+    assert names[0] == "baseline" and "fp8" in names  # measured alone, or merged into its twin's row
     base = res["configs"][0]
-    assert base["status"] == "ok" and len(base["raw"]["teacher_ms"]) >= 6
-    fp8 = next(c for c in res["configs"] if c["name"] == "fp8")
-    if fp8["emulated"]:
-        assert fp8["speedup"] is None
+    sch = res["schedule"]
+    assert base["status"] == "ok" and sch["rounds_run"] >= 2
+    assert len(base["raw"]["teacher_ms"]) == sch["rounds_run"] * res["suite"]["steps_per_round"]
+    assert len(base["raw"]["teacher_loss"]) >= res["suite"]["parity_steps"]
+    for c in res["configs"]:
+        if c["fallbacks"]:
+            assert "fallback" in c["label"]  # never shown under the requested name alone
+        if c["emulated"]:
+            assert c["speedup"] is None
     rows = list(csv.DictReader(open(out / "results.csv")))
     assert {r["model"] for r in rows} == {"teacher", "student"}
     html = (out / "report.html").read_text()
-    assert "data:image/png;base64," in html and "fastest safe recipe here" in html
+    assert "data:image/png;base64," in html and any(v in html for v in VERDICTS)
 
 
 def test_report_rerenders_and_compares(quick_dir, tmp_path):
@@ -52,7 +60,7 @@ def test_report_rerenders_and_compares(quick_dir, tmp_path):
     os.remove(out / "report.html")
     cp = _run("report", str(out))
     assert cp.returncode == 0, cp.stderr
-    assert (out / "report.html").exists() and "fastest safe recipe here" in cp.stdout
+    assert (out / "report.html").exists() and any(v in cp.stdout for v in VERDICTS)
     cp = _run("report", str(out), str(out / "results.json"))
     assert cp.returncode == 0 and "B/A time" in cp.stdout
 
@@ -68,13 +76,28 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path):
     cp = _run("bench", "--suite", "tpu")
     assert cp.returncode == 2 and "suites are" in cp.stderr
     cp = _run("bench", "--quick", "--configs", "nope")
-    assert cp.returncode == 2 and "choose from" in cp.stderr
+    assert cp.returncode == 2 and "unknown recipe 'nope'" in cp.stderr
+
+
+@pytest.mark.parametrize("args,words", [
+    (("--quick", "--suite", "cpu"), "--quick and --suite"),
+    (("--workload", "inference", "--configs", "fp8"), "--configs does not apply to --workload inference"),
+    (("--suite", "gpu"), "needs a CUDA GPU"),
+    (("--workload", "inference", "--data", "README.md"), "--data does not apply"),
+])
+def test_ignored_flags_are_refused_in_one_line(args, words):
+    import torch
+
+    if words == "needs a CUDA GPU" and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    cp = _run("bench", *args)
+    assert cp.returncode == 2 and words in cp.stderr and cp.stderr.count("\n") == 1, cp.stderr
 
 
 def test_bench_recsys_quick_end_to_end(tmp_path):
     cp = _run("bench", "--workload", "recsys", "--quick", "--no-micro", "--out", str(tmp_path))
     assert cp.returncode == 0, cp.stderr[-2000:]
-    assert "DLRM click model" in cp.stdout and "fastest safe recipe here:" in cp.stdout
+    assert "DLRM click model" in cp.stdout and any(v in cp.stdout for v in VERDICTS)
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["suite"]["task"] == "recsys"
     by = {c["name"]: c for c in res["configs"]}
@@ -85,27 +108,41 @@ def test_bench_recsys_quick_end_to_end(tmp_path):
             assert c["status"] == "unavailable" and "torchrec is" in c["reason"]
             continue
         m = c["models"]["dlrm"]
-        assert c["status"] == "ok" and m["examples_per_s"] > 0 and 0.5 < m["auc"] <= 1.0
-        assert c["final"]["n"] == 10_000
+        if c["status"] == "stopped":  # far slower than the baseline over the timed rounds
+            assert c["safe"] is None
+            continue
+        assert c["status"] == "ok" and m["examples_per_s"] > 0 and c["final"]["n"] == 10_000
+        # Quality is judged only when the baseline learned something; never "safe" by default.
+        assert by["baseline"]["final"]["auc"] > 0.6 and c["safe"] is not None, c
     assert (tmp_path / "report.html").exists() and (tmp_path / "loss_curves.png").exists()
     cp = _run("bench", "--workload", "recsys", "--data", "x.txt")
-    assert cp.returncode == 2 and "--data is for the transformer workload" in cp.stderr
+    assert cp.returncode == 2 and "Criteo TSV" in cp.stderr
 
 
 def test_inference_latency_and_export_end_to_end(tmp_path):
     lat, exp = tmp_path / "latency", tmp_path / "export"
     cp = _run("bench", "--workload", "inference", "--quick", "--slo-ms", "10", "--out", str(lat))
     assert cp.returncode == 0, cp.stderr[-2000:]
-    assert "largest batch under p99 <= 10 ms" in cp.stdout
     res = json.loads((lat / "results.json").read_text())
     assert res["schema"] == "overdrive.latency/1" and res["slo_ms"] == 10.0
+    # Whether a batch meets 10 ms depends on the host: assert the verdict agrees with the numbers.
+    click = res["workloads"]["recsys"]
+    meets = [int(b) for m in click["modes"].values() if m["status"] == "ok"
+             for b, st in m["batches"].items() if "p99" in st and st["p99"] <= 10.0]
+    if meets:
+        assert "largest batch under p99 <= 10 ms" in cp.stdout and click["best"]["batch"] in meets
+    else:
+        assert click["best"]["batch"] is None and "no batch meets p99 <= 10 ms" in cp.stdout
     assert (lat / "latency_p99.png").stat().st_size > 0 and (lat / "report.html").exists()
     cp = _run("report", str(lat))
     assert cp.returncode == 0 and "click model" in cp.stdout
-    best = res["workloads"]["recsys"]["best"]["batch"]
+    best = click["best"]["batch"]
     cp = _run("export", "--model", "recsys", "--slo-from", str(lat), "--out", str(exp))
-    assert cp.returncode == 0, cp.stderr[-2000:]
-    assert f"max_batch_size: {best}" in (exp / "triton" / "click_model" / "config.pbtxt").read_text()
-    assert (exp / "model.pt2").exists()
+    if best is None:
+        assert cp.returncode == 2 and "no batch met the SLO" in cp.stderr
+    else:
+        assert cp.returncode == 0, cp.stderr[-2000:]
+        assert f"max_batch_size: {best}" in (exp / "triton" / "click_model" / "config.pbtxt").read_text()
+        assert (exp / "model.pt2").exists()
     cp = _run("bench", "--workload", "inference", "--slo-ms", "0")
     assert cp.returncode == 2 and "--slo-ms must be positive" in cp.stderr

@@ -80,8 +80,8 @@ def test_every_option_has_help_and_shows_its_default():
 
 def test_bench_suite_help_lists_every_registered_suite():
     from overdrive.bench.suites import SUITES
-    from overdrive.recsys.bench import RECSYS_SUITES
-    from overdrive.serve.latency import LATENCY_SUITES
+    from overdrive.bench.workloads.recsys import RECSYS_SUITES
+    from overdrive.bench.workloads.inference import LATENCY_SUITES
 
     text = " ".join(_subparsers(build_parser())["bench"].format_help().split())
     for name in [*SUITES, *RECSYS_SUITES, *LATENCY_SUITES]:

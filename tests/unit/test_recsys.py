@@ -161,7 +161,7 @@ def test_torchrec_candidate_unavailable_with_the_doctors_reason():
     from fakes import machine
     from overdrive.bench import run_bench
     from overdrive.env import build_report
-    from overdrive.recsys.bench import RECSYS_SUITES
+    from overdrive.bench.workloads.recsys import RECSYS_SUITES
 
     facts = machine(None)
     facts["installed"]["torchrec"] = True
@@ -170,10 +170,10 @@ def test_torchrec_candidate_unavailable_with_the_doctors_reason():
     env = build_report(facts)
     assert env.engine("torchrec").status == "broken" and "do not match this torch" in env.engine("torchrec").reason
     suite = RECSYS_SUITES["recsys-quick"]
-    suite = dataclasses.replace(suite, rounds=1, steps_per_round=1, options=dict(
+    suite = dataclasses.replace(suite, rounds=1, steps_per_round=1, parity_steps=2, options=dict(
         suite.options, train_examples=3000, val_examples=1000, table_sizes=list(SMALL.table_sizes)))
     tr = next(c for c in suite.candidates if c.name == "torchrec-ebc")
-    res = run_bench(suite.with_candidates((suite.candidates[0], tr)), env=env, micro=False)
+    res = run_bench(suite.with_candidates((suite.candidates[0], tr)), env=env, micro=False, isolate=False, threads=1)
     c = next(c for c in res["configs"] if c["name"] == "torchrec-ebc")
     assert c["status"] == "unavailable" and "torchrec is broken" in c["reason"] and not c["safe"]
     assert res["configs"][0]["status"] == "ok"

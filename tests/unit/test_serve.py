@@ -11,7 +11,7 @@ from overdrive.env import build_report
 from overdrive.models import GPT, gpt_config
 from overdrive.recsys import DLRM, DLRMServing, padded_ids, synthetic_clicks
 from overdrive.serve.export import ExportError, export_for_serving, slo_batch_from, triton_config
-from overdrive.serve.latency import LATENCY_SUITES, _pct, _summarize, run_latency
+from overdrive.bench.workloads.inference import LATENCY_SUITES, _pct, _summarize, run_latency
 
 
 def test_percentiles_and_slo_batch():

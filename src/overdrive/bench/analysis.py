@@ -1,28 +1,20 @@
-"""From raw runs to the numbers people read: speedups with intervals, MFU, memory, loss parity,
-safety, and the recommendation."""
+"""From raw runs to the numbers people read: speedups with intervals, MFU, memory, quality parity,
+safety, and a recommendation that needs evidence (the whole interval above 1.0)."""
 
 from __future__ import annotations
 
-import math
 import zlib
 
 from overdrive.bench.flops import achieved_tflops, flops_per_token, mfu
-from overdrive.bench.runner import ConfigRun
+from overdrive.bench.runner import ConfigRun, Schedule
 from overdrive.bench.stats import speedup_ci, summarize
 from overdrive.bench.suites import Suite
+from overdrive.bench.workloads import workload_for_task
+from overdrive.bench.workloads.gpt import LOSS_TOLERANCE, loss_tolerance
 from overdrive.env import EnvReport
 from overdrive.models import gpt_config
 
-__all__ = ["analyze", "LOSS_TOLERANCE", "loss_tolerance"]
-
-# Final-loss relative difference vs the baseline (same data order, same seed) beyond which a recipe
-# is flagged unsafe. fp32 variants differ only by summation order; bf16 keeps 8 mantissa bits;
-# FP8 (e4m3) 3 bits with per-tensor scales.
-LOSS_TOLERANCE = {"fp32": 0.01, "bf16": 0.03, "fp16": 0.03, "fp8": 0.05}
-
-
-def loss_tolerance(precision: str) -> float:
-    return LOSS_TOLERANCE.get(precision, 0.03)
+__all__ = ["analyze", "LOSS_TOLERANCE", "loss_tolerance", "recommend", "apply_hint"]
 
 
 def _model_flops(name: str, seq: int) -> tuple[int, int]:
@@ -31,15 +23,25 @@ def _model_flops(name: str, seq: int) -> tuple[int, int]:
     return n, flops_per_token(n, cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, seq)
 
 
-def _tail_mean(xs: list[float], n: int) -> float | None:
-    xs = [x for x in xs[-n:]]
-    return sum(xs) / len(xs) if xs else None
+def _safe(run: ConfigRun, rows: dict[str, dict]) -> tuple[bool | None, str | None]:
+    """(safe, why not assessed): True/False only when every model's quality was judged."""
+    if run.status in ("failed", "oom", "crashed"):
+        return False, None
+    if run.status != "ok":
+        return None, f"quality not assessed: {run.status}"
+    if any(m.get("unsafe_reason") for m in rows.values()):
+        return False, None
+    missing = [m.get("not_assessed_reason") for m in rows.values() if not m.get("assessed")]
+    if missing:
+        return None, next((w for w in missing if w), "quality not assessed")
+    return True, None
 
 
-def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport) -> dict:
+def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport, sched: Schedule | None = None) -> dict:
     base = next((r for r in runs if r.cand.baseline), None)
     spec = env.gpus[0].spec if env.gpus else None
     gpt = suite.task == "gpt"
+    workload = workload_for_task(suite.task)
     items = suite.batch * suite.seq if gpt else suite.batch  # tokens per step, or examples per step
     configs = []
     for run in runs:
@@ -48,10 +50,13 @@ def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport) -> dict:
         emulated = bool(res.get("emulated"))
         raw = {"warmup_ms": run.warmup_ms, "rounds_ms": run.rounds_ms}
         for r in run.roles:
-            raw[f"{r}_ms"], raw[f"{r}_loss"] = run.ms[r], run.loss[r]
-        c = {"name": run.cand.name, "description": run.cand.description, "baseline": run.cand.baseline,
-             "status": run.status, "reason": run.reason, "recipe": run.cand.recipe.to_dict(), "resolved": res,
-             "options": dict(run.cand.options), "precision": precision, "emulated": emulated,
+            raw[f"{r}_ms"], raw[f"{r}_loss"], raw[f"{r}_skipped"] = run.ms[r], run.loss[r], run.skipped[r]
+        c = {"name": run.cand.name, "label": run.label, "ran": run.label, "also": run.also,
+             "names": [run.cand.name] + [a["name"] for a in run.also], "description": run.cand.description,
+             "baseline": run.cand.baseline, "status": run.status, "reason": run.reason,
+             "recipe": run.cand.recipe.to_dict(), "resolved": res, "options": dict(run.cand.options),
+             "precision": precision, "emulated": emulated, "fallbacks": [d["reason"] for d in res.get("decisions", [])
+                                                                        if d.get("fallback")],
              "setup_s": run.setup_s, "first_step_s": run.first_step_s, "memory": run.memory, "final": run.final,
              "models": {}, "raw": raw}
         tot = summarize(run.step_ms())
@@ -59,6 +64,7 @@ def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport) -> dict:
         if tot["median"] and run.warmup_ms:
             # Compile time (and other first-step costs) reported apart from the step time.
             c["compile_s"] = max(0.0, run.warmup_ms[0] - tot["median"]) / 1e3
+        quality = workload.quality_rows(run, base, suite)
         for role in run.roles:
             ms = run.ms[role]
             s = summarize(ms)
@@ -83,10 +89,7 @@ def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport) -> dict:
                     m["speedup"], m["speedup_ci"] = ci[0], [ci[1], ci[2]]
             elif run.cand.baseline and ms:
                 m["speedup"], m["speedup_ci"] = 1.0, [1.0, 1.0]
-            if gpt:
-                m.update(_parity(run.loss[role], base.loss[role] if base else [], precision))
-            else:
-                m.update(_click_parity(run, base))
+            m.update(quality[role])
             c["models"][role] = m
         if not run.cand.baseline and base and base.step_ms() and run.step_ms() and not emulated:
             ci = speedup_ci(base.step_ms(), run.step_ms(), seed=7)
@@ -100,55 +103,15 @@ def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport) -> dict:
         deltas = [c["models"][r]["loss_delta_pct"] for r in run.roles]
         unsafe = [c["models"][r]["unsafe_reason"] for r in run.roles if c["models"][r]["unsafe_reason"]]
         c["loss_delta_pct"] = max((abs(d) for d in deltas if d is not None), default=None)
-        c["safe"] = run.status in ("ok", "stopped") and not unsafe
+        c["safe"], c["not_assessed_reason"] = _safe(run, c["models"])
         c["unsafe_reason"] = "; ".join(unsafe) or None
+        c["skipped_steps"] = {r: sum(run.skipped[r]) for r in run.roles}
         configs.append(c)
-    return {"configs": configs, "recommendation": _recommend(configs)}
-
-
-# Click models: held-out log-loss within 1% (relative) of the baseline's and AUC at most 0.005 lower.
-CLICK_LOGLOSS_TOL, CLICK_AUC_DROP = 0.01, 0.005
-
-
-def _click_parity(run: ConfigRun, base: ConfigRun | None) -> dict:
-    f, b = run.final or {}, (base.final if base else None) or {}
-    out = {"final_loss": f.get("logloss"), "auc": f.get("auc"), "loss_delta_pct": None, "auc_delta": None,
-           "unsafe_reason": None, "loss_tolerance_pct": 100 * CLICK_LOGLOSS_TOL}
-    if not f:
-        return out
-    if not math.isfinite(f.get("logloss", float("nan"))):
-        out["unsafe_reason"] = "held-out log-loss is NaN/inf"
-        return out
-    if b.get("logloss"):
-        d = (f["logloss"] - b["logloss"]) / b["logloss"]
-        out["loss_delta_pct"], out["auc_delta"] = 100 * d, f["auc"] - b["auc"]
-        if d > CLICK_LOGLOSS_TOL or f["auc"] < b["auc"] - CLICK_AUC_DROP:
-            out["unsafe_reason"] = (f"held-out log-loss {f['logloss']:.4f} vs {b['logloss']:.4f} ({100 * d:+.1f}%), "
-                                    f"AUC {f['auc']:.4f} vs {b['auc']:.4f} (tolerance +{100 * CLICK_LOGLOSS_TOL:.0f}% "
-                                    f"log-loss, -{CLICK_AUC_DROP} AUC)")
-    return out
-
-
-def _parity(losses: list[float], base_losses: list[float], precision: str) -> dict:
-    """Final-loss relative difference vs the baseline at the same steps (mean of the last 3)."""
-    out = {"final_loss": None, "loss_delta_pct": None, "unsafe_reason": None, "loss_tolerance_pct":
-           100 * loss_tolerance(precision)}
-    if not losses:
-        return out
-    if any(not math.isfinite(v) for v in losses):
-        out["unsafe_reason"] = "loss became NaN/inf"
-        return out
-    n = min(len(losses), len(base_losses)) if base_losses else len(losses)
-    final = _tail_mean(losses[:n], 3)
-    out["final_loss"] = final
-    if base_losses and n:
-        ref = _tail_mean(base_losses[:n], 3)
-        delta = (final - ref) / abs(ref)
-        out["loss_delta_pct"] = 100 * delta
-        if abs(delta) > loss_tolerance(precision):
-            out["unsafe_reason"] = (f"final loss {final:.3f} vs baseline {ref:.3f} ({100 * delta:+.1f}%, tolerance "
-                                    f"±{100 * loss_tolerance(precision):.0f}% for {precision})")
-    return out
+    sched = sched or Schedule(rounds_planned=suite.rounds, rounds_run=suite.rounds)
+    schedule = {"rounds_planned": sched.rounds_planned, "rounds_run": sched.rounds_run,
+                "cut_by_budget": sched.cut_by_budget, "budget_s": sched.budget_s,
+                "parity_steps": suite.parity_steps}
+    return {"configs": configs, "recommendation": recommend(configs, schedule, suite.task), "schedule": schedule}
 
 
 def _loss_words(c: dict) -> str:
@@ -161,18 +124,62 @@ def _loss_words(c: dict) -> str:
     return f"loss within {abs(d):.1f}% of the baseline"
 
 
-def _recommend(configs: list[dict]) -> dict:
-    measured = [c for c in configs if c["status"] == "ok" and c["safe"] and not c["emulated"] and c["step_ms"]["median"]]
-    if not measured:
-        return {"name": None, "text": "no configuration completed safely: see the statuses above"}
-    best = min(measured, key=lambda c: c["step_ms"]["median"])
-    unsafe = [c["name"] for c in configs if not c["safe"] and c["status"] in ("ok", "stopped")]
-    tail = f" (not recommended, loss beyond tolerance: {', '.join(unsafe)})" if unsafe else ""
-    if best["baseline"]:
-        text = f"fastest safe recipe here: the baseline (plain fp32 PyTorch); no candidate beat it{tail}"
+def apply_hint(c: dict, task: str) -> dict:
+    """How to use a configuration: in code and in a train config (GPT), or the click model's options."""
+    if task == "gpt":
+        return {"code": f'overdrive.accelerate(model, recipe="{c["name"]}")',
+                "train": f'train.recipe = "{c["name"]}"  (or --set train.recipe={c["name"]})'}
+    o = c.get("options", {})
+    sparse = o.get("optimizer") != "dense-adamw"
+    return {"code": f'DLRM(spec, embedding="{o.get("embedding")}", sparse={sparse}); '
+                    f'build_optimizers(model, "{o.get("optimizer")}")', "train": None}
+
+
+def _why_no_evidence(best: dict | None, schedule: dict, configs: list[dict]) -> str:
+    base = next((c for c in configs if c["baseline"]), None)
+    why = []
+    if schedule.get("cut_by_budget"):
+        why.append(f"the time budget cut the timed rounds to {schedule['rounds_run']} of {schedule['rounds_planned']}")
+    n = (base or {}).get("step_ms", {}).get("n") or 0
+    if n and n < 12:
+        why.append(f"only {n} timed steps per configuration")
+    s = (base or {}).get("step_ms") or {}
+    if s.get("median") and s.get("p90") and s.get("p10") and (s["p90"] - s["p10"]) / s["median"] > 0.2:
+        why.append(f"a noisy host (baseline steps vary {100 * (s['p90'] - s['p10']) / s['median']:.0f}% p10–p90)")
+    if best and best.get("speedup_ci") and best["speedup_ci"][1] < 1.0 and not why:
+        why.append("every candidate was as fast as the baseline or slower")
+    return "; ".join(why) or "the differences are within the run-to-run noise"
+
+
+def recommend(configs: list[dict], schedule: dict, task: str = "gpt") -> dict:
+    """Name the fastest safe configuration whose speedup interval lies wholly above 1.0; otherwise
+    say that none was measurably faster here, and why."""
+    measured = [c for c in configs if c["status"] == "ok" and c["safe"] is True and not c["emulated"]
+                and not c["baseline"] and c.get("speedup_ci")]
+    unsafe = [c["label"] for c in configs if c["safe"] is False and c["status"] == "ok"]
+    tail = f" (not recommended, quality beyond tolerance: {', '.join(unsafe)})" if unsafe else ""
+    unjudged = [c["label"] for c in configs if c["safe"] is None and c["status"] == "ok" and not c["baseline"]]
+    if unjudged:
+        tail += f" (quality not assessed: {', '.join(unjudged)})"
+    faster = [c for c in measured if c["speedup_ci"][0] > 1.0]
+    if faster:
+        best = max(faster, key=lambda c: c["speedup"])
+        lo, hi = best["speedup_ci"]
+        also = f" (= {', '.join(a['name'] for a in best['also'])})" if best.get("also") else ""
+        hint = apply_hint(best, task)
+        text = (f"fastest safe recipe here: {best['label']}{also} — {best['speedup']:.2f}x [{lo:.2f}–{hi:.2f}] the "
+                f"baseline's speed ({'+'.join(best['models'])} step {best['step_ms']['median']:.1f} ms), "
+                f"{_loss_words(best)}{tail}. Apply: {hint['code']}" + (f" or {hint['train']}" if hint["train"] else ""))
+        return {"name": best["name"], "label": best["label"], "text": text, "speedup": best["speedup"],
+                "speedup_ci": best["speedup_ci"], "apply": hint, "evidence": True}
+    best = max(measured, key=lambda c: c["speedup"]) if measured else None
+    if best is None and not any(c["status"] == "ok" and c["baseline"] for c in configs):
+        text = "no configuration completed safely: see the statuses above"
     else:
-        lo, hi = best["speedup_ci"] or (None, None)
-        ci = f" [{lo:.2f}–{hi:.2f}]" if lo is not None else ""
-        text = (f"fastest safe recipe here: {best['name']} — {best['speedup']:.2f}x{ci} the baseline's speed "
-                f"({'+'.join(best['models'])} step {best['step_ms']['median']:.1f} ms), {_loss_words(best)}{tail}")
-    return {"name": best["name"], "text": text, "speedup": best["speedup"], "speedup_ci": best["speedup_ci"]}
+        lead = (f"; the best, {best['label']}, measured {best['speedup']:.2f}x [{best['speedup_ci'][0]:.2f}–"
+                f"{best['speedup_ci'][1]:.2f}]" if best else "")
+        text = (f"no recipe was measurably faster than the baseline here{lead} (the interval must lie above 1.0): "
+                f"{_why_no_evidence(best, schedule, configs)}. Keep plain PyTorch, or re-run with more rounds "
+                f"(--steps) on a quiet machine{tail}")
+    return {"name": None, "label": None, "text": text, "speedup": None, "speedup_ci": None, "apply": None,
+            "evidence": False}

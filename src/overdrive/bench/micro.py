@@ -7,13 +7,13 @@ without FP8 tensor cores is skipped (emulation is never a speed).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from overdrive.bench.stats import summarize
+from overdrive.bench.timing import interleaved_rounds, time_fn
 from overdrive.env import EnvReport
 
 __all__ = ["run_micro", "MICRO_SIZES"]
@@ -29,34 +29,19 @@ MICRO_SIZES = {
 }
 
 
-def _timeit(fn: Callable[[], None], device: str, reps: int) -> float:
-    """ms per call, averaged over `reps` back-to-back calls (CUDA events on GPU)."""
-    if device == "cuda":
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(reps):
-            fn()
-        e.record()
-        torch.cuda.synchronize()
-        return s.elapsed_time(e) / reps
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    return (time.perf_counter() - t0) * 1e3 / reps
-
-
 def _group(name: str, providers: dict[str, tuple[Callable[[], None], float, str] | str], device: str,
            rounds: int, reps: int) -> list[dict]:
     """providers: name -> (fn, work per call, unit) or a skip reason. Interleaved rounds."""
     live = {k: v for k, v in providers.items() if not isinstance(v, str)}
     samples: dict[str, list[float]] = {k: [] for k in live}
     for k, (fn, _, _) in live.items():  # warm-up (kernel selection, lazy init)
-        fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    for r in range(rounds):
-        for k in (list(live)[r % max(1, len(live)):] + list(live)[:r % max(1, len(live))]):
-            samples[k].append(_timeit(live[k][0], device, reps))
+        time_fn(fn, cuda=device == "cuda")
+
+    def run_one(k: str, _r: int) -> bool:
+        samples[k].append(time_fn(live[k][0], cuda=device == "cuda", reps=reps))
+        return True
+
+    interleaved_rounds(list(live), run_one, rounds=rounds)
     rows = []
     for k, v in providers.items():
         if isinstance(v, str):

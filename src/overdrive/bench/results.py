@@ -6,39 +6,14 @@ import csv
 import io
 import json
 import os
-import subprocess
-from importlib import metadata
 
+from overdrive.bench.provenance import git_commit, versions
 from overdrive.io import write_atomic
 
 __all__ = ["RESULTS_SCHEMA", "save_results", "load_results", "versions", "git_commit", "csv_rows",
            "suite_title", "throughput"]
 
 RESULTS_SCHEMA = "overdrive.bench/1"
-
-
-def versions() -> dict:
-    out = {}
-    for pkg in ("overdrive", "torch", "numpy", "torchao", "transformer-engine", "liger-kernel", "triton",
-                "transformers"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = None
-    return out
-
-
-def git_commit() -> str | None:
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        cp = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        if cp.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5).stdout.strip()
-        return cp.stdout.strip() + ("-dirty" if dirty else "")
-    except (OSError, subprocess.TimeoutExpired):
-        return None
 
 
 def suite_title(results: dict) -> str:
@@ -58,7 +33,7 @@ def throughput(m: dict) -> tuple[float | None, str]:
     return m.get("tokens_per_s"), "tokens/s"
 
 
-CSV_FIELDS = ["config", "model", "status", "precision", "emulated", "step_ms_median", "step_ms_p10", "step_ms_p90",
+CSV_FIELDS = ["config", "label", "model", "status", "precision", "emulated", "step_ms_median", "step_ms_p10", "step_ms_p90",
               "tokens_per_s", "examples_per_s", "auc", "speedup", "speedup_lo", "speedup_hi", "tflops", "mfu_bf16_peak", "mfu_fp8_peak",
               "peak_mb", "memory_saved_pct", "final_loss", "loss_delta_pct", "safe", "reason"]
 
@@ -69,14 +44,14 @@ def csv_rows(results: dict) -> list[dict]:
         for role, m in c["models"].items():
             ci = m.get("speedup_ci") or [None, None]
             rows.append({
-                "config": c["name"], "model": role, "status": c["status"], "precision": c["precision"],
+                "config": c["name"], "label": c.get("label", c["name"]), "model": role, "status": c["status"], "precision": c["precision"],
                 "emulated": c["emulated"], "step_ms_median": m["step_ms"]["median"], "step_ms_p10": m["step_ms"]["p10"],
                 "step_ms_p90": m["step_ms"]["p90"], "tokens_per_s": m["tokens_per_s"],
                 "examples_per_s": m.get("examples_per_s"), "auc": m.get("auc"), "speedup": m["speedup"],
                 "speedup_lo": ci[0], "speedup_hi": ci[1], "tflops": m["tflops"], "mfu_bf16_peak": m["mfu_bf16_peak"],
                 "mfu_fp8_peak": m["mfu_fp8_peak"], "peak_mb": c["peak_mb"], "memory_saved_pct": c["memory_saved_pct"],
                 "final_loss": m["final_loss"], "loss_delta_pct": m["loss_delta_pct"], "safe": c["safe"],
-                "reason": c["reason"] or c.get("unsafe_reason") or ""})
+                "reason": c["reason"] or c.get("unsafe_reason") or c.get("not_assessed_reason") or ""})
     return rows
 
 

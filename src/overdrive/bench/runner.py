@@ -1,18 +1,31 @@
-"""Run the end-to-end benchmark: every configuration in its own worker process, advanced in
-interleaved rounds so machine drift hits all alike, with a time budget and fault isolation."""
+"""Run the end-to-end benchmark: every distinct configuration in its own worker process, advanced in
+interleaved rounds (the one scheduler, `timing.interleaved_rounds`) so machine drift hits all alike.
+
+Two things are kept apart, so the host's load can change the timing but never the verdict on quality:
+- timing: warm-up (untimed), then timed rounds that a wall-clock budget may cut (never below
+  `min_rounds`); a configuration stops early only when its whole speedup interval over those timed
+  rounds says it is more than `slow_factor` times slower than the baseline;
+- quality: every configuration still running trains exactly `parity_steps` steps (untimed top-up
+  after the rounds if needed), and is judged on those.
+Candidates that resolve to the same effective recipe here are measured once, under both names.
+"""
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
+import zlib
 from dataclasses import dataclass, field
 
+from overdrive.bench.labels import effective_key, ran_label
 from overdrive.bench.suites import Candidate, Suite
-from overdrive.bench.worker import worker_main
+from overdrive.bench.timing import interleaved_rounds, speedup_ci
+from overdrive.bench.worker import LocalConn, worker_main
 from overdrive.env import EnvReport
-from overdrive.recipes import resolve
+from overdrive.recipes import ResolvedRecipe, resolve
 
-__all__ = ["ConfigRun", "run_e2e"]
+__all__ = ["ConfigRun", "Schedule", "run_e2e"]
 
 
 @dataclass
@@ -21,6 +34,10 @@ class ConfigRun:
     roles: tuple[str, ...] = ("teacher", "student")
     """What one step trains, timed apart: a teacher and a student (GPT), or one model (recsys)."""
     resolved: dict | None = None
+    label: str = ""
+    """What ran: the name, or `name → what ran (fallback: cause)`."""
+    also: list[dict] = field(default_factory=list)
+    """Other candidates that resolved to the same effective recipe: [{"name", "label"}]."""
     status: str = "pending"
     """ok | stopped (slower than the budget allows) | failed | oom | crashed | unavailable"""
     reason: str = ""
@@ -29,11 +46,13 @@ class ConfigRun:
     warmup_ms: list[float] = field(default_factory=list)
     ms: dict[str, list[float]] = field(default_factory=dict)
     loss: dict[str, list[float]] = field(default_factory=dict)
+    skipped: dict[str, list[bool]] = field(default_factory=dict)
+    """Per step: the optimizer step was skipped (GradScaler found inf/nan)."""
     rounds_ms: list[list[float]] = field(default_factory=list)
     """Per round: the combined step times (all roles), for paired comparisons."""
     memory: dict | None = None
     final: dict | None = None
-    """What the task reports at the end (e.g. held-out AUC and log-loss for recsys)."""
+    """Held-out metrics the task reports at the parity step (e.g. AUC and log-loss for recsys)."""
     conn: object = None
     proc: object = None
 
@@ -41,23 +60,49 @@ class ConfigRun:
         for r in self.roles:
             self.ms.setdefault(r, [])
             self.loss.setdefault(r, [])
+            self.skipped.setdefault(r, [])
+        self.label = self.label or self.cand.name
 
     @property
     def live(self) -> bool:
         return self.status == "pending" and self.conn is not None
 
+    @property
+    def steps(self) -> int:
+        return len(self.loss[self.roles[0]])
+
     def step_ms(self) -> list[float]:
         return [sum(v) for v in zip(*(self.ms[r] for r in self.roles))]
 
 
-def _record(run: ConfigRun, steps: list[dict], *, timed: bool) -> None:
+@dataclass
+class Schedule:
+    """What the scheduler did: rounds planned and run, and why fewer."""
+    rounds_planned: int
+    rounds_run: int = 0
+    budget_s: float = 0.0
+    parity_steps: int = 0
+    cut_by_budget: bool = False
+
+
+def _record(run: ConfigRun, steps: list[dict], *, kind: str) -> None:
+    """kind: warmup (timed apart), timed (samples), parity (untimed top-up: losses only)."""
     for s in steps:
         for r in run.roles:
             run.loss[r].append(s[f"{r}_loss"])
-            if timed:
+            run.skipped[r].append(bool(s.get(f"{r}_skipped", False)))
+            if kind == "timed":
                 run.ms[r].append(s[f"{r}_ms"])
-        if not timed:
+        if kind == "warmup":
             run.warmup_ms.append(sum(s[f"{r}_ms"] for r in run.roles))
+    if kind == "timed":
+        run.rounds_ms.append([sum(s[f"{r}_ms"] for r in run.roles) for s in steps])
+
+
+def _fail(run: ConfigRun, reply: dict) -> None:
+    run.status = "oom" if reply.get("kind") == "oom" else "failed"
+    run.reason = reply["error"]
+    _kill(run)
 
 
 def _call(run: ConfigRun, msg: tuple, timeout: float) -> dict | None:
@@ -75,9 +120,7 @@ def _call(run: ConfigRun, msg: tuple, timeout: float) -> dict | None:
         _kill(run)
         return None
     if "error" in reply:
-        run.status = "oom" if reply["kind"] == "oom" else "failed"
-        run.reason = reply["error"]
-        _kill(run)
+        _fail(run, reply)
         return None
     return reply
 
@@ -90,35 +133,77 @@ def _kill(run: ConfigRun) -> None:
     run.conn = None
 
 
-def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int = 0, threads: int | None = None,
-            progress=None, step_timeout: float = 600.0) -> list[ConfigRun]:
-    """Set up all configurations, warm them up, then run interleaved timed rounds."""
-    ctx = mp.get_context("spawn")  # a fresh interpreter per configuration: no shared allocator or caches
-    runs = [ConfigRun(cand=c, roles=suite.roles) for c in suite.candidates]
-    base = dict(task=suite.task, teacher=suite.teacher, student=suite.student, batch=suite.batch, seq=suite.seq,
-                data_tokens=suite.data_tokens, data=data, seed=seed, lr=suite.lr, threads=threads,
-                env_facts=env.facts, options=dict(suite.options))
-    for run in runs:
-        need = run.cand.options.get("requires_engine")
+def _plan(suite: Suite, env: EnvReport, inject: dict) -> list[ConfigRun]:
+    """Resolve every candidate; merge those that run the same thing here (the one without a
+    fallback, or the baseline, gives the row its name)."""
+    groups: dict[str, list[tuple[ConfigRun, ResolvedRecipe | None]]] = {}
+    order: list[str] = []
+    for c in suite.candidates:
+        run = ConfigRun(cand=c, roles=suite.roles)
+        need = c.options.get("requires_engine")
+        res = None
         if need and not env.engine_ok(need):
             st = env.engine(need)
             run.status, run.reason = "unavailable", f"{need} is {st.status}: {st.reason}" + (
                 f" ({st.fix})" if st.fix else "")
-            continue
-        try:
-            run.resolved = resolve(run.cand.recipe, env).to_dict()
-        except Exception as e:  # an impossible recipe is a result, not a crash
-            run.status, run.reason = "unavailable", str(e)
-            continue
+        else:
+            try:
+                res = resolve(c.recipe, env)
+            except Exception as e:  # an impossible recipe is a result, not a crash
+                run.status, run.reason = "unavailable", str(e)
+        if res is not None:
+            run.resolved = res.to_dict()
+            run.label = ran_label(c.name, res, env)
+            key = effective_key(res, c.options, inject.get(c.name))
+        else:
+            key = f"unavailable:{c.name}"
+        if key not in groups:
+            order.append(key)
+        groups.setdefault(key, []).append((run, res))
+    runs = []
+    for key in order:
+        members = groups[key]
+        head = next((m for m in members if m[0].cand.baseline), None) or \
+            next((m for m in members if m[1] is not None and not m[1].fallbacks), members[0])
+        run = head[0]
+        run.also = [{"name": m[0].cand.name, "label": m[0].label} for m in members if m is not head]
+        runs.append(run)
+    return runs
+
+
+def _start(run: ConfigRun, spec: dict, ctx, isolate: bool, compile_threads: int) -> None:
+    if not isolate:
+        run.conn = LocalConn()
+    else:
         parent, child = ctx.Pipe()
-        run.proc = ctx.Process(target=worker_main, args=(child,), daemon=True)
+        run.proc = ctx.Process(target=worker_main, args=(child, compile_threads), daemon=True)
         run.proc.start()
         child.close()  # only the worker holds its end: if it dies, recv() sees EOF at once
         run.conn = parent
-        run.conn.send(("setup", dict(base, resolved=run.resolved, lr_scale=run.cand.lr_scale,
-                                     fail_at_step=run.cand.fail_at_step, alloc_mb=run.cand.alloc_mb,
-                                     cand_options=dict(run.cand.options))))
-    total = len(runs) * (2 + suite.rounds)
+    run.conn.send(("setup", spec))
+
+
+def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int = 0, threads: int | None = None,
+            progress=None, step_timeout: float = 600.0, inject: dict | None = None,
+            isolate: bool = True) -> tuple[list[ConfigRun], Schedule]:
+    """Set up all distinct configurations, warm them up, run the timed rounds, top up to the parity
+    step. `inject` (tests only): candidate name -> faults/settings its worker applies
+    (fail_at_step, lr_scale, alloc_mb, slow, noise_ms). `isolate=False` runs the workers in this
+    process, one after the other (tests; no per-process memory)."""
+    inject = inject or {}
+    ctx = mp.get_context("spawn")  # a fresh interpreter per configuration: no shared allocator or caches
+    runs = _plan(suite, env, inject)
+    sched = Schedule(rounds_planned=suite.rounds, budget_s=suite.budget_s, parity_steps=suite.parity_steps)
+    base = dict(task=suite.task, teacher=suite.teacher, student=suite.student, batch=suite.batch, seq=suite.seq,
+                data_tokens=suite.data_tokens, data=data, seed=seed, lr=suite.lr, threads=threads,
+                env_facts=env.facts, options=dict(suite.options), parity_steps=suite.parity_steps)
+    n_workers = max(1, sum(r.status == "pending" for r in runs))
+    compile_threads = max(1, (os.cpu_count() or 1) // n_workers)
+    for run in runs:
+        if run.status == "pending":
+            _start(run, dict(base, resolved=run.resolved, cand_options=dict(run.cand.options),
+                             inject=dict(inject.get(run.cand.name) or {})), ctx, isolate, compile_threads)
+    total = len(runs) * 3 + suite.rounds
     task = progress.add_task("bench", total=total) if progress else None
 
     def tick(desc: str) -> None:
@@ -126,88 +211,86 @@ def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int 
             progress.update(task, advance=1, description=desc)
 
     for run in runs:  # setups ran concurrently; collect them
-        if run.conn is None:
-            tick(f"{run.cand.name}: unavailable")
-            continue
-        try:
-            if not run.conn.poll(step_timeout):
-                run.status, run.reason = "failed", "setup did not finish"
-                _kill(run)
-            else:
-                reply = run.conn.recv()
-                if "error" in reply:
-                    run.status, run.reason = ("oom" if reply["kind"] == "oom" else "failed"), reply["error"]
+        if run.conn is not None:
+            try:
+                if not run.conn.poll(step_timeout):
+                    run.status, run.reason = "failed", "setup did not finish"
                     _kill(run)
                 else:
-                    run.setup_s = reply["setup_s"]
-        except (EOFError, OSError):
-            run.status, run.reason = "crashed", "worker died during setup"
-            _kill(run)
+                    reply = run.conn.recv()
+                    if "error" in reply:
+                        _fail(run, reply)
+                    else:
+                        run.setup_s = reply["setup_s"]
+            except (EOFError, OSError):
+                run.status, run.reason = "crashed", "worker died during setup"
+                _kill(run)
         tick(f"set up {run.cand.name}")
 
-    # Warm-up: the first step carries compilation and allocator growth; timed apart.
-    base_first = None
+    # Warm-up: the first step carries compilation and allocator growth; timed apart, never judged.
     for run in runs:
         if run.live:
             t0 = time.perf_counter()
             reply = _call(run, ("run", 1), step_timeout)
             if reply:
                 run.first_step_s = time.perf_counter() - t0
-                _record(run, reply["steps"], timed=False)
-                if run.cand.baseline:
-                    base_first = run.warmup_ms[0]
-                elif (base_first and run.cand.recipe.compile == "off"
-                      and run.warmup_ms[0] > 5 * suite.slow_factor * base_first):
-                    # e.g. bf16 on a CPU without bf16 units (~70x): do not spend minutes warming it up.
-                    run.status = "stopped"
-                    run.reason = (f"{run.warmup_ms[0] / base_first:.0f}x slower than the baseline on the first "
-                                  "step: not measured further")
-                    _finish(run)
+                _record(run, reply["steps"], kind="warmup")
             if run.live and suite.warmup > 1:
                 reply = _call(run, ("run", suite.warmup - 1), step_timeout)
                 if reply:
-                    _record(run, reply["steps"], timed=False)
+                    _record(run, reply["steps"], kind="warmup")
         tick(f"warm up {run.cand.name}")
 
-    # Early stop: a recipe far slower than the baseline after warm-up need not run its full measurement.
     baseline = next((r for r in runs if r.cand.baseline), None)
-    base_ms = (sum(baseline.warmup_ms[1:]) / max(1, len(baseline.warmup_ms[1:]))) \
-        if baseline and baseline.live and len(baseline.warmup_ms) > 1 else None
-    if base_ms:
-        for run in runs:
-            if run.live and not run.cand.baseline and len(run.warmup_ms) > 1:
-                ms = sum(run.warmup_ms[1:]) / len(run.warmup_ms[1:])
-                if ms > suite.slow_factor * base_ms:
-                    run.status = "stopped"
-                    run.reason = (f"{ms / base_ms:.1f}x slower than the baseline after {len(run.warmup_ms)} warm-up "
-                                  f"steps ({ms:.0f} vs {base_ms:.0f} ms): not measured further")
-                    _finish(run)
 
-    # Timed rounds, interleaved; the order rotates each round so no configuration always goes first.
-    live = [r for r in runs if r.live]
-    est = sum((sum(r.warmup_ms[1:]) / max(1, len(r.warmup_ms[1:]))) if len(r.warmup_ms) > 1 else 0 for r in live)
-    rounds = suite.rounds
-    if est > 0:
-        rounds = max(2, min(rounds, int(suite.budget_s * 1e3 / (est * suite.steps_per_round))))
-    for k in range(suite.rounds):
-        if k >= rounds:
-            tick("budget reached")
-            continue
-        order = live[k % len(live):] + live[:k % len(live)] if live else []
-        for run in order:
-            if run.live:
-                reply = _call(run, ("run", suite.steps_per_round), step_timeout)
-                if reply:
-                    _record(run, reply["steps"], timed=True)
-                    run.rounds_ms.append([sum(s[f"{r}_ms"] for r in run.roles) for s in reply["steps"]])
-        tick(f"round {k + 1}/{rounds}")
+    def run_one(run: ConfigRun, k: int) -> bool:
+        if not run.live:
+            return False
+        reply = _call(run, ("run", suite.steps_per_round), step_timeout)
+        if not reply:
+            return False
+        _record(run, reply["steps"], kind="timed")
+        if _too_slow(run, baseline, suite):
+            _finish(run)
+            return False
+        return True
+
+    sched.rounds_run = interleaved_rounds(
+        [r for r in runs if r.live], run_one, rounds=suite.rounds, budget_s=suite.budget_s,
+        min_rounds=suite.min_rounds, on_round=lambda done, n: tick(f"round {done}/{n}"))
+    sched.cut_by_budget = sched.rounds_run < suite.rounds and any(r.live for r in runs)
+
+    # Quality: every configuration still running completes the same number of steps.
+    for run in runs:
+        if run.live and run.steps < suite.parity_steps:
+            reply = _call(run, ("run", suite.parity_steps - run.steps), step_timeout)
+            if reply:
+                _record(run, reply["steps"], kind="parity")
+        tick(f"parity {run.cand.name}")
     for run in runs:
         if run.live:
             _finish(run)
             if run.status == "pending":
                 run.status = "ok"
-        tick(f"done {run.cand.name}")
-    return runs
+    return runs, sched
+
+
+def _too_slow(run: ConfigRun, baseline: ConfigRun | None, suite: Suite) -> bool:
+    """Stop when the whole interval over the timed rounds says slower than 1/slow_factor. Needs at
+    least 4 timed samples on each side: an interval from 1-3 samples is no evidence."""
+    if run is baseline or baseline is None:
+        return False
+    b, c = baseline.step_ms(), run.step_ms()
+    if min(len(b), len(c)) < 4:
+        return False
+    ci = speedup_ci(b, c, seed=zlib.crc32(run.cand.name.encode()))
+    if ci is None or ci[2] >= 1 / suite.slow_factor:
+        return False
+    run.status = "stopped"
+    run.reason = (f"{1 / ci[0]:.1f}x slower than the baseline over {len(c)} timed steps (speedup {ci[0]:.2f}x, "
+                  f"interval [{ci[1]:.2f}–{ci[2]:.2f}] entirely below 1/{suite.slow_factor:g}): not measured "
+                  "further; quality not assessed")
+    return True
 
 
 def _finish(run: ConfigRun) -> None:
@@ -218,5 +301,3 @@ def _finish(run: ConfigRun) -> None:
         run.final = reply.get("final")
         run.status = keep
     _kill(run)
-
-

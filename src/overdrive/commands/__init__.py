@@ -22,6 +22,12 @@ class HelpFormatter(argparse.HelpFormatter):
     def __init__(self, prog: str):
         super().__init__(prog, max_help_position=32, width=110)
 
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # Never wrap inside a hyphenated name ("cpu-quick", "fp8-rowwise"): users copy them.
+        import textwrap
+
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
+
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         late = getattr(action, "_late_help", None)

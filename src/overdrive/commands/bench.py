@@ -1,4 +1,5 @@
-"""`overdrive bench` — argument parsing and printing only; the work is in overdrive.bench, overdrive.serve.latency and overdrive.report."""
+"""`overdrive bench` — argument parsing and printing only; the work is in overdrive.bench (its
+workloads registry) and overdrive.report."""
 
 from __future__ import annotations
 
@@ -10,75 +11,99 @@ from overdrive.commands import late_help
 from overdrive.errors import UserError
 
 
+def _refuse_ignored_flags(args: argparse.Namespace, workload) -> None:
+    """A flag that would be ignored is refused in one line, never silently dropped."""
+    if args.quick and args.suite:
+        raise UserError(f"--quick and --suite {args.suite} together: --quick picks the short suite, --suite names one; "
+                        "pass only one of them")
+    if args.configs and not workload.configs_apply:
+        raise UserError(f"--configs does not apply to --workload {workload.name}: it measures every mode; drop "
+                        "--configs")
+
+
+def _refuse_gpu_suite_without_gpu(args: argparse.Namespace, env) -> None:
+    if args.suite and args.suite.endswith("gpu") and not env.has_gpu:
+        raise UserError(f"--suite {args.suite} needs a CUDA GPU and none is visible here: use --quick or the default "
+                        "suite for this machine (omit --suite)")
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     import dataclasses
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from overdrive.bench import default_suite_name, get_suite, run_bench
-    from overdrive.data import DataError, file_tokens
+    from overdrive.bench import candidates_from_names, run_bench
+    from overdrive.bench.workloads import get_workload
+    from overdrive.data import DataError
     from overdrive.env import get_env
     from overdrive.report.console import wide_console
     from overdrive.report.tables import render_bench
 
-    if args.data and args.workload == "recsys":
-        raise UserError("--data is for the transformer workload; the recsys bench uses its synthetic click logs "
-                        "(read Criteo TSV files with overdrive.recsys.read_criteo_tsv)")
-    if args.data:
-        try:
-            file_tokens(args.data)  # fail now, in one line, not inside six worker processes
-        except DataError as e:
-            raise UserError(str(e)) from None
+    workload = get_workload(args.workload)
+    _refuse_ignored_flags(args, workload)
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
         raise UserError(f"--out {args.out} is a file: pass a folder (it is created if missing)")
+    data_note = None
+    if args.data:
+        try:
+            data_note = workload.check_data(args.data)  # fail now, in one line, not inside six workers
+        except DataError as e:
+            raise UserError(str(e)) from None
     env = get_env()
-    if args.workload == "inference":
-        return _bench_inference(args, env)
-    try:
-        suite = get_suite(args.suite or default_suite_name(env.has_gpu, args.quick, args.workload))
-    except ValueError as e:
-        raise UserError(str(e)) from None
+    _refuse_gpu_suite_without_gpu(args, env)
+    name = args.suite or workload.default_suite(has_gpu=env.has_gpu, quick=args.quick)
+    if name not in workload.suites:
+        from overdrive.bench.workloads import WORKLOADS
+
+        owner = next((k for k, w in WORKLOADS.items() if name in w.suites), None)
+        if owner:
+            raise UserError(f"--suite {name} is a suite of --workload {owner}: add --workload {owner}")
+        raise UserError(f"unknown {workload.name} suite '{name}': suites are {', '.join(workload.suites)}")
+    suite = workload.suites[name]
+    if workload.name == "inference":
+        return _bench_inference(args, env, workload, suite)
     if args.configs:
-        wanted = [c.strip() for c in args.configs.split(",") if c.strip()]
-        known = {c.name: c for c in suite.candidates}
-        bad = [w for w in wanted if w not in known]
-        if bad:
-            raise UserError(f"unknown config(s) {', '.join(bad)} in suite {suite.name}: choose from {', '.join(known)}")
-        keep = [c for c in suite.candidates if c.baseline or c.name in wanted]
-        suite = suite.with_candidates(tuple(keep))
+        try:
+            suite = suite.with_candidates(candidates_from_names(
+                suite, [c.strip() for c in args.configs.split(",") if c.strip()]))
+        except ValueError as e:
+            raise UserError(str(e)) from None
     if args.steps:
         suite = dataclasses.replace(suite, rounds=args.steps)
     console = wide_console()
-    console.print(f"overdrive bench: suite [bold]{suite.name}[/] ({suite.task}) on "
+    console.print(f"overdrive bench: suite [bold]{suite.name}[/] ({workload.name}) on "
                   f"{env.gpus[0].name if env.gpus else 'CPU'} — "
-                  f"{len(suite.candidates)} configurations, each in its own process, interleaved rounds")
+                  f"{len(suite.candidates)} configurations, each in its own process, interleaved rounds; quality "
+                  f"judged after {suite.parity_steps} steps")
+    if data_note:
+        console.print(f"data: {data_note}")
     with Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), console=console, transient=not console.is_terminal) as progress:
         results = run_bench(suite, env=env, data=args.data, seed=args.seed, micro=not args.no_micro,
                             progress=progress)
     render_bench(results, console)
+    rec = results["recommendation"]
+    if rec.get("apply"):
+        console.print(f"to apply it: {rec['apply']['code']}" + (f"; in a train config: {rec['apply']['train']}"
+                                                                if rec["apply"].get("train") else ""))
     if args.out:
         _write_report(results, args.out, console)
     return 0
 
 
-def _bench_inference(args: argparse.Namespace, env) -> int:
+def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
     from rich.progress import Progress
 
     from overdrive.io import write_atomic
     from overdrive.report.console import wide_console
     from overdrive.report.latency_view import render_latency, write_latency_report
-    from overdrive.serve.latency import LATENCY_SUITES, run_latency
 
     if args.slo_ms <= 0:
         raise UserError(f"--slo-ms must be positive, got {args.slo_ms}")
-    name = args.suite or ("inference-gpu" if env.has_gpu else ("inference-quick" if args.quick else "inference"))
-    if name not in LATENCY_SUITES:
-        raise UserError(f"unknown inference suite '{name}': suites are {', '.join(LATENCY_SUITES)}")
     console = wide_console()
-    console.print(f"overdrive bench: inference latency, suite [bold]{name}[/], SLO p99 <= {args.slo_ms:g} ms")
+    console.print(f"overdrive bench: inference latency, suite [bold]{suite.name}[/], SLO p99 <= {args.slo_ms:g} ms")
     with Progress(console=console, transient=not console.is_terminal) as progress:
-        r = run_latency(LATENCY_SUITES[name], env, slo_ms=args.slo_ms, seed=args.seed, progress=progress)
+        r = workload.run(suite, env, slo_ms=args.slo_ms, seed=args.seed, progress=progress)
     render_latency(r, console)
     if args.out:
         write_atomic(os.path.join(args.out, "results.json"), json.dumps(r, indent=1) + "\n")
@@ -99,12 +124,10 @@ def _write_report(results: dict, out: str, console) -> None:
 
 
 def _suite_names() -> str:
-    """Every suite name, read from the registries (only when help is shown)."""
-    from overdrive.bench.suites import SUITES
-    from overdrive.recsys.bench import RECSYS_SUITES
-    from overdrive.serve.latency import LATENCY_SUITES
+    """Every suite name per workload, read from the registry (only when help is shown)."""
+    from overdrive.bench.workloads import WORKLOADS
 
-    return ", ".join([*SUITES, *RECSYS_SUITES, *LATENCY_SUITES])
+    return "; ".join(f"{k}: {', '.join(w.suites)}" for k, w in WORKLOADS.items())
 
 
 def register(sub) -> None:
@@ -114,18 +137,22 @@ def register(sub) -> None:
                                    "each in its own process, in interleaved rounds. Prints the table and the "
                                    "recommendation; --out writes results.json/csv, plots and report.html.")
     b.add_argument("--quick", action="store_true", help="the short suite (CPU: under a minute)")
-    b.add_argument("--workload", choices=["transformer", "recsys", "inference"], default="transformer",
-                   help="transformer: teacher + distilled student GPT (default); recsys: a DLRM-style click model "
-                        "(embedding lookups x optimizers x AMP); inference: latency p50/p95/p99 per batch size")
+    from overdrive.bench.workloads import WORKLOADS  # a light import (no torch): parsing stays instant
+
+    b.add_argument("--workload", choices=list(WORKLOADS), default="transformer",
+                   help="; ".join(f"{k}: {w.help}" for k, w in WORKLOADS.items()))
     b.add_argument("--slo-ms", type=float, default=10.0, help="inference: the p99 latency budget (default 10 ms)")
     late_help(b.add_argument("--suite", help="a named suite (default: by device, workload and --quick):"),
               _suite_names)
     b.add_argument("--out", help="folder for results.json, results.csv, PNG plots and report.html")
-    b.add_argument("--data", help="a text file to train on (bytes as tokens) instead of the built-in stream")
-    b.add_argument("--configs", help="comma-separated candidate names to run (the baseline always runs)")
+    b.add_argument("--data", metavar="FILE", help="your data instead of the built-in stream: " + "; ".join(
+        f"{k}: {w.data_help}" for k, w in WORKLOADS.items() if w.data_help))
+    b.add_argument("--configs", help="comma-separated candidates to run (the baseline always runs): the suite's, or "
+                                     "any recipe name (e.g. fp8-rowwise, bf16+compile)")
     b.add_argument("--steps", type=int, help="sets the number of timed rounds, not optimizer steps: each round "
                                               "runs every configuration for the suite's steps per round "
-                                              "(default: the suite's rounds)")
+                                              "(default: the suite's rounds); quality is always judged after the "
+                                              "suite's fixed parity steps")
     b.add_argument("--seed", type=int, default=0, help="seed for model init and data order (default 0)")
     b.add_argument("--no-micro", action="store_true", help="skip the micro-benchmarks")
     b.set_defaults(func=_cmd_bench)

@@ -41,8 +41,8 @@ def write_html(results: dict, out_dir: str, plots: list[str]) -> str:
         mfu = f"{100 * r['mfu_bf16_peak']:.1f}%" if r["mfu_bf16_peak"] is not None else (
             f"AUC {r['auc']:.4f}" if r.get("auc") is not None else "-")
         rate = r["tokens_per_s"] if r["tokens_per_s"] is not None else r.get("examples_per_s")
-        safe = "yes" if r["safe"] else "<span class='unsafe'>UNSAFE</span>"
-        parts.append(f"<tr><td>{e(r['config'])}</td><td>{r['model']}</td><td>{e(r['status'])}</td>"
+        safe = "not assessed" if r["safe"] is None else "yes" if r["safe"] else "<span class='unsafe'>UNSAFE</span>"
+        parts.append(f"<tr><td>{e(r.get('label') or r['config'])}</td><td>{r['model']}</td><td>{e(r['status'])}</td>"
                      f"<td>{_f(r['step_ms_median'], '{:.1f}')}</td><td>{p1090}</td>"
                      f"<td>{_f(rate, '{:,.0f}')}</td><td>{speed}</td><td>{mfu}</td>"
                      f"<td>{_f(r['peak_mb'], '{:.0f}')}</td><td>{_f(r['memory_saved_pct'], '{:+.1f}%')}</td>"

@@ -49,7 +49,7 @@ def render_bench(results: dict, console: Console | None = None) -> None:
     for cfg in results["configs"]:
         emu = " (emulated)" if cfg["emulated"] else ""
         if cfg["status"] in ("failed", "oom", "crashed", "unavailable"):
-            t.add_row(escape(cfg["name"]), "-", f"[red]{cfg['status']}[/]: {escape(cfg['reason'])}", "", "", "", "",
+            t.add_row(escape(cfg.get("label", cfg["name"])), "-", f"[red]{cfg['status']}[/]: {escape(cfg['reason'])}", "", "", "", "",
                       "", "", "[red]no[/]")
             continue
         mem = f"{cfg['peak_mb']:.0f} MB" if cfg.get("peak_mb") is not None else "-"
@@ -61,13 +61,17 @@ def render_bench(results: dict, console: Console | None = None) -> None:
             speed = "quality only" if cfg["emulated"] else _x(m["speedup"], m["speedup_ci"])
             if cfg["status"] == "stopped":
                 speed = "stopped early"
-            safe = ("[green]yes[/]" if cfg["safe"] else "[red]UNSAFE[/]") if i == 0 else ""
-            t.add_row(escape(cfg["name"] + emu) if i == 0 else "", role, fmt_ms(m["step_ms"]),
+            safe = ("not assessed" if cfg["safe"] is None else "[green]yes[/]" if cfg["safe"] else "[red]UNSAFE[/]") \
+                if i == 0 else ""
+            name = cfg.get("label", cfg["name"]) + "".join(f" = {a['label']}" for a in cfg.get("also", []))
+            t.add_row(escape(name + emu) if i == 0 else "", role, fmt_ms(m["step_ms"]),
                       f"{rate:,.0f}" if rate else "-", speed, quality, mem if i == 0 else "",
                       _pct(cfg.get("memory_saved_pct"))
                       if i == 0 else "", _pct(m["loss_delta_pct"]), safe)
     c.print(t)
     notes = [f"{cfg['name']}: {cfg['reason']}" for cfg in results["configs"] if cfg["status"] == "stopped"]
+    notes += [f"{cfg['name']}: {cfg['not_assessed_reason']}" for cfg in results["configs"]
+              if cfg.get("not_assessed_reason") and cfg["status"] == "ok"]
     notes += [f"{cfg['name']}: UNSAFE — {cfg['unsafe_reason']}" for cfg in results["configs"] if cfg.get("unsafe_reason")]
     notes += [f"{cfg['name']}: FP8 is emulated here (no FP8 tensor cores): loss parity only, never a speedup"
               for cfg in results["configs"] if cfg["emulated"]]

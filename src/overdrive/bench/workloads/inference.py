@@ -5,25 +5,26 @@ Workloads: the click model (batch 1 to 4096), the reference GPT's prefill (a pro
 single-token decode with a KV cache. Modes: fp32 eager under no_grad, fp32 under
 torch.inference_mode, bf16 weights under inference_mode, torch.compile (dynamic batch), and on GPU
 CUDA graphs (compile mode "reduce-overhead"). Every sample is one call, synchronized (CUDA events on
-GPU); (batch, mode) pairs are interleaved in rounds. A mode stops growing its batch once p50 passes
-20x the SLO: larger batches only get slower.
+GPU, through the one clock `timing.time_fn`); (batch, mode) pairs are interleaved in rounds by the
+one scheduler `timing.interleaved_rounds`. A mode stops growing its batch once p50 passes 20x the
+SLO: larger batches only get slower. `--data FILE` (text) gives the GPT prompts; the click model
+takes a Criteo TSV through the recsys workload's reader.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import datetime as _dt
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
+from overdrive.bench.timing import interleaved_rounds, time_fn
+from overdrive.bench.workloads.base import Workload
 from overdrive.env import EnvReport
 
-__all__ = ["LATENCY_SCHEMA", "LatencySuite", "LATENCY_SUITES", "run_latency"]
+__all__ = ["LATENCY_SCHEMA", "LatencySuite", "LATENCY_SUITES", "run_latency", "InferenceWorkload"]
 
 LATENCY_SCHEMA = "overdrive.latency/1"
 
@@ -75,7 +76,9 @@ def _modes(env: EnvReport, suite: LatencySuite) -> dict[str, str | None]:
     return modes
 
 
-def _wrap(model: torch.nn.Module, mode: str) -> tuple[torch.nn.Module, Callable[[], contextlib.AbstractContextManager]]:
+def _wrap(model, mode: str) -> tuple[object, Callable[[], contextlib.AbstractContextManager]]:
+    import torch
+
     m = copy.deepcopy(model).eval()
     if mode.startswith("bf16"):
         m = m.to(torch.bfloat16)
@@ -85,19 +88,6 @@ def _wrap(model: torch.nn.Module, mode: str) -> tuple[torch.nn.Module, Callable[
         m = torch.compile(m, mode="reduce-overhead")
     ctx = torch.no_grad if mode == "fp32-no_grad" else torch.inference_mode
     return m, ctx
-
-
-def _time_one(fn: Callable[[], object], cuda: bool) -> float:
-    if cuda:
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        return s.elapsed_time(e)
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1e3
 
 
 def _measure(calls: dict[tuple[str, int], Callable[[], object]], suite: LatencySuite, slo_ms: float, cuda: bool,
@@ -113,24 +103,24 @@ def _measure(calls: dict[tuple[str, int], Callable[[], object]], suite: LatencyS
             continue
         try:
             fn()
-            t = _time_one(fn, cuda)
+            t = time_fn(fn, cuda=cuda)
         except Exception as e:  # noqa: BLE001 — a mode that fails here is a result
             out[key] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}"
             continue
         if t > 20 * slo_ms:
             too_slow.setdefault(mode, b)
-        samples[key].append(t)
     live = [k for k in calls if k not in out]
     task = progress.add_task(label, total=suite.rounds) if progress else None
-    for r in range(suite.rounds):
-        order = live[r % max(1, len(live)):] + live[:r % max(1, len(live))]
-        for key in order:
-            for _ in range(suite.reps):
-                samples[key].append(_time_one(calls[key], cuda))
-        if progress:
-            progress.update(task, advance=1)
+
+    def run_one(key, _k) -> bool:
+        for _ in range(suite.reps):  # one call per sample: the tail (p99) is what an SLO is about
+            samples[key].append(time_fn(calls[key], cuda=cuda))
+        return True
+
+    interleaved_rounds(live, run_one, rounds=suite.rounds,
+                       on_round=(lambda *_: progress.update(task, advance=1)) if progress else None)
     for key in live:
-        out[key] = _pct(samples[key][1:])  # the warm-up sample is not counted
+        out[key] = _pct(samples[key])
     return out
 
 
@@ -164,7 +154,9 @@ def _summarize(stats: dict, modes: dict[str, str | None], batches: tuple[int, ..
 
 
 def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, seed: int = 0, progress=None) -> dict:
-    from overdrive.bench.results import git_commit, versions
+    import torch
+
+    from overdrive.bench.provenance import header
     from overdrive.models import GPT, gpt_config
     from overdrive.recsys import DLRM, CriteoSpec, DLRMServing, padded_ids, synthetic_clicks
 
@@ -246,9 +238,32 @@ def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, se
     workloads["gpt_decode"] = _summarize(st, dec_modes, suite.decode_batches, slo_ms, "tokens/s")
     workloads["gpt_decode"]["model"] = f"{suite.gpt_size}, one token after {suite.decode_context} (KV cache)"
     return {
-        "schema": LATENCY_SCHEMA, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": git_commit(), "versions": versions(), "env": env.to_dict(),
-        "device": env.gpus[0].name if env.gpus else f"CPU ({env.platform['cpu'].get('model')})",
+        **header(LATENCY_SCHEMA, env),
         "suite": {k: v for k, v in suite.__dict__.items()}, "slo_ms": slo_ms, "workloads": workloads,
         "recommendation": {"text": "; ".join(f"{k}: {w['best']['text']}" for k, w in workloads.items())},
     }
+
+
+class InferenceWorkload(Workload):
+    """Latency under an SLO: measured in this process (one model per mode), not in training workers."""
+    name = "inference"
+    task = "inference"
+    help = "latency p50/p95/p99 per batch size and mode, and the largest batch under --slo-ms"
+    roles = ()
+    configs_apply = False
+
+    @property
+    def suites(self) -> dict:
+        return LATENCY_SUITES
+
+    def default_suite(self, *, has_gpu: bool, quick: bool) -> str:
+        return "inference-gpu" if has_gpu else ("inference-quick" if quick else "inference")
+
+    def check_data(self, path: str) -> str:
+        from overdrive.data import DataError
+
+        raise DataError("--data does not apply to --workload inference: latency depends on shapes, not values, so "
+                        "it runs on synthetic inputs (drop --data)")
+
+    def run(self, suite: LatencySuite, env: EnvReport, *, slo_ms: float, seed: int = 0, progress=None) -> dict:
+        return run_latency(suite, env, slo_ms=slo_ms, seed=seed, progress=progress)

@@ -1,0 +1,43 @@
+"""Bench workloads: one module each, one protocol (`base.Workload`), one registry.
+
+Adding a workload is one file plus one line in `WORKLOADS`; the CLI (`bench --workload`), the
+runner's worker processes and `tune` read this mapping and nothing else.
+"""
+
+from __future__ import annotations
+
+from overdrive.bench.workloads.base import Task, Workload
+from overdrive.bench.workloads.gpt import GPTWorkload
+from overdrive.bench.workloads.inference import InferenceWorkload
+from overdrive.bench.workloads.recsys import RecsysWorkload
+
+__all__ = ["WORKLOADS", "Workload", "Task", "get_workload", "workload_for_task", "all_suites"]
+
+WORKLOADS: dict[str, Workload] = {
+    "transformer": GPTWorkload(),
+    "recsys": RecsysWorkload(),
+    "inference": InferenceWorkload(),
+}
+
+
+def get_workload(name: str) -> Workload:
+    if name not in WORKLOADS:
+        raise ValueError(f"unknown workload '{name}': workloads are {', '.join(WORKLOADS)}")
+    return WORKLOADS[name]
+
+
+def workload_for_task(task: str) -> Workload:
+    """The workload that runs a `Suite.task` ("gpt", "recsys", ...)."""
+    for w in WORKLOADS.values():
+        if w.task == task:
+            return w
+    raise ValueError(f"unknown bench task {task!r}: tasks are {', '.join(w.task for w in WORKLOADS.values())}")
+
+
+def all_suites() -> dict:
+    """Every training suite by name (the inference workload's suites are its own kind)."""
+    out: dict = {}
+    for w in WORKLOADS.values():
+        if w.task != "inference":
+            out.update(w.suites)
+    return out
