@@ -18,12 +18,13 @@ def _run(*args, timeout=300):
 
 
 @pytest.fixture(scope="module")
-def doctor_json():
+def doctor_json():  # a real probe of this machine: 5-30 s
     cp = _run("doctor", "--json")
     assert cp.returncode == 0, cp.stderr
     return json.loads(cp.stdout)
 
 
+@pytest.mark.slow
 def test_doctor_json_validates_and_tells_the_truth(doctor_json):
     from overdrive.env import env_schema
 
@@ -42,13 +43,20 @@ def test_doctor_json_validates_and_tells_the_truth(doctor_json):
     assert d["engines"]["fused_adamw"]["status"] == "ok"
 
 
-def test_doctor_table_and_verdict():
+@pytest.mark.slow
+def test_doctor_table_and_verdict_with_progress_on_stderr():
     cp = _run("doctor")
     assert cp.returncode == 0, cp.stderr
     for word in ("Platform", "Engines", "Verdict", "transformer_engine", "apex", "torchao", "torch.compile",
                  "Best precision here:"):
         assert word in cp.stdout
     assert "Traceback" not in cp.stdout + cp.stderr
+    # each probe is shown as it runs, on stderr (stdout stays the report)
+    for line in ("probing torch.compile (inductor) ...", "torch.compile (inductor): done", "probing GPUs (CUDA init)"):
+        assert line in cp.stderr
+    assert "probing" not in cp.stdout
+    for noise in ("_C_mxfp8", "is deprecated", "Failed to load"):
+        assert noise not in cp.stdout + cp.stderr
 
 
 def test_help_everywhere():

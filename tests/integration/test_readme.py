@@ -5,9 +5,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 
 
+@pytest.mark.slow
 def test_readme_python_examples_run(tmp_path):
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
     assert blocks, "README has no Python example"

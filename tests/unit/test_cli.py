@@ -167,3 +167,23 @@ def test_known_third_party_noise_is_filtered_unless_verbose(tmp_path, verbose):
     assert "our own line" in cp.stdout and "an unknown torchao warning" in out  # only known noise goes
     for noise in NOISE:
         assert (noise in out) == verbose, f"{noise!r} {'missing with' if verbose else 'leaked without'} -v:\n{out}"
+
+
+def test_export_with_weights_of_another_size_says_which_size_in_one_line(tmp_path, capsys):
+    import torch
+
+    from overdrive.cli import main
+    from overdrive.models import GPT, gpt_config
+
+    weights = tmp_path / "model.pt"
+    torch.save(GPT(gpt_config("tiny")).state_dict(), weights)
+    rc = main(["export", "--model", "gpt", "--size", "cpu-student", "--weights", str(weights),
+               "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "does not fit a 'cpu-student' GPT" in err and "pass --size tiny" in err
+    (tmp_path / "junk.pt").write_text("not a checkpoint")
+    assert main(["export", "--model", "recsys", "--weights", str(tmp_path / "junk.pt"),
+                 "--out", str(tmp_path / "out")]) == 2
+    assert "is not a plain state_dict" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing half-written

@@ -91,6 +91,11 @@ def _read_disk_cache() -> dict | None:
 def _write_disk_cache(facts: dict) -> None:
     import tempfile
 
+    if any(isinstance(r, dict) and "_timeout" in r for r in (facts.get("probes") or {}).values()):
+        # A probe that ran out of time may say more about the host's load than about the machine
+        # (a 2-core host at load 20 timed out the SDPA and torchao probes): probe again next time
+        # instead of serving "hung" to every library call for a day.
+        return
     p = _cache_path()
     try:
         os.makedirs(os.path.dirname(p), exist_ok=True)

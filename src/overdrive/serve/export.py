@@ -45,6 +45,38 @@ class ClickServing(nn.Module):
         return self.model(dense, ids).unsqueeze(1)
 
 
+def _gpt_sizes_that_fit(sd: dict) -> list[str]:
+    """The named GPT sizes whose parameter shapes are those of `sd` (built on the meta device: no memory)."""
+    from overdrive.models import GPT, GPT_SIZES
+
+    shapes = {k: tuple(v.shape) for k, v in sd.items() if hasattr(v, "shape")}
+    out = []
+    for name, cfg in GPT_SIZES.items():
+        with torch.device("meta"):
+            ref = {k: tuple(v.shape) for k, v in GPT(cfg).state_dict().items()}
+        if ref == shapes:
+            out.append(name)
+    return out
+
+
+def _load_weights(model: nn.Module, weights: str, what: str, fits=None) -> None:
+    """Load a state_dict file, or say in one line why it does not fit (never a 30-line traceback)."""
+    try:
+        sd = torch.load(weights, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ExportError(f"--weights {weights}: no such file") from None
+    except Exception as e:  # not a torch file, or not a plain state_dict
+        raise ExportError(f"--weights {weights} is not a plain state_dict ({type(e).__name__}): write one with "
+                          f"`overdrive train CONFIG --export {weights}`") from None
+    try:
+        model.load_state_dict(sd)
+    except (RuntimeError, TypeError, AttributeError):
+        sizes = fits(sd) if fits and isinstance(sd, dict) else []
+        hint = f": it holds a {' / '.join(sizes)} GPT, pass --size {sizes[0]}" if sizes else \
+            ": pass the --model/--size it was trained as"
+        raise ExportError(f"--weights {weights} does not fit {what}{hint}") from None
+
+
 def _build(kind: str, size: str, weights: str | None):
     """(serving module, example inputs, input names/dims/types, output name/dims, dynamic dims)."""
     if kind == "recsys":
@@ -52,7 +84,7 @@ def _build(kind: str, size: str, weights: str | None):
 
         model = DLRM()
         if weights:
-            model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+            _load_weights(model, weights, "the click model")
         b = synthetic_clicks(8, seed=1)
         inputs = (b.dense, padded_ids(b, 5))
         spec = {"inputs": [("dense", [13], "TYPE_FP32"), ("ids", [26, 5], "TYPE_INT64")],
@@ -64,7 +96,7 @@ def _build(kind: str, size: str, weights: str | None):
         cfg = gpt_config(size)
         model = GPT(cfg)
         if weights:
-            model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+            _load_weights(model, weights, f"a {size!r} GPT", fits=_gpt_sizes_that_fit)
         inputs = (torch.randint(0, cfg.vocab_size, (2, 16)),)
         spec = {"inputs": [("input_ids", [-1], "TYPE_INT64")], "output": ("logits", [cfg.vocab_size], "TYPE_FP32")}
         return GPTServing(model).eval(), inputs, spec, {"input_ids": {0: "batch", 1: "seq"}}
