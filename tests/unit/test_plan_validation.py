@@ -51,8 +51,7 @@ def test_throughput_error_bounds(validation):
 def test_fsdp_memory_error(validation):
     s = summary(validation)
     assert s["n_memory"] >= 8
-    # Measured: median ~18% (the bound asked is 8%, not met; see the doc for why).
-    assert s["memory_median_abs_error"] <= 0.25, s
+    assert s["memory_median_abs_error"] <= 0.08, s  # torchtitan's max_reserved vs allocated + fragmentation
 
 
 def test_blackwell_low_precision_gains():
