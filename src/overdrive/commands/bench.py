@@ -29,8 +29,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             file_tokens(args.data)  # fail now, in one line, not inside six worker processes
         except DataError as e:
             raise UserError(str(e)) from None
-    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise UserError(f"--out {args.out} is a file: pass a folder (it is created if missing)")
+    if args.steps is not None and args.steps < 1:
+        raise UserError(f"--steps must be >= 1 timed round, got {args.steps}")
+    if args.out:
+        from overdrive.io import check_writable
+
+        check_writable(args.out, flag="--out")  # now, not after the whole bench has run
     env = get_env()
     if args.workload == "inference":
         return _bench_inference(args, env)
