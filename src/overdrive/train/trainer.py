@@ -292,9 +292,9 @@ def _step(run: _Run, step: int) -> tuple[float, float, float]:
     gradient would otherwise poison the parameters, and every checkpoint after them."""
     cfg, t, h = run.cfg, run.cfg.train, run.hooks
     done = step + 1
+    run.heartbeat.beat(done)
     if h.stall and h.stall[0] == run.rank and h.stall[1] == done:
         time.sleep(h.stall[2])
-    run.heartbeat.beat(done)
     lr = _lr_at(step, cfg)
     for g in run.opt.param_groups:
         g["lr"] = lr
