@@ -77,7 +77,8 @@ def test_report_refuses_results_with_missing_keys_or_deep_nesting(tmp_path, caps
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "not a valid overdrive bench result" in err and "device" in err and "Traceback" not in err
-    (tmp_path / "results.json").write_text('{"schema": "overdrive.bench/1", "env": ' + "[" * 50_000 + "]" * 50_000 + "}")
+    deep = "[" * 50_000 + "]" * 50_000
+    (tmp_path / "results.json").write_text('{"schema": "overdrive.bench/1", "env": ' + deep + "}")
     assert main(["report", str(tmp_path)]) == 2
     assert "nested too deeply" in capsys.readouterr().err
 
