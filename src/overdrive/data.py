@@ -73,13 +73,13 @@ def file_tokens(path: str | os.PathLike) -> np.ndarray:
 def load_tokens(source: str, *, fmt: str = "auto", vocab_size: int | None = None,
                 builtin_n: int = 1 << 19) -> tuple[np.ndarray, int]:
     """(tokens, vocab_size) for "builtin", a text file, or a .bin of uint16/uint32 token ids."""
-    if source == "builtin":
-        return builtin_tokens(builtin_n), VOCAB_SIZE
-    what = "set data.train to a text file, a .bin of token ids, or \"builtin\""
-    _check_file(source, what)
+    if source != "builtin":
+        _check_file(source, "set data.train to a text file, a .bin of token ids, or \"builtin\"")
     if fmt == "auto":
         fmt = "uint16" if source.endswith(".bin") else "text"
-    if fmt == "text":
+    if source == "builtin":
+        toks, top, need = builtin_tokens(builtin_n), None, VOCAB_SIZE
+    elif fmt == "text":
         toks, top = np.memmap(source, dtype=np.uint8, mode="r"), None
         need = VOCAB_SIZE
     else:
@@ -92,7 +92,7 @@ def load_tokens(source: str, *, fmt: str = "auto", vocab_size: int | None = None
         top = int(toks.max())
         need = top + 1
     if vocab_size is not None and vocab_size < need:
-        src = f"its largest token id is {top}" if top is not None else "text is read as bytes (ids 0-255)"
+        src = f"its largest token id is {top}" if top is not None else "its tokens are bytes (ids 0-255)"
         raise DataError(f"data.vocab_size = {vocab_size} is too small for {source}: {src}; set data.vocab_size "
                         f">= {need} or leave it unset")
     return toks, vocab_size or need

@@ -66,17 +66,13 @@ def save_results(results: dict, out_dir: str) -> None:
 
 
 def load_results(path: str) -> dict:
-    """results.json from a file or a results folder; one-line errors for what is not one."""
+    """results.json from a file or a results folder, validated against results.schema.json: a file
+    with the right tag but missing keys, or nested past Python's recursion limit, is a one-line error."""
+    from importlib import resources
+
+    from overdrive.io import read_json
+
     p = os.path.join(path, "results.json") if os.path.isdir(path) else path
-    if not os.path.exists(p):
-        raise FileNotFoundError(f"{p} not found: pass a folder written by `overdrive bench --out DIR`")
-    try:
-        with open(p) as f:
-            d = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{p} is not valid JSON ({e.msg} at line {e.lineno}): re-run `overdrive bench`") from None
-    known = (RESULTS_SCHEMA, "overdrive.latency/1")
-    if not isinstance(d, dict) or d.get("schema") not in known:
-        raise ValueError(f"{p} is not an overdrive bench result (schema {d.get('schema') if isinstance(d, dict) else '?'}"
-                         f", expected one of {', '.join(known)})")
-    return d
+    schema = json.loads(resources.files("overdrive.bench").joinpath("results.schema.json").read_text())
+    return read_json(p, schema=schema, what="overdrive bench result",
+                     fix="pass a folder written by `overdrive bench --out DIR` (or re-run the bench)")

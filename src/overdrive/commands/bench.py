@@ -49,6 +49,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             data_note = workload.check_data(args.data)  # fail now, in one line, not inside six workers
         except DataError as e:
             raise UserError(str(e)) from None
+    if args.steps is not None and args.steps < 1:
+        raise UserError(f"--steps must be >= 1 timed round, got {args.steps}")
+    if args.out:
+        from overdrive.io import check_writable
+
+        check_writable(args.out, flag="--out")  # now, not after the whole bench has run
     env = get_env()
     _refuse_gpu_suite_without_gpu(args, env)
     name = args.suite or workload.default_suite(has_gpu=env.has_gpu, quick=args.quick)

@@ -8,14 +8,17 @@ from overdrive.errors import UserError
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    from overdrive.io import check_writable
     from overdrive.serve.export import ExportError, export_for_serving, slo_batch_from
 
+    check_writable(args.out, flag="--out")  # before the export, not after it
     try:
         max_batch = args.max_batch
         if args.slo_from:
             max_batch = slo_batch_from(args.slo_from, "recsys" if args.model == "recsys" else "gpt_prefill")
         rep = export_for_serving(args.model, args.out, size=args.size, weights=args.weights,
-                                 max_batch=max_batch or 1024, onnx=False if args.no_onnx else None)
+                                 max_batch=1024 if max_batch is None else max_batch,
+                                 onnx=False if args.no_onnx else None)
     except (ExportError, ValueError, FileNotFoundError) as e:
         raise UserError(str(e)) from None
     print(f"exported {rep['name']} (max batch {rep['max_batch']}): " + ", ".join(rep["files"]))

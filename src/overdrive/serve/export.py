@@ -61,16 +61,20 @@ def _gpt_sizes_that_fit(sd: dict) -> list[str]:
 
 def _load_weights(model: nn.Module, weights: str, what: str, fits=None) -> None:
     """Load a state_dict file, or say in one line why it does not fit (never a 30-line traceback)."""
+    if not os.path.isfile(weights):
+        raise ExportError(f"--weights {weights} is not a file: pass a state_dict .pt (e.g. from `overdrive train "
+                          "CONFIG --export model.pt`)")
     try:
         sd = torch.load(weights, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise ExportError(f"--weights {weights}: no such file") from None
     except Exception as e:  # not a torch file, or not a plain state_dict
         raise ExportError(f"--weights {weights} is not a plain state_dict ({type(e).__name__}): write one with "
                           f"`overdrive train CONFIG --export {weights}`") from None
+    if not isinstance(sd, dict):
+        raise ExportError(f"--weights {weights} holds a {type(sd).__name__}, not a state_dict: write one with "
+                          f"`overdrive train CONFIG --export {weights}`")
     try:
         model.load_state_dict(sd)
-    except (RuntimeError, TypeError, AttributeError):
+    except (RuntimeError, TypeError, AttributeError, KeyError):
         sizes = fits(sd) if fits and isinstance(sd, dict) else []
         hint = f": it holds a {' / '.join(sizes)} GPT, pass --size {sizes[0]}" if sizes else \
             ": pass the --model/--size it was trained as"
@@ -151,6 +155,25 @@ def slo_batch_from(path: str, workload: str) -> int:
     return int(b)
 
 
+def _external_data(onnx_path: str) -> list[str]:
+    """The files next to an ONNX model that hold its weights (the dynamo exporter writes model.onnx.data)."""
+    import onnx
+
+    m = onnx.load(onnx_path, load_external_data=False)
+    names = {e.value for t in m.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
+             for e in t.external_data if e.key == "location"}
+    return sorted(names)
+
+
+def _ort_runner(path: str):
+    """Run an ONNX file with onnxruntime, loaded from where it was written."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    return lambda *xs: sess.run(None, {n: x.numpy() for n, x in zip(names, xs)})[0]
+
+
 def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", weights: str | None = None,
                        max_batch: int = 1024, onnx: bool | None = None) -> dict:
     """Write model.pt2 (+ model.onnx) and a Triton repository under out_dir; returns what was written.
@@ -158,7 +181,7 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
     onnx=None: export ONNX when onnx, onnxscript and onnxruntime import; True: require it.
     """
     if max_batch < 1:
-        raise ExportError(f"max batch must be >= 1, got {max_batch}")
+        raise ExportError(f"max batch (--max-batch) must be >= 1, got {max_batch}")
     module, inputs, spec, dynamic = _build(kind, size, weights)
     block = module.model.config.block_size if kind == "gpt" else 1 << 16
     os.makedirs(out_dir, exist_ok=True)
@@ -188,25 +211,26 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
     if onnx is None and not st.ok:
         report["onnx"] = f"skipped: {st.reason} ({st.fix})"
     if have_onnx:
-        import onnxruntime as ort
-
         path = os.path.join(out_dir, "model.onnx")
         torch.onnx.export(module, inputs, path, input_names=[n for n, _, _ in spec["inputs"]],
                           output_names=[spec["output"][0]], dynamic_shapes=_dims(dynamic, max_batch, block),
                           dynamo=True)
-        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-        names = [i.name for i in sess.get_inputs()]
-        run = lambda *xs: sess.run(None, {n: x.numpy() for n, x in zip(names, xs)})[0]  # noqa: E731
-        report["checks"]["onnxruntime"] = _check(run, module, fresh, "model.onnx under onnxruntime")
-        report["files"].append(path)
+        report["checks"]["onnxruntime"] = _check(_ort_runner(path), module, fresh, "model.onnx under onnxruntime")
+        report["files"] += [path] + [os.path.join(out_dir, n) for n in _external_data(path)]
 
     # Triton: the ONNX model on onnxruntime when we have it, else TorchScript on libtorch.
     repo = os.path.join(out_dir, "triton", name)
     os.makedirs(os.path.join(repo, "1"), exist_ok=True)
     if have_onnx:
         platform, model_file = "onnxruntime_onnx", os.path.join(repo, "1", "model.onnx")
-        with open(os.path.join(out_dir, "model.onnx"), "rb") as f:
-            write_atomic(model_file, f.read())
+        # The model and every external-data file it names (model.onnx.data): Triton loads the folder alone.
+        for name in ["model.onnx", *_external_data(os.path.join(out_dir, "model.onnx"))]:
+            with open(os.path.join(out_dir, name), "rb") as f:
+                write_atomic(os.path.join(repo, "1", name), f.read())
+            if name != "model.onnx":
+                report["files"].append(os.path.join(repo, "1", name))
+        report["checks"]["triton onnxruntime"] = _check(_ort_runner(model_file), module, fresh,
+                                                        "the Triton copy of model.onnx under onnxruntime")
     else:
         platform, model_file = "pytorch_libtorch", os.path.join(repo, "1", "model.pt")
         traced = torch.jit.trace(module, inputs, check_trace=False)

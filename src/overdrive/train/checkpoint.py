@@ -26,7 +26,8 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from overdrive.io import write_atomic
-from overdrive.train.integrity import SafeReader, UnsafeCheckpoint, hash_files, read_manifest, verify_manifest, write_manifest
+from overdrive.train.integrity import (SafeReader, UnsafeCheckpoint, hash_files, read_manifest, verify_manifest,
+                                       write_manifest)
 
 __all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "resume_checkpoint", "CheckpointError",
            "load_model_weights", "verify_checkpoint"]

@@ -21,7 +21,11 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["RunDirError", "RunLock", "RunDir", "claim_run_dir", "LOCK_FILE"]
+import torch.distributed as dist
+
+from overdrive.io import check_writable
+
+__all__ = ["RunDirError", "RunLock", "RunDir", "claim_run_dir", "claim_for_ranks", "LOCK_FILE"]
 
 LOCK_FILE = "run.lock"
 # What a run writes into its folder; --overwrite deletes these and nothing else.
@@ -132,3 +136,23 @@ def claim_run_dir(out_dir: str, *, resume: bool, overwrite: bool, say: Callable[
     say(f"{out_dir} holds another run ({old or 'unnamed'}): this run writes to {fresh} (pass --resume to continue "
         "that run, or --overwrite to replace it)")
     return RunDir(fresh, new_run_id(), RunLock(fresh).acquire(say))
+
+
+def claim_for_ranks(out_dir: str, rank: int, world: int, *, resume: bool, overwrite: bool,
+                    say: Callable[[str], None]) -> tuple[str, str, RunDir | None]:
+    """Rank 0 claims the folder (checked writable first); every rank learns where the run goes, or the
+    same one-line error."""
+    folder, payload = None, [None]
+    if rank == 0:
+        try:
+            check_writable(out_dir, flag="train.out_dir")
+            folder = claim_run_dir(out_dir, resume=resume, overwrite=overwrite, say=say)
+            payload = [(folder.path, folder.run_id, None)]
+        except Exception as e:  # RunDirError, UserError (not writable), OSError: one line on every rank
+            payload = [(None, None, str(e))]
+    if world > 1:
+        dist.broadcast_object_list(payload, src=0)
+    path, run_id, err = payload[0]
+    if err:
+        raise RunDirError(err)
+    return path, run_id, folder

@@ -37,7 +37,8 @@ from overdrive.train.checkpoint import (latest_checkpoint, load_model_weights, r
                                         verify_checkpoint)
 from overdrive.train.config import TrainConfig
 from overdrive.train.memory import check_fits, estimate_bytes, free_bytes
-from overdrive.train.rundir import RunDir, RunDirError, claim_run_dir
+from overdrive.train.metrics import MetricsLog
+from overdrive.train.rundir import RunDir, claim_for_ranks
 from overdrive.train.runtime import Heartbeat, RankTimeout, dist_setup, is_timeout
 from overdrive.train.weights import build_model, export_weights, load_exported
 
@@ -90,35 +91,6 @@ def _all_mean(x: float, world: int, device: str) -> float:
     return float(t) / world
 
 
-class _Log:
-    def __init__(self, run_dir: str, rank: int, quiet: bool) -> None:
-        self.rank, self.quiet = rank, quiet
-        self.path = os.path.join(run_dir, "metrics.jsonl")
-        self.tb = None
-        if rank == 0:
-            check_writable(self.path, flag="train.out_dir", kind="file")  # now, not at the first log line
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.tb = SummaryWriter(os.path.join(run_dir, "tb"))
-            except Exception:  # TensorBoard is optional
-                self.tb = None
-
-    def __call__(self, rec: dict) -> None:
-        if self.rank != 0:
-            return
-        with open(self.path, "a") as f:
-            f.write(json.dumps(rec) + "\n")
-        if self.tb:
-            for k, v in rec.items():
-                if isinstance(v, (int, float)) and k != "step":
-                    self.tb.add_scalar(k, v, rec["step"])
-        if not self.quiet:
-            print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in rec.items()),
-                  flush=True)
-
-
-
 def _prepare(model: GPT, recipe: Recipe, cfg: TrainConfig, world: int, device: str, fsdp: bool):
     env = get_env()
     res = resolve(recipe.replace(activation_checkpointing=cfg.train.activation_checkpointing,
@@ -157,7 +129,7 @@ class _Run:
     run_dir: str
     run_id: str
     folder: RunDir | None  # rank 0 holds the folder's lock
-    log: _Log
+    log: MetricsLog
     data: TokenData
     model: GPT
     opt: torch.optim.Optimizer
@@ -187,24 +159,6 @@ def _sayer(rank: int, quiet: bool, notes: list[str]) -> Callable[[str], None]:
     return say
 
 
-def _claim(out_dir: str, rank: int, world: int, *, resume: bool, overwrite: bool, say) -> tuple[str, str, RunDir | None]:
-    """Rank 0 claims the folder; every rank learns where the run goes (or the one-line error)."""
-    folder, payload = None, [None]
-    if rank == 0:
-        try:
-            check_writable(out_dir, flag="train.out_dir")
-            folder = claim_run_dir(out_dir, resume=resume, overwrite=overwrite, say=say)
-            payload = [(folder.path, folder.run_id, None)]
-        except Exception as e:  # RunDirError, UserError (not writable), OSError: one line on every rank
-            payload = [(None, None, str(e))]
-    if world > 1:
-        dist.broadcast_object_list(payload, src=0)
-    path, run_id, err = payload[0]
-    if err:
-        raise RunDirError(err)
-    return path, run_id, folder
-
-
 def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hooks: TrainHooks) -> _Run:
     t, o = cfg.train, cfg.optimizer
     rank, world, device = dist_setup(force=t.fsdp == "on", timeout_s=t.dist_timeout_s)
@@ -231,9 +185,9 @@ def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hook
 
     notes: list[str] = []
     say = _sayer(rank, quiet, notes)
-    run_dir, run_id, folder = _claim(t.out_dir, rank, world, resume=resume, overwrite=overwrite, say=say)
+    run_dir, run_id, folder = claim_for_ranks(t.out_dir, rank, world, resume=resume, overwrite=overwrite, say=say)
     try:
-        log = _Log(run_dir, rank, quiet)
+        log = MetricsLog(run_dir, rank, quiet)
         if rank == 0:
             check_writable(os.path.join(run_dir, "checkpoints"), flag="train.out_dir (its checkpoints/ folder)")
         teacher = _teacher(cfg, run_dir, vocab, device, quiet) if cfg.teacher else None
@@ -292,9 +246,9 @@ def _step(run: _Run, step: int) -> tuple[float, float, float]:
     gradient would otherwise poison the parameters, and every checkpoint after them."""
     cfg, t, h = run.cfg, run.cfg.train, run.hooks
     done = step + 1
+    run.heartbeat.beat(done)
     if h.stall and h.stall[0] == run.rank and h.stall[1] == done:
         time.sleep(h.stall[2])
-    run.heartbeat.beat(done)
     lr = _lr_at(step, cfg)
     for g in run.opt.param_groups:
         g["lr"] = lr

@@ -1,0 +1,106 @@
+"""Outputs checked before the work, files written with the user's umask, untrusted JSON read
+without tracebacks, and the one-line refusals of bad flags that reach them."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from overdrive.errors import UserError
+from overdrive.io import check_writable, read_json, write_atomic
+
+
+@pytest.mark.parametrize("mask,mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_write_atomic_follows_the_umask(tmp_path, mask, mode):
+    old = os.umask(mask)
+    try:
+        write_atomic(str(tmp_path / "results.json"), "{}")
+    finally:
+        os.umask(old)
+    assert os.stat(tmp_path / "results.json").st_mode & 0o777 == mode
+
+
+def test_check_writable_refuses_what_cannot_be_written(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(UserError, match="--out .* is a file"):
+        check_writable(str(f), flag="--out")
+    with pytest.raises(UserError, match="--out .* is not writable"):
+        check_writable(str(f / "sub"), flag="--out")
+    with pytest.raises(UserError, match="--export .* is a folder"):
+        check_writable(str(tmp_path), flag="--export", kind="file")
+    check_writable(str(tmp_path / "new" / "deeper"), flag="--out")  # created, and left empty
+    assert os.listdir(tmp_path / "new" / "deeper") == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_check_writable_refuses_a_read_only_folder(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        with pytest.raises(UserError, match="not writable"):
+            check_writable(str(ro / "out"), flag="--out")
+    finally:
+        ro.chmod(0o755)
+
+
+SCHEMA = {"type": "object", "required": ["schema", "configs"],
+          "properties": {"configs": {"type": "array", "items": {"type": "object", "required": ["name"]}}}}
+
+
+def test_read_json_one_line_errors(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text("[" * 100_000 + "]" * 100_000)  # json.load raises RecursionError on this
+    with pytest.raises(ValueError, match="nested too deeply"):
+        read_json(str(p), schema=SCHEMA)
+    p.write_text(json.dumps({"schema": "x", "configs": [{"nom": 1}]}))
+    with pytest.raises(ValueError, match="at configs/0: 'name' is a required property") as e:
+        read_json(str(p), schema=SCHEMA, what="result")
+    assert "\n" not in str(e.value)
+    p.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        read_json(str(p))
+    with pytest.raises(FileNotFoundError):
+        read_json(str(tmp_path / "nope.json"))
+    with pytest.raises(ValueError, match="is a folder"):
+        read_json(str(tmp_path))
+    p.write_text(json.dumps({"schema": "x", "configs": []}))
+    assert read_json(str(p), schema=SCHEMA) == {"schema": "x", "configs": []}
+
+
+def test_report_refuses_results_with_missing_keys_or_deep_nesting(tmp_path, capsys):
+    from overdrive.cli import main
+
+    (tmp_path / "results.json").write_text(json.dumps({"schema": "overdrive.bench/1", "configs": []}))
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "not a valid overdrive bench result" in err and "device" in err and "Traceback" not in err
+    deep = "[" * 50_000 + "]" * 50_000
+    (tmp_path / "results.json").write_text('{"schema": "overdrive.bench/1", "env": ' + deep + "}")
+    assert main(["report", str(tmp_path)]) == 2
+    assert "nested too deeply" in capsys.readouterr().err
+
+
+def test_bench_flags_refused_before_work(tmp_path, capsys):
+    from overdrive.cli import main
+
+    assert main(["bench", "--quick", "--steps", "-1"]) == 2
+    assert "--steps must be >= 1" in capsys.readouterr().err
+    (tmp_path / "f").write_text("x")
+    assert main(["bench", "--quick", "--out", str(tmp_path / "f" / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "not writable" in err
+
+
+def test_a_cpu_allocation_failure_is_classified_oom():
+    from overdrive.bench.worker import _classify
+
+    try:
+        torch.empty(1 << 60, dtype=torch.uint8)  # the CPU allocator's own failure, not a stand-in
+    except RuntimeError as e:
+        err = e
+    assert _classify(err) == "oom"
+    assert _classify(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")) == "oom"
+    assert _classify(RuntimeError("injected backend failure (test)")) == "backend"
