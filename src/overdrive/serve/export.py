@@ -67,10 +67,10 @@ def _load_weights(model: nn.Module, weights: str, what: str, fits=None) -> None:
     try:
         sd = torch.load(weights, map_location="cpu", weights_only=True)
     except Exception as e:  # not a torch file, or not a plain state_dict
-        raise ExportError(f"--weights {weights} is not a plain state_dict ({type(e).__name__}): write one with "
+        raise ExportError(f"--weights {weights} does not fit: it is not a plain state_dict ({type(e).__name__}); write one with "
                           f"`overdrive train CONFIG --export {weights}`") from None
     if not isinstance(sd, dict):
-        raise ExportError(f"--weights {weights} holds a {type(sd).__name__}, not a state_dict: write one with "
+        raise ExportError(f"--weights {weights} does not fit: it holds a {type(sd).__name__}, not a state_dict; write one with "
                           f"`overdrive train CONFIG --export {weights}`")
     try:
         model.load_state_dict(sd)
