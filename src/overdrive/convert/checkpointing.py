@@ -64,9 +64,15 @@ def prepare_hf_model(model: nn.Module) -> list[tuple[str, str]]:
         return [("model's own", "Hugging Face gradient checkpointing is already on (gradient_checkpointing_enable()):"
                  " left to it, not checkpointed twice")]
     notes = []
-    cfg = getattr(model, "config", None)
-    for c in (cfg, getattr(cfg, "text_config", None), getattr(cfg, "decoder", None)):
-        if c is not None and getattr(c, "use_cache", False) is True:
+    # Every config, not only the root's: HF stacks keep their own copy (T5's decoder fills its cache
+    # from decoder.config.use_cache, and the cross-attention then reuses k/v in the recompute).
+    configs = {id(c): c for m in model.modules() for c in (getattr(m, "config", None),) if c is not None}
+    for c in list(configs.values()):
+        for sub in (getattr(c, "text_config", None), getattr(c, "decoder", None)):
+            if sub is not None and hasattr(sub, "use_cache"):
+                configs[id(sub)] = sub
+    for c in configs.values():
+        if getattr(c, "use_cache", None) is True:
             c.use_cache = False
             if not notes:
                 notes.append(("use_cache=False", "Hugging Face model: KV cache off for training, as "
@@ -75,7 +81,11 @@ def prepare_hf_model(model: nn.Module) -> list[tuple[str, str]]:
 
 
 def _hf_checkpointing_on(model: nn.Module) -> bool:
-    return bool(getattr(model, "is_gradient_checkpointing", False))
+    # transformers >= 5 renamed is_gradient_checkpointing (now a deprecated alias) to is_activation_checkpointing.
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(model), name):
+            return bool(getattr(model, name))
+    return False
 
 
 def _ckpt_forward(orig, *args, **kwargs):
