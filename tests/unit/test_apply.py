@@ -52,7 +52,7 @@ def test_trainer_records_every_override(one_rank, tmp_path, monkeypatch):
     model = GPT(gpt_config("tiny", n_embd=32, n_head=2))
     applied = trainer._prepare(model, recipe, cfg, world=1, device="cpu", fsdp=True)
     res = applied.resolved
-    assert res.recipe.name == "fp32+custom"  # the user's name, not "custom"
+    assert res.recipe.name == recipe.name != "custom"  # the name the user gave, with its overrides
     assert res.compile == "off" and res.optimizer == "for-loop"  # what runs
     by_field = {d.field: d for d in res.decisions if d.fallback}
     assert "FSDP2" in by_field["compile"].reason and "for-loop" in by_field["optimizer"].chosen

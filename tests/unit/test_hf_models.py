@@ -52,7 +52,7 @@ def test_hf_structure_is_understood():
     assert find_blocks(gpt2)[0] == "transformer.h"
     acc = overdrive.accelerate(gpt2, "fp8", env=CPU, build_optimizer=False)
     rep = acc.report()
-    assert "transformers Conv1D, not an nn.Linear" in rep
+    assert "transformers Conv1D (a transposed Linear), not an nn.Linear" in rep
     acc = overdrive.accelerate(llama, "fp8", env=CPU, build_optimizer=False)
     decs = {d.fqn: d for d in acc.conversions["fp8"]}
     assert decs["model.layers.0.mlp.gate_proj"].converted and not decs["lm_head"].converted

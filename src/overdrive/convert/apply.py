@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from overdrive.convert.checkpointing import apply_activation_checkpointing, find_block_groups, prepare_hf_model
-from overdrive.convert.fp8 import convert_fp8
+from overdrive.convert.fp8 import convert_fp8, te_fp8_recipe
 from overdrive.convert.liger import apply_liger_model_patches
 from overdrive.convert.norms import convert_norms
 from overdrive.convert.swap import LayerDecision
@@ -145,15 +145,6 @@ def _keep_state_dict_plain(model: nn.Module) -> None:
     model.register_load_state_dict_pre_hook(fill)
 
 
-def _te_fp8_recipe(scaling: str | None):
-    rec = importlib.import_module("transformer_engine.common.recipe")
-    if scaling == "delayed":
-        return rec.DelayedScaling(fp8_format=rec.Format.HYBRID, amax_history_len=16, amax_compute_algo="max")
-    if scaling == "mxfp8":
-        return rec.MXFP8BlockScaling()
-    return rec.Float8CurrentScaling()
-
-
 def _shard(model: nn.Module, autocast_dtype: str | None) -> list[str]:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -243,6 +234,6 @@ def apply_recipe(model: nn.Module, resolved: ResolvedRecipe, *,
                    "across ranks so every rank skips the same steps")
 
     res = dataclasses.replace(resolved, decisions=resolved.decisions + tuple(extra), **changes)
-    te_recipe = _te_fp8_recipe(res.fp8_scaling) if res.fp8_backend == "transformer_engine" else None
+    te_recipe = te_fp8_recipe(res.fp8_scaling) if res.fp8_backend == "transformer_engine" else None
     return Applied(model=model, resolved=res, conversions=conversions, checkpointed=checkpointed,
                    sharded=sharded, fsdp=fsdp, world=world, fp8_all_gather=fp8_all_gather, _te_recipe=te_recipe)
