@@ -1,11 +1,10 @@
 """`accelerate(model, recipe)`: the user's model, made fast with what works here, every choice explained.
 
-    acc = overdrive.accelerate(model, recipe="auto", lr=3e-4)
+    acc = overdrive.accelerate(model, recipe="auto", optimizer=opt, scheduler=sched, grad_accum_steps=4)
     for x, y in batches:
-        with acc.autocast():
-            loss = loss_fn(acc.model(x), y)
-        acc.backward(loss)
-        acc.step()
+        loss = loss_fn(acc.model(x), y)   # the forward already runs under the recipe's autocast
+        acc.backward(loss)                # scaled (fp16) and divided by grad_accum_steps
+        acc.step()                        # every 4th call: unscale, clip, step, scaler, scheduler
     print(acc.report())
 """
 
@@ -13,96 +12,128 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import logging
+import os
 from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from overdrive.convert import LayerDecision, apply_activation_checkpointing, convert_fp8, convert_norms
+from overdrive.convert import Applied, LayerDecision, apply_recipe, wrap_forward_in
+from overdrive.convert.apply import _keep_state_dict_plain  # noqa: F401  (its home until PR callers move)
 from overdrive.env import EnvReport, get_env
+from overdrive.errors import UserError
 from overdrive.optim import build_adamw
 from overdrive.recipes import Decision, Recipe, ResolvedRecipe, resolve
 
 __all__ = ["accelerate", "Accelerated"]
 
+# Where our AdamW defaults differ from torch's (weight_decay=0.01, betas=(0.9, 0.999), no clipping):
+# nanoGPT / GPT-3 / Llama pre-training values. Said in report(); every one is a keyword.
+_DEFAULTS_NOTE = "weight decay 0.1, betas (0.9, 0.95) (GPT-3/Llama values; torch's are 0.01, (0.9, 0.999))"
+
+Optimizer = torch.optim.Optimizer | Callable[[list], torch.optim.Optimizer]
+
 
 class Accelerated:
-    """A model converted per a ResolvedRecipe, with its optimizer, scaler and autocast."""
+    """A model converted per a ResolvedRecipe, with its optimizer, scheduler, scaler and autocast."""
 
-    def __init__(self, model: nn.Module, resolved: ResolvedRecipe, *, lr: float, weight_decay: float,
-                 betas: tuple[float, float], grad_clip: float | None,
-                 module_filter_fn: Callable[[nn.Module, str], bool] | None, build_optimizer: bool) -> None:
-        self.resolved = resolved
+    def __init__(self, model: nn.Module, resolved: ResolvedRecipe, *, lr: float = 3e-4, weight_decay: float = 0.1,
+                 betas: tuple[float, float] = (0.9, 0.95), grad_clip: float | None = 1.0,
+                 module_filter_fn: Callable[[nn.Module, str], bool] | None = None, build_optimizer: bool = True,
+                 optimizer: Optimizer | None = None, scheduler=None, grad_accum_steps: int = 1,
+                 distributed: str | None = None, autocast_forward: bool = True) -> None:
+        if grad_accum_steps < 1:
+            raise UserError(f"grad_accum_steps={grad_accum_steps}: use an integer >= 1")
+        if distributed not in (None, "fsdp"):
+            raise UserError(f"distributed={distributed!r}: use None (one process) or 'fsdp' (under torchrun)")
+        world = _init_distributed() if distributed == "fsdp" else 1
         self.device = torch.device(resolved.device)
         self.grad_clip = grad_clip
-        self.conversions: dict[str, list[LayerDecision]] = {}
-        model.to(self.device)
-
-        if resolved.norm != "torch":
-            self.conversions["norm"] = convert_norms(model, resolved.norm)
-        if resolved.fp8_backend:
-            self.conversions["fp8"] = convert_fp8(model, backend=resolved.fp8_backend, scaling=resolved.fp8_scaling,
-                                                  min_dim=resolved.fp8_min_dim,
-                                                  convert_head=resolved.fp8_convert_head,
-                                                  module_filter_fn=module_filter_fn)
-        if any(type(m).__module__.startswith("transformer_engine") for m in model.modules()):
-            _keep_state_dict_plain(model)
-        self.checkpointed = apply_activation_checkpointing(model, resolved.activation_checkpointing,
-                                                           resolved.checkpoint_every)
-        if resolved.compile != "off":
-            # In place (nn.Module.compile) so state_dict keys carry no "_orig_mod." prefix.
-            model.compile(mode=None if resolved.compile == "default" else resolved.compile)
+        self.grad_accum_steps = grad_accum_steps
+        names = {id(p): n for n, p in model.named_parameters()}  # to re-point a user optimizer after sharding
+        self.applied: Applied = apply_recipe(model, resolved, module_filter_fn=module_filter_fn,
+                                             fsdp=distributed == "fsdp", world=world)
+        self.resolved = self.applied.resolved
+        self.conversions: dict[str, list[LayerDecision]] = self.applied.conversions
+        self.checkpointed = self.applied.checkpointed
         self.model = model
-        self.optimizer = build_adamw(model, resolved.optimizer, lr=lr, betas=betas,
-                                     weight_decay=weight_decay) if build_optimizer else None
-        self.scaler = torch.amp.GradScaler(self.device.type) if resolved.grad_scaler else None
-        self._te_recipe = _te_fp8_recipe(resolved.fp8_scaling) if resolved.fp8_backend == "transformer_engine" \
-            else None
+        if autocast_forward:
+            wrap_forward_in(model, self.applied.autocast)
+        self.user_optimizer = optimizer is not None
+        if optimizer is not None:
+            self.optimizer = optimizer(list(model.parameters())) if callable(optimizer) and \
+                not isinstance(optimizer, torch.optim.Optimizer) else _repoint(optimizer, names, model)
+            self._opt_note = f"your optimizer: {type(self.optimizer).__name__}"
+        elif build_optimizer:
+            self.optimizer = build_adamw(model, self.resolved.optimizer, lr=lr, betas=betas, weight_decay=weight_decay)
+            self._opt_note = f"AdamW {self.resolved.optimizer}, lr {lr:g}, " + (
+                _DEFAULTS_NOTE if (weight_decay, tuple(betas)) == (0.1, (0.9, 0.95))
+                else f"weight decay {weight_decay:g}, betas {tuple(betas)}")
+        else:
+            self.optimizer = None
+            self._opt_note = "none built (build_optimizer=False)"
+        self.scheduler = scheduler
+        self.scaler = self.applied.grad_scaler()
         self._flce = None
+        self._micro = 0
         self.steps = 0
-        self.skipped_steps = 0
+        self._skipped = torch.zeros((), dtype=torch.int64, device=self.device)  # summed on device: no sync
 
     # -- the training-loop API -------------------------------------------------------------
-    @contextlib.contextmanager
-    def autocast(self) -> Iterator[None]:
-        """Forward-pass context: torch autocast (bf16/fp16) and, for TE FP8, TE's FP8 autocast."""
-        with contextlib.ExitStack() as stack:
-            if self.resolved.autocast_dtype:
-                stack.enter_context(torch.autocast(self.device.type,
-                                                   dtype=getattr(torch, self.resolved.autocast_dtype)))
-            if self._te_recipe is not None:
-                te = importlib.import_module("transformer_engine.pytorch")
-                ctx = te.autocast(enabled=True, recipe=self._te_recipe) if hasattr(te, "autocast") \
-                    else te.fp8_autocast(enabled=True, fp8_recipe=self._te_recipe)
-                stack.enter_context(ctx)
-            yield
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Explicit forward context (acc.model's forward already enters it unless autocast_forward=False)."""
+        return self.applied.autocast()
+
+    @property
+    def skipped_steps(self) -> int:
+        """Optimizer steps the fp16 GradScaler skipped (inf/nan gradients). Reading it syncs."""
+        return int(self._skipped)
 
     def backward(self, loss: torch.Tensor) -> None:
+        """loss / grad_accum_steps, scaled under fp16; under FSDP gradients sync on the last micro-step only."""
+        if self.scaler is not None and self.optimizer is None:
+            raise UserError("amp-fp16 scales the loss by the GradScaler's factor (65536 at first): pass your "
+                            "optimizer to accelerate(..., optimizer=opt) so acc.step() unscales before stepping")
+        last = self._micro % self.grad_accum_steps == self.grad_accum_steps - 1
+        if self.applied.fsdp and self.grad_accum_steps > 1:
+            self.model.set_requires_gradient_sync(last)  # FSDP2: reduce-scatter only on the last micro-step
+        if self.grad_accum_steps > 1:
+            loss = loss / self.grad_accum_steps
         (self.scaler.scale(loss) if self.scaler else loss).backward()
+        self._micro += 1
 
     def step(self) -> dict:
-        """Clip (if grad_clip), optimizer step, scaler update, zero_grad. Returns what happened."""
+        """On the last micro-step: unscale (fp16), clip, optimizer step, scaler update, scheduler step,
+        zero_grad. Returns tensors, not floats (a float() per step is a host sync on GPU):
+        {"stepped", "skipped", "grad_norm", "scale"}."""
         if self.optimizer is None:
-            raise RuntimeError("accelerate(..., build_optimizer=False): step your own optimizer")
-        info: dict = {"skipped": False, "grad_norm": None, "scale": None}
+            raise UserError("accelerate(..., build_optimizer=False) has no optimizer to step: pass yours with "
+                            "accelerate(..., optimizer=opt) and call acc.step()")
+        info: dict = {"stepped": False, "skipped": False, "grad_norm": None, "scale": None}
+        if self._micro % self.grad_accum_steps:
+            return info
+        info["stepped"] = True
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         if self.grad_clip:
-            info["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip))
+            gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+            info["grad_norm"] = gn.full_tensor() if hasattr(gn, "full_tensor") else gn
         if self.scaler:
-            before = self.scaler.get_scale()
+            before = self.scaler._scale.clone()  # the scale as a tensor: get_scale() would sync
             self.scaler.step(self.optimizer)  # skipped internally when grads hold inf/nan
             self.scaler.update()
-            info["scale"] = self.scaler.get_scale()
-            info["skipped"] = info["scale"] < before
+            info["scale"] = self.scaler._scale.detach().clone()
+            info["skipped"] = info["scale"] < before  # the scale backs off exactly when a step is skipped
+            self._skipped += info["skipped"].to(self._skipped.device, torch.int64)
         else:
             self.optimizer.step()
+        self.applied.after_optimizer_step()
+        if self.scheduler is not None:
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.steps += 1
-        self.skipped_steps += int(info["skipped"])
         return info
 
     def lm_loss(self, hidden: torch.Tensor, head_weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -116,19 +147,53 @@ class Accelerated:
             return self._flce(head_weight, h, targets.reshape(-1))
         return F.cross_entropy(F.linear(h, head_weight).float(), targets.reshape(-1))
 
+    # -- checkpoints (torch.distributed.checkpoint: sharded under FSDP, reshardable) ----------
+    def save(self, path: str) -> str:
+        """Model, optimizer, scheduler and scaler into the folder `path`, atomically (written to
+        path.tmp and renamed only when every rank is done). Loads on any number of ranks."""
+        from overdrive.accel_io import save_state
+
+        return save_state(path, self)
+
+    def load(self, path: str) -> None:
+        """Restore what `save` wrote (resharded to this run's ranks; a 2-rank save loads on 1)."""
+        from overdrive.accel_io import load_state
+
+        load_state(path, self)
+
+    # -- Hugging Face Trainer --------------------------------------------------------------
+    def trainer_kwargs(self) -> dict:
+        """`Trainer(args=TrainingArguments(..., **acc.training_args_kwargs()), **acc.trainer_kwargs(), ...)`:
+        the converted model, this optimizer/scheduler, and a callback that refuses arguments that would
+        undo the recipe (a precision flag that disagrees with it)."""
+        from overdrive.hf_trainer import trainer_kwargs
+
+        return trainer_kwargs(self)
+
+    def training_args_kwargs(self) -> dict:
+        """The TrainingArguments fields the recipe decides: bf16/fp16, max_grad_norm, accumulation."""
+        from overdrive.hf_trainer import training_args_kwargs
+
+        return training_args_kwargs(self)
+
     # -- explanations ----------------------------------------------------------------------
     def report(self) -> str:
         r = self.resolved
         lines = [f"Overdrive recipe '{r.recipe.name}' on {r.device}: precision {r.precision}"
                  + (f" ({r.fp8_backend}, {r.fp8_scaling})" if r.fp8_backend else "")
                  + (f", autocast {r.autocast_dtype}" if r.autocast_dtype else "")
-                 + (", GradScaler" if r.grad_scaler else "")]
+                 + (f", {type(self.scaler).__name__}" if self.scaler else "")]
         for d in r.decisions:
             tag = "FALLBACK " if d.fallback else ""
             lines.append(f"  {tag}{d.field}: {d.chosen}  — {d.reason}")
         if r.emulated:
             fmt = {"mxfp8": "MXFP8", "nvfp4": "NVFP4"}.get(r.fp8_scaling, "FP8")
             lines.append(f"  NOTE: {fmt} is emulated: it shows {fmt} numerics, it is not faster.")
+        lines.append(f"  optimizer: {self._opt_note}; gradient clipping "
+                     + (f"at {self.grad_clip:g} (grad_clip=None turns it off)" if self.grad_clip else "off")
+                     + (f"; scheduler {type(self.scheduler).__name__}" if self.scheduler is not None else "")
+                     + (f"; gradients accumulated over {self.grad_accum_steps} micro-steps"
+                        if self.grad_accum_steps > 1 else ""))
         for what, decs in self.conversions.items():
             conv = [d for d in decs if d.converted]
             lines.append(f"  {what} swaps: {len(conv)} of {len(decs)} layers converted")
@@ -148,39 +213,59 @@ class Accelerated:
     def to_dict(self) -> dict:
         return {"resolved": self.resolved.to_dict(),
                 "conversions": {k: [vars(d) for d in v] for k, v in self.conversions.items()},
-                "checkpointed": self.checkpointed}
+                "checkpointed": self.checkpointed, "sharded": self.applied.sharded,
+                "optimizer": self._opt_note, "grad_clip": self.grad_clip, "grad_accum_steps": self.grad_accum_steps}
 
 
-def _te_fp8_recipe(scaling: str | None):
-    from overdrive.convert.fp8 import te_fp8_recipe  # one place knows TE's recipe classes (incl. NVFP4)
+def _init_distributed() -> int:
+    """The world size under torchrun, initialising the default process group if needed."""
+    import torch.distributed as dist
 
-    return te_fp8_recipe(scaling)
+    if not dist.is_initialized():
+        if "MASTER_ADDR" not in os.environ:
+            raise UserError("distributed='fsdp' needs torchrun (it sets MASTER_ADDR, RANK, WORLD_SIZE): "
+                            "torchrun --nproc_per_node=N your_script.py")
+        cuda = torch.cuda.is_available()
+        if cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl" if cuda else "gloo")
+    return dist.get_world_size()
 
 
-def _keep_state_dict_plain(model: nn.Module) -> None:
-    """TE modules add `_extra_state` (FP8 scaling metadata) keys: hide them from state_dict() and
-    accept state dicts without them, so checkpoints stay interchangeable with the original model."""
-
-    def drop(module, state_dict, prefix, local_metadata):
-        for k in [k for k in state_dict if k.endswith("._extra_state") or k == "_extra_state"]:
-            del state_dict[k]
-
-    def fill(module, state_dict, prefix, *args):
-        for name, sub in module.named_modules():
-            if hasattr(sub, "get_extra_state") and type(sub).__module__.startswith("transformer_engine"):
-                key = f"{prefix}{name + '.' if name else ''}_extra_state"
-                state_dict.setdefault(key, sub.get_extra_state())
-
-    model.register_state_dict_post_hook(drop)
-    model.register_load_state_dict_pre_hook(fill)
+def _repoint(opt: torch.optim.Optimizer, names: dict[int, str], model: nn.Module) -> torch.optim.Optimizer:
+    """Point a user optimizer built on the original parameters at the live ones (FSDP2 replaces each
+    parameter by a sharded DTensor one); module swaps keep the user's Parameters, so usually a no-op."""
+    live = dict(model.named_parameters())
+    if all(id(p) in {id(q) for q in live.values()} for g in opt.param_groups for p in g["params"]):
+        return opt
+    if any(opt.state.values()):
+        raise UserError("your optimizer already holds state for the original parameters: build it after "
+                        "accelerate() on acc.model.parameters(), or pass optimizer=lambda params: ...")
+    for g in opt.param_groups:
+        new = []
+        for p in g["params"]:
+            n = names.get(id(p))
+            if n is None or n not in live:
+                raise UserError("your optimizer holds parameters that are not the model's: build it on "
+                                "model.parameters() (or pass optimizer=lambda params: ...)")
+            new.append(live[n])
+        g["params"] = new
+    return opt
 
 
 def accelerate(model: nn.Module, recipe: str | Recipe = "auto", *, lr: float = 3e-4, weight_decay: float = 0.1,
                betas: tuple[float, float] = (0.9, 0.95), grad_clip: float | None = 1.0, strict: bool = False,
                module_filter_fn: Callable[[nn.Module, str], bool] | None = None, env: EnvReport | None = None,
-               build_optimizer: bool = True) -> Accelerated:
+               build_optimizer: bool = True, optimizer: Optimizer | None = None, scheduler=None,
+               grad_accum_steps: int = 1, distributed: str | None = None,
+               autocast_forward: bool = True) -> Accelerated:
     """Resolve `recipe` on this machine and apply it to `model` in place.
 
+    optimizer: yours (an Optimizer over model.parameters(), or `lambda params: Optimizer`); else AdamW
+    with lr/weight_decay/betas. scheduler: stepped by acc.step() after each optimizer step.
+    grad_accum_steps=N: acc.backward divides the loss by N; acc.step() steps every N-th call.
+    distributed="fsdp": FSDP2 under torchrun (each repeated block, then the root).
+    autocast_forward: acc.model's forward runs under the recipe's autocast (False: use acc.autocast()).
     recipe="tuned" applies the winner `overdrive tune` cached for this model (parameter names and
     shapes) on this machine; with none cached it runs "auto" and says so (a FALLBACK line in report()).
     strict=True raises RecipeUnavailable instead of falling back. `module_filter_fn(module, fqn)`
@@ -196,7 +281,9 @@ def accelerate(model: nn.Module, recipe: str | Recipe = "auto", *, lr: float = 3
     if module_filter_fn is None and resolved.fp8_backend and resolved.recipe.fp8_shapes:
         module_filter_fn = _shape_filter(resolved.recipe.fp8_shapes, resolved.fp8_convert_head)
     return Accelerated(model, resolved, lr=lr, weight_decay=weight_decay, betas=betas, grad_clip=grad_clip,
-                       module_filter_fn=module_filter_fn, build_optimizer=build_optimizer)
+                       module_filter_fn=module_filter_fn, build_optimizer=build_optimizer, optimizer=optimizer,
+                       scheduler=scheduler, grad_accum_steps=grad_accum_steps, distributed=distributed,
+                       autocast_forward=autocast_forward)
 
 
 def _tuned(model: nn.Module, env: EnvReport) -> tuple[str | Recipe, Decision]:

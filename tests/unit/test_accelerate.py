@@ -184,8 +184,8 @@ def test_state_dict_interchangeable_both_ways(recipe):
     assert all(torch.equal(v, fresh.model.state_dict()[k]) for k, v in plain.state_dict().items())
     with torch.no_grad():
         a, _ = plain(x)
-        b, _ = fresh.model(x)  # outside autocast: fp32 (or emulated-FP8 linears)
-    tol = 5e-2 if recipe == "fp8" else 1e-5
+        b, _ = fresh.model(x)  # under the recipe's autocast: fp32, fp16, or emulated-FP8 linears
+    tol = {"fp8": 5e-2, "amp-fp16": 4e-3}.get(recipe, 1e-5)
     assert rel_err(b, a) < tol
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from overdrive.convert import apply_activation_checkpointing, convert_fp8, convert_norms
+from overdrive.convert import Applied, apply_recipe
 from overdrive.data import TokenData, load_tokens
 from overdrive.env import get_env
 from overdrive.io import check_writable, write_atomic
@@ -91,31 +91,12 @@ def _all_mean(x: float, world: int, device: str) -> float:
     return float(t) / world
 
 
-def _prepare(model: GPT, recipe: Recipe, cfg: TrainConfig, world: int, device: str, fsdp: bool):
-    env = get_env()
-    res = resolve(recipe.replace(activation_checkpointing=cfg.train.activation_checkpointing,
-                                 checkpoint_every=cfg.train.checkpoint_every_k,
-                                 compile="off" if fsdp else recipe.compile), env)
-    model.to(device)
-    if res.norm != "torch":
-        convert_norms(model, res.norm)
-    if res.fp8_backend:
-        convert_fp8(model, backend=res.fp8_backend, scaling=res.fp8_scaling, min_dim=res.fp8_min_dim,
-                    convert_head=res.fp8_convert_head)
-    apply_activation_checkpointing(model, res.activation_checkpointing, res.checkpoint_every)
-    autocast = res.autocast_dtype
-    if fsdp:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        mp = MixedPrecisionPolicy(param_dtype=getattr(torch, autocast), reduce_dtype=torch.float32) \
-            if autocast else MixedPrecisionPolicy()
-        for block in model.blocks:
-            fully_shard(block, mp_policy=mp)
-        fully_shard(model, mp_policy=mp)
-        autocast = None  # FSDP2 casts parameters itself
-    # For-loop AdamW under FSDP: every implementation steps DTensors, the for-loop one on any backend.
-    impl = "for-loop" if fsdp else res.optimizer
-    return res, autocast, impl
+def _prepare(model: GPT, recipe: Recipe, cfg: TrainConfig, world: int, device: str, fsdp: bool) -> Applied:
+    """The recipe on the model through the one applier `accelerate()` uses; the config's checkpointing
+    fields join the recipe (its name kept), and every override is a Decision in the result."""
+    res = resolve(recipe.replace(name=recipe.name, activation_checkpointing=cfg.train.activation_checkpointing,
+                                 checkpoint_every=cfg.train.checkpoint_every_k), get_env())
+    return apply_recipe(model, res, fsdp=fsdp, world=world)
 
 
 @dataclass
@@ -134,7 +115,7 @@ class _Run:
     model: GPT
     opt: torch.optim.Optimizer
     scaler: torch.amp.GradScaler | None
-    autocast: str | None
+    applied: Applied  # the recipe as applied: forward context, post-step hook, what ran
     teacher: GPT | None
     hooks: TrainHooks
     heartbeat: Heartbeat
@@ -193,11 +174,12 @@ def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hook
         teacher = _teacher(cfg, run_dir, vocab, device, quiet) if cfg.teacher else None
         torch.manual_seed(t.seed)
         model = build_model(cfg, vocab)
-        res, autocast, impl = _prepare(model, get_recipe(t.recipe), cfg, world, device, fsdp)
-        opt = build_adamw(model, impl, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
-        scaler = torch.amp.GradScaler(device) if res.grad_scaler else None
+        applied = _prepare(model, get_recipe(t.recipe), cfg, world, device, fsdp)
+        res = applied.resolved
+        opt = build_adamw(model, applied.optimizer, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
+        scaler = applied.grad_scaler()
         run = _Run(cfg=cfg, rank=rank, world=world, device=device, run_dir=run_dir, run_id=run_id, folder=folder,
-                   log=log, data=data, model=model, opt=opt, scaler=scaler, autocast=autocast, teacher=teacher,
+                   log=log, data=data, model=model, opt=opt, scaler=scaler, applied=applied, teacher=teacher,
                    hooks=hooks, heartbeat=Heartbeat(rank, world), quiet=quiet, notes=notes)
         if resume:
             _resume(run, say)
@@ -205,6 +187,9 @@ def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hook
             write_atomic(os.path.join(run_dir, "config.json"),
                          json.dumps({"run_id": run_id, **cfg.to_dict()}, indent=1))
             write_atomic(os.path.join(run_dir, "recipe.json"), json.dumps(res.to_dict(), indent=1))
+            write_atomic(os.path.join(run_dir, "conversions.json"), json.dumps(
+                {"conversions": {k: [vars(d) for d in v] for k, v in applied.conversions.items()},
+                 "checkpointed": applied.checkpointed, "sharded": applied.sharded}, indent=1))
         return run
     except BaseException:
         if folder is not None:
@@ -228,8 +213,7 @@ def _resume(run: _Run, say: Callable[[str], None]) -> None:
 
 
 def _autocast(run: _Run):
-    return torch.autocast(run.device, dtype=getattr(torch, run.autocast)) if run.autocast else \
-        torch.autocast(run.device, enabled=False)
+    return run.applied.autocast()  # torch autocast and/or TE's FP8 autocast, as the recipe was applied
 
 
 def _last_good(run: _Run) -> str:
@@ -285,6 +269,7 @@ def _step(run: _Run, step: int) -> tuple[float, float, float]:
         run.scaler.update()
     else:
         run.opt.step()
+    run.applied.after_optimizer_step()
     run.opt.zero_grad(set_to_none=True)
     return step_loss, gnorm, lr
 

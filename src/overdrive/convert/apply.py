@@ -1,0 +1,239 @@
+"""The one recipe applier: `accelerate()` and `overdrive train` both put a ResolvedRecipe on a model here.
+
+Order (torchtitan's): norms (or Liger's model patches) -> FP8 linears -> activation checkpointing ->
+compile -> FSDP2 `fully_shard` per repeated block, then the root. Every change the applier makes
+to what `resolve` decided (compile off under FSDP, the AdamW that really runs, FP8 all-gather) is
+appended to the ResolvedRecipe as a Decision, so `report()` and `recipe.json` say what ran.
+
+    applied = apply_recipe(model, resolved, fsdp=True, world=2)
+    with applied.autocast():          # torch autocast and/or Transformer Engine's FP8 autocast
+        loss = applied.model(x).loss
+    ...; optimizer.step(); applied.after_optimizer_step()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from overdrive.convert.checkpointing import apply_activation_checkpointing, find_block_groups, prepare_hf_model
+from overdrive.convert.fp8 import convert_fp8, te_fp8_recipe
+from overdrive.convert.liger import apply_liger_model_patches
+from overdrive.convert.norms import convert_norms
+from overdrive.convert.swap import LayerDecision
+from overdrive.recipes import Decision, ResolvedRecipe
+
+__all__ = ["apply_recipe", "Applied", "optimizer_under_fsdp", "wrap_forward_in"]
+
+
+@dataclass
+class Applied:
+    """What the applier did to a model, and the contexts/hooks the training loop needs."""
+
+    model: nn.Module
+    resolved: ResolvedRecipe
+    """The resolved recipe with the applier's own decisions appended (what really runs)."""
+    conversions: dict[str, list[LayerDecision]] = field(default_factory=dict)
+    checkpointed: list[str] = field(default_factory=list)
+    sharded: list[str] = field(default_factory=list)
+    """fqns given to `fully_shard` (blocks, then "" for the root); empty without FSDP."""
+    fsdp: bool = False
+    world: int = 1
+    fp8_all_gather: bool = False
+    """torchao FP8 weights all-gathered in float8 under FSDP2 (scales precomputed after each step)."""
+    _te_recipe: object = None
+
+    @property
+    def optimizer(self) -> str:
+        return self.resolved.optimizer
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The torch.autocast dtype the forward needs; None under FSDP2 (its MixedPrecisionPolicy casts)."""
+        if self.fsdp or not self.resolved.autocast_dtype:
+            return None
+        return getattr(torch, self.resolved.autocast_dtype)
+
+    @contextlib.contextmanager
+    def autocast(self) -> Iterator[None]:
+        """The forward's context: torch autocast (bf16/fp16) and, for TE FP8, TE's FP8 autocast."""
+        with contextlib.ExitStack() as stack:
+            dt = self.autocast_dtype
+            if dt is not None:
+                stack.enter_context(torch.autocast(torch.device(self.resolved.device).type, dtype=dt))
+            if self._te_recipe is not None:
+                te = importlib.import_module("transformer_engine.pytorch")
+                # te.autocast from TE 2.8 on; fp8_autocast before (deprecated after).
+                ctx = te.autocast(enabled=True, recipe=self._te_recipe) if hasattr(te, "autocast") \
+                    else te.fp8_autocast(enabled=True, fp8_recipe=self._te_recipe)
+                stack.enter_context(ctx)
+            yield
+
+    def grad_scaler(self) -> torch.amp.GradScaler | None:
+        """fp16's loss scaler. Under FSDP2 on 2+ ranks, ShardedGradScaler: torch.amp.GradScaler never
+        all-reduces found_inf, so ranks would disagree on skipping a step and on the scale."""
+        if not self.resolved.grad_scaler:
+            return None
+        dev = torch.device(self.resolved.device).type
+        if self.fsdp and self.world > 1:
+            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+            return ShardedGradScaler(dev)
+        return torch.amp.GradScaler(dev)
+
+    def after_optimizer_step(self) -> None:
+        """torchtitan's post-optimizer hook: with FP8 all-gather, compute every FP8 weight's scale in one
+        all-reduce (instead of one per weight inside the next forward)."""
+        if self.fp8_all_gather:
+            from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+            precompute_float8_dynamic_scale_for_fsdp(self.model)
+
+
+def optimizer_under_fsdp(impl: str, device: str) -> tuple[str, str | None]:
+    """The AdamW implementation to run on FSDP2's DTensor parameters, and why it changed (None: kept).
+
+    On CUDA torch's fused and foreach AdamW step DTensors; Apex FusedAdam does not know them. On CPU
+    (gloo) the for-loop is the one that works for every torch we support."""
+    if device == "cuda":
+        if impl == "apex":
+            return "torch-fused", "FSDP2 parameters are DTensors, which Apex FusedAdam cannot step → torch fused AdamW"
+        return impl, None
+    if impl == "for-loop":
+        return impl, None
+    return "for-loop", f"FSDP2 on CPU (gloo): DTensor parameters stepped by the for-loop AdamW, not {impl}"
+
+
+def wrap_forward_in(model: nn.Module, ctx: Callable[[], contextlib.AbstractContextManager]) -> None:
+    """Run `model.forward` under `ctx()` on every call (as HF Accelerate's prepare() does), on the
+    instance so state_dict keys and the class stay the user's."""
+    if getattr(model, "_overdrive_autocast", False):
+        return
+    orig = model.forward
+
+    @functools.wraps(orig)
+    def forward(*args, **kwargs):
+        with ctx():
+            return orig(*args, **kwargs)
+
+    model.forward = forward
+    model._overdrive_autocast = True
+
+
+def _keep_state_dict_plain(model: nn.Module) -> None:
+    """TE modules add `_extra_state` (FP8 scaling metadata) keys: hide them from state_dict() and
+    accept state dicts without them, so checkpoints stay interchangeable with the original model."""
+
+    def drop(module, state_dict, prefix, local_metadata):
+        for k in [k for k in state_dict if k.endswith("._extra_state") or k == "_extra_state"]:
+            del state_dict[k]
+
+    def fill(module, state_dict, prefix, *args):
+        for name, sub in module.named_modules():
+            if hasattr(sub, "get_extra_state") and type(sub).__module__.startswith("transformer_engine"):
+                key = f"{prefix}{name + '.' if name else ''}_extra_state"
+                state_dict.setdefault(key, sub.get_extra_state())
+
+    model.register_state_dict_post_hook(drop)
+    model.register_load_state_dict_pre_hook(fill)
+
+
+def _shard(model: nn.Module, autocast_dtype: str | None) -> list[str]:
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    # Compute in the recipe's dtype, reduce gradients in fp32 (bf16 sums lose bits over many ranks).
+    mp = MixedPrecisionPolicy(param_dtype=getattr(torch, autocast_dtype), reduce_dtype=torch.float32) \
+        if autocast_dtype else MixedPrecisionPolicy()
+    done = []
+    for fqn, blocks in find_block_groups(model):
+        for i, b in enumerate(blocks):
+            fully_shard(b, mp_policy=mp)
+            done.append(f"{fqn}.{i}" if fqn else str(i))
+    fully_shard(model, mp_policy=mp)
+    return done + [""]
+
+
+def apply_recipe(model: nn.Module, resolved: ResolvedRecipe, *,
+                 module_filter_fn: Callable[[nn.Module, str], bool] | None = None,
+                 fsdp: bool = False, world: int = 1) -> Applied:
+    """Convert `model` in place per `resolved`; returns what was done and the loop's contexts."""
+    extra: list[Decision] = []
+    changes: dict = {}
+
+    def decide(fld: str, requested: str, chosen: str, reason: str, fallback: bool = False) -> None:
+        extra.append(Decision(field=fld, requested=requested, chosen=chosen, reason=reason, fallback=fallback))
+
+    model.to(torch.device(resolved.device))
+    conversions: dict[str, list[LayerDecision]] = {}
+    if resolved.norm == "liger":
+        patched = apply_liger_model_patches(model, fused_linear_cross_entropy=resolved.loss ==
+                                            "fused-linear-cross-entropy")
+        decide("liger_patches", "liger", patched.summary, patched.reason)
+        if patched.applied:
+            conversions["liger"] = patched.decisions
+    if resolved.norm != "torch" and "liger" not in conversions:
+        conversions["norm"] = convert_norms(model, resolved.norm)
+
+    fp8_all_gather = False
+    if resolved.fp8_backend:
+        # torchao's float8 all-gather needs per-tensor (tensorwise) scaling; rowwise keeps bf16 all-gathers.
+        fp8_all_gather = fsdp and resolved.fp8_backend in ("torchao", "emulated") and \
+            resolved.fp8_scaling == "tensorwise"
+        conversions["fp8"] = convert_fp8(model, backend=resolved.fp8_backend, scaling=resolved.fp8_scaling,
+                                         min_dim=resolved.fp8_min_dim, convert_head=resolved.fp8_convert_head,
+                                         module_filter_fn=module_filter_fn,
+                                         enable_fsdp_float8_all_gather=fp8_all_gather)
+        if fsdp and resolved.fp8_backend in ("torchao", "emulated"):
+            decide("fp8_all_gather", "fsdp", "float8" if fp8_all_gather else "bf16",
+                   "FP8 weights all-gathered in float8, scales precomputed in one all-reduce after each "
+                   "optimizer step (torchtitan's order)" if fp8_all_gather else
+                   f"{resolved.fp8_scaling} scaling has no float8 all-gather in torchao: weights all-gathered "
+                   "in high precision")
+        n = sum(d.converted for d in conversions["fp8"])
+        if n == 0:
+            decide("fp8_layers", "fp8", "none converted", "no linear layer was converted to FP8 (see the per-layer "
+                   "reasons): this recipe had no FP8 effect on this model", fallback=True)
+    if any(type(m).__module__.startswith("transformer_engine") for m in model.modules()):
+        _keep_state_dict_plain(model)
+
+    checkpointed: list[str] = []
+    if resolved.activation_checkpointing != "none":
+        for note in prepare_hf_model(model):
+            decide("activation_checkpointing", resolved.activation_checkpointing, note[0], note[1])
+        checkpointed = apply_activation_checkpointing(model, resolved.activation_checkpointing,
+                                                      resolved.checkpoint_every)
+
+    if resolved.compile != "off":
+        if fsdp:
+            changes["compile"] = "off"
+            decide("compile", resolved.compile, "off", "FSDP2: the model is sharded eagerly (compile per block "
+                   "under FSDP is not wired in yet)", fallback=True)
+        else:
+            # In place (nn.Module.compile) so state_dict keys carry no "_orig_mod." prefix.
+            model.compile(mode=None if resolved.compile == "default" else resolved.compile)
+
+    sharded: list[str] = []
+    if fsdp:
+        impl, why = optimizer_under_fsdp(resolved.optimizer, resolved.device)
+        if why:
+            changes["optimizer"] = impl
+            decide("optimizer", resolved.optimizer, impl, why, fallback=True)
+        sharded = _shard(model, resolved.autocast_dtype)
+        decide("fsdp", "fsdp", f"fully_shard x{len(sharded)}", f"FSDP2 on {world} rank(s): each repeated block, "
+               "then the root" + (f"; parameters in {resolved.autocast_dtype}, gradients reduced in float32"
+                                  if resolved.autocast_dtype else ""))
+        if resolved.grad_scaler and world > 1:
+            decide("grad_scaler", "GradScaler", "ShardedGradScaler", "fp16 under FSDP2: found_inf all-reduced "
+                   "across ranks so every rank skips the same steps")
+
+    res = dataclasses.replace(resolved, decisions=resolved.decisions + tuple(extra), **changes)
+    te_recipe = te_fp8_recipe(res.fp8_scaling) if res.fp8_backend == "transformer_engine" else None
+    return Applied(model=model, resolved=res, conversions=conversions, checkpointed=checkpointed,
+                   sharded=sharded, fsdp=fsdp, world=world, fp8_all_gather=fp8_all_gather, _te_recipe=te_recipe)

@@ -1,0 +1,172 @@
+"""The one recipe applier: what accelerate() and `overdrive train` both run, and the overrides they record."""
+
+import contextlib
+import dataclasses
+import json
+import sys
+import types
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from fakes import TE_OK, TORCHAO_EMU, machine
+from overdrive.convert import Applied, apply_recipe, optimizer_under_fsdp
+from overdrive.env import build_report
+from overdrive.models import GPT, gpt_config
+from overdrive.recipes import get_recipe, resolve
+from overdrive.train import load_config
+
+pytest.importorskip("torchao")
+CPU = build_report(machine(None, torchao=TORCHAO_EMU))
+TINY = ["data.builtin_tokens=20000", "train.seq_len=32", "train.global_batch=4", "train.micro_batch=2",
+        "train.log_every=1", "train.eval_every=0", "train.steps=2", "train.checkpoint_every=0", "model.n_embd=32",
+        "model.n_head=2", "model.n_layer=2"]
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    """A real 1-rank gloo process group: FSDP2 shards for real, with nothing to all-gather."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("impl,device,want,changed", [
+    ("torch-fused", "cuda", "torch-fused", False), ("foreach", "cuda", "foreach", False),
+    ("apex", "cuda", "torch-fused", True), ("torch-fused", "cpu", "for-loop", True),
+    ("for-loop", "cpu", "for-loop", False)])
+def test_adamw_under_fsdp_keeps_fused_on_cuda(impl, device, want, changed):
+    got, why = optimizer_under_fsdp(impl, device)
+    assert got == want and (why is not None) == changed
+
+
+def test_trainer_records_every_override(one_rank, tmp_path, monkeypatch):
+    from overdrive.train import trainer
+
+    monkeypatch.setattr(trainer, "get_env", lambda: CPU)
+    cfg = load_config(None, TINY + [f"train.out_dir=\"{tmp_path}\"", "train.activation_checkpointing=\"full\""])
+    recipe = get_recipe("fp32", compile="default", optimizer="torch-fused")
+    model = GPT(gpt_config("tiny", n_embd=32, n_head=2))
+    applied = trainer._prepare(model, recipe, cfg, world=1, device="cpu", fsdp=True)
+    res = applied.resolved
+    assert res.recipe.name == recipe.name != "custom"  # the name the user gave, with its overrides
+    assert res.compile == "off" and res.optimizer == "for-loop"  # what runs
+    by_field = {d.field: d for d in res.decisions if d.fallback}
+    assert "FSDP2" in by_field["compile"].reason and "for-loop" in by_field["optimizer"].chosen
+    assert applied.checkpointed == ["blocks.0", "blocks.1"] and applied.sharded == ["blocks.0", "blocks.1", ""]
+    assert json.loads(json.dumps(res.to_dict()))["optimizer"] == "for-loop"
+
+
+@pytest.mark.slow  # ~10 s: emulated FP8 under FSDP2
+def test_fp8_all_gather_under_fsdp_trains(one_rank):
+    from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
+
+    torch.manual_seed(0)
+    model = GPT(gpt_config("tiny", n_embd=64, n_head=2, block_size=32))
+    applied = apply_recipe(model, resolve("fp8", CPU), fsdp=True, world=1)
+    assert applied.fp8_all_gather
+    assert isinstance(model.blocks[0].mlp.fc.weight._local_tensor, WeightWithDynamicFloat8CastTensor)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, foreach=False)
+    x = torch.randint(0, 256, (4, 33), generator=torch.Generator().manual_seed(0))
+    losses = []
+    for _ in range(3):
+        with applied.autocast():
+            _, loss = model(x[:, :-1], x[:, 1:])
+        loss.backward()
+        opt.step()
+        applied.after_optimizer_step()  # one all-reduce for every FP8 weight's scale
+        opt.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    rowwise = apply_recipe(GPT(gpt_config("tiny", n_embd=64, n_head=2)), resolve("fp8-rowwise", CPU), fsdp=True)
+    assert not rowwise.fp8_all_gather
+    assert any(d.field == "fp8_all_gather" and d.chosen == "bf16" for d in rowwise.resolved.decisions)
+
+
+def test_fp16_under_fsdp_on_two_ranks_uses_the_sharded_scaler():
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    res = resolve("amp-fp16", CPU)
+    two = Applied(model=nn.Linear(2, 2), resolved=res, fsdp=True, world=2).grad_scaler()
+    one = Applied(model=nn.Linear(2, 2), resolved=res, fsdp=False, world=1).grad_scaler()
+    assert isinstance(two, ShardedGradScaler) and not isinstance(one, ShardedGradScaler)
+    assert Applied(model=nn.Linear(2, 2), resolved=resolve("fp32", CPU)).grad_scaler() is None
+
+
+def test_zero_fp8_layers_is_reported_as_a_fallback():
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(37, 29)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    applied = apply_recipe(Tiny(), resolve("fp8", CPU))
+    d = [d for d in applied.resolved.decisions if d.field == "fp8_layers"]
+    assert d and d[0].fallback and "no FP8 effect" in d[0].reason
+
+
+# -- Transformer Engine's FP8 autocast must be entered by the training loop ---------------------------
+class _FakeTELinear(nn.Module):
+    def __init__(self, in_features, out_features, bias=True, params_dtype=None, device=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=params_dtype, device=device))
+        self.bias = nn.Parameter(torch.zeros(out_features, device=device)) if bias else None
+
+    def forward(self, x):
+        assert _TE_STATE["depth"] > 0, "te.Linear ran outside TE's FP8 autocast"
+        _TE_STATE["calls"] += 1
+        return F.linear(x, self.weight, self.bias)
+
+
+_TE_STATE = {"depth": 0, "calls": 0, "recipes": []}
+
+
+@pytest.fixture
+def fake_te(monkeypatch):
+    _TE_STATE.update(depth=0, calls=0, recipes=[])
+
+    @contextlib.contextmanager
+    def autocast(enabled=True, recipe=None):
+        _TE_STATE["depth"] += 1
+        _TE_STATE["recipes"].append(type(recipe).__name__)
+        try:
+            yield
+        finally:
+            _TE_STATE["depth"] -= 1
+
+    te = types.ModuleType("transformer_engine.pytorch")
+    te.Linear, te.autocast = _FakeTELinear, autocast
+    rec = types.ModuleType("transformer_engine.common.recipe")
+    rec.Float8CurrentScaling = type("Float8CurrentScaling", (), {})
+    for name, mod in {"transformer_engine": types.ModuleType("transformer_engine"), "transformer_engine.pytorch": te,
+                      "transformer_engine.common": types.ModuleType("transformer_engine.common"),
+                      "transformer_engine.common.recipe": rec}.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setattr(_FakeTELinear, "__module__", "transformer_engine.pytorch")
+    te_gpu = build_report(machine("h100", te=TE_OK))
+    real = resolve
+
+    def resolve_on_cpu(recipe, env, **kw):  # decide as on an H100 with TE, run on this CPU
+        return dataclasses.replace(real(recipe, te_gpu, **kw), device="cpu", autocast_dtype=None,
+                                   fp8_min_dim=16, norm="torch")
+
+    return resolve_on_cpu
+
+
+def test_training_loop_enters_te_fp8_autocast(fake_te, tmp_path, monkeypatch):
+    from overdrive.train import trainer
+
+    monkeypatch.setattr(trainer, "resolve", fake_te)
+    cfg = load_config(None, TINY + [f"train.out_dir=\"{tmp_path}\"", "train.recipe=\"fp8\""])
+    trainer.train(cfg, quiet=True)
+    assert _TE_STATE["calls"] > 0 and _TE_STATE["depth"] == 0
+    assert set(_TE_STATE["recipes"]) == {"Float8CurrentScaling"}
+    rec = json.loads((tmp_path / "recipe.json").read_text())
+    assert rec["fp8_backend"] == "transformer_engine"
+    conv = json.loads((tmp_path / "conversions.json").read_text())["conversions"]["fp8"]
+    assert any(d["converted"] for d in conv)
