@@ -159,3 +159,20 @@ def test_a_stopped_candidate_is_never_called_safe():
     assert c["status"] == "stopped" and "interval" in c["reason"]
     assert c["safe"] is None and c["loss_delta_pct"] is None
     assert all(m["loss_delta_pct"] is None for m in c["models"].values())
+
+
+def test_doctor_matmul_rate_is_the_best_warm_sample_not_a_loaded_median():
+    from overdrive.env.probing import _best_rates
+
+    # A fake clock: each call costs 1 ms quiet, but most calls land on a loaded host (40x slower).
+    now = [0.0]
+    loaded = iter([True, True, False, True, True, True, False] * 40)
+
+    def clock():
+        return now[0]
+
+    def call():
+        now[0] += 1e-3 * (40 if next(loaded) else 1)
+
+    rates = _best_rates({"fp32": call}, 2e6, rounds=5, min_s=1e-3, clock=clock)
+    assert rates["fp32"] == 2.0  # 2 MFLOP per quiet 1 ms call: the quiet rate, though most samples were slow

@@ -31,7 +31,7 @@ def render_doctor(rep: EnvReport, console: Console | None = None) -> None:
     plat.add_row("CPU flags", ", ".join(flags) or "none of avx2/avx512/amx")
     rates = cpu.get("matmul_gflops") or {}
     if rates:
-        plat.add_row("CPU matmul", " · ".join(f"{k} {v:.0f} GFLOP/s" for k, v in rates.items()))
+        plat.add_row("CPU matmul (1 core, best warm)", " · ".join(f"{k} {v:.0f} GFLOP/s" for k, v in rates.items()))
     plat.add_row("RAM", _gib(cpu.get("ram_bytes")))
     plat.add_row("Python", rep.platform["python"].get("version", "?"))
     build = {"cpu": "CPU-only build", "cuda": f"CUDA {t.get('cuda')} build", "rocm": f"ROCm {t.get('hip')} build"}
