@@ -176,3 +176,20 @@ def test_doctor_matmul_rate_is_the_best_warm_sample_not_a_loaded_median():
 
     rates = _best_rates({"fp32": call}, 2e6, rounds=5, min_s=1e-3, clock=clock)
     assert rates["fp32"] == 2.0  # 2 MFLOP per quiet 1 ms call: the quiet rate, though most samples were slow
+
+
+def test_compare_never_puts_two_different_fallbacks_in_one_row():
+    from rich.console import Console
+
+    from overdrive.report.tables import render_compare
+
+    def res(label):
+        m = {"step_ms": {"median": 10.0, "p10": 9.0, "p90": 11.0}, "final_loss": 2.0}
+        return {"device": "CPU", "created": "now", "recommendation": {"text": "-"},
+                "configs": [{"name": "fp8", "label": label, "models": {"teacher": m}}]}
+
+    con = Console(record=True, width=200)
+    render_compare(res("fp8 → bf16 (fallback: no FP8 GPU, torchao missing)"),
+                   res("fp8 → fp8 emulated (fallback: no FP8 GPU)"), con)
+    out = con.export_text()
+    assert "absent" in out and "fp8 → bf16" in out

@@ -99,16 +99,18 @@ def render_compare(a: dict, b: dict, console: Console | None = None) -> None:
     t = Table(title=f"A: {a['device']} ({a['created']})  vs  B: {b['device']} ({b['created']})", title_justify="left")
     for col in ("config", "model", "A step ms", "B step ms", "B/A time", "A loss", "B loss"):
         t.add_column(col)
-    bmap = {cfg["name"]: cfg for cfg in b["configs"]}
+    # Rows match on what ran (the label), not the requested name: A's "fp8 → bf16" fallback and
+    # B's emulated fp8 are different things, never one row.
+    bmap = {cfg.get("label", cfg["name"]): cfg for cfg in b["configs"]}
     for ca in a["configs"]:
-        cb = bmap.get(ca["name"])
+        cb = bmap.get(ca.get("label", ca["name"]))
         for role in ca["models"]:
             ma = ca["models"].get(role, {})
             mb = (cb or {}).get("models", {}).get(role, {})
             sa, sb = (ma.get("step_ms") or {}).get("median"), (mb.get("step_ms") or {}).get("median")
             ratio = f"{sb / sa:.2f}" if sa and sb else "-"
             la, lb = ma.get("final_loss"), mb.get("final_loss")
-            t.add_row(ca["name"], role, fmt_ms(ma.get("step_ms")), fmt_ms(mb.get("step_ms")) if cb else "absent",
+            t.add_row(escape(ca.get("label", ca["name"])), role, fmt_ms(ma.get("step_ms")), fmt_ms(mb.get("step_ms")) if cb else "absent",
                       ratio, f"{la:.3f}" if la else "-", f"{lb:.3f}" if lb else "-")
     c.print(t)
     c.print(f"A: {escape(a['recommendation']['text'])}")

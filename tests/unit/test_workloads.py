@@ -1,0 +1,108 @@
+"""The workload protocol: one registry, user data per workload, and a new workload in one class."""
+
+import dataclasses
+import random
+
+import pytest
+
+from fakes import machine
+from overdrive.bench import Candidate, Suite, run_bench
+from overdrive.bench.workloads import WORKLOADS, Task, Workload, workload_for_task
+from overdrive.bench.workloads.recsys import RECSYS_SUITES
+from overdrive.data import DataError
+from overdrive.env import build_report
+from overdrive.recsys.data import CriteoSpec
+
+CPU = build_report(machine(None))
+
+
+def _criteo_line(i: int) -> str:
+    rng = random.Random(i)  # labels independent of the features: nothing to learn
+    dense = [str(rng.randrange(50)) if k % 5 else "" for k in range(13)]  # some empty fields, as in Criteo
+    cats = [format(rng.getrandbits(32), "08x") for _ in range(26)]
+    return "\t".join([str(rng.randrange(2)), *dense, *cats])
+
+
+@pytest.fixture
+def tsv(tmp_path):
+    lines = [_criteo_line(i) for i in range(400)]
+    lines[3] = "2\t" + lines[3][2:]              # label not 0/1
+    lines[7] = "1\tfoo"                           # too few fields
+    lines[9] = "1\t" + "x\t" * 38 + "ff"            # dense value not an integer
+    p = tmp_path / "day_0.tsv"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_registry_serves_every_workload_and_task():
+    assert set(WORKLOADS) == {"transformer", "recsys", "inference"}
+    assert workload_for_task("gpt") is WORKLOADS["transformer"]
+    assert workload_for_task("recsys") is WORKLOADS["recsys"]
+    with pytest.raises(ValueError, match="unknown bench task"):
+        workload_for_task("speech")
+
+
+def test_recsys_reads_a_users_criteo_tsv_and_counts_malformed_lines(tsv):
+    note = WORKLOADS["recsys"].check_data(str(tsv))
+    assert "400 lines, 397 read, 3 malformed" in note
+    assert "label not 0/1: 1" in note and "2 fields, expected 40: 1" in note and "not an integer: 1" in note
+    with pytest.raises(DataError, match="does not exist"):
+        WORKLOADS["recsys"].check_data(str(tsv) + ".missing")
+    small = CriteoSpec(table_sizes=(50,) * 26)
+    suite = RECSYS_SUITES["recsys-quick"]
+    suite = dataclasses.replace(suite, batch=64, rounds=2, steps_per_round=1, warmup=1, parity_steps=3, options=dict(
+        suite.options, table_sizes=list(small.table_sizes), train_examples=300, val_examples=100))
+    res = run_bench(suite.with_candidates(suite.candidates[:2]), env=CPU, data=str(tsv), micro=False, isolate=False,
+                    threads=1)
+    base = res["configs"][0]
+    assert res["data"] == str(tsv) and base["status"] == "ok"
+    assert base["final"]["n"] == 397 - int(0.8 * 397)  # the last 20% of the good lines are held out
+    # Random labels carry no signal: the baseline's AUC is near chance, so quality is "not assessed", never safe.
+    other = res["configs"][1]
+    assert other["safe"] is None and "near chance" in other["not_assessed_reason"]
+
+
+class _Echo(Task):
+    """The smallest task: fit y = 2x with one weight (what a README example needs, nothing more)."""
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        import torch
+
+        self.w = torch.zeros(1, requires_grad=True)
+        self.opt = torch.optim.SGD([self.w], lr=spec["lr"])
+
+    def step(self):
+        import torch
+
+        x = torch.linspace(-1, 1, 32)
+        a = self.clock.mark()
+        loss = ((self.w * x - 2 * x) ** 2).mean()
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad()
+        b = self.clock.mark()
+        self.clock.sync()
+        return {"fit_ms": self.clock.elapsed_ms(a, b), "fit_loss": loss.item(), "fit_skipped": False}
+
+
+class _EchoWorkload(Workload):
+    name, task, roles = "echo", "echo", ("fit",)
+
+    def build(self, spec):
+        return _Echo(spec)
+
+    def quality_rows(self, run, base, suite):
+        return {"fit": {"final_loss": run.loss["fit"][-1] if run.loss["fit"] else None, "loss_delta_pct": None,
+                        "unsafe_reason": None, "assessed": run.status == "ok"}}
+
+
+def test_a_new_workload_is_one_class_and_one_registry_line(monkeypatch):
+    monkeypatch.setitem(WORKLOADS, "echo", _EchoWorkload())
+    suite = Suite(name="echo", task="echo", roles=("fit",), teacher="-", student="-", batch=32, seq=1, warmup=1,
+                  rounds=2, steps_per_round=3, budget_s=60, parity_steps=10, micro="none", lr=0.1,
+                  candidates=(Candidate.preset("baseline", baseline=True),))
+    res = run_bench(suite, env=CPU, micro=False, isolate=False)
+    base = res["configs"][0]
+    assert base["status"] == "ok" and base["safe"] is True
+    assert len(base["raw"]["fit_loss"]) == 10 and base["raw"]["fit_loss"][-1] < base["raw"]["fit_loss"][0]
