@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from overdrive.recipes import Recipe, get_recipe
 
-__all__ = ["Candidate", "Suite", "SUITES", "get_suite", "default_suite_name", "candidates_from_names"]
+__all__ = ["Candidate", "Suite", "SUITES", "candidates_from_names"]
 
 # What each registered name means to a reader of the table (the recipe's fields say it exactly).
 _DESCRIPTIONS = {
@@ -131,18 +131,3 @@ def candidates_from_names(suite: Suite, names: list[str]) -> tuple[Candidate, ..
         if all(c.name != o.name for o in out):
             out.append(c)
     return tuple(out)
-
-
-def default_suite_name(has_gpu: bool, quick: bool, workload: str = "transformer") -> str:
-    from overdrive.bench.workloads import get_workload
-
-    return get_workload(workload).default_suite(has_gpu=has_gpu, quick=quick)
-
-
-def get_suite(name: str) -> Suite:
-    from overdrive.bench.workloads import all_suites
-
-    suites = all_suites()
-    if name not in suites:
-        raise ValueError(f"unknown suite '{name}': suites are {', '.join(suites)}")
-    return suites[name]

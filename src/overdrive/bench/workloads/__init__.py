@@ -11,7 +11,8 @@ from overdrive.bench.workloads.gpt import GPTWorkload
 from overdrive.bench.workloads.inference import InferenceWorkload
 from overdrive.bench.workloads.recsys import RecsysWorkload
 
-__all__ = ["WORKLOADS", "Workload", "Task", "get_workload", "workload_for_task", "all_suites"]
+__all__ = ["WORKLOADS", "Workload", "Task", "get_workload", "workload_for_task", "all_suites", "get_suite",
+           "default_suite_name"]
 
 WORKLOADS: dict[str, Workload] = {
     "transformer": GPTWorkload(),
@@ -41,3 +42,15 @@ def all_suites() -> dict:
         if w.task != "inference":
             out.update(w.suites)
     return out
+
+
+def get_suite(name: str):
+    """A training suite by name, from any workload."""
+    suites = all_suites()
+    if name not in suites:
+        raise ValueError(f"unknown suite '{name}': suites are {', '.join(suites)}")
+    return suites[name]
+
+
+def default_suite_name(has_gpu: bool, quick: bool, workload: str = "transformer") -> str:
+    return get_workload(workload).default_suite(has_gpu=has_gpu, quick=quick)
