@@ -177,3 +177,13 @@ def test_bench_on_a_users_text_file(tmp_path):
     assert res["data"] == str(text) and base["status"] == "ok"
     # a 27-symbol repetitive text is learned fast: the loss falls well below ln(256) = 5.5
     assert base["raw"]["teacher_loss"][-1] < base["raw"]["teacher_loss"][0] - 1.0
+
+
+def test_results_round_trip_through_the_schema_with_labels(faulty_run, tmp_path):
+    from overdrive.bench import load_results, save_results
+
+    save_results(faulty_run, str(tmp_path))
+    back = load_results(str(tmp_path))  # validated against results.schema.json
+    assert [c["label"] for c in back["configs"]] == [c["label"] for c in faulty_run["configs"]]
+    assert back["env_fingerprint"] == faulty_run["env_fingerprint"] and back["git_commit"] == faulty_run["git_commit"]
+    assert "label" in (tmp_path / "results.csv").read_text().splitlines()[0]
