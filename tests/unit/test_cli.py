@@ -19,6 +19,7 @@ ARG_ERRORS = {
     "plan": ["plan", "--gpus", "eight"],
     "train": ["train"],
     "export": ["export", "--model", "nope"],
+    "tune": ["tune", "--budget-s", "soon"],
 }
 HEAVY = ("torch", "matplotlib", "transformers", "torchao", "onnx")
 
@@ -48,6 +49,12 @@ def test_help_and_argument_errors_import_no_torch(argv):
     rc, heavy = _modules_after(argv)
     assert rc == (0 if argv[-1] in ("--help", "--version") else 2)
     assert not heavy, f"`overdrive {' '.join(argv)}` imported {sorted(heavy)}"
+
+
+def test_every_command_has_an_argument_error_case():
+    from overdrive.commands import COMMANDS
+
+    assert set(ARG_ERRORS) == set(COMMANDS)
 
 
 def test_the_package_keeps_its_public_names():

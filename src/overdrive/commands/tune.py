@@ -95,6 +95,6 @@ def register(sub) -> None:
     p.add_argument("--out", metavar="DIR", help="write results.json, report.html and recipe.json (the winner)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout (progress goes to stderr)")
     p.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate for the measured steps")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed every candidate starts from (same weights and batches)")
     p.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: torch's)")
     p.set_defaults(func=_cmd_tune)
