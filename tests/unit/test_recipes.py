@@ -363,3 +363,13 @@ def test_doctor_says_per_engine_whether_mxfp8_and_nvfp4_run_here():
     from overdrive.env import env_schema
 
     jsonschema.validate(env("b200", te=TE_B200, torchao=TORCHAO_B200).to_dict(), env_schema())
+
+
+def test_a_recipe_built_from_fields_has_a_name_that_parses_back():
+    from overdrive.recipes import parse_recipe_name
+
+    for r in (Recipe(precision="bf16"), Recipe(precision="fp8", optimizer="for-loop", compile="default"),
+              PRESETS["fp32"].replace(activation_checkpointing="selective", checkpoint_every=3)):
+        assert r.name != "custom" and parse_recipe_name(r.name) == r, r.name
+    assert Recipe(precision="bf16").name == "amp-bf16"
+    assert PRESETS["amp-bf16"].replace(compile="default").name == "amp-bf16+compile"

@@ -187,6 +187,8 @@ def _block_scaled(fmt: str, engines: dict[str, EngineStatus], gpus: list[dict]) 
         per["transformer_engine"] = f"ok (TE {te.version}, te.Linear ran under {name})"
     if ao is None or ao.status == "missing":
         per["torchao"] = "not installed"
+    elif ao.status == "broken" and not ao.details.get("emulate_ok"):
+        per["torchao"] = f"broken ({ao.reason})"
     elif not capable:
         per["torchao"] = f"torchao {ao.version}: its {name} kernels need SM >= 10.0"
     elif ao.details.get(f"{fmt}_ok"):
@@ -199,7 +201,7 @@ def _block_scaled(fmt: str, engines: dict[str, EngineStatus], gpus: list[dict]) 
         per["emulated"] = "ok (torchao MXFP8_EMULATED_RCEIL, numerics only)"
     else:
         per["emulated"] = "needs torchao" if ao is None or ao.status == "missing" else \
-            f"torchao's emulated recipe failed: {ao.details.get('mxfp8_emulate_error')}"
+            f"torchao's emulated recipe failed: {ao.details.get('mxfp8_emulate_error') or ao.reason}"
     reason = "; ".join(f"{k}: {v}" for k, v in per.items())
     real = [k for k in ("transformer_engine", "torchao") if per[k].startswith("ok")]
     if real:

@@ -19,9 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 __all__ = ["collect_facts", "run_probe", "PROBE_TIMEOUTS"]
 
-# Seconds per subprocess probe. torch.compile's first (cold-cache) compile on a 2-core CPU
+# Seconds per subprocess probe. torchao and TE also run their MXFP8/NVFP4 checks (and torchao's import
+# alone took 27 s on a 2-core host at load 17). torch.compile's first (cold-cache) compile on a 2-core CPU
 # takes ~25 s; later runs ~4 s. A hung CUDA init is the case the timeout exists for.
-PROBE_TIMEOUTS = {"gpus": 60, "te": 120, "apex": 60, "torchao": 90, "liger": 90, "triton": 90,
+PROBE_TIMEOUTS = {"gpus": 60, "te": 150, "apex": 60, "torchao": 150, "liger": 90, "triton": 90,
                   "compile": 180, "torch_native": 60}
 
 # Python package each engine probe needs; a missing package is reported without a subprocess.

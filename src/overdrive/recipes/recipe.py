@@ -32,7 +32,8 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
 @dataclass(frozen=True, kw_only=True)
 class Recipe:
     name: str = "custom"
-    """Preset name, or "custom"."""
+    """Its name in the registry's grammar (`recipes.names`): a preset, or preset+knobs. Left "custom", it is
+    written from the fields (closest preset + knobs), so every name printed parses back to this recipe."""
     precision: Precision = "auto"
     """fp32; fp16 (autocast + GradScaler); bf16 (autocast); fp8 (linears in FP8, the rest in bf16 on GPU);
     fp4 (linears in NVFP4, needs fp8_scaling="nvfp4"); auto = the best precision the environment
@@ -76,11 +77,19 @@ class Recipe:
                              "precision='fp4' with fp8_scaling='nvfp4' (the 'nvfp4' preset)")
         if self.checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
+        if self.name == "custom":
+            from overdrive.recipes.names import recipe_name  # names.py builds on PRESETS, defined below
+
+            object.__setattr__(self, "name", recipe_name(self))
 
     def replace(self, **changes) -> "Recipe":
-        """A copy with some fields changed (name becomes "custom" unless given)."""
-        changes.setdefault("name", "custom" if changes else self.name)
-        return dataclasses.replace(self, **changes)
+        """A copy with some fields changed; unless given, the name says what changed ("amp-bf16+compile")."""
+        if "name" in changes or not changes:
+            return dataclasses.replace(self, **changes)
+        from overdrive.recipes.names import recipe_name
+
+        new = dataclasses.replace(self, **changes)
+        return dataclasses.replace(new, name=recipe_name(new))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
