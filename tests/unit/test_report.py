@@ -18,7 +18,7 @@ from overdrive.recipes import PRESETS
 from overdrive.report.advice import next_step, precision_note
 from overdrive.report.compare import compare_rows, ran_label, write_compare_html
 from overdrive.report.html import bench_rows, write_html
-from overdrive.report.plots import loss_deltas, write_plots
+from overdrive.report.plots import _losses, loss_deltas
 from overdrive.report.tables import render_bench, render_compare
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "bench_cpu_quick.json")
@@ -114,7 +114,8 @@ def test_loss_plot_draws_differences_to_the_baseline_within_the_band(res, tmp_pa
     assert all(v == 0.0 for v in d["fp32-fused"])
     assert all(abs(v - 2.0) < 1e-9 for v in d["amp-bf16"])
     assert tols == [5.0, 3.0, 1.0]
-    assert "loss_curves.png" in write_plots(r, str(tmp_path))
+    _losses(r, str(tmp_path / "loss_curves.png"))  # only this plot: the others take seconds more
+    assert (tmp_path / "loss_curves.png").stat().st_size > 0
 
 
 def _fallback_pair(res):

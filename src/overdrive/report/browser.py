@@ -77,7 +77,7 @@ def _file_url(path: str) -> str:
 
 
 def inspect_page(ctx, html_path: str, *, width: int, height: int = 720, dark: bool = False,
-                 screenshot: str | None = None) -> dict:
+                 screenshot: str | None = None, full_page: bool = True) -> dict:
     """Load the page at this viewport and measure what a person would notice.
 
     Returns console errors, images that did not decode, the document's scroll width vs the
@@ -106,7 +106,7 @@ def inspect_page(ctx, html_path: str, *, width: int, height: int = 720, dark: bo
         }""")
         if screenshot:
             os.makedirs(os.path.dirname(os.path.abspath(screenshot)), exist_ok=True)
-            page.screenshot(path=screenshot, full_page=True)
+            page.screenshot(path=screenshot, full_page=full_page)
     finally:
         page.close()
     facts["console_errors"] = errors

@@ -13,14 +13,15 @@ import html
 
 __all__ = ["CSS", "esc", "page", "table", "img_tag", "rec_block"]
 
-# Colours are variables so that one media query gives a readable dark mode; the PNG plots keep
+# Headers wrap on a laptop so the bench table fits 1280 px; on a phone the table scrolls in its box
+# and headers stay on one line. Colours are variables so that one media query gives a readable dark mode; the PNG plots keep
 # their white background (matplotlib draws dark text) inside a light frame in both modes.
 CSS = """:root{color-scheme:light dark;--fg:#1d1d1f;--bg:#fff;--muted:#555;--line:#ccc;--head:#f1f1f1;
 --rec-bg:#eaf6ea;--rec-line:#2e8b37;--next-bg:#eaf0fb;--next-line:#2f63c4;--bad:#b00000;--code:#eef0f2;--warn:#8a5a00}
 @media (prefers-color-scheme:dark){:root{--fg:#e8e8e8;--bg:#15171a;--muted:#a9adb3;--line:#3d4148;--head:#23262b;
 --rec-bg:#17301c;--rec-line:#4cc35a;--next-bg:#172338;--next-line:#6b9bff;--bad:#ff7a7a;--code:#262a30;--warn:#f0b44c}}
 *{box-sizing:border-box}
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;padding:12px 20px 40px;max-width:1100px;
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;padding:12px 20px 40px;max-width:1240px;
 color:var(--fg);background:var(--bg);line-height:1.4;overflow-wrap:anywhere}
 h1{font-size:1.45em;margin:.2em 0 .1em}h2{font-size:1.2em;margin:1.2em 0 .3em}h3{font-size:1em;margin:1em 0 .3em}
 .meta,.note,.legend{color:var(--muted);font-size:13px;margin:.3em 0}
@@ -32,11 +33,12 @@ code{background:var(--code);padding:0 .3em;border-radius:3px;font-size:.92em}
 .scroll{overflow-x:auto;max-width:100%;margin:.5em 0}
 table{border-collapse:collapse;font-size:13px}
 td,th{border:1px solid var(--line);padding:3px 7px;text-align:right;white-space:nowrap}
-th{background:var(--head)}td.l,th.l{text-align:left}
+th{background:var(--head);white-space:normal;overflow-wrap:normal;vertical-align:bottom}td.l,th.l{text-align:left}
 .unsafe,.bad{color:var(--bad);font-weight:600}
 figure{margin:.8em 0}figcaption{font-weight:600;margin:.3em 0}
 img{display:block;max-width:100%;height:auto;background:#fff;border-radius:4px}
-ul{padding-left:1.2em}"""
+ul{padding-left:1.2em}
+@media (max-width:700px){th{white-space:nowrap}body{padding:8px 12px 30px}}"""
 
 esc = html.escape
 
