@@ -66,7 +66,7 @@ def test_rows_keep_the_runs_order_after_a_save_and_reload(res, tmp_path):
     assert text.index("teacher") < text.index("student")
 
 
-@pytest.mark.parametrize("name,preset", [("amp-bf16", "amp-bf16"), ("fp32-fused", "fp32")])
+@pytest.mark.parametrize("name,preset", [("amp-bf16", "amp-bf16"), ("fp32-fused", "fp32-fused")])
 def test_next_step_names_a_preset_that_accelerate_and_train_accept(res, tmp_path, name, preset):
     step = next_step(_win(res, name))
     assert step.code == f'overdrive.accelerate(model, recipe="{preset}")'
@@ -161,3 +161,18 @@ def test_report_screenshot_without_a_browser_is_one_line_exit_2_and_keeps_the_pa
     assert cp.stderr.count("\n") == 1 and "--screenshot:" in cp.stderr and "Traceback" not in cp.stderr
     assert (tmp_path / "report.html").exists()
     assert re.search(r"(no Chromium found|Playwright is not installed)", cp.stderr)
+
+
+def test_plan_page_says_how_to_run_the_pick_with_presets_the_trainer_accepts(tmp_path):
+    from overdrive.plan import get_model, plan
+    from overdrive.report.plan_html import plan_next_step, write_plan_html
+
+    r = plan(get_model("llama3-8b"), "h100-sxm", seq=4096)
+    step = plan_next_step(r)
+    preset = re.search(r"recipe = &quot;([\w-]+)&quot;", step).group(1)
+    assert preset in PRESETS  # a name `overdrive train` accepts
+    assert "torchrun --nproc_per_node=8 -m overdrive train CONFIG" in step
+    r["top"] = dict(r["top"], sharding="hsdp", tp=2)
+    assert "Not in overdrive train yet: hsdp (overdrive train shards with FSDP), tp 2" in plan_next_step(r)
+    page = open(write_plan_html(r, str(tmp_path))).read()
+    assert "class='rec'" in page and "class='next'" in page
