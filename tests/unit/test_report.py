@@ -96,7 +96,8 @@ def test_baseline_winner_says_keep_plain_pytorch(res):
 def test_best_precision_next_to_an_fp32_pick_is_explained(res, tmp_path):
     r = copy.deepcopy(res)
     r["env"]["best_precision"] = {"precision": "bf16", "reason": "this CPU has AMX bf16 units"}
-    r["env"]["verdict"] = [v.replace("Best precision here: fp32", "Best precision here: bf16") for v in r["env"]["verdict"]]
+    r["env"]["verdict"] = [v.replace("Best precision here: fp32", "Best precision here: bf16")
+                           for v in r["env"]["verdict"]]
     why = precision_note(r)
     assert why.startswith("Why fp32 and not bf16") and "amp-bf16 was stopped early" in why
     page = open(write_html(r, str(tmp_path), [])).read()

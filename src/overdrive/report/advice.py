@@ -99,7 +99,8 @@ def _recsys_code(cfg: dict) -> str:
     code = (f'model = DLRM(spec, embedding="{o.get("embedding", "embeddingbag")}"'
             f'{", sparse=True" if sparse else ""}); opts = build_optimizers(model, "{opt}")')
     if cfg.get("precision") in ("bf16", "fp16"):
-        code += f"; train_step(model, opts, batch, amp_dtype=torch.{'bfloat16' if cfg['precision'] == 'bf16' else 'float16'})"
+        dtype = "bfloat16" if cfg["precision"] == "bf16" else "float16"
+        code += f"; train_step(model, opts, batch, amp_dtype=torch.{dtype})"
     return code
 
 

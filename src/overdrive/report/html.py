@@ -28,11 +28,14 @@ def bench_rows(results: dict) -> tuple[list[str], list[list[str]]]:
             "mem saved", "loss Δ" if gpt else "log-loss Δ", "safe"]
     rows = []
     for c in results.get("configs", []):
-        label = (c.get("label") or c["name"]) + "".join(f" = {a.get('label', a.get('name'))}" for a in c.get("also") or [])
+        # What ran (fallbacks included), and the candidates that resolved to the same thing here.
+        also = "".join(f" = {a.get('label', a.get('name'))}" for a in c.get("also") or [])
+        label = (c.get("label") or c["name"]) + also
         name = esc(label + (" (emulated)" if c.get("emulated") else ""))
         st = c.get("status", "?")
         if st in _FAILED:
-            rows.append([name, "-", f"<span class='bad'>{esc(st)}</span>"] + ["-"] * 8 + ["<span class='unsafe'>no</span>"])
+            rows.append([name, "-", f"<span class='bad'>{esc(st)}</span>", *["-"] * 8,
+                         "<span class='unsafe'>no</span>"])
             continue
         for i, role in enumerate(role_order(results, c)):
             m = c["models"][role]
@@ -78,7 +81,8 @@ def write_html(results: dict, out_dir: str, plots: list[str]) -> str:
     why = precision_note(results)
     body = [f"<h1>overdrive bench</h1><p class='meta'>{esc(str(results.get('device')))} · "
             f"{esc(suite_title(results))} · {esc(str(results.get('created')))} · commit "
-            f"{esc(str(results.get('git_commit')))} · torch {esc(str((results.get('versions') or {}).get('torch')))}</p>"]
+            f"{esc(str(results.get('git_commit')))} · torch "
+            f"{esc(str((results.get('versions') or {}).get('torch')))}</p>"]
     body += rec_block(verdict_text(results), next_step(results).html(esc), why)
     head, rows = bench_rows(results)
     body.append(table(head, rows, left=3))
