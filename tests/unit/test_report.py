@@ -2,6 +2,7 @@
 AVX2 host), edited where a test needs another outcome: what a reader sees, in the console and the HTML."""
 
 import copy
+import html
 import io
 import json
 import os
@@ -177,3 +178,32 @@ def test_plan_page_says_how_to_run_the_pick_with_presets_the_trainer_accepts(tmp
     assert "Not in overdrive train yet: hsdp (overdrive train shards with FSDP), tp 2" in plan_next_step(r)
     page = open(write_plan_html(r, str(tmp_path))).read()
     assert "class='rec'" in page and "class='next'" in page
+
+
+def test_newer_results_the_benchs_apply_hint_labels_and_no_evidence_verdict(res, tmp_path):
+    # Newer writers: the recommendation carries its own "Apply: ..." hint, a configuration its label
+    # (what ran, fallbacks included) and the candidates that resolved to the same thing; `safe` may be
+    # None (quality not assessed); with no measurable winner the recommendation's name is None.
+    r = _win(res, "amp-bf16")
+    code = 'overdrive.accelerate(model, recipe="amp-bf16")'
+    r["recommendation"].update(text=r["recommendation"]["text"] + f". Apply: {code}", apply={"code": code,
+                               "train": 'train.recipe = "amp-bf16"'})
+    fp8 = next(c for c in r["configs"] if c["name"] == "fp8")
+    fp8.update(label="fp8 → fp8 emulated (fallback: no FP8 GPU)", safe=None, not_assessed_reason="too few steps")
+    fused = next(c for c in r["configs"] if c["name"] == "fp32-fused")
+    fused["also"] = [{"name": "fp32", "label": "fp32"}]
+    step = next_step(r)
+    assert step.code == code and step.config == 'train.recipe = "amp-bf16"'
+    console = _console_text(render_bench, r)
+    assert console.count(code) == 1  # said once, in the recommendation
+    page = open(write_html(r, str(tmp_path), [])).read()
+    assert page.count(html.escape(code)) == 1 and "class='next'" in page  # once, on the next-step line
+    _, rows = bench_rows(r)
+    names = [row[0] for row in rows]
+    assert "fp8 → fp8 emulated (fallback: no FP8 GPU) (emulated)" in names and "fp32-fused = fp32" in names
+    assert "not assessed" in [row[-1] for row in rows] and "fp8: too few steps" in page
+    r["recommendation"] = {"name": None, "text": "no recipe was measurably faster than the baseline here",
+                           "apply": None}
+    r["env"]["best_precision"] = {"precision": "bf16", "reason": "AMX"}
+    assert "keep your plain fp32 PyTorch loop" in next_step(r).text
+    assert precision_note(r).startswith("Why fp32 and not bf16")

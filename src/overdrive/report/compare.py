@@ -25,7 +25,7 @@ def ran_label(cfg: dict) -> str:
     recipe (precision, emulation, FP8 backend, compile)."""
     res = cfg.get("resolved") or {}
     for lab in (cfg.get("ran"), cfg.get("label"), res.get("label")):
-        if isinstance(lab, str) and lab:
+        if isinstance(lab, str) and lab and lab != cfg.get("name"):  # the name alone says nothing of what ran
             return lab
     prec = cfg.get("precision") or res.get("precision") or "?"
     parts = [prec]
