@@ -28,7 +28,7 @@ endif
 BASE := $(VENV)/.stamp-base-$(MODE)
 DEV  := $(VENV)/.stamp-dev-$(MODE)
 
-.PHONY: demo quick doctor run test test-fast gpu-check clean
+.PHONY: demo quick doctor run test test-fast gpu-check clean browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -67,7 +67,18 @@ doctor: $(BASE)               ## what this machine can run
 run: $(BASE)                  ## any command: make run ARGS="plan --model llama3-8b --gpu h200"
 	$(OD) $(ARGS)
 
-test: $(DEV)
+# The browser tests (tests/browser) drive the system Chromium through Playwright. Where apt and root
+# are at hand (CI) both are installed; anywhere else this says why once and those tests skip.
+browser: $(DEV)               ## headless Chromium + Playwright for the browser tests (best effort)
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 || \
+	        echo "make: apt-get install chromium failed: the browser tests will skip"; \
+	    else echo "make: no Chromium and no apt/root to install it: the browser tests will skip"; fi; }
+	@$(PY) -c "import playwright" 2>/dev/null || $(PIP) install -q -e ".[browser]" >/dev/null 2>&1 || \
+	  echo "make: pip install playwright failed: the browser tests will skip"
+
+test: $(DEV) browser
 	$(PY) -m pytest -q tests
 
 test-fast: $(DEV)             ## everything not marked slow

@@ -54,6 +54,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     if args.png:
         _check_writable(args.png)
+    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise UserError(f"--out {args.out} is a file: pass a folder (it is created if missing)")
     console = wide_console()
     if args.sweep:
         rows = sweep()
@@ -107,7 +109,24 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         write_breakdown_png(r, args.png)
         if not args.json:
             console.print(f"wrote {args.png}")
+    if args.out:
+        _write_out(r, args.out, console, quiet=args.json)
     return 0
+
+
+def _write_out(r: dict, out: str, console, *, quiet: bool) -> None:
+    """--out DIR: plan.json, memory.png and report.html (the pick and how to run it first)."""
+    from overdrive.io import write_atomic
+    from overdrive.report.plan_html import write_plan_html
+    from overdrive.report.plan_view import write_breakdown_png
+
+    os.makedirs(out, exist_ok=True)
+    write_atomic(os.path.join(out, "plan.json"), json.dumps(r, indent=1) + "\n")
+    png = os.path.join(out, "memory.png")
+    write_breakdown_png(r, png)
+    page = write_plan_html(r, out, png=png)
+    if not quiet:
+        console.print(f"wrote {out}/plan.json, memory.png and {page}")
 
 
 def register(sub) -> None:
@@ -161,6 +180,7 @@ def register(sub) -> None:
                                           "tokens_per_s_per_gpu, times_s, breakdown)")
     a("--explain", action="store_true", help="print every memory and time term of the top pick, with formulas")
     a("--png", help="write the memory breakdown of the top pick (with --sweep: the sweep plot) to this PNG")
+    a("--out", help="folder for plan.json, memory.png and report.html (not with --sweep)")
     a("--markdown", action="store_true", help="with --sweep: print the table as Markdown")
     a("--sweep", action="store_true", help="1B-64B on 8xB200 and 8xB300, FP8/BF16/FP16, with and without "
                                            "checkpointing: longest sequence at micro-batch 1 and its speed")

@@ -32,7 +32,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if len(loaded) != 1:
             raise UserError("comparing two inference results is not supported yet: pass one folder")
         render_latency(loaded[0], console)
-        console.print(f"re-rendered {write_latency_report(loaded[0], _folder_of(args.dirs[0]))[-1]}")
+        page = write_latency_report(loaded[0], _folder_of(args.dirs[0]))[-1]
+        console.print(f"re-rendered {page}")
+        _screenshots(args, page, console)
         return 0
     if len(loaded) == 1:
         from overdrive.report.html import write_html
@@ -44,7 +46,29 @@ def _cmd_report(args: argparse.Namespace) -> int:
         console.print(f"re-rendered {page}")
     else:
         render_compare(loaded[0], loaded[1], console)
+        page = None
+        if args.out:
+            from overdrive.report.compare import write_compare_html
+
+            page = write_compare_html(loaded[0], loaded[1], args.out, names=tuple(args.dirs))
+            console.print(f"wrote {page}")
+    _screenshots(args, page, console)
     return 0
+
+
+def _screenshots(args: argparse.Namespace, page: str | None, console) -> None:
+    """--screenshot: full-page PNGs of the page just written (a headless Chromium must be here)."""
+    if not args.screenshot:
+        return
+    from overdrive.report.browser import BrowserUnavailable, screenshot_report
+
+    if page is None:
+        raise UserError("--screenshot with two folders needs --out DIR for the comparison page")
+    try:
+        shots = screenshot_report(page)
+    except BrowserUnavailable as e:
+        raise UserError(f"--screenshot: {e}; {page} was written") from None
+    console.print("screenshots: " + ", ".join(shots))
 
 
 def register(sub) -> None:
@@ -52,4 +76,8 @@ def register(sub) -> None:
                        description="overdrive report DIR re-renders the table, plots and report.html from "
                                    "DIR/results.json; overdrive report DIR_A DIR_B compares two runs.")
     r.add_argument("dirs", nargs="+", metavar="DIR", help="one or two result folders (or results.json files)")
+    r.add_argument("--out", help="with two folders: also write the comparison to OUT/compare.html")
+    r.add_argument("--screenshot", action="store_true", help="also save full-page PNGs of the page at 1280 and 390 "
+                   "px wide beside it (needs a headless Chromium: apt-get install chromium; pip install "
+                   "'overdrive[browser]')")
     r.set_defaults(func=_cmd_report)

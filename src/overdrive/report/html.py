@@ -1,73 +1,109 @@
-"""One self-contained report.html: tables, recommendation and the plots embedded as base64."""
+"""One self-contained report.html for a bench run: verdict and next step first, then the table,
+notes, plots (embedded as base64), micro-benchmarks and the environment."""
 
 from __future__ import annotations
 
-import base64
-import html
 import os
 
-from overdrive.bench.results import csv_rows, suite_title
+from overdrive.bench.results import suite_title, throughput
 from overdrive.io import write_atomic
+from overdrive.report.advice import next_step, precision_note, role_order, verdict_text
+from overdrive.report.page import esc, img_tag, page, rec_block, table
+from overdrive.report.tables import mfu_cell
 
-__all__ = ["write_html"]
+__all__ = ["write_html", "bench_rows"]
 
-_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
-table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
-th{background:#f3f3f3}td:first-child,td:nth-child(2){text-align:left}.unsafe{color:#b00;font-weight:bold}
-.rec{font-size:1.15em;background:#eef7ee;padding:.6em;border-left:4px solid #393}img{max-width:100%}
-.note{color:#555;font-size:13px}"""
+_FAILED = ("failed", "oom", "crashed", "unavailable")
 
 
-def _f(v, fmt="{:.2f}"):
-    return "-" if v is None or v == "" else (fmt.format(v) if isinstance(v, (int, float)) else html.escape(str(v)))
+def _f(v, fmt="{:.2f}") -> str:
+    return "-" if v is None or v == "" else (fmt.format(v) if isinstance(v, (int, float)) else esc(str(v)))
+
+
+def bench_rows(results: dict) -> tuple[list[str], list[list[str]]]:
+    """Header and HTML cells, one row per configuration and model, in the run's order."""
+    gpt = (results.get("suite") or {}).get("task", "gpt") == "gpt"
+    head = ["config", "model", "status", "step ms median", "p10–p90", "tokens/s" if gpt else "examples/s",
+            "speedup [95% CI]", "MFU vs BF16 peak (CPU: achieved)" if gpt else "held-out AUC", "peak MB",
+            "mem saved", "loss Δ" if gpt else "log-loss Δ", "safe"]
+    rows = []
+    for c in results.get("configs", []):
+        # What ran (fallbacks included), and the candidates that resolved to the same thing here.
+        also = "".join(f" = {a.get('label', a.get('name'))}" for a in c.get("also") or [])
+        label = (c.get("label") or c["name"]) + also
+        name = esc(label + (" (emulated)" if c.get("emulated") else ""))
+        st = c.get("status", "?")
+        if st in _FAILED:
+            rows.append([name, "-", f"<span class='bad'>{esc(st)}</span>", *["-"] * 8,
+                         "<span class='unsafe'>no</span>"])
+            continue
+        for i, role in enumerate(role_order(results, c)):
+            m = c["models"][role]
+            s = m.get("step_ms") or {}
+            ci = m.get("speedup_ci") or [None, None]
+            if c.get("emulated"):
+                speed = "quality only (emulated)"
+            elif st == "stopped":
+                speed = "stopped early"
+            elif m.get("speedup") is not None:
+                speed = f"{m['speedup']:.2f}x" + (f" [{ci[0]:.2f}–{ci[1]:.2f}]" if ci[0] is not None else "")
+            else:
+                speed = "-"
+            p1090 = f"{s['p10']:.1f}–{s['p90']:.1f}" if s.get("p10") is not None else "-"
+            if gpt:
+                quality = "-" if c.get("emulated") else esc(mfu_cell(m, c.get("precision", "")))
+            else:
+                quality = _f(m.get("auc"), "{:.4f}")
+            safe = ("not assessed" if c.get("safe", True) is None else "yes" if c.get("safe")
+                    else "<span class='unsafe'>UNSAFE</span>") if i == 0 else ""
+            rows.append([name if i == 0 else "", esc(role), esc(st) if i == 0 else "", _f(s.get("median"), "{:.1f}"),
+                         p1090, _f(throughput(m)[0], "{:,.0f}"), speed, quality,
+                         _f(c.get("peak_mb"), "{:.0f}") if i == 0 else "",
+                         _f(c.get("memory_saved_pct"), "{:+.1f}%") if i == 0 else "",
+                         _f(m.get("loss_delta_pct"), "{:+.2f}%"), safe])
+    return head, rows
+
+
+def _notes(results: dict) -> list[str]:
+    out = []
+    for c in results.get("configs", []):
+        for why in (c.get("reason"), c.get("unsafe_reason") and f"UNSAFE — {c['unsafe_reason']}",
+                    c.get("not_assessed_reason")):
+            if why:
+                out.append(f"{c['name']}: {why}")
+        if c.get("emulated"):
+            out.append(f"{c['name']}: FP8 is emulated here (no FP8 tensor cores): loss parity only, never a speedup")
+    return out
 
 
 def write_html(results: dict, out_dir: str, plots: list[str]) -> str:
-    e = html.escape
-    env = results["env"]
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>overdrive bench — {e(results['device'])}"
-             f"</title><style>{_CSS}</style></head><body>",
-             f"<h1>overdrive bench</h1><p>{e(results['device'])} · {e(suite_title(results))} · "
-             f"{e(results['created'])} · commit {e(str(results.get('git_commit')))} · torch "
-             f"{e(str(results['versions'].get('torch')))}</p>",
-             f"<p class='rec'>{e(results['recommendation']['text'])}</p>",
-             "<table><tr><th>config</th><th>model</th><th>status</th><th>step ms median</th><th>p10–p90</th>"
-             "<th>tokens/s or examples/s</th><th>speedup [95% CI]</th><th>MFU vs BF16 peak / AUC</th><th>peak MB</th>"
-             "<th>mem saved</th><th>loss Δ</th><th>safe</th></tr>"]
-    for r in csv_rows(results):
-        speed = "quality only (emulated)" if r["emulated"] else (
-            f"{r['speedup']:.2f}x [{r['speedup_lo']:.2f}–{r['speedup_hi']:.2f}]" if r["speedup"] is not None else "-")
-        p1090 = f"{r['step_ms_p10']:.1f}–{r['step_ms_p90']:.1f}" if r["step_ms_p10"] is not None else "-"
-        mfu = f"{100 * r['mfu_bf16_peak']:.1f}%" if r["mfu_bf16_peak"] is not None else (
-            f"AUC {r['auc']:.4f}" if r.get("auc") is not None else "-")
-        rate = r["tokens_per_s"] if r["tokens_per_s"] is not None else r.get("examples_per_s")
-        safe = "not assessed" if r["safe"] is None else "yes" if r["safe"] else "<span class='unsafe'>UNSAFE</span>"
-        parts.append(f"<tr><td>{e(r.get('label') or r['config'])}</td><td>{r['model']}</td><td>{e(r['status'])}</td>"
-                     f"<td>{_f(r['step_ms_median'], '{:.1f}')}</td><td>{p1090}</td>"
-                     f"<td>{_f(rate, '{:,.0f}')}</td><td>{speed}</td><td>{mfu}</td>"
-                     f"<td>{_f(r['peak_mb'], '{:.0f}')}</td><td>{_f(r['memory_saved_pct'], '{:+.1f}%')}</td>"
-                     f"<td>{_f(r['loss_delta_pct'], '{:+.2f}%')}</td><td>{safe}</td></tr>")
-    parts.append("</table>")
-    notes = [f"{c['name']}: {c['reason'] or c.get('unsafe_reason')}" for c in results["configs"]
-             if c["reason"] or c.get("unsafe_reason")]
-    for n in notes:
-        parts.append(f"<p class='note'>{e(n)}</p>")
+    env = results.get("env") or {}
+    why = precision_note(results)
+    body = [f"<h1>overdrive bench</h1><p class='meta'>{esc(str(results.get('device')))} · "
+            f"{esc(suite_title(results))} · {esc(str(results.get('created')))} · commit "
+            f"{esc(str(results.get('git_commit')))} · torch "
+            f"{esc(str((results.get('versions') or {}).get('torch')))}</p>"]
+    body += rec_block(verdict_text(results), next_step(results).html(esc), why)
+    head, rows = bench_rows(results)
+    body.append(table(head, rows, left=3))
+    body += [f"<p class='note'>{esc(n)}</p>" for n in _notes(results)]
     for p in plots:
-        with open(os.path.join(out_dir, p), "rb") as f:
-            b64 = base64.b64encode(f.read()).decode()
-        parts.append(f"<h3>{e(p[:-4].replace('_', ' '))}</h3><img alt='{e(p)}' src='data:image/png;base64,{b64}'>")
-    micro = [m for m in results.get("micro", []) if m["status"] == "ok"]
+        body.append(img_tag(os.path.join(out_dir, p), p, p[:-4].replace("_", " ")))
+    micro = [m for m in results.get("micro", []) if m.get("status") == "ok"]
     if micro:
-        parts.append("<h2>Micro-benchmarks</h2><table><tr><th>group</th><th>provider</th><th>ms median</th>"
-                     "<th>p10–p90</th><th>rate</th></tr>")
-        for m in micro:
-            parts.append(f"<tr><td>{e(m['group'])}</td><td>{e(m['provider'])}</td><td>{m['ms']['median']:.3f}</td>"
-                         f"<td>{m['ms']['p10']:.3f}–{m['ms']['p90']:.3f}</td>"
-                         f"<td>{_f(m.get('rate'), '{:.3f}')} {e(m.get('unit', ''))}</td></tr>")
-        parts.append("</table>")
-    parts.append("<h2>Environment</h2><ul>" + "".join(f"<li>{e(v)}</li>" for v in env.get("verdict", [])) + "</ul>")
-    parts.append("<p class='note'>Raw timings, losses and the full environment are in results.json.</p>"
-                 "</body></html>")
+        body.append("<h2>Micro-benchmarks</h2>")
+        body.append(table(["group", "provider", "ms median", "p10–p90", "rate"], [
+            [esc(m["group"]), esc(m["provider"]), f"{m['ms']['median']:.3f}",
+             f"{m['ms']['p10']:.3f}–{m['ms']['p90']:.3f}", f"{_f(m.get('rate'), '{:.3f}')} {esc(m.get('unit', ''))}"]
+            for m in micro], left=2))
+    verdict = []
+    for v in env.get("verdict", []):
+        line = esc(v)
+        if why and v.startswith("Best precision here"):
+            line += " <i>(the probes' expectation; the measured answer is at the top)</i>"
+        verdict.append(f"<li>{line}</li>")
+    body.append("<h2>Environment</h2><ul>" + "".join(verdict) + "</ul>")
+    body.append("<p class='note'>Raw timings, losses and the full environment are in results.json.</p>")
     path = os.path.join(out_dir, "report.html")
-    write_atomic(path, "\n".join(parts))
+    write_atomic(path, page(f"overdrive bench — {results.get('device')}", body))
     return path

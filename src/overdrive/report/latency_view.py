@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import html
 import os
 
@@ -79,35 +78,45 @@ def _plot(r: dict, path: str) -> None:
     plt.close(fig)
 
 
+def latency_next_step(r: dict, out_dir: str) -> str:
+    """HTML: export the click model sized to the batch that met the SLO (the export reads this folder)."""
+    ws = r.get("workloads") or {}
+    best = (ws.get("recsys") or {}).get("best") or {}
+    if best.get("batch"):
+        cmd = f"overdrive export --model recsys --slo-from {out_dir} --out export/"
+        return (f"Next step: serve {html.escape(str(best.get('mode')))} at batch {best['batch']}: "
+                f"<code>{html.escape(cmd)}</code> writes model.pt2 and a Triton repository with that max batch.")
+    return (f"Next step: no batch met p99 &le; {r['slo_ms']:g} ms here — re-run with a larger "
+            "<code>--slo-ms</code> or on the GPU you serve from, then <code>overdrive export --model recsys "
+            f"--slo-from DIR</code>.")
+
+
 def write_latency_report(r: dict, out_dir: str) -> list[str]:
     """results.json was written by the caller; here the PNG and report.html."""
+    from overdrive.report.page import img_tag, page, rec_block, table
+
     os.makedirs(out_dir, exist_ok=True)
     png = os.path.join(out_dir, "latency_p99.png")
     _plot(r, png)
     e = html.escape
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>overdrive latency — {e(r['device'])}</title>"
-             "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;"
-             "font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}.bad{color:#b00}"
-             "img{max-width:100%}</style></head><body>",
-             f"<h1>overdrive bench --workload inference</h1><p>{e(r['device'])} · SLO p99 &le; {r['slo_ms']:g} ms · "
-             f"{e(r['created'])} · commit {e(str(r.get('git_commit')))}</p>"]
+    rec = (r.get("recommendation") or {}).get("text") or "; ".join(w["best"]["text"] for w in r["workloads"].values())
+    body = [f"<h1>overdrive bench --workload inference</h1><p class='meta'>{e(r['device'])} · SLO p99 &le; "
+            f"{r['slo_ms']:g} ms · {e(r['created'])} · commit {e(str(r.get('git_commit')))}</p>",
+            *rec_block(rec, latency_next_step(r, out_dir))]
     for key, w in r["workloads"].items():
         bs = _batches(w)
-        parts.append(f"<h2>{e(_TITLES.get(key, key))}: {e(w['model'])}</h2><p><b>{e(w['best']['text'])}</b></p>"
-                     "<table><tr><th>mode</th>" + "".join(f"<th>batch {b} p50/p99 ms</th>" for b in bs) +
-                     "<th>largest batch in SLO</th></tr>")
+        body.append(f"<h2>{e(_TITLES.get(key, key))}: {e(w['model'])}</h2><p><b>{e(w['best']['text'])}</b></p>")
+        rows = []
         for mode, md in w["modes"].items():
-            row = [f"<td>{e(mode)}</td>"]
+            row = [e(mode)]
             for b in bs:
                 st = md["batches"].get(b, {})
-                row.append(f"<td>{st['p50']:.2f} / <span class='{'' if st['p99'] <= r['slo_ms'] else 'bad'}'>"
-                           f"{st['p99']:.2f}</span></td>" if "p50" in st else f"<td>{e(st.get('status', '-'))}</td>")
-            row.append(f"<td>{md.get('slo_batch') or e(md.get('reason', 'none'))}</td>")
-            parts.append("<tr>" + "".join(row) + "</tr>")
-        parts.append("</table>")
-    with open(png, "rb") as f:
-        parts.append(f"<img alt='p99 latency' src='data:image/png;base64,{base64.b64encode(f.read()).decode()}'>")
-    parts.append("</body></html>")
-    page = os.path.join(out_dir, "report.html")
-    write_atomic(page, "\n".join(parts))
-    return [png, page]
+                row.append(f"{st['p50']:.2f} / <span class='{'' if st['p99'] <= r['slo_ms'] else 'bad'}'>"
+                           f"{st['p99']:.2f}</span>" if "p50" in st else e(st.get("status", "-")))
+            row.append(str(md.get("slo_batch") or e(md.get("reason", "none"))))
+            rows.append(row)
+        body.append(table(["mode", *(f"batch {b} p50/p99 ms" for b in bs), "largest batch in SLO"], rows))
+    body.append(img_tag(png, "p99 latency", "p99 latency per batch size, SLO dashed"))
+    path = os.path.join(out_dir, "report.html")
+    write_atomic(path, page(f"overdrive latency — {r['device']}", body))
+    return [png, path]

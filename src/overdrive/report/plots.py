@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["write_plots"]
+__all__ = ["write_plots", "loss_deltas"]
 
 def _roles(results: dict) -> list[str]:
     return list(results["suite"].get("roles") or ("teacher", "student"))
@@ -56,19 +56,45 @@ def _memory(results: dict, path: str) -> None:
     plt.close(fig)
 
 
+def loss_deltas(results: dict, role: str) -> tuple[list[float], dict[str, list[float]]]:
+    """(tolerance bands in %, {configuration: per-step loss minus the baseline's, in % of the baseline's}).
+
+    Same seed and data order for every configuration, so a recipe that changes nothing lies on 0."""
+    base = next((c for c in results["configs"] if c.get("baseline")), None)
+    ref = (base or {}).get("raw", {}).get(f"{role}_loss") or []
+    tols = sorted({(c.get("models", {}).get(role) or {}).get("loss_tolerance_pct") for c in results["configs"]}
+                  - {None}, reverse=True)
+    out = {}
+    for c in results["configs"]:
+        ys = c.get("raw", {}).get(f"{role}_loss") or []
+        n = min(len(ys), len(ref))
+        if c is not base and n:
+            out[c["name"] + (" (emulated)" if c.get("emulated") else "")] = [
+                100 * (y - r) / abs(r) if r else 0.0 for y, r in zip(ys[:n], ref[:n])]
+    return tols, out
+
+
 def _losses(results: dict, path: str) -> None:
+    """Differences against the baseline inside the tolerance band the safety verdict uses: absolute
+    curves of near-identical recipes sit on top of each other and hide exactly what matters."""
     roles = _roles(results)
+    safe = {c["name"] + (" (emulated)" if c.get("emulated") else ""): c.get("safe", True) for c in results["configs"]}
     fig, axes = plt.subplots(1, len(roles), figsize=(5 * len(roles), 3.8), sharey=False, squeeze=False)
     axes = axes[0]
     for ax, role in zip(axes, roles):
-        for c in results["configs"]:
-            ys = c["raw"][f"{role}_loss"]
-            if ys:
-                ax.plot(range(1, len(ys) + 1), ys, label=c["name"] + (" (emulated)" if c["emulated"] else ""),
-                        lw=1.6 if c["baseline"] else 1.0, ls="-" if c["safe"] else ":")
-        ax.set_title(f"{role} training loss" + {"student": " (CE + KL to the teacher)", "teacher": " (CE)"}.get(
-            role, ""))
+        tols, deltas = loss_deltas(results, role)
+        for tol in tols:  # nested bands: the inner (stricter) ones read darker
+            ax.axhspan(-tol, tol, color="tab:green", alpha=0.07, lw=0)
+            ax.text(1.0, tol, f" ±{tol:g}%", transform=ax.get_yaxis_transform(), va="center", fontsize=7,
+                    color="tab:green")
+        ax.axhline(0.0, color="k", lw=1.0, label="baseline")
+        for name, d in deltas.items():
+            ax.plot(range(1, len(d) + 1), d, marker="o" if len(d) < 4 else None, ms=3, label=name, lw=1.2,
+                    ls="-" if safe.get(name, True) else ":")
+        ax.set_title(f"{role}: loss vs the baseline's" + {"student": " (CE + KL to the teacher)"}.get(role, ""),
+                     fontsize=10)
         ax.set_xlabel("step (same data order and seed for every configuration)")
+        ax.set_ylabel("loss − baseline (% of baseline)")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -7,8 +7,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from overdrive.bench.results import suite_title, throughput
+from overdrive.report.advice import next_step, precision_note, role_order
+from overdrive.report.compare import LEGEND, compare_rows, relabelled, verdict
 
-__all__ = ["render_bench", "render_compare", "fmt_ms"]
+__all__ = ["render_bench", "render_compare", "fmt_ms", "mfu_cell"]
 
 
 def fmt_ms(s: dict | None) -> str:
@@ -27,7 +29,8 @@ def _pct(v) -> str:
     return "-" if v is None else f"{v:+.1f}%"
 
 
-def _mfu(m: dict, precision: str) -> str:
+def mfu_cell(m: dict, precision: str) -> str:
+    """MFU where a peak is known (GPU); on CPU the achieved rate, so console and HTML show one figure."""
     if m.get("mfu_bf16_peak") is None:
         return "-" if m.get("tflops") is None else f"{m['tflops'] * 1e3:.0f} GF/s"
     s = f"{100 * m['mfu_bf16_peak']:.1f}%"
@@ -53,10 +56,10 @@ def render_bench(results: dict, console: Console | None = None) -> None:
                       "", "", "[red]no[/]")
             continue
         mem = f"{cfg['peak_mb']:.0f} MB" if cfg.get("peak_mb") is not None else "-"
-        for i, role in enumerate(cfg["models"]):
+        for i, role in enumerate(role_order(results, cfg)):
             m = cfg["models"][role]
             rate = throughput(m)[0]
-            quality = ("-" if cfg["emulated"] else _mfu(m, cfg["precision"])) if gpt else (
+            quality = ("-" if cfg["emulated"] else mfu_cell(m, cfg["precision"])) if gpt else (
                 f"{m['auc']:.4f}" if m.get("auc") is not None else "-")
             speed = "quality only" if cfg["emulated"] else _x(m["speedup"], m["speedup_ci"])
             if cfg["status"] == "stopped":
@@ -91,27 +94,31 @@ def render_bench(results: dict, console: Console | None = None) -> None:
             c.print("  micro skipped: " + "; ".join(sorted({f"{r['provider']} ({escape(r['reason'][:70])})"
                                                             for r in skipped})))
     c.print(f"[bold]{escape(results['recommendation']['text'])}[/]")
+    if "apply" not in (results.get("recommendation") or {}):  # newer results carry it in the text already
+        c.print(escape(next_step(results).text))
+    why = precision_note(results)
+    if why:
+        c.print(f"[yellow]{escape(why)}[/]")
 
 
 def render_compare(a: dict, b: dict, console: Console | None = None) -> None:
-    """Two runs side by side: per configuration and model, A vs B step time and loss."""
+    """Two runs side by side, one row per (configuration, what ran, model): see report.compare."""
     c = console or Console()
     t = Table(title=f"A: {a['device']} ({a['created']})  vs  B: {b['device']} ({b['created']})", title_justify="left")
-    for col in ("config", "model", "A step ms", "B step ms", "B/A time", "A loss", "B loss"):
-        t.add_column(col)
-    # Rows match on what ran (the label), not the requested name: A's "fp8 → bf16" fallback and
-    # B's emulated fp8 are different things, never one row.
-    bmap = {cfg.get("label", cfg["name"]): cfg for cfg in b["configs"]}
-    for ca in a["configs"]:
-        cb = bmap.get(ca.get("label", ca["name"]))
-        for role in ca["models"]:
-            ma = ca["models"].get(role, {})
-            mb = (cb or {}).get("models", {}).get(role, {})
-            sa, sb = (ma.get("step_ms") or {}).get("median"), (mb.get("step_ms") or {}).get("median")
-            ratio = f"{sb / sa:.2f}" if sa and sb else "-"
-            la, lb = ma.get("final_loss"), mb.get("final_loss")
-            t.add_row(escape(ca.get("label", ca["name"])), role, fmt_ms(ma.get("step_ms")), fmt_ms(mb.get("step_ms")) if cb else "absent",
-                      ratio, f"{la:.3f}" if la else "-", f"{lb:.3f}" if lb else "-")
+    for col in ("config", "ran as", "model", "A status", "B status", "A step ms", "B step ms", "B/A time", "A loss",
+                "B loss"):
+        t.add_column(col, overflow="fold")
+    rows = compare_rows(a, b)
+    for r in rows:
+        t.add_row(escape(str(r["config"])), escape(r["ran"]), r["model"], r["a_status"], r["b_status"],
+                  fmt_ms(r["a_ms"]) if r["a_status"] != "absent" else "absent",
+                  fmt_ms(r["b_ms"]) if r["b_status"] != "absent" else "absent",
+                  f"{r['ratio']:.2f}" if r["ratio"] is not None else "-",
+                  f"{r['a_loss']:.3f}" if r["a_loss"] is not None else "-",
+                  f"{r['b_loss']:.3f}" if r["b_loss"] is not None else "-")
     c.print(t)
+    c.print(f"[dim]{escape(LEGEND)}[/]")
+    for n in relabelled(rows):
+        c.print(f"  note: {escape(n)}")
+    c.print(f"[bold]{escape(verdict(a, b, rows))}[/]")
     c.print(f"A: {escape(a['recommendation']['text'])}")
-    c.print(f"B: {escape(b['recommendation']['text'])}")

@@ -1,0 +1,151 @@
+"""What a reader does with a bench result: the next step (the winner in code and in a train config),
+and why the winner's precision may differ from the one the doctor's probes expected.
+
+Both read results.json defensively (fields may be added by newer writers; older files lack some).
+"""
+
+from __future__ import annotations
+
+import re
+
+from overdrive.recipes import PRESETS, Recipe
+
+__all__ = ["Step", "next_step", "precision_note", "role_order", "winner", "verdict_text"]
+
+_BASE_FIELDS = {k: v for k, v in Recipe(name="x").to_dict().items() if k != "name"}
+
+
+class Step:
+    """The next step as plain text (console) and as parts for HTML: a lead, code and a config line."""
+
+    def __init__(self, lead: str, code: str | None = None, config: str | None = None, tail: str = "") -> None:
+        self.lead, self.code, self.config, self.tail = lead, code, config, tail
+
+    @property
+    def text(self) -> str:
+        s = self.lead
+        if self.code:
+            s += f" in code: {self.code}"
+        if self.config:
+            s += f"; in a train config: {self.config}"
+        return s + self.tail
+
+    def html(self, esc) -> str:
+        # `command` in the prose becomes <code>; escaping first keeps the page safe.
+        s = re.sub(r"`([^`]+)`", r"<code>\1</code>", esc(self.lead))
+        if self.code:
+            s += f" in code: <code>{esc(self.code)}</code>"
+        if self.config:
+            s += f"; in a train config: <code>{esc(self.config)}</code>"
+        return s + esc(self.tail)
+
+
+def role_order(results: dict, cfg: dict) -> list[str]:
+    """The run's model order (teacher before student), whatever order the JSON keys came back in."""
+    models = cfg.get("models") or {}
+    order = list((results.get("suite") or {}).get("roles") or ("teacher", "student"))
+    return [r for r in order if r in models] + [r for r in models if r not in order]
+
+
+def winner(results: dict) -> dict | None:
+    """The recommended configuration; the baseline when the bench found nothing measurably faster
+    (recommendation name None) but the baseline ran; None when nothing completed."""
+    configs = results.get("configs", [])
+    name = (results.get("recommendation") or {}).get("name")
+    if name is None:
+        return next((c for c in configs if c.get("baseline") and c.get("status") == "ok"), None)
+    return next((c for c in configs if c.get("name") == name), None)
+
+
+def verdict_text(results: dict) -> str:
+    """The recommendation without its trailing "Apply: ..." (the next-step line says that, once)."""
+    return (results.get("recommendation") or {}).get("text", "-").split(". Apply: ")[0]
+
+
+def _preset(cfg: dict) -> tuple[str | None, dict]:
+    """The preset that is this candidate's recipe (fp32-fused is `fp32`), else the nearest preset of
+    its precision and the fields that differ from it."""
+    rec = dict(cfg.get("recipe") or {})
+    name = rec.pop("name", cfg.get("name"))
+    if name in PRESETS:
+        return name, {}
+    best, diff = None, None
+    for pname, p in PRESETS.items():
+        pf = {k: v for k, v in p.to_dict().items() if k != "name"}
+        if pname == "auto" or pf.get("precision") != rec.get("precision"):
+            continue
+        d = {k: v for k, v in rec.items() if k in pf and pf[k] != v}
+        if diff is None or len(d) < len(diff):
+            best, diff = pname, d
+    return best, diff or {}
+
+
+def _recipe_code(cfg: dict) -> tuple[str, str | None]:
+    preset, diff = _preset(cfg)
+    if preset and not diff:
+        return f'overdrive.accelerate(model, recipe="{preset}")', f'[train] recipe = "{preset}"'
+    rec = {k: v for k, v in (cfg.get("recipe") or {}).items() if k != "name" and _BASE_FIELDS.get(k) != v}
+    args = ", ".join(f"{k}={v!r}" for k, v in rec.items())
+    code = f"overdrive.accelerate(model, recipe=overdrive.Recipe(name={cfg.get('name')!r}, {args}))"
+    conf = (f'[train] recipe = "{preset}" (the nearest preset; the train config takes presets only, so '
+            f'{", ".join(f"{k}={v!r}" for k, v in diff.items())} is left out)') if preset else None
+    return code, conf
+
+
+def _recsys_code(cfg: dict) -> str:
+    o = cfg.get("options") or {}
+    opt = o.get("optimizer", "dense-adamw")
+    sparse = opt != "dense-adamw"
+    code = (f'model = DLRM(spec, embedding="{o.get("embedding", "embeddingbag")}"'
+            f'{", sparse=True" if sparse else ""}); opts = build_optimizers(model, "{opt}")')
+    if cfg.get("precision") in ("bf16", "fp16"):
+        dtype = "bfloat16" if cfg["precision"] == "bf16" else "float16"
+        code += f"; train_step(model, opts, batch, amp_dtype=torch.{dtype})"
+    return code
+
+
+def next_step(results: dict) -> Step:
+    w = winner(results)
+    task = (results.get("suite") or {}).get("task", "gpt")
+    if w is None:
+        return Step("Next step: nothing to apply yet — no configuration completed safely; read the statuses and "
+                    "notes below, then re-run `overdrive bench`.")
+    if w.get("baseline"):
+        what = "your plain fp32 PyTorch loop" if task == "gpt" else "the baseline (nn.Embedding, dense AdamW)"
+        return Step(f"Next step: keep {what} — no candidate was measurably faster here. Re-run `overdrive bench --out DIR` on "
+                    "the machine you train on: the answer changes with the hardware.")
+    hint = (results.get("recommendation") or {}).get("apply")
+    label = w.get("label") or w["name"]
+    if hint and hint.get("code"):  # the bench's own hint: one source for console and page
+        return Step(f"Next step: apply {label}", hint["code"], hint.get("train"))
+    if task != "gpt":
+        return Step(f"Next step: use {w['name']} (from overdrive.recsys import DLRM, build_optimizers, train_step)",
+                    _recsys_code(w), None, " — click models have no train config; call these in your own loop.")
+    code, conf = _recipe_code(w)
+    return Step(f"Next step: apply {w['name']}", code, conf)
+
+
+def precision_note(results: dict) -> str | None:
+    """One sentence when the doctor's best precision is not the winner's: the probes predict from
+    hardware flags and micro-benchmarks; the recommendation rests on the measured training steps."""
+    env_best = ((results.get("env") or {}).get("best_precision") or {})
+    bp, why = env_best.get("precision"), env_best.get("reason", "")
+    w = winner(results)
+    if not bp or w is None or w.get("precision") == bp:
+        return None
+    same = [c for c in results.get("configs", []) if c.get("precision") == bp and not c.get("baseline")]
+    ev = []
+    for c in same:
+        st = c.get("status")
+        if st in ("failed", "oom", "crashed", "unavailable"):
+            ev.append(f"{c['name']} {st}")
+        elif st == "stopped":
+            ev.append(f"{c['name']} was stopped early ({c.get('reason') or 'too slow'})")
+        elif not c.get("safe", True):
+            ev.append(f"{c['name']} missed the loss tolerance")
+        elif c.get("speedup") is not None:
+            ev.append(f"{c['name']} ran at {c['speedup']:.2f}x the baseline's speed")
+    measured = "; ".join(ev) if ev else f"no {bp} candidate completed in this suite"
+    return (f"Why {w.get('precision')} and not {bp}: the doctor expects {bp} to be fastest here ({why}), a "
+            f"prediction from the hardware. Measured on the training steps: {measured}. The recommendation "
+            "follows the measurement.")
