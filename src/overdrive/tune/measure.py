@@ -159,8 +159,11 @@ class Session:
             conn, proc = self._start(("fp8_filter", dict(self._spec(cand), backend=r.fp8_backend,
                                                          scaling=r.fp8_scaling, compile=key[2],
                                                          convert_head=r.fp8_convert_head)))
-            reply = conn.recv() if conn.poll(max(0.05, self.left(self.warm_deadline))) else \
-                {"error": "the per-layer FP8 timing did not finish within the budget"}
+            try:
+                reply = conn.recv() if conn.poll(max(0.05, self.left(self.warm_deadline))) else \
+                    {"error": "the per-layer FP8 timing did not finish within the budget"}
+            except (EOFError, OSError):
+                reply = {"error": f"the per-layer FP8 timing process died (exit code {proc.exitcode})"}
             proc.join(timeout=1)
             if proc.is_alive():
                 proc.kill()
