@@ -8,7 +8,7 @@ import torch
 
 from overdrive.models import GPT, gpt_config
 
-SEQ, BATCH, VOCAB = 1024, 8, 32768
+SEQ, BATCH, VOCAB = 1024, 4, 32768  # ~7 GB per candidate process: a dozen share one GPU
 
 
 def make_model():

@@ -101,7 +101,8 @@ def test_cli_narrow_model_user_loss_dict_batch_json_and_out(user, tmp_path, caps
     base = rows["baseline"]
     assert base["status"] == "ok" and base["speedup"] == 1.0 and base["step_ms"] > 0 and base["safe"]
     assert res["best"] in rows and res["summary"]
-    assert rows["fp32"]["resolved"]["optimizer"] == "torch-fused" and "torch-fused AdamW" in rows["fp32"]["ran"]
+    opt = rows["fp32"]["resolved"]["optimizer"]  # torch-fused, or what the doctor says works here
+    assert opt != "for-loop" and f"{opt} AdamW" in rows["fp32"]["ran"]
     for name in ("fp32", "amp-bf16"):  # measured and safety-checked, or stopped with a reason
         assert rows[name]["status"] in ("ok", "eliminated", "stopped", "skipped"), rows[name]
         assert rows[name]["status"] in ("ok", "eliminated") or rows[name]["reason"]

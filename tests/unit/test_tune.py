@@ -289,3 +289,37 @@ def test_user_function_errors_are_one_line(tmp_path):
 def test_tuned_recipe_dataclass_replace_keeps_shapes():
     r = dataclasses.replace(Recipe(precision="fp8"), fp8_shapes="64x64")
     assert r.fp8_shapes == "64x64"
+
+
+# -- the schedule, with the workers faked ------------------------------------------------------
+
+def test_timed_rounds_halve_the_field_and_keep_to_the_budget(monkeypatch):
+    import random
+    import time
+
+    from overdrive.tune.measure import Run, Session
+
+    cands = named_candidates(["fp32", "fp32+foreach", "amp-bf16", "amp-fp16"], CPU)
+    speed = {"baseline": 10.0, "fp32": 9.0, "fp32+foreach": 9.5, "amp-bf16": 14.0, "amp-fp16": 15.0}
+    rng = random.Random(0)
+    s = Session(Workload(model_fn=Net, batch_fn=_batch), CPU, budget_s=1.5)
+    s.runs = [Run(cand=c, conn=object(), warmup_ms=[50.0, speed[c.name], speed[c.name]]) for c in cands]
+
+    def fake_call(run, msg, timeout, on_timeout):
+        time.sleep(0.002 * msg[1])
+        return {"steps": [{"ms": speed[run.cand.name] * rng.uniform(0.97, 1.03), "loss": 1.0, "gnorm": None}
+                          for _ in range(msg[1])]}
+
+    def fake_end(run, status, reason, *, collect=False):
+        run.status, run.reason, run.conn = status, reason, None
+
+    monkeypatch.setattr(s, "_call", fake_call)
+    monkeypatch.setattr(s, "_end", fake_end)
+    t0 = time.perf_counter()
+    s._timed(s.runs[0], reserve_s=0.1)
+    assert time.perf_counter() - t0 < 1.5 and s.rounds >= 8
+    by = {r.cand.name: r for r in s.runs}
+    assert by["baseline"].status == "pending" and by["fp32"].status == "pending"  # the leader and the reference stay
+    for slow in ("amp-bf16", "amp-fp16"):
+        assert by[slow].status == "eliminated" and "successive halving after round 2" in by[slow].reason
+        assert len(by[slow].ms) < len(by["fp32"].ms)  # the budget went to the contenders

@@ -90,11 +90,13 @@ def register(sub) -> None:
                    "model's output if a scalar, else its .loss)")
     p.add_argument("--hf", metavar="CONFIG", help="a transformers config folder or .json: a causal LM with random "
                    "token batches (no download)")
-    p.add_argument("--budget-s", type=float, default=120.0, help="wall-clock budget for the whole run (default 120)")
+    p.add_argument("--budget-s", type=float, default=120.0, help="wall-clock budget for the whole run, probing and "
+                   "compilation included (default 120)")
     p.add_argument("--candidates", help="comma-separated recipe names to try (default: all distinct presets + knobs)")
     p.add_argument("--out", metavar="DIR", help="write results.json, report.html and recipe.json (the winner)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout (progress goes to stderr)")
     p.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate for the measured steps")
-    p.add_argument("--seed", type=int, default=0, help="seed every candidate starts from (same weights and batches)")
+    p.add_argument("--seed", type=int, default=0, help="torch seed for the initial weights, batches and dropout "
+                   "(the same in every candidate)")
     p.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: torch's)")
     p.set_defaults(func=_cmd_tune)

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from overdrive.bench.labels import ran_label
 from overdrive.bench.timing import speedup_ci, summarize, verdict
 from overdrive.env import EnvReport, get_env
 from overdrive.errors import UserError
@@ -65,9 +66,9 @@ class TuneResult:
 
     def table(self) -> str:
         """A plain-text table of every row (the CLI prints a rich one)."""
-        lines = [f"{'candidate':34} {'status':10} {'step ms':>9} {'speedup [95% CI]':>22} {'loss Δ':>8}  ran"]
+        lines = [f"{'candidate':44} {'status':10} {'step ms':>9} {'speedup [95% CI]':>22} {'loss Δ':>8}  ran"]
         for r in self.rows:
-            lines.append(f"{r['label'][:34]:34} {r['status']:10} {_f(r['step_ms'], '{:.1f}'):>9} "
+            lines.append(f"{r['label'][:44]:44} {r['status']:10} {_f(r['step_ms'], '{:.1f}'):>9} "
                          f"{speedup_text(r):>22} {_f(r['loss_delta_pct'], '{:+.2f}%'):>8}  {r['ran']}")
         return "\n".join(lines)
 
@@ -142,7 +143,7 @@ def tune(model_fn: Callable | str | None = None, batch_fn: Callable | str | None
     s = measure(wl, env, budget_s=budget_s - spent, names=names, seed=seed, lr=lr, threads=threads, tol=tolerance,
                 progress=progress, total_budget_s=budget_s)
     base = s.runs[0]
-    rows = [_row(r, base) for r in s.runs]
+    rows = [_row(r, base, env) for r in s.runs]
     best, summary = _pick(rows, s.runs)
     meta = {"device": env.device, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "workload": wl.label, "budget_s": budget_s, "elapsed_s": round(time.perf_counter() - t0, 2),
@@ -159,7 +160,7 @@ def tune(model_fn: Callable | str | None = None, batch_fn: Callable | str | None
     return res
 
 
-def _row(r: Run, base: Run) -> dict:
+def _row(r: Run, base: Run, env: EnvReport) -> dict:
     c = r.cand
     st = summarize(r.ms)
     ci = speedup_ci(base.ms, r.ms) if r is not base else None
@@ -167,7 +168,8 @@ def _row(r: Run, base: Run) -> dict:
     speed = 1.0 if r is base else (ci[0] if ci else None)
     sf = r.safety
     return {
-        "name": c.name, "names": list(c.names), "label": c.label, "baseline": r is base, "stage": c.stage,
+        "name": c.name, "names": list(c.names), "label": ran_label(c.label, c.resolved, env), "baseline": r is base,
+        "stage": c.stage,
         "status": r.status, "reason": r.reason, "ran": describe(c.resolved), "emulated": emu,
         "step_ms": None if emu else st["median"], "step_ms_p10": None if emu else st["p10"],
         "step_ms_p90": None if emu else st["p90"], "n": st["n"],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from overdrive.bench.labels import effective_key as _bench_key
 from overdrive.env import EnvReport
 from overdrive.recipes import PRESETS, Recipe, ResolvedRecipe, get_recipe, resolve
 
@@ -49,20 +50,10 @@ class Candidate:
         return " = ".join(self.names or [self.name])
 
 
-def effective_key(r: ResolvedRecipe) -> tuple:
-    """What actually runs, field by field: two recipes with equal keys are the same measurement.
-    Fields that change nothing are blanked (FP8 knobs without FP8, the checkpoint period without
-    checkpointing, the LM loss field: tune runs the user's own loss)."""
-    d = r.to_dict()
-    for k in ("recipe", "decisions", "emulated", "loss"):
-        d.pop(k, None)
-    if not r.fp8_backend:
-        d.update(fp8_scaling=None, fp8_min_dim=None, fp8_convert_head=None)
-    else:
-        d["fp8_shapes"] = r.recipe.fp8_shapes
-    if r.activation_checkpointing == "none":
-        d["checkpoint_every"] = None
-    return tuple(sorted(d.items()))
+def effective_key(r: ResolvedRecipe) -> str:
+    """What actually runs: the bench's key (resolved fields, not the names or the decision log),
+    plus the measured FP8 layer list, which lives in the recipe."""
+    return _bench_key(r, extra={"fp8_shapes": r.recipe.fp8_shapes})
 
 
 def describe(r: ResolvedRecipe) -> str:

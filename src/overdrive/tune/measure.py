@@ -19,12 +19,9 @@ Every call to a worker has a timeout that ends at the deadline, so the budget ho
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-import multiprocessing as mp
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +32,7 @@ from overdrive.errors import UserError
 from overdrive.recipes import resolve
 from overdrive.tune.candidates import (Candidate, checkpointing_candidates, knob_candidates, named_candidates,
                                        preset_candidates)
+from overdrive.tune.procs import main_not_rerun, worker_context
 from overdrive.tune.safety import SafetyResult, Tolerance, check_safety
 from overdrive.tune.worker import worker_main
 from overdrive.tune.workload import Workload
@@ -89,7 +87,7 @@ class Session:
         self.filters: dict[tuple, dict] = {}
         self.memory_note: str | None = None
         """Why activation checkpointing was tried (memory was the limit), or None."""
-        self._ctx = _context()
+        self._ctx = worker_context()
 
     def left(self, until: float | None = None) -> float:
         return (until or self.deadline) - time.perf_counter()
@@ -98,7 +96,7 @@ class Session:
     def _start(self, msg: tuple):
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(target=worker_main, args=(child,), daemon=True)
-        with _main_not_rerun(self.wl):
+        with main_not_rerun(self.wl):
             proc.start()
         child.close()  # only the worker holds its end: if it dies, recv() sees EOF at once
         parent.send(msg)
@@ -159,8 +157,11 @@ class Session:
             conn, proc = self._start(("fp8_filter", dict(self._spec(cand), backend=r.fp8_backend,
                                                          scaling=r.fp8_scaling, compile=key[2],
                                                          convert_head=r.fp8_convert_head)))
-            reply = conn.recv() if conn.poll(max(0.05, self.left(self.warm_deadline))) else \
-                {"error": "the per-layer FP8 timing did not finish within the budget"}
+            try:
+                reply = conn.recv() if conn.poll(max(0.05, self.left(self.warm_deadline))) else \
+                    {"error": "the per-layer FP8 timing did not finish within the budget"}
+            except (EOFError, OSError):
+                reply = {"error": f"the per-layer FP8 timing process died (exit code {proc.exitcode})"}
             proc.join(timeout=1)
             if proc.is_alive():
                 proc.kill()
@@ -327,37 +328,6 @@ class Session:
 
         interleaved_rounds([id(r) for r in live], run_one, rounds=100_000, budget_s=budget, min_rounds=1,
                            on_round=halve)
-
-
-@contextlib.contextmanager
-def _main_not_rerun(wl: Workload):
-    """A new process re-runs the caller's script to rebuild `__main__` (multiprocessing's rule), so a
-    script calling tune() without an `if __name__ == "__main__":` guard would start tune again in
-    every worker. The workers need `__main__` only when a function of the workload lives there;
-    otherwise the script's path is hidden while the worker starts, as for an interactive session."""
-    main = sys.modules.get("__main__")
-    fns = (wl.model_fn, wl.batch_fn, wl.loss_fn)
-    if main is None or any(getattr(f, "__module__", None) == "__main__" for f in fns) \
-            or "__file__" not in vars(main):
-        yield
-        return
-    path = main.__dict__.pop("__file__")
-    try:
-        yield
-    finally:
-        main.__file__ = path
-
-
-def _context():
-    """Workers fork from a fork server that has only imported torch and Overdrive (no tensor op,
-    no thread pool, no compile cache yet): each candidate starts as clean as a fresh interpreter,
-    without paying torch's import (11 s measured on a loaded 2-core host) once per candidate."""
-    if "forkserver" not in mp.get_all_start_methods():
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    # torchao (FP8, emulated on CPU) is imported too where installed; a missing one is skipped.
-    ctx.set_forkserver_preload(["torch", "overdrive.accelerate", "overdrive.tune.worker", "torchao.float8"])
-    return ctx
 
 
 def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[str] | None = None,
