@@ -22,9 +22,12 @@ def _flags(acc) -> dict:
 
 
 def training_args_kwargs(acc) -> dict:
-    """TrainingArguments fields the recipe decides."""
-    return {**_flags(acc), "max_grad_norm": float(acc.grad_clip or 0.0),
-            "gradient_accumulation_steps": acc.grad_accum_steps}
+    """TrainingArguments fields the recipe decides (on a CPU, use_cpu: Trainer refuses bf16 there without it)."""
+    kw = {**_flags(acc), "max_grad_norm": float(acc.grad_clip or 0.0),
+          "gradient_accumulation_steps": acc.grad_accum_steps}
+    if acc.resolved.device == "cpu":
+        kw["use_cpu"] = True
+    return kw
 
 
 def recipe_callback(acc):
