@@ -57,6 +57,8 @@ timeout 150 "$PY" -m torch.distributed.run --nproc_per_node=1 -m overdrive train
   --set train.eval_every=20 --set train.checkpoint_every=20 --set train.out_dir='"/tmp/overdrive_gpu_train"' 2>&1 | tail -12
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 cp /tmp/overdrive_gpu_train/metrics.jsonl "$OUT/train_metrics.jsonl" 2>/dev/null
+# The applier's record of what ran under FSDP2 on CUDA: fused AdamW kept (it steps DTensors), compile off.
+"$PY" -c "import json, glob; p = sorted(glob.glob('/tmp/overdrive_gpu_train/**/recipe.json', recursive=True))[0]; r = json.load(open(p)); print('FSDP2 recipe.json: optimizer', r['optimizer'], '| overrides', [d['field'] + '=' + d['chosen'] for d in r['decisions'] if d['fallback']])" 2>&1 | tee "$OUT/train_recipe.txt"
 
 echo "== GPU benchmark suite ($(( $(date +%s) - start )) s)"
 BENCH=/tmp/overdrive_gpu_bench
