@@ -128,3 +128,30 @@ def test_bad_options_are_one_line_errors():
     other = nn.Linear(3, 3)
     with pytest.raises(UserError, match="not the model's"):
         overdrive.accelerate(UserNet(), "fp32", env=CPU, optimizer=torch.optim.SGD(other.parameters(), lr=0.1))
+
+
+def test_fsdp_accumulation_syncs_gradients_on_the_last_micro_step_only(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        base = GPT(gpt_config("tiny", n_embd=32, n_head=2, block_size=16))
+        opt_first = torch.optim.SGD(base.parameters(), lr=0.1)  # built on the unsharded parameters
+        acc = overdrive.accelerate(base, "fp32", env=CPU, distributed="fsdp", grad_accum_steps=3,
+                                   optimizer=opt_first)
+        assert acc.applied.sharded == ["blocks.0", "blocks.1", ""]
+        live = {id(p) for p in acc.model.parameters()}
+        assert all(id(p) in live for g in acc.optimizer.param_groups for p in g["params"])  # re-pointed
+        calls = []
+        real = acc.model.set_requires_gradient_sync
+        acc.model.set_requires_gradient_sync = lambda flag, **kw: (calls.append(flag), real(flag, **kw))
+        x = torch.randint(0, 256, (6, 17))
+        stepped = []
+        for xs in x.chunk(3):
+            _, loss = acc.model(xs[:, :-1], xs[:, 1:])
+            acc.backward(loss)
+            stepped.append(acc.step()["stepped"])
+        assert calls == [False, False, True] and stepped == [False, False, True]
+    finally:
+        dist.destroy_process_group()
