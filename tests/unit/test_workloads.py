@@ -106,3 +106,17 @@ def test_a_new_workload_is_one_class_and_one_registry_line(monkeypatch):
     base = res["configs"][0]
     assert base["status"] == "ok" and base["safe"] is True
     assert len(base["raw"]["fit_loss"]) == 10 and base["raw"]["fit_loss"][-1] < base["raw"]["fit_loss"][0]
+
+
+def test_worker_compile_threads_follow_the_cores_it_has(monkeypatch):
+    import os
+
+    from overdrive.bench.worker import worker_main
+
+    class Closed:
+        def recv(self):
+            raise EOFError
+
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    worker_main(Closed(), compile_threads=4)  # 16 cores shared by 4 workers: not 1 (serialised Triton compiles)
+    assert os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == "4"

@@ -165,9 +165,10 @@ def recommend(configs: list[dict], schedule: dict, task: str = "gpt") -> dict:
     if faster:
         best = max(faster, key=lambda c: c["speedup"])
         lo, hi = best["speedup_ci"]
+        lo_s = f"{lo:.2f}" if round(lo, 2) > 1.0 else f"{lo:.3f}"  # never print a lower bound above 1.0 as "1.00"
         also = f" (= {', '.join(a['name'] for a in best['also'])})" if best.get("also") else ""
         hint = apply_hint(best, task)
-        text = (f"fastest safe recipe here: {best['label']}{also} — {best['speedup']:.2f}x [{lo:.2f}–{hi:.2f}] the "
+        text = (f"fastest safe recipe here: {best['label']}{also} — {best['speedup']:.2f}x [{lo_s}–{hi:.2f}] the "
                 f"baseline's speed ({'+'.join(best['models'])} step {best['step_ms']['median']:.1f} ms), "
                 f"{_loss_words(best)}{tail}. Apply: {hint['code']}" + (f" or {hint['train']}" if hint["train"] else ""))
         return {"name": best["name"], "label": best["label"], "text": text, "speedup": best["speedup"],

@@ -88,10 +88,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         results = run_bench(suite, env=env, data=args.data, seed=args.seed, micro=not args.no_micro,
                             progress=progress)
     render_bench(results, console)
-    rec = results["recommendation"]
-    if rec.get("apply"):
-        console.print(f"to apply it: {rec['apply']['code']}" + (f"; in a train config: {rec['apply']['train']}"
-                                                                if rec["apply"].get("train") else ""))
     if args.out:
         _write_report(results, args.out, console)
     return 0
