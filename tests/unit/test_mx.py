@@ -182,6 +182,7 @@ def _train(model, steps, data):
     return sum(losses[-5:]) / 5
 
 
+@pytest.mark.slow  # ~4 s each on a quiet 2-core host
 @pytest.mark.parametrize("fmt", ["mxfp8", "nvfp4"])
 def test_emulated_loss_parity_with_fp32_on_the_reference_gpt(fmt, one_thread):
     """25 steps of the reference GPT on a learnable token pattern. MXFP8 must stay within the FP8
@@ -231,3 +232,15 @@ def test_accelerate_trains_gpt_and_a_user_model_emulated(name, one_thread):
     y = acc.model(torch.randn(8, 32, 64))
     acc.backward(y.pow(2).mean())
     acc.step()
+
+
+@pytest.mark.slow  # importing transformers takes seconds
+def test_fp8_on_hf_gpt2_reports_every_conv1d_and_converts_nothing():
+    """GPT-2's projections are transformers Conv1D: FP8 converts none of them, and says so per layer."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=128, n_positions=32)
+    model = transformers.GPT2LMHeadModel(cfg)
+    decs = convert_fp8(model, backend="emulated", scaling="tensorwise")
+    conv1d = [d for d in decs if "Conv1D" in d.reason]
+    assert len(conv1d) == 8 and not any(d.converted for d in decs)  # c_attn, c_proj, c_fc, mlp.c_proj per block
+    assert {d.fqn for d in decs} >= {"transformer.h.0.attn.c_attn", "transformer.h.1.mlp.c_proj", "lm_head"}
