@@ -100,7 +100,7 @@ def _inference(out: str) -> None:
     from overdrive.env import get_env
     from overdrive.io import write_atomic
     from overdrive.report.latency_view import write_latency_report
-    from overdrive.serve.latency import LATENCY_SUITES, run_latency
+    from overdrive.bench.workloads.inference import LATENCY_SUITES, run_latency
 
     suite = dataclasses.replace(LATENCY_SUITES["inference-quick"], recsys_batches=(1, 64), prefill_batches=(1,),
                                 decode_batches=(1, 8), rounds=2, reps=3)
