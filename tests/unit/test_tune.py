@@ -323,3 +323,34 @@ def test_timed_rounds_halve_the_field_and_keep_to_the_budget(monkeypatch):
     for slow in ("amp-bf16", "amp-fp16"):
         assert by[slow].status == "eliminated" and "successive halving after round 2" in by[slow].reason
         assert len(by[slow].ms) < len(by["fp32"].ms)  # the budget went to the contenders
+
+
+def test_warm_up_stops_the_far_slower_flags_the_unsafe_and_never_times_emulation(monkeypatch):
+    from overdrive.tune.measure import Run, Session
+
+    cands = {c.name: c for c in named_candidates(["fp32", "amp-bf16", "amp-fp16", "fp8"], CPU)}
+    step_ms = {"baseline": 10.0, "fp32": 9.0, "amp-bf16": 700.0, "amp-fp16": 10.0, "fp8": 30.0}
+    drift = {"amp-fp16": 1.5}  # its loss runs 50% above the fp32 shadow's
+    s = Session(Workload(model_fn=Net, batch_fn=_batch), CPU, budget_s=60)
+    runs = {n: Run(cand=c, conn=object()) for n, c in cands.items()}
+    s.runs = list(runs.values())
+
+    def fake_call(run, msg, timeout, on_timeout):
+        k, name = len(run.loss), run.cand.name
+        return {"steps": [{"ms": step_ms[name], "loss": (2.0 - 0.01 * (k + i)) * drift.get(name, 1.0), "gnorm": 1.0}
+                          for i in range(msg[1])]}
+
+    def fake_end(run, status, reason, *, collect=False):
+        run.status, run.reason, run.conn = status, reason, None
+
+    monkeypatch.setattr(s, "_call", fake_call)
+    monkeypatch.setattr(s, "_end", fake_end)
+    base = runs["baseline"]
+    s._warm(base, None)
+    for n in ("fp32", "amp-bf16", "amp-fp16", "fp8"):
+        s._warm(runs[n], base)
+    assert runs["fp32"].status == "pending" and runs["fp32"].safety.safe
+    assert runs["amp-bf16"].status == "stopped" and "70x the baseline's step on its first step" in runs["amp-bf16"].reason
+    assert runs["amp-fp16"].status == "unsafe" and "+50.00%" in runs["amp-fp16"].reason
+    assert runs["fp8"].status == "emulated" and runs["fp8"].safety.safe and not runs["fp8"].ms
+    assert len(runs["fp8"].loss) == 6  # emulation gets extra safety steps, and no timed ones
