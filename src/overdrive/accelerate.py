@@ -14,14 +14,14 @@ import contextlib
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from overdrive.convert import Applied, LayerDecision, apply_recipe, wrap_forward_in
-from overdrive.convert.apply import _keep_state_dict_plain  # noqa: F401  (its home until PR callers move)
+from overdrive.convert.apply import _keep_state_dict_plain  # noqa: F401  (re-exported: older imports find it here)
 from overdrive.env import EnvReport, get_env
 from overdrive.errors import UserError
 from overdrive.optim import build_adamw

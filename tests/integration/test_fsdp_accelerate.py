@@ -63,3 +63,33 @@ def test_readme_fsdp_script_two_ranks_match_one_and_reload_on_one(tmp_path):
     sa = a.optimizer.state_dict()["state"]
     assert sa and all(float(s["step"]) == 5 for s in sa.values())
     assert not (tmp_path / "ck2.tmp").exists()
+
+
+_FP16_SCRIPT = '''
+import torch, torch.distributed as dist, overdrive
+from overdrive.models.hf import build_hf_model
+
+torch.manual_seed(0)
+acc = overdrive.accelerate(build_hf_model("llama", n_layer=2, d_model=32, n_head=2, vocab_size=128), "amp-fp16",
+                           distributed="fsdp")
+rank, world = dist.get_rank(), dist.get_world_size()
+x = torch.randint(0, 128, (4, 16), generator=torch.Generator().manual_seed(0))[rank::world]
+for step in range(3):
+    acc.backward(acc.model(input_ids=x, labels=x).loss)
+    if step == 1 and rank == 1:  # an overflow on one rank only
+        next(p for p in acc.model.parameters() if p.grad is not None).grad.fill_(float("inf"))
+    info = acc.step()
+    print(f"rank {rank} step {step} skipped {bool(info['skipped'])} scaler {type(acc.scaler).__name__}")
+'''
+
+
+def test_fp16_under_fsdp_skips_on_every_rank_when_one_overflows(tmp_path):
+    script = tmp_path / "fp16.py"
+    script.write_text(_FP16_SCRIPT)
+    cp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port",
+                         str(29700 + os.getpid() % 1000), str(script)], capture_output=True, text=True, timeout=600,
+                        cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path)))
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    lines = set(re.findall(r"^rank (\d) step (\d) skipped (\w+) scaler (\w+)$", cp.stdout, flags=re.M))
+    # torch.amp.GradScaler would skip on rank 1 only, and the ranks' scales would part
+    assert lines == {(r, s, "True" if s == "1" else "False", "ShardedGradScaler") for r in "01" for s in "012"}
