@@ -43,8 +43,10 @@ INSTEAD: dict[str, tuple[str | None, str]] = {
     "overdrive bench": (None, "the default suite takes minutes; its --quick form runs as `make demo`"),
     "overdrive bench --quick": (f"overdrive bench {QUICK}", "one timed round"),
     "overdrive bench --data my.txt": (f"overdrive bench {QUICK} --data my.txt", "quick form"),
-    "overdrive bench --configs amp-bf16,fp8 --out out/b2": (f"overdrive bench {QUICK} --configs amp-bf16,fp8 "
-                                                           "--out out/b2", "quick form"),
+    "overdrive bench --configs bf16,fp8-rowwise --out out/b2": (f"overdrive bench {QUICK} --configs "
+                                                               "bf16,fp8-rowwise --out out/b2", "quick form"),
+    "overdrive bench --workload recsys --data day_0.tsv": ("overdrive bench --workload recsys --quick --data day_0.tsv",
+                                                           "quick form"),
     "overdrive bench --workload inference --slo-ms 5": ("overdrive bench --workload inference --quick --slo-ms 5",
                                                         "quick form (no torch.compile)"),
     "torchrun --nproc_per_node=8 -m overdrive train examples/gpu-1b.toml": (None, "needs 8 GPUs"),
