@@ -1,21 +1,224 @@
-"""The README's Python examples run as printed."""
+"""The README, walked top to bottom as a new user would: every fence is tagged, every command and
+snippet runs in order in one working folder, and what it prints matches what the README shows.
 
+Fence tags: `bash` (commands, one per line, run in order), `python` (a snippet, run as a script;
+a `# "..."` comment after a print is the line it must print, numbers aside), `text CMD` (what the
+README command CMD prints: its table's columns are compared with the real output's),
+`toml` (a config shown, not run). An untagged fence fails the walk, so nothing is skipped silently.
+
+To fit CI time a few commands run in their CPU-sized form (`INSTEAD`: the `--quick` variant, a
+smaller budget), and the few that cannot run on a CPU test machine say why. The files a user is
+assumed to have (`my.txt`, `day_0.tsv`, ...) are made first (`USER_FILES`). Every table entry
+must name a README line, so the tables cannot go stale.
+"""
+
+from __future__ import annotations
+
+import json
+import os
 import pathlib
+import random
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+TAGS = {"bash", "python", "text", "toml"}
+QUICK = "--quick --steps 1 --no-micro"  # one timed round: the same code paths, a fraction of the time
+
+# README command (comment stripped) -> (what the walk runs instead, or None to leave it out; why).
+INSTEAD: dict[str, tuple[str | None, str]] = {
+    "make demo": (f"overdrive bench {QUICK} --out out/bench", "what `make demo` runs, in its quick form"),
+    "make doctor": ("overdrive doctor", "what `make doctor` runs (the venv is this test's Python)"),
+    "make test-fast": ("make -n test-fast", "the walk is part of the suite: check the target only"),
+    "make test": ("make -n test", "the walk is part of the suite: check the target only"),
+    ". .venv/bin/activate": (None, "shell state: the walk runs the installed package's Python directly"),
+    'make run ARGS="plan --model llama3-8b --gpu h200"': ("overdrive plan --model llama3-8b --gpu h200",
+                                                         "what `make run` runs"),
+    "overdrive bench": (None, "the default suite takes minutes; its --quick form runs as `make demo`"),
+    "overdrive bench --quick": (f"overdrive bench {QUICK}", "one timed round"),
+    "overdrive bench --data my.txt": (f"overdrive bench {QUICK} --data my.txt", "quick form"),
+    "overdrive bench --configs bf16,fp8-rowwise --out out/b2": (f"overdrive bench {QUICK} --configs "
+                                                               "bf16,fp8-rowwise --out out/b2", "quick form"),
+    "overdrive bench --workload recsys --data day_0.tsv": ("overdrive bench --workload recsys --quick --data day_0.tsv",
+                                                           "quick form"),
+    "overdrive bench --workload inference --slo-ms 5": ("overdrive bench --workload inference --quick --slo-ms 5",
+                                                        "quick form (no torch.compile)"),
+    "torchrun --nproc_per_node=8 -m overdrive train examples/gpu-1b.toml": (None, "needs 8 GPUs"),
+    "overdrive train examples/tiny.toml --set train.recipe=amp-bf16 --set train.steps=300": (
+        "overdrive train examples/tiny.toml --set train.recipe=amp-bf16 --set train.steps=20",
+        "bf16 runs ~70x slower than fp32 on an AVX2-only CPU (a second run: it gets its own folder)"),
+    "overdrive tune models.py:make_model --batch models.py:batch --loss models.py:loss --budget-s 150 --out tuned/": (
+        "overdrive tune models.py:make_model --batch models.py:batch --loss models.py:loss --budget-s 40 "
+        "--out tuned/", "a smaller budget"),
+    "overdrive tune --hf path/to/config.json --budget-s 300": ("overdrive tune --hf path/to/config.json "
+                                                               "--budget-s 40", "a smaller budget"),
+    "pip install 'overdrive[torchao]'": (None, "downloads packages"),
+    "pip install 'overdrive[liger]'": (None, "downloads packages"),
+    "pip install 'overdrive[te]'": (None, "downloads packages"),
+    "pip install 'overdrive[hf]'": (None, "downloads packages"),
+}
+
+
+def _criteo_tsv() -> str:
+    """1,000 Criteo-format lines (label, 13 integers, 26 hex ids), two with a bad label."""
+    rng, lines = random.Random(0), []
+    for i in range(1000):
+        label = "2" if i in (10, 500) else str(rng.randint(0, 1))
+        ints = [str(rng.randint(0, 50)) if rng.random() > 0.1 else "" for _ in range(13)]
+        ids = [f"{rng.getrandbits(32):08x}" if rng.random() > 0.05 else "" for _ in range(26)]
+        lines.append("\t".join([label, *ints, *ids]))
+    return "\n".join(lines) + "\n"
+
+
+MODELS_PY = '''import torch
+
+def make_model():
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
+
+def batch(step):
+    g = torch.Generator().manual_seed(step)
+    return torch.randn(16, 32, generator=g), torch.randint(0, 8, (16,), generator=g)
+
+def loss(model, batch):
+    x, y = batch
+    return torch.nn.functional.cross_entropy(model(x), y)
+'''
+LLAMA_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+                "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 128}
+
+# A file the README's commands assume the user has -> its content.
+USER_FILES = {
+    "my.txt": lambda: (ROOT / "README.md").read_text() * 4,
+    "day_0.tsv": _criteo_tsv,
+    "path/to/config.json": lambda: json.dumps(LLAMA_CONFIG),
+    "models.py": lambda: MODELS_PY,
+}
+
+
+def fences(text: str) -> list[tuple[str, str, int]]:
+    """(info string, body, line number) of every fenced block, in order."""
+    out, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        m = re.match(r"^```(.*)$", lines[i])
+        if m:
+            start, body = i + 1, []
+            i += 1
+            while i < len(lines) and not lines[i].startswith("```"):
+                body.append(lines[i])
+                i += 1
+            out.append((m.group(1).strip(), "\n".join(body) + "\n", start))
+        i += 1
+    return out
+
+
+def commands(body: str) -> list[str]:
+    """The commands of a bash fence: one per line, a trailing `  # comment` removed."""
+    out = []
+    for line in body.splitlines():
+        line = re.sub(r"\s+#\s.*$", "", line).strip()
+        if line and not line.startswith("#"):
+            out.append(line)
+    return out
+
+
+def _bash_commands() -> list[str]:
+    return [c for info, body, _ in fences(README.read_text()) if info == "bash" for c in commands(body)]
+
+
+def test_every_fence_is_tagged():
+    found = fences(README.read_text())
+    untagged = [f"README.md:{ln}" for info, _, ln in found if not info]
+    assert not untagged, f"untagged fences (the walk would skip them): {untagged}"
+    unknown = [f"README.md:{ln} ({info})" for info, _, ln in found if info.split()[0] not in TAGS]
+    assert not unknown, f"fence tags the walk does not know: {unknown}; use one of {sorted(TAGS)}"
+    cmds = set(_bash_commands())
+    for info, _, ln in found:
+        if info.split()[0] == "text":
+            assert info[4:].strip() in cmds, f"README.md:{ln}: `{info}` must name a README command it shows"
+
+
+def test_the_walk_tables_name_readme_lines():
+    text, cmds = README.read_text(), set(_bash_commands())
+    stale = [c for c in INSTEAD if c not in cmds]
+    assert not stale, f"the walk's INSTEAD table names commands the README no longer has: {stale}"
+    unused = [f for f in USER_FILES if f not in text]
+    assert not unused, f"USER_FILES the README never mentions: {unused}"
+
+
+def _columns(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"\s{2,}|[│┃|]", line) if c.strip()]
+
+
+def _compare_sample(sample: str, out: str) -> list[str]:
+    """The sample's header columns must be the real output's (the figures are the sample's machine's)."""
+    first = next(ln for ln in sample.splitlines() if ln.strip())
+    header = " ".join(out.split())
+    return [f"column {col!r} of the README's sample is not in the output" for col in _columns(first)
+            if " ".join(col.split()) not in header]
+
+
+def _compare_printed(snippet: str, out: str) -> list[str]:
+    """`print(...)  # "expected"`: the expected line, numbers aside, is among the printed lines."""
+    problems = []
+    for expected in re.findall(r'print\(.*\)\s*#\s*"(.*)"', snippet):
+        pattern = re.sub(r"\\d\+(?:\\,\\d\+)*", r"\\d+(?:,\\d+)*", re.sub(r"\d+", r"\\d+", re.escape(expected)))
+        if not re.search(pattern, out):
+            problems.append(f"printed nothing like {expected!r}")
+    return problems
+
+
+def _shell(cmd: str) -> str:
+    """`overdrive ...` and `torchrun ...` as the installed package runs them (no activated venv here)."""
+    py = shlex.quote(sys.executable)
+    if cmd.startswith("overdrive "):
+        return f"{py} -m overdrive {cmd[len('overdrive '):]}"
+    if cmd.startswith("torchrun "):
+        return f"{py} -m torch.distributed.run {cmd[len('torchrun '):]}"
+    if cmd.startswith("make "):
+        return f"make -C {shlex.quote(str(ROOT))} {cmd[len('make '):]}"
+    return cmd
 
 
 @pytest.mark.slow
-def test_readme_python_examples_run(tmp_path):
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert blocks, "README has no Python example"
-    for i, code in enumerate(blocks):
-        f = tmp_path / f"example_{i}.py"
-        f.write_text(code)
-        cp = subprocess.run([sys.executable, str(f)], capture_output=True, text=True, timeout=300)
-        assert cp.returncode == 0, f"README example {i} failed:\n{cp.stderr[-2000:]}"
+def test_readme_walk(tmp_path):
+    work = tmp_path / "walk"
+    shutil.copytree(ROOT / "examples", work / "examples")
+    for name, content in USER_FILES.items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(content())
+    env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="150", XDG_CACHE_HOME=str(tmp_path / "cache"))
+    outputs: dict[str, str] = {}
+    failures: list[str] = []
+
+    def run(cmd: str, where: str) -> str:
+        cp = subprocess.run(cmd, shell=True, cwd=work, env=env, capture_output=True, text=True, timeout=900)
+        out = cp.stdout + cp.stderr
+        if cp.returncode != 0:
+            failures.append(f"{where} `{cmd}` exited {cp.returncode}:\n{out[-3000:]}")
+        elif "Traceback" in out:
+            failures.append(f"{where} `{cmd}` printed a traceback:\n{out[-3000:]}")
+        return out
+
+    for info, body, line in fences(README.read_text()):
+        where, kind = f"README.md:{line}", info.split()[0]
+        if kind == "python":
+            (work / f"snippet_{line}.py").write_text(body)
+            out = run(f"{shlex.quote(sys.executable)} snippet_{line}.py", where)
+            failures += [f"{where}: {p}" for p in _compare_printed(body, out)]
+        elif kind == "bash":
+            for cmd in commands(body):
+                real = INSTEAD.get(cmd, (cmd, ""))[0]
+                if real is not None:
+                    outputs[cmd] = run(_shell(real), where)
+        elif kind == "text":
+            cmd = info[4:].strip()
+            if cmd in outputs:
+                failures += [f"{where} (`{cmd}`): {p}" for p in _compare_sample(body, outputs[cmd])]
+    assert not failures, "\n\n".join(failures)
