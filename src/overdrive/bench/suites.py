@@ -25,7 +25,8 @@ _DESCRIPTIONS = {
     "fp8": "FP8 linears, per-tensor scaling (TE or torchao; emulated without FP8 hardware)",
     "fp8-rowwise": "FP8 linears, row-wise scaling (torchao)",
     "fp8-delayed": "FP8 linears, delayed scaling (Transformer Engine)",
-    "mxfp8": "MXFP8 block scaling (Transformer Engine, SM 10.x)",
+    "mxfp8": "MXFP8 linears (TE or torchao on SM 10.x; emulated without FP8 hardware: quality only)",
+    "nvfp4": "NVFP4 linears, last blocks in bf16 (TE or torchao on SM 10.x; emulated elsewhere: quality only)",
 }
 
 

@@ -17,7 +17,9 @@ __all__ = ["GPTWorkload", "GPTTask", "loss_parity", "LOSS_TOLERANCE", "loss_tole
 # Tail-mean loss relative difference vs the baseline (same data order, same seed) beyond which a
 # recipe is flagged unsafe. fp32 variants differ only by summation order; bf16 keeps 8 mantissa
 # bits; FP8 (e4m3) 3 bits with per-tensor scales.
-LOSS_TOLERANCE = {"fp32": 0.01, "bf16": 0.03, "fp16": 0.03, "fp8": 0.05}
+# fp4 (NVFP4) is allowed twice FP8's gap: it costs loss by design (+0.05 nats at 16B in torchao's
+# DeepSeek-V3 run against +0.01 for MXFP8).
+LOSS_TOLERANCE = {"fp32": 0.01, "bf16": 0.03, "fp16": 0.03, "fp8": 0.05, "fp4": 0.10}
 
 
 def loss_tolerance(precision: str) -> float:
