@@ -29,7 +29,7 @@ __all__ = ["RunDirError", "RunLock", "RunDir", "claim_run_dir", "claim_for_ranks
 
 LOCK_FILE = "run.lock"
 # What a run writes into its folder; --overwrite deletes these and nothing else.
-_RUN_FILES = ("checkpoints", "metrics.jsonl", "config.json", "recipe.json", "tb", "teacher")
+_RUN_FILES = ("checkpoints", "metrics.jsonl", "config.json", "recipe.json", "conversions.json", "tb", "teacher")
 
 
 class RunDirError(ValueError):

@@ -201,7 +201,9 @@ def _resume(run: _Run, say: Callable[[str], None]) -> None:
     ck, extra = resume_checkpoint(run.run_dir, run.model, run.opt, run_id=run.run_id, rank=run.rank,
                                   world=run.world, say=say)
     if ck is None:
-        say(f"no checkpoint of this run in {run.run_dir} to resume from: starting at step 0")
+        root = os.path.join(run.run_dir, "checkpoints")
+        if os.path.isdir(root) and any(n.startswith("step_") for n in os.listdir(root)):
+            say(f"no checkpoint of this run in {root} (only other runs' or unfinished saves): starting at step 0")
         return
     run.start = run.resumed_from = int(extra["step"])
     run.last_good = ck
