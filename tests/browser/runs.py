@@ -60,7 +60,7 @@ def _argv(name: str, out: str) -> list[str]:
     return [sys.executable, "-m", "overdrive", *cmd, "--out", out]
 
 
-def build(names: list[str], timeout: float = 900) -> dict[str, str]:
+def build(names: list[str], timeout: float = 1800) -> dict[str, str]:
     """name -> a folder holding that run's output; runs missing from the cache start together."""
     cache = os.path.join(tempfile.gettempdir(), "overdrive-browser-runs", _key())
     os.makedirs(cache, exist_ok=True)
