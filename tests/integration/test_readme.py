@@ -2,7 +2,8 @@
 snippet runs in order in one working folder, and what it prints matches what the README shows.
 
 Fence tags: `bash` (commands, one per line, run in order), `python` (a snippet, run as a script;
-a `# "..."` comment after a print is the line it must print, numbers aside), `text CMD` (what the
+`python FILE ARGS` saves it as FILE and runs it with ARGS; a `# "..."` comment after a print is the
+line it must print, numbers aside), `text CMD` (what the
 README command CMD prints: its table's columns are compared with the real output's),
 `toml` (a config shown, not run). An untagged fence fails the walk, so nothing is skipped silently.
 
@@ -209,8 +210,9 @@ def test_readme_walk(tmp_path):
     for info, body, line in fences(README.read_text()):
         where, kind = f"README.md:{line}", info.split()[0]
         if kind == "python":
-            (work / f"snippet_{line}.py").write_text(body)
-            out = run(f"{shlex.quote(sys.executable)} snippet_{line}.py", where)
+            name, *args = info.split()[1:] or [f"snippet_{line}.py"]
+            (work / name).write_text(body)
+            out = run(shlex.join([sys.executable, name, *args]), where)
             failures += [f"{where}: {p}" for p in _compare_printed(body, out)]
         elif kind == "bash":
             for cmd in commands(body):
