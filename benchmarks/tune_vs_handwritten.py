@@ -142,6 +142,9 @@ def main() -> int:
                    help="torch threads for tune's workers and the side-by-side loops (default: 1 when the host is "
                         "oversubscribed, else torch's default): on a shared 2-core host at load 20, two OpenMP "
                         "threads made a 1-thread 8 ms step take 100-375 ms")
+    p.add_argument("--reprobe-fused", action="store_true",
+                   help="re-run the doctor's fused AdamW / SDPA probe with a 300 s timeout first (on a host at load "
+                        "~20 its 60 s timeout expires, and every recipe then falls back to foreach AdamW)")
     a = p.parse_args()
     if a.threads is None:
         a.threads = 1 if os.getloadavg()[0] > (os.cpu_count() or 1) else torch.get_num_threads()
@@ -150,6 +153,17 @@ def main() -> int:
     from overdrive.bench.timing import speedup_ci
 
     env = overdrive.get_env()
+    if a.reprobe_fused:
+        import copy
+
+        from overdrive.env import build_report, set_env
+        from overdrive.env.probing import run_probe
+
+        facts = copy.deepcopy(env.facts)
+        facts["probes"]["torch_native"] = run_probe("torch_native", timeout=300)
+        env = build_report(facts)
+        set_env(env)  # accelerate() below and tune's workers see the same report
+        print(f"fused AdamW re-probed: {env.engine('fused_adamw').status} ({env.engine('fused_adamw').reason})")
     print(f"host: {env.platform['cpu'].get('model')} ({env.platform['cpu'].get('count')} cores, "
           f"{env.platform['cpu'].get('isa')}); load average {os.getloadavg()[0]:.1f}; torch {torch.__version__}; "
           f"{a.threads} thread(s) per process")
@@ -158,7 +172,7 @@ def main() -> int:
         factory = globals()[name]
         t0 = time.perf_counter()
         res = overdrive.tune(f"{HERE}:{name}", f"{HERE}:batch", loss_fn=f"{HERE}:loss", budget_s=a.budget_s,
-                             threads=a.threads,
+                             threads=a.threads, env=env,
                              progress=lambda s: print(f"  [{time.perf_counter() - t0:5.0f} s] {s}", file=sys.stderr))
         print(f"\n== {name} ({sum(p.numel() for p in factory().parameters()) / 1e6:.2f}M params): tune took "
               f"{time.perf_counter() - t0:.0f} s of {a.budget_s:g}\n{res.table()}\n{res.summary}")
