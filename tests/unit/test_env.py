@@ -156,6 +156,7 @@ def test_run_probe_timeout_and_crash(monkeypatch):
         raise subprocess.TimeoutExpired(cmd="x", timeout=1)
 
     monkeypatch.setattr(probing.subprocess, "run", _hang)
+    monkeypatch.setattr(probing.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
     assert probing.run_probe("te", timeout=1) == {"_timeout": 1}
 
     class _CP:
@@ -163,6 +164,22 @@ def test_run_probe_timeout_and_crash(monkeypatch):
 
     monkeypatch.setattr(probing.subprocess, "run", lambda *a, **k: _CP())
     assert "code -11" in probing.run_probe("te")["_crash"]
+
+
+def test_probe_limit_stretches_with_the_hosts_load(monkeypatch):
+    # A healthy probe on a host at load 20 on 2 cores must not read as a hung engine.
+    seen = []
+
+    def _run(cmd, timeout, **k):
+        seen.append(timeout)
+        raise probing.subprocess.TimeoutExpired(cmd="x", timeout=timeout)
+
+    monkeypatch.setattr(probing.subprocess, "run", _run)
+    monkeypatch.setattr(probing.os, "cpu_count", lambda: 2)
+    for load, want in ((0.5, 60), (4.0, 120), (20.0, 240)):  # 1x, load/cores, capped at 4x
+        monkeypatch.setattr(probing.os, "getloadavg", lambda load=load: (load, load, load))
+        assert probing.run_probe("torch_native") == {"_timeout": want}
+    assert seen == [60, 120, 240]
 
 
 def test_env_disk_cache(monkeypatch, tmp_path):

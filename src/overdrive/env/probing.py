@@ -31,9 +31,23 @@ _PACKAGE_OF = {"te": "transformer_engine", "apex": "apex", "torchao": "torchao",
                "torchrec": "torchrec"}
 
 
+def _load_factor() -> float:
+    """How oversubscribed the CPUs are now (1-minute load average / cores), at least 1, at most 4.
+
+    A probe's limit exists for a hung import or CUDA init; on a shared host at load 20 on 2 cores a
+    healthy `import torch` + fused AdamW step took over 60 s, and a timeout there must not read as
+    "fused AdamW is broken". So the limit stretches with the load, up to 4x.
+    """
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return 1.0
+    return min(4.0, max(1.0, load / max(1, os.cpu_count() or 1)))
+
+
 def run_probe(name: str, timeout: float | None = None) -> dict:
     """Run one `_probes` gatherer in a child interpreter; never raises."""
-    timeout = timeout or PROBE_TIMEOUTS.get(name, 60)
+    timeout = (timeout or PROBE_TIMEOUTS.get(name, 60)) * _load_factor()
     env = dict(os.environ, PYTHONWARNINGS="ignore", TF_CPP_MIN_LOG_LEVEL="3")
     cmd = [sys.executable, "-m", "overdrive.env._probes", name]
     try:
