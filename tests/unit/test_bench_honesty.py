@@ -193,3 +193,18 @@ def test_compare_never_puts_two_different_fallbacks_in_one_row():
                    res("fp8 → fp8 emulated (fallback: no FP8 GPU)"), con)
     out = con.export_text()
     assert "absent" in out and "fp8 → bf16" in out
+
+
+def test_a_far_slower_candidate_is_not_topped_up_and_says_why():
+    # Too few timed samples for the early stop (3 < 4), but its median is 10x the baseline's: its
+    # parity steps would cost 10x the baseline's (bf16 on an AVX2 CPU took 25 minutes this way), so it
+    # is not topped up, and its quality is "not assessed" with the reason, never judged from 3 steps.
+    cands = (B, Candidate.preset("fp32-fused"))
+    suite = dataclasses.replace(TINY, rounds=3, steps_per_round=1, parity_steps=8)
+    res = run_bench(suite.with_candidates(cands), env=AVX2, micro=False, isolate=False, threads=1,
+                    inject={"fp32-fused": {"slow": 10.0}})
+    c = next(c for c in res["configs"] if c["name"] == "fp32-fused")
+    assert c["status"] == "ok" and c["safe"] is None and c["loss_delta_pct"] is None
+    assert "slower than the baseline here" in c["not_assessed_reason"]
+    base = next(c for c in res["configs"] if c["name"] == "baseline")
+    assert base["status"] == "ok"

@@ -31,6 +31,8 @@ def _safe(run: ConfigRun, rows: dict[str, dict]) -> tuple[bool | None, str | Non
         return None, f"quality not assessed: {run.status}"
     if any(m.get("unsafe_reason") for m in rows.values()):
         return False, None
+    if run.parity_skipped:
+        return None, run.parity_skipped
     missing = [m.get("not_assessed_reason") for m in rows.values() if not m.get("assessed")]
     if missing:
         return None, next((w for w in missing if w), "quality not assessed")
