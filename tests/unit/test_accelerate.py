@@ -19,6 +19,11 @@ needs_torchao = pytest.mark.skipif(importlib.util.find_spec("torchao") is None, 
 CPU = build_report(machine(None, torchao=TORCHAO_EMU))  # this CPU, minus the probing time
 
 
+def _ao(*names):
+    """FP8 cases need torchao's emulation; the others run without it."""
+    return [pytest.param(n, marks=needs_torchao) if "fp8" in n else n for n in names]
+
+
 class OddNet(nn.Module):
     """Odd shapes everywhere except where FP8 needs multiples of 16."""
 
