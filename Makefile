@@ -28,7 +28,7 @@ endif
 BASE := $(VENV)/.stamp-base-$(MODE)
 DEV  := $(VENV)/.stamp-dev-$(MODE)
 
-.PHONY: demo quick doctor run test test-fast gpu-check clean browser
+.PHONY: demo quick doctor run test test-all test-fast gpu-check clean browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -78,7 +78,13 @@ browser: $(DEV)               ## headless Chromium + Playwright for the browser 
 	@$(PY) -c "import playwright" 2>/dev/null || $(PIP) install -q -e ".[browser]" >/dev/null 2>&1 || \
 	  echo "make: pip install playwright failed: the browser tests will skip"
 
-test: $(DEV) browser
+# make test is what CI runs (.ci/run): every test except the long end-to-end runs marked `slow`, plus the
+# browser checks of the reports. make test-all adds the slow runs (full training runs, 2-rank FSDP, tune
+# end to end, the README walk): tens of minutes on 2 cores, longer on a CPU without bf16 units.
+test: $(DEV) browser          ## the suite CI runs (~10 min on 2 cores, install included)
+	$(PY) -m pytest -q tests -m "not slow or browser"
+
+test-all: $(DEV) browser      ## everything, the slow end-to-end runs included
 	$(PY) -m pytest -q tests
 
 test-fast: $(DEV)             ## everything not marked slow
