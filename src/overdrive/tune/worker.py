@@ -10,10 +10,10 @@ own code (factory, batch or loss function) failed or returned the wrong thing.
 from __future__ import annotations
 
 import os
-import resource
 import time
 import traceback
 
+from overdrive.bench.workloads.base import Task
 from overdrive.errors import UserError
 
 __all__ = ["worker_main", "TuneTask"]
@@ -33,28 +33,21 @@ def _user(what: str, fn, *args):
         raise _UserCode(f"{what} raised {type(e).__name__}: {msg}") from None
 
 
-class TuneTask:
+class TuneTask(Task):
+    """The user's model under one recipe; the set-up (threads, env, clock, memory baseline) is the
+    bench's `Task`."""
+
     def __init__(self, spec: dict) -> None:
         import torch
         from torch import nn
 
         from overdrive.accelerate import accelerate
-        from overdrive.bench.timing import Clock
-        from overdrive.env import build_report, set_env
         from overdrive.recipes import Recipe
         from overdrive.tune.workload import check_batch
 
-        if spec.get("threads"):
-            torch.set_num_threads(spec["threads"])
-        env = build_report(spec["env_facts"])
-        set_env(env)
-        self.device = env.device
-        self.clock = Clock(self.device == "cuda")
+        super().__init__(spec)
         self.wl = spec["workload"]
         self.seed = spec["seed"]
-        if self.device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        self.rss0 = _rss_mb()
         torch.manual_seed(self.seed)
         model = _user("the model factory", self.wl.model_fn)
         if not isinstance(model, nn.Module):
@@ -65,7 +58,7 @@ class TuneTask:
 
         self.signature = model_signature(model)  # before any swap: what accelerate(recipe="tuned") sees
         recipe = Recipe(**spec["recipe"])
-        self.acc = accelerate(model, recipe, env=env, lr=spec["lr"], grad_clip=None)
+        self.acc = accelerate(model, recipe, env=self.env, lr=spec["lr"], grad_clip=None)
         self.model = self.acc.model
         self.conversions = {k: [vars(d) for d in v] for k, v in self.acc.conversions.items()}
         self.step_i = 0
@@ -93,10 +86,10 @@ class TuneTask:
     def memory(self) -> dict:
         import torch
 
-        if self.device == "cuda":
-            return {"kind": "cuda_max_allocated", "peak_mb": torch.cuda.max_memory_allocated() / 2**20,
-                    "total_mb": torch.cuda.get_device_properties(0).total_memory / 2**20}
-        return {"kind": "cpu_peak_rss", "peak_mb": _peak_rss_mb() - self.rss0}
+        out = super().memory()
+        if self.cuda:  # the card's size: tune adds checkpointing candidates when memory is the limit
+            out["total_mb"] = torch.cuda.get_device_properties(0).total_memory / 2**20
+        return out
 
 
 def _grad_norm(model, scaler) -> float:
@@ -129,19 +122,6 @@ def _fp8_filter(spec: dict) -> dict:
         m, k, n, fp8, backend=spec["backend"], scaling=spec["scaling"], compile=spec["compile"], device=dev),
         min_gain=spec.get("min_gain", 1.05), convert_head=spec.get("convert_head", False))
     return {"shapes": res.shapes, "layers": res.layers, "summary": res.summary()}
-
-
-def _rss_mb() -> float:
-    try:
-        import psutil
-
-        return psutil.Process().memory_info().rss / 2**20
-    except Exception:
-        return 0.0
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def _classify(e: BaseException) -> str:

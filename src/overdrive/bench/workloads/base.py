@@ -58,6 +58,7 @@ class Task:
             torch.set_num_threads(spec["threads"])
         env = build_report(spec["env_facts"])
         set_env(env)
+        self.env = env
         self.device = env.device
         self.cuda = self.device == "cuda"
         self.clock = Clock(self.cuda)
