@@ -12,7 +12,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from fakes import TE_OK, TORCHAO_EMU, machine
+from fakes import TE_OK, TORCHAO_EMU, fake_te_linear, machine
 from overdrive.convert import Applied, apply_recipe, optimizer_under_fsdp
 from overdrive.env import build_report
 from overdrive.models import GPT, gpt_config
@@ -111,16 +111,11 @@ def test_zero_fp8_layers_is_reported_as_a_fallback():
 
 
 # -- Transformer Engine's FP8 autocast must be entered by the training loop ---------------------------
-class _FakeTELinear(nn.Module):
-    def __init__(self, in_features, out_features, bias=True, params_dtype=None, device=None):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=params_dtype, device=device))
-        self.bias = nn.Parameter(torch.zeros(out_features, device=device)) if bias else None
-
+class _FakeTELinear(fake_te_linear()):
     def forward(self, x):
         assert _TE_STATE["depth"] > 0, "te.Linear ran outside TE's FP8 autocast"
         _TE_STATE["calls"] += 1
-        return F.linear(x, self.weight, self.bias)
+        return super().forward(x)
 
 
 _TE_STATE = {"depth": 0, "calls": 0, "recipes": []}

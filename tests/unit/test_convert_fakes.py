@@ -13,20 +13,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fakes import fake_te_linear
 from overdrive.accelerate import _keep_state_dict_plain
 from overdrive.convert import convert_fp8, convert_norms
 from overdrive.models import GPT, gpt_config
 
 
-class _FakeTELinear(nn.Module):
-    def __init__(self, in_features, out_features, bias=True, params_dtype=None, device=None):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=params_dtype, device=device))
-        self.bias = nn.Parameter(torch.zeros(out_features, device=device)) if bias else None
-
-    def forward(self, x):
-        return F.linear(x, self.weight, self.bias)
-
+class _FakeTELinear(fake_te_linear()):
     def get_extra_state(self):
         return torch.tensor([1.0])  # TE keeps FP8 scaling metadata here
 
