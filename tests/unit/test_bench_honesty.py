@@ -208,3 +208,28 @@ def test_a_far_slower_candidate_is_not_topped_up_and_says_why():
     assert "slower than the baseline here" in c["not_assessed_reason"]
     base = next(c for c in res["configs"] if c["name"] == "baseline")
     assert base["status"] == "ok"
+
+
+def test_an_emulated_format_is_judged_on_quality_however_slow():
+    # Emulated FP8/MXFP8/NVFP4 exist for their quality column: slowness neither stops them early nor
+    # skips their parity steps (nvfp4 emulated was 3.1x slower on a CPU and lost its quality column).
+    cands = (B, Candidate.preset("nvfp4"))
+    suite = dataclasses.replace(TINY, rounds=3, steps_per_round=2, parity_steps=8, slow_factor=1.5)
+    res = run_bench(suite.with_candidates(cands), env=EMU, micro=False, isolate=False, threads=1,
+                    inject={"nvfp4": {"slow": 10.0}})
+    c = next(c for c in res["configs"] if c["name"] == "nvfp4")
+    assert c["emulated"] and c["status"] == "ok" and not c.get("not_assessed_reason")
+    assert c["loss_delta_pct"] is not None and c["safe"] is not None and c["speedup"] is None
+    emu = _run([200.0] * 8)
+    emu.resolved = {"emulated": True}
+    assert not _too_slow(emu, _run([10.0] * 8, "baseline"), TINY) and emu.status == "pending"
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8", "nvfp4"])
+def test_an_emulated_block_format_is_labelled_with_its_own_name(fmt):
+    from overdrive.report.tables import emulated_note
+
+    run = _by(_plan(TINY.with_candidates((B, Candidate.preset(fmt))), EMU, {}), fmt)
+    assert run.label == f"{fmt} → {fmt} emulated (fallback: no SM 10.x GPU)"
+    note = emulated_note({"name": fmt, "resolved": run.resolved})
+    assert f"{fmt.upper()} is emulated here" in note and "SM 10.x" in note

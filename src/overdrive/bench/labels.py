@@ -3,6 +3,7 @@ resolve to the same effective recipe are one measurement.
 
     fp8 → bf16 (fallback: torchao missing)       no FP8 engine here, so bf16 autocast ran
     fp8 → fp8 emulated (fallback: no FP8 GPU)    torchao emulation: numerics only, never a speed
+    nvfp4 → nvfp4 emulated (fallback: no SM 10.x GPU)
 """
 
 from __future__ import annotations
@@ -16,9 +17,14 @@ __all__ = ["ran_label", "what_runs", "effective_key"]
 
 
 def what_runs(r: ResolvedRecipe) -> str:
-    """The precision that runs, in a word or two: fp32, bf16, fp16, fp8 (torchao), fp8 emulated."""
-    if r.precision == "fp8":
-        return "fp8 emulated" if r.emulated else f"fp8 ({r.fp8_backend}, {r.fp8_scaling})"
+    """The precision that runs, in a word or two: fp32, bf16, fp16, fp8 (torchao, tensorwise),
+    fp8 emulated, mxfp8 (transformer_engine), nvfp4 emulated."""
+    if r.precision in ("fp8", "fp4"):
+        block = r.fp8_scaling in ("mxfp8", "nvfp4")
+        fmt = r.fp8_scaling if block else r.precision
+        if r.emulated:
+            return f"{fmt} emulated"
+        return f"{fmt} ({r.fp8_backend})" if block else f"{fmt} ({r.fp8_backend}, {r.fp8_scaling})"
     return r.precision
 
 
@@ -32,6 +38,13 @@ def _short(d, env: EnvReport) -> str:
                 causes.append(f"torchao {ao.status}" if not ao.ok else "torchao cannot emulate")
             return ", ".join(causes)
         if not te.ok and not ao.ok:
+            return f"transformer_engine {te.status}, torchao {ao.status}"
+        return f"{d.requested} → {d.chosen}"
+    if d.field in ("mxfp8", "nvfp4"):
+        if not any(g.capabilities.get("mxfp8") for g in env.gpus):
+            return "no SM 10.x GPU"
+        if d.chosen == "emulated":
+            ao, te = env.engine("torchao"), env.engine("transformer_engine")
             return f"transformer_engine {te.status}, torchao {ao.status}"
         return f"{d.requested} → {d.chosen}"
     return f"{d.field} {d.requested} → {d.chosen}"

@@ -4,7 +4,8 @@ interleaved rounds (the one scheduler, `timing.interleaved_rounds`) so machine d
 Two things are kept apart, so the host's load can change the timing but never the verdict on quality:
 - timing: warm-up (untimed), then timed rounds that a wall-clock budget may cut (never below
   `min_rounds`); a configuration stops early only when its whole speedup interval over those timed
-  rounds says it is more than `slow_factor` times slower than the baseline;
+  rounds says it is more than `slow_factor` times slower than the baseline (never an emulated format:
+  it runs for its quality alone);
 - quality: every configuration still running trains exactly `parity_steps` steps (untimed top-up
   after the rounds if needed), and is judged on those.
 Candidates that resolve to the same effective recipe here are measured once, under both names.
@@ -143,6 +144,11 @@ def _collect(run: ConfigRun, timeout: float) -> dict | None:
         _fail(run, reply)
         return None
     return reply
+
+
+def _emulated(run: ConfigRun) -> bool:
+    """Runs an emulated low-precision format: timed, but only its quality is a result."""
+    return bool((run.resolved or {}).get("emulated"))
 
 
 def _slowdown(run: ConfigRun, baseline: ConfigRun | None) -> float | None:
@@ -295,10 +301,12 @@ def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int 
     # (untimed, so they may share the cores). One far slower than the baseline over the timed rounds
     # (median ratio above slow_factor, e.g. bf16 on a CPU without bf16 units) is not topped up: its
     # quality is "not assessed" with the reason, never judged from fewer steps.
+    # An emulated format (FP8/MXFP8/NVFP4 without its hardware) is run for its quality alone, so
+    # its slowness never cancels that.
     need = [r for r in runs if r.live and r.steps < suite.parity_steps]
     for run in need:
         ratio = _slowdown(run, baseline)
-        if ratio is not None and ratio > suite.slow_factor:
+        if ratio is not None and ratio > suite.slow_factor and not _emulated(run):
             run.parity_skipped = (f"quality not assessed: {ratio:.1f}x slower than the baseline here, so its "
                                   f"{suite.parity_steps - run.steps} remaining parity steps were not run")
     topped = [r for r in need if not r.parity_skipped]
@@ -321,7 +329,7 @@ def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int 
 def _too_slow(run: ConfigRun, baseline: ConfigRun | None, suite: Suite) -> bool:
     """Stop when the whole interval over the timed rounds says slower than 1/slow_factor. Needs at
     least 4 timed samples on each side: an interval from 1-3 samples is no evidence."""
-    if run is baseline or baseline is None:
+    if run is baseline or baseline is None or _emulated(run):
         return False
     b, c = baseline.step_ms(), run.step_ms()
     if min(len(b), len(c)) < 4:

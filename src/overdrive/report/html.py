@@ -9,7 +9,7 @@ from overdrive.bench.results import suite_title, throughput
 from overdrive.io import write_atomic
 from overdrive.report.advice import next_step, precision_note, role_order, verdict_text
 from overdrive.report.page import esc, img_tag, page, rec_block, table
-from overdrive.report.tables import mfu_cell
+from overdrive.report.tables import emulated_note, mfu_cell
 
 __all__ = ["write_html", "bench_rows"]
 
@@ -72,7 +72,7 @@ def _notes(results: dict) -> list[str]:
             if why:
                 out.append(f"{c['name']}: {why}")
         if c.get("emulated"):
-            out.append(f"{c['name']}: FP8 is emulated here (no FP8 tensor cores): loss parity only, never a speedup")
+            out.append(emulated_note(c))
     return out
 
 

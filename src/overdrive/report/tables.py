@@ -10,7 +10,7 @@ from overdrive.bench.results import suite_title, throughput
 from overdrive.report.advice import next_step, precision_note, role_order
 from overdrive.report.compare import LEGEND, compare_rows, relabelled, verdict
 
-__all__ = ["render_bench", "render_compare", "fmt_ms", "mfu_cell"]
+__all__ = ["render_bench", "render_compare", "fmt_ms", "mfu_cell", "emulated_note"]
 
 
 def fmt_ms(s: dict | None) -> str:
@@ -39,6 +39,15 @@ def mfu_cell(m: dict, precision: str) -> str:
     return s
 
 
+def emulated_note(cfg: dict) -> str:
+    """Why an emulated configuration shows no speed, naming the format that is emulated."""
+    fmt = (cfg.get("resolved") or {}).get("fp8_scaling")
+    if fmt in ("mxfp8", "nvfp4"):
+        return (f"{cfg['name']}: {fmt.upper()} is emulated here (its GEMMs need SM 10.x): "
+                "loss parity only, never a speedup")
+    return f"{cfg['name']}: FP8 is emulated here (no FP8 tensor cores): loss parity only, never a speedup"
+
+
 def render_bench(results: dict, console: Console | None = None) -> None:
     c = console or Console()
     suite = results["suite"]
@@ -50,7 +59,7 @@ def render_bench(results: dict, console: Console | None = None) -> None:
                 "loss Δ" if gpt else "log-loss Δ", "safe"):
         t.add_column(escape(col), overflow="fold")
     for cfg in results["configs"]:
-        emu = " (emulated)" if cfg["emulated"] else ""
+        emu = " (emulated)" if cfg["emulated"] and "emulated" not in cfg.get("label", "") else ""
         if cfg["status"] in ("failed", "oom", "crashed", "unavailable"):
             t.add_row(escape(cfg.get("label", cfg["name"])), "-", f"[red]{cfg['status']}[/]: {escape(cfg['reason'])}", "", "", "", "",
                       "", "", "[red]no[/]")
@@ -76,8 +85,7 @@ def render_bench(results: dict, console: Console | None = None) -> None:
     notes += [f"{cfg['name']}: {cfg['not_assessed_reason']}" for cfg in results["configs"]
               if cfg.get("not_assessed_reason") and cfg["status"] == "ok"]
     notes += [f"{cfg['name']}: UNSAFE — {cfg['unsafe_reason']}" for cfg in results["configs"] if cfg.get("unsafe_reason")]
-    notes += [f"{cfg['name']}: FP8 is emulated here (no FP8 tensor cores): loss parity only, never a speedup"
-              for cfg in results["configs"] if cfg["emulated"]]
+    notes += [emulated_note(cfg) for cfg in results["configs"] if cfg["emulated"]]
     for n in notes:
         c.print(f"  note: {escape(n)}")
     micro = [r for r in results.get("micro", []) if r["status"] == "ok"]
