@@ -32,6 +32,10 @@ def run(capsys):
     (["--checkpointing", "x"], "--checkpointing 'x' is not one of"),
     (["--sharding", "zero9"], "--sharding 'zero9' is not one of"),
     (["--tp", "3"], "does not divide the 8 GPUs"),
+    (["--recompute-modules", "moe_act"], "--recompute-modules 'moe_act' is not one of"),
+    (["--offload-activations", "2", "--pp", "2"], "needs --pp 1"),
+    (["--recompute-layers", "-1"], "--recompute-layers must be a number of blocks"),
+    (["--model", "llama3-1b", "--offload-activations", "16"], "offload fewer blocks than the model's 16"),
 ])
 def test_refusals_are_one_line(run, args, needle):
     cp = run(*args)
@@ -86,3 +90,20 @@ def test_help_documents_every_flag_with_defaults(run):
 def test_png_on_unwritable_path_refused_even_for_root(run):
     cp = run("--png", "/proc/overdrive_plan.png")
     assert cp.returncode == 2 and "not writable" in cp.stderr and cp.stdout == ""
+
+
+def test_megatron_memory_flags_plan(run):
+    cp = run("--model", "llama3-70b", "--gpu", "gb200", "--gpus", "64", "--seq", "8192", "--precision", "fp8",
+             "--sharding", "fsdp", "--micro-batch", "2", "--global-batch", "256", "--checkpointing", "none",
+             "--offload-activations", "40", "--grad-dtype", "bf16", "--loss", "inplace", "--fp8-activations", "--json")
+    assert cp.returncode == 0, cp.stderr
+    top = json.loads(cp.stdout)["candidates"][0]
+    cp = run("--model", "llama3-70b", "--gpu", "gb200", "--gpus", "64", "--seq", "8192", "--precision", "fp8",
+             "--sharding", "fsdp", "--micro-batch", "2", "--global-batch", "256", "--checkpointing", "none",
+             "--grad-dtype", "bf16", "--loss", "inplace", "--fp8-activations", "--json")
+    kept = json.loads(cp.stdout)["candidates"][0]
+    assert top["memory_gib"] < kept["memory_gib"] - 100  # 40 of 80 blocks' activations on the host
+    cp = run("--model", "llama3-70b", "--gpus", "8", "--nodes", "8", "--pp", "8", "--global-batch", "64",
+             "--recompute-layers", "1", "--recompute-modules", "mlp", "--json")
+    assert cp.returncode == 0, cp.stderr
+    assert {c["checkpointing"] for c in json.loads(cp.stdout)["candidates"]} == {"none"}

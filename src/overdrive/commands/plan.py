@@ -81,7 +81,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                      vpp=args.vpp, cp=args.cp, optimizer_dtype=args.optimizer_dtype, fp8_all_gather=args.fp8_all_gather,
                      efficiency=eff, intra_gbs=args.intra_gbs, inter_gbs=args.inter_gbs, offload=args.offload,
                      loss=args.loss, lora_rank=args.lora_rank, pure_bf16=args.pure_bf16,
-                     fp8_activations=args.fp8_activations, compile=not args.no_compile, async_tp=args.async_tp)
+                     fp8_activations=args.fp8_activations, compile=not args.no_compile, async_tp=args.async_tp,
+                     recompute_layers=args.recompute_layers, recompute_modules=args.recompute_modules or (),
+                     offload_activations=args.offload_activations, grad_dtype=args.grad_dtype,
+                     embedding_in_pipeline_split=args.embedding_in_pipeline_split)
         if args.micro_batch is not None:
             setup["micro_batch"] = args.micro_batch
         shardings = args.sharding.split(",") if args.sharding else None
@@ -157,9 +160,20 @@ def register(sub) -> None:
     a("--optimizer-dtype", default="fp32", choices=["fp32", "bf16", "8bit"], help="dtype of the AdamW moments")
     a("--pure-bf16", action="store_true", help="bf16 weights, grads and states with no fp32 master copy")
     a("--offload", default="none", choices=["none", "optimizer", "params"], help="CPU offload")
-    a("--loss", default="standard", choices=["standard", "compiled", "fused"],
-      help="cross-entropy: eager on fp32 logits, torch.compile'd, or chunked/fused with the head")
+    a("--loss", default="standard", choices=["standard", "compiled", "inplace", "fused"],
+      help="cross-entropy: eager on fp32 logits, torch.compile'd, Transformer Engine's (gradient written over "
+           "the logits), or chunked/fused with the head")
     a("--fp8-activations", action="store_true", help="store GEMM inputs for backward in FP8 (Transformer Engine)")
+    a("--recompute-layers", type=int, default=0, metavar="N",
+      help="Megatron full recompute, block method: the first N blocks of each pipeline chunk keep only their input")
+    a("--recompute-modules", metavar="LIST",
+      help="Megatron selective recompute, comma list of core_attn,mlp,layernorm")
+    a("--offload-activations", type=int, default=0, metavar="N",
+      help="move the activations of N blocks to host memory (Megatron cpu_offloading_num_layers; needs --pp 1)")
+    a("--grad-dtype", default="fp32", choices=["fp32", "bf16"],
+      help="gradient buffer dtype (bf16: Megatron's grad_reduce_in_fp32=False)")
+    a("--embedding-in-pipeline-split", action="store_true",
+      help="the embedding and the loss each take a block's place in the pipeline split (Megatron)")
     a("--lora-rank", type=int, default=0, help="> 0: LoRA fine-tuning with a frozen bf16 base")
     a("--fp8-all-gather", action="store_true", help="all-gather FP8 weights under FSDP")
     a("--no-compile", action="store_true", help="eager mode: memory-bound ops unfused")

@@ -42,7 +42,7 @@ def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict[str, float]:
     """Seconds: `dp` per step (to overlap with compute), `tp`, `cp`, `pp` exposed per micro-batch."""
     P = m.n_params() / (s.tp * s.pp)
     S = s.shards
-    grad_b = 2 if s.pure_bf16 else 4
+    grad_b = 2 if (s.pure_bf16 or s.grad_dtype == "bf16") else 4
     gather_b = 1 if (s.fp8_all_gather and s.low_precision) else (4 if s.precision == "fp32" else 2)
     trained = P
     if s.lora_rank:

@@ -2,7 +2,7 @@
 roofline (throughput.py) and communication (comm.py) put together.
 
   step = GA × t_mb × (1 + bubble) + optimizer + max(0, dp_comm − overlap × GA × t_mb)
-  t_mb = GEMM + attention + memory-bound + recompute + exposed TP/CP/PP communication
+  t_mb = GEMM + attention + memory-bound + recompute + exposed TP/CP/PP communication + exposed activation offload
   tokens/s/GPU = GA · micro_batch · seq / (tp · pp · cp) / step
   MFU = tokens/s/GPU × (6N + 12·L·H·Q·T) / bf16 peak (nanoGPT/torchtitan's convention; FP8 runs are
   reported against the bf16 peak too, so the figures compare).
@@ -66,7 +66,15 @@ def estimate(m: ModelSpec, s: TrainSetup, *, cal: dict | None = None) -> Estimat
     total = sum(bd.values())
     ct = compute_times(m, s, cal)
     cm = comm_times(m, s, ct["attention"])
+    if s.offload_activations >= m.n_layer:
+        raise ValueError(f"--offload-activations {s.offload_activations}: offload fewer blocks than the model's "
+                         f"{m.n_layer} (the last block's activations are needed at once)")
     t_mb = ct["gemm"] + ct["attention"] + ct["memory"] + ct["recompute"] + cm["tp"] + cm["cp"] + cm["pp"]
+    offload_exposed = max(0.0, ct["offload"] - t_mb)
+    if offload_exposed > 0:
+        notes.append(f"activation offload: {ct['offload'] * 1e3:.0f} ms of host transfer per micro-batch vs "
+                     f"{t_mb * 1e3:.0f} ms of compute to hide it under")
+    t_mb += offload_exposed
     n = s.grad_accum
     bubble = (s.pp - 1) / (s.vpp * n) if s.pp > 1 else 0.0
     compute = n * t_mb * (1 + bubble) + ct["optimizer"]
@@ -82,7 +90,7 @@ def estimate(m: ModelSpec, s: TrainSetup, *, cal: dict | None = None) -> Estimat
     mfu = tps * m.flops_per_token(s.seq) / (s.gpu.bf16_tflops * 1e12)
     times = {"gemm": n * ct["gemm"], "attention": n * ct["attention"], "memory_bound": n * ct["memory"],
              "recompute": n * ct["recompute"], "optimizer": ct["optimizer"], "bubble": n * t_mb * bubble,
-             "tp_exposed": n * cm["tp"], "cp_exposed": n * cm["cp"], "pp_p2p": n * cm["pp"], "dp_comm": cm["dp"],
+             "offload_exposed": n * offload_exposed, "tp_exposed": n * cm["tp"], "cp_exposed": n * cm["cp"], "pp_p2p": n * cm["pp"], "dp_comm": cm["dp"],
              "dp_exposed": exposed}
     return Estimate(setup=s, breakdown_gib=bd, memory_gib=total, allocated_gib=t["allocated"] / GIB,
                     reserved_margin_gib=FRAGMENTATION * t["allocated"] / GIB, capacity_gib=s.gpu.mem_gib,

@@ -9,17 +9,20 @@ __all__ = ["explain"]
 _MEM = {
     "params": "weights: fp32 master 4·P/S under FSDP; ZeRO-1/2: 2·P + 4·P/S; DDP: 4·P + 2·P autocast copies "
               "(P after /tp/pp; LoRA: frozen bf16 base)",
-    "grads": "fp32 grads 4·P (/S under ZeRO-2/3), counted as far as they sit on top of the activation peak",
+    "grads": "grads 4·P (bf16 grad buffer: 2·P; /S under ZeRO-2/3), counted as far as they sit on top of the "
+             "activation peak",
     "optimizer": "AdamW m, v: 2·b·P/S (b = 4 fp32, 2 bf16, 1 8-bit; 0 when offloaded)",
-    "activations": "per block s·b·(5h + h+2kv + 3F)·2 bytes /(tp·cp), minus what checkpointing drops; "
-                   "+ logits s·b·V·10 bytes (fused loss: one 1,024-token chunk)",
+    "activations": "per block s·b·(5h + h+2kv + 3F)·2 bytes /(tp·cp) (FP8 storage: 1-byte GEMM inputs), minus "
+                   "what checkpointing/recompute drops and offloaded blocks; + logits (fused loss: one chunk)",
     "other": "FSDP buffers (2 gathered blocks + 1 block of fp32 grads) + 1 GiB CUDA context + 8% fragmentation",
 }
 _TIME = {
     "gemm": "3·2·M·K·N per linear / (peak × e × d/(d+128)); low precision at its peak × lowp_rel, head in bf16",
     "attention": "causal flash attention 3.5 × 2·b·s²·h/(tp·cp) / (bf16 peak × e × attn_rel)",
     "memory_bound": "(12h + 2kv + 3F)·2 bytes ×3 per token per block + FP8 casts + loss, at 80% of HBM",
-    "recompute": "the forward again for checkpointed blocks (full: all, selective: half, selective-op: half the mms)",
+    "recompute": "the forward again for checkpointed blocks (full: all, selective: half, selective-op: half the mms; "
+                 "Megatron: recompute-layers blocks, recompute-modules parts)",
+    "offload_exposed": "activation offload out and back over the host link beyond the micro-batch's compute",
     "optimizer": "32 bytes per parameter of this GPU's shard over HBM (offloaded: PCIe + CPU step)",
     "bubble": "pipeline idle (pp−1)/(vpp·micro-batches)",
     "tp_exposed": "8 all-gathers/reduce-scatters of b·s·h per block over NVLink (async TP: 30% exposed)",

@@ -6,7 +6,8 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               on every rank (2·P_l, Megatron's layout; plain DDP under autocast: fp32 4·P_l + the bf16 copies
               autocast caches for backward, 2·P_l) and the fp32 master in the optimizer (4·P_l / S).
               --pure-bf16: 2 bytes, no master. LoRA: frozen bf16 base (2·P_l, /S under FSDP).
-  grads       fp32 4·P_l (2 with --pure-bf16), /S under ZeRO-2/3 (reduce-scattered).
+  grads       fp32 4·P_l (2 with --pure-bf16 or --grad-dtype bf16, Megatron's grad_reduce_in_fp32=False), /S
+              under ZeRO-2/3 (reduce-scattered); Megatron's distributed optimizer (ZeRO-1) keeps the whole buffer.
   optimizer   AdamW m and v, 2·b·P_l with b = 4 / 2 / 1 (fp32 / bf16 / 8-bit), /S under any ZeRO.
               --offload optimizer moves states and the fp32 master to the CPU; --offload params also the
               weights and grads (FSDP CPUOffloadPolicy), leaving the gathered blocks.
@@ -15,16 +16,29 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               dropout and materialised scores), recounted tensor by tensor for what autograd saves:
                 s·b·(h [norm1 in] + h [qkv in] + (h + 2·kv) [q, k, v] + h [attention out] + h [norm2 in]
                      + h [mlp in] + F·(2 if gated else 1) [fc outs] + F [activation out])
-              / (tp·cp) (sequence parallel, context parallel); FP8 activation storage halves the four
-              GEMM inputs (qkv in, attention out, mlp in, activation out).
+              / (tp·cp) (sequence parallel, context parallel); FP8 activation storage (Transformer Engine)
+              keeps 1-byte copies of the GEMM inputs (qkv in, mlp in, activation out) and of the projection's
+              input beside the 16-bit attention output flash attention keeps (`act_tensors`).
+              Megatron selective recompute (--recompute-modules) drops what the named modules keep:
+              core_attn its output copy, mlp its input, fc outputs and activation, layernorm the norm outputs.
+              Megatron full recompute (--recompute-layers N, block method) keeps only the input of the first
+              N blocks of each (virtual) pipeline chunk, plus one block being recomputed.
+              Activation offload (--offload-activations N, Megatron cpu_offloading_num_layers): N blocks'
+              activations go to the host after their forward; the GPU keeps the rest and one in flight.
               Checkpointing keeps each checkpointed block's input (s·b·h) and recomputes one block at a
               time; selective-op keeps the block input, attention output and every other matmul output.
-              Pipeline 1F1B: the first stage holds pp micro-batches in flight (interleaved: ×(1 + (pp−1)/(pp·v))).
+              Pipeline 1F1B: the first stage holds pp micro-batches in flight; interleaved (Megatron's schedule)
+              its warm-up runs (pp−1)·2 + (v−1)·pp chunk forwards, then one more, cycling over its v chunks
+              pp micro-batches at a time — ×(1 + (pp−1)/(pp·v)) for even chunks (Korthikanti et al.), counted
+              chunk by chunk so a first chunk that also holds the embedding (--embedding-in-pipeline-split) is
+              one block short.
   logits      s·b·V/(tp·cp) × 12 bytes at the start of backward in eager cross-entropy on .float() logits:
               log_softmax's saved fp32 output (4) + the incoming fp32 grad (4) + the grad it produces (4);
               ~12 GB for V = 128K, s = 8192 — why long context on big vocabularies OOMs at the head.
               --loss compiled (torch.compile'd loss, torchtitan's default since 2025): bf16 logits + bf16
-              grad, 4 bytes. --loss fused materialises one 1,024-token chunk at a time.
+              grad, 4 bytes. --loss inplace (Transformer Engine's triton cross-entropy, which Megatron-Bridge's
+              perf recipes use: its backward overwrites the logits with their gradient): 2 bytes.
+              --loss fused materialises one 1,024-token chunk at a time.
   buffers     FSDP: two blocks' parameters all-gathered at once (current + prefetched; compute dtype, 1
               byte with FP8 all-gather) + one block's fp32 gradients before reduce-scatter.
 
@@ -42,7 +56,7 @@ from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["memory_breakdown", "peak_allocated", "GIB", "CONTEXT_BYTES", "FRAGMENTATION", "OPT_BYTES",
-           "act_bytes_per_layer", "lora_params", "terms"]
+           "act_bytes_per_layer", "act_tensors", "recomputed_blocks", "pipeline_blocks_in_flight", "lora_params", "terms"]
 
 GIB = 2**30
 OPT_BYTES = {"fp32": 4, "bf16": 2, "8bit": 1}
@@ -58,21 +72,40 @@ def lora_params(m: ModelSpec, rank: int) -> int:
     return m.n_layer * sum(rank * (a + b) for a, b in shapes)
 
 
-def _act_elems(m: ModelSpec) -> tuple[int, int]:
-    """(elements autograd keeps per token per block, of which GEMM inputs)."""
-    h, F = m.hidden, m.ffn
-    gemm_in = h + h + h + F
-    other = h + (h + 2 * m.kv_dim) + h + F * (2 if m.gated_mlp else 1)
-    return gemm_in + other, gemm_in
+def act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
+    """Bytes autograd keeps per token of one block, by tensor (no checkpointing, before tp·cp division).
+
+    16-bit (fp32: 4 bytes) unless FP8 activation storage is on, where Transformer Engine keeps a 1-byte
+    quantized copy of each GEMM input for the weight gradient (qkv_in, mlp_in, act_out) and, for the output
+    projection, an FP8 copy beside the 16-bit attention output that flash attention keeps for its own backward.
+    Without FP8 storage the projection saves the attention output itself (one storage, counted once)."""
+    h, kv, F = m.hidden, m.kv_dim, m.ffn
+    w = 4 if s.precision == "fp32" else 2
+    q = 1 if (s.fp8_activations and s.low_precision) else w
+    t = {"norm1_in": h * w, "qkv_in": h * q, "qkv": (h + 2 * kv) * w, "attn_out": h * w,
+         "proj_in": h * q if q != w else 0, "norm2_in": h * w, "mlp_in": h * q,
+         "fc_out": F * (2 if m.gated_mlp else 1) * w, "act_out": F * q}
+    # Megatron selective recompute: what each named module no longer keeps (its inputs stay saved).
+    drop = {"core_attn": ("attn_out",) if q != w else (),  # flash attention: q, k, v are the kept inputs
+            "mlp": ("mlp_in", "fc_out", "act_out"),         # the MLP reruns from its input (norm2_in, kept)
+            "layernorm": ("qkv_in", "mlp_in")}              # norm outputs rerun from the norm inputs
+    for mod in s.recompute_modules:
+        for k in drop[mod]:
+            t[k] = 0
+    return t
 
 
 def act_bytes_per_layer(m: ModelSpec, s: TrainSetup) -> float:
-    """Bytes autograd keeps for one block of one micro-batch on one GPU (no checkpointing)."""
-    total, gemm_in = _act_elems(m)
-    width = 4 if s.precision == "fp32" else 2
+    """Bytes autograd keeps for one block of one micro-batch on one GPU (no block checkpointing)."""
     tokens = s.seq * s.micro_batch / (s.tp * s.cp)
-    stored = total * width - (gemm_in * (width - 1) if s.fp8_activations and s.low_precision else 0)
-    return tokens * stored
+    return tokens * sum(act_tensors(m, s).values())
+
+
+def recomputed_blocks(m: ModelSpec, s: TrainSetup) -> float:
+    """Blocks per pipeline stage that Megatron's block-method full recompute checkpoints: the first
+    `recompute_layers` of each of the vpp chunks of n_layer/(pp·vpp) blocks."""
+    chunk = m.n_layer / (s.pp * s.vpp)
+    return min(s.recompute_layers, chunk) * s.vpp
 
 
 def _activations(m: ModelSpec, s: TrainSetup) -> tuple[float, float]:
@@ -82,7 +115,10 @@ def _activations(m: ModelSpec, s: TrainSetup) -> tuple[float, float]:
     tokens = s.seq * s.micro_batch / (s.tp * s.cp)
     block_input = tokens * m.hidden * width
     L = m.n_layer / s.pp
-    if s.checkpointing == "none":
+    if s.recompute_layers:
+        k = recomputed_blocks(m, s)
+        acts = k * block_input + (L - k) * per_layer + per_layer
+    elif s.checkpointing == "none":
         acts = L * per_layer
     elif s.checkpointing == "full":
         acts = L * block_input + per_layer
@@ -93,10 +129,29 @@ def _activations(m: ModelSpec, s: TrainSetup) -> tuple[float, float]:
         h, kv, F = m.hidden, m.kv_dim, m.ffn
         mm_out = h + 2 * kv + h + F * (2 if m.gated_mlp else 1) + h
         acts = L * tokens * (2 * h + mm_out / 2) * width + per_layer
+    if s.offload_activations:
+        # The offloaded blocks leave the GPU after their forward; one block is in flight at a time (TE's
+        # double-buffered offload handler), so the GPU holds the other blocks and one more.
+        n = min(s.offload_activations, L)
+        resident = acts / L
+        acts = (L - n) * resident + resident
     if s.pp > 1:
-        in_flight = min(s.pp, s.grad_accum) * (1 + (s.pp - 1) / (s.pp * s.vpp) if s.vpp > 1 else 1)
-        acts *= max(1.0, in_flight)
+        acts *= pipeline_blocks_in_flight(m, s) / L
     return acts, per_layer
+
+
+def pipeline_blocks_in_flight(m: ModelSpec, s: TrainSetup) -> float:
+    """Block-micro-batches whose activations the first pipeline stage holds at its peak (Megatron's 1F1B and
+    interleaved schedules): the forwards of the warm-up and one more, each on the chunk the schedule cycles to."""
+    chunks = s.pp * s.vpp
+    slots = m.n_layer + (2 if s.embedding_in_pipeline_split else 0)
+    per_chunk = slots / chunks
+    first = per_chunk - (1 if s.embedding_in_pipeline_split else 0)   # rank 0, chunk 0 also holds the embedding
+    if s.vpp == 1:
+        return min(s.pp, s.grad_accum) * first
+    warmup = (s.pp - 1) * 2 + (s.vpp - 1) * s.pp
+    forwards = min(warmup + 1, s.grad_accum * s.vpp)
+    return sum(first if (k // s.pp) % s.vpp == 0 else per_chunk for k in range(forwards))
 
 
 def _logits(m: ModelSpec, s: TrainSetup) -> float:
@@ -104,7 +159,7 @@ def _logits(m: ModelSpec, s: TrainSetup) -> float:
     wide = s.precision == "fp32"
     if s.loss == "fused":
         return min(tokens, LOSS_CHUNK) * m.vocab * 10
-    per = {"standard": 16 if wide else 12, "compiled": 8 if wide else 4}[s.loss]
+    per = {"standard": 16 if wide else 12, "compiled": 8 if wide else 4, "inplace": 4 if wide else 2}[s.loss]
     return tokens * m.vocab * per
 
 
@@ -147,7 +202,8 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
             params = 4 * P + (2 * P if s.precision != "fp32" else 0)  # + autocast's cached 16-bit copies
         else:  # zero1/2: compute copy on every rank, fp32 master sharded with the optimizer
             params = 2 * P + 4 * P / S
-        grads = 4 * P / (S if s.sharding in ("zero2", "fsdp", "hsdp") else 1)
+        grad_b = 2 if s.grad_dtype == "bf16" else 4
+        grads = grad_b * P / (S if s.sharding in ("zero2", "fsdp", "hsdp") else 1)
         opt = 2 * opt_b * P / S
     if s.offload in ("optimizer", "params"):
         opt = 0.0
@@ -161,7 +217,7 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     if zero3 and S > 1 or s.offload == "params":
         gather = 1 if (s.fp8_all_gather and s.low_precision) else (4 if s.precision == "fp32" else 2)
         layer = m.layer_params() / s.tp
-        buffers = 2 * layer * gather + (layer * 4 if not s.lora_rank else 0)
+        buffers = 2 * layer * gather + (layer * (2 if s.grad_dtype == "bf16" else 4) if not s.lora_rank else 0)
     if s.grad_accum > 1 or s.lora_rank:
         peak = acts + logits + grads
     else:  # grads are None while activations peak (set_to_none); they replace activations in backward

@@ -21,7 +21,11 @@ def label(s: TrainSetup) -> str:
     par = "".join(f" {k}{v}" for k, v in (("tp", s.tp), ("pp", s.pp), ("cp", s.cp)) if v > 1)
     extra = "".join(f" · {x}" for x, on in (("offload " + s.offload, s.offload != "none"),
                                               (f"LoRA r{s.lora_rank}", s.lora_rank), ("8-bit Adam", s.optimizer_dtype == "8bit"),
-                                              ("fused loss", s.loss == "fused")) if on)
+                                              ("fused loss", s.loss == "fused"),
+                                              (f"recompute {s.recompute_layers} blocks/chunk", s.recompute_layers),
+                                              ("recompute " + ",".join(s.recompute_modules), s.recompute_modules),
+                                              (f"offload acts of {s.offload_activations} blocks", s.offload_activations))
+                     if on)
     return f"{s.precision} · {s.sharding}{par} · AC {s.checkpointing} · mb {s.micro_batch}{extra}"
 
 
@@ -79,7 +83,7 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
     out = [f"the leanest configuration ({label(s)}) needs {smallest.memory_gib:.1f} GiB per GPU, "
            f"{smallest.memory_gib - smallest.capacity_gib:.1f} GiB over the {smallest.capacity_gib:.0f} GiB of a "
            f"{s.gpu.key}"]
-    full = dataclasses.replace(s, checkpointing="full", micro_batch=1)
+    full = dataclasses.replace(s, checkpointing="full", micro_batch=1, recompute_layers=0, recompute_modules=())
     n = s.gpus_per_node
     tries = [
         (dataclasses.replace(full, loss="fused"), "full checkpointing + fused cross-entropy"),
@@ -87,15 +91,19 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
         (dataclasses.replace(full, optimizer_dtype="8bit", loss="fused"), "8-bit AdamW + fused cross-entropy"),
         (dataclasses.replace(full, offload="optimizer"), "CPU offload of the optimizer (states + step on the CPU)"),
         (dataclasses.replace(full, offload="params"), "FSDP CPU offload of parameters, gradients and states"),
-        (dataclasses.replace(full, tp=n, sharding="fsdp", async_tp=True), f"tensor parallel {n} within the node + FSDP"),
+        (dataclasses.replace(full, tp=min(n, 8), sharding="fsdp", async_tp=True),
+         f"tensor parallel {min(n, 8)} within the node + FSDP"),
         (dataclasses.replace(full, lora_rank=16, sharding="fsdp"), "LoRA rank 16 (frozen bf16 base, fine-tuning only)"),
     ]
     if s.low_precision and not s.fp8_all_gather:
         tries.insert(0, (dataclasses.replace(full, fp8_all_gather=True), "FP8 all-gather"))
     for nodes in (2, 4, 8, 16, 32, 64):
         if nodes > s.nodes:
-            tries.append((dataclasses.replace(full, nodes=nodes, sharding="fsdp"),
-                          f"more GPUs: FSDP over {nodes} nodes ({nodes * n} GPUs)"))
+            try:
+                more = dataclasses.replace(full, nodes=nodes, sharding="fsdp")
+            except ValueError:  # the global batch does not spread over that many data-parallel ranks
+                break
+            tries.append((more, f"more GPUs: FSDP over {nodes} nodes ({nodes * n} GPUs)"))
     found = 0
     for cand, what in tries:
         opt = _option(model, cand, what)
@@ -144,8 +152,9 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
     for ac in checkpointing or ():
         dataclasses.replace(base, checkpointing=ac)
     mbs = micro_batches or ([base.micro_batch] if "micro_batch" in setup else MICRO_BATCHES)
-    cands = _candidates(model, base, precisions, shardings or ("fsdp", "hsdp", "zero1", "none"),
-                        checkpointing or CHECKPOINTING, mbs)
+    # --recompute-layers is Megatron's own choice of what to recompute: search no torch-style checkpointing beside it
+    ckpts = checkpointing or (("none",) if base.recompute_layers else CHECKPOINTING)
+    cands = _candidates(model, base, precisions, shardings or ("fsdp", "hsdp", "zero1", "none"), ckpts, mbs)
     if not cands:
         raise ValueError(f"no configuration to evaluate: global batch {base.global_batch} is not divisible by "
                          f"micro-batch x {base.dp} data-parallel ranks for any micro-batch in {list(mbs)}")

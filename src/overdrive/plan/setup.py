@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from overdrive.env.catalog import GpuSpec
 
 __all__ = ["TrainSetup", "PRECISIONS", "SHARDINGS", "CHECKPOINTING", "OPTIMIZER_DTYPES", "OFFLOADS", "LOSSES",
-           "LOW_PRECISION", "needs_blackwell", "fallback_precision"]
+           "LOW_PRECISION", "RECOMPUTE_MODULES", "GRAD_DTYPES", "needs_blackwell", "fallback_precision"]
 
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp8-rowwise", "mxfp8", "nvfp4")
 LOW_PRECISION = ("fp8", "fp8-rowwise", "mxfp8", "nvfp4")
@@ -23,9 +23,14 @@ SHARDING_ALIASES = {"ddp": "none", "zero3": "fsdp", "zero-3": "fsdp", "zero-1": 
 CHECKPOINTING = ("none", "selective", "selective-op", "full")
 """selective = every 2nd block (torchtitan's 'selective layer'); selective-op = torchtitan's per-op policy
 (keep matmul outputs, every other one, and attention; recompute the cheap ops); full = every block."""
+RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm")
+"""Megatron-Core's selective recompute (`recompute_modules`) for a dense block: core_attn = the attention kernel,
+mlp = the whole MLP from its input, layernorm = the norm outputs. MoE modules (moe_act, moe, shared_experts)
+have nothing to act on in the dense models the planner knows."""
+GRAD_DTYPES = ("fp32", "bf16")
 OPTIMIZER_DTYPES = ("fp32", "bf16", "8bit")
 OFFLOADS = ("none", "optimizer", "params")
-LOSSES = ("standard", "compiled", "fused")
+LOSSES = ("standard", "compiled", "inplace", "fused")
 
 
 def needs_blackwell(precision: str) -> bool:
@@ -77,10 +82,25 @@ class TrainSetup:
     """none | optimizer (states and step on the CPU) | params (FSDP CPU offload of params, grads, states)."""
     loss: str = "standard"
     """standard (eager cross-entropy on fp32 logits) | compiled (torch.compile'd loss, or a fused kernel such
-    as flash-attn's or Megatron's: no fp32 copies) |
+    as flash-attn's: no fp32 copies) | inplace (Transformer Engine's fused cross-entropy, Megatron's
+    cross_entropy_fusion_impl='te': the backward writes the gradient over the 16-bit logits) |
     fused (chunked or fused linear + cross-entropy: one chunk of logits at a time)."""
+    embedding_in_pipeline_split: bool = False
+    """Megatron's account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split: the embedding
+    and the loss each take a block's place when the blocks are split over the pipeline, so the first and the
+    last chunk hold one block fewer."""
     fp8_activations: bool = False
     """Keep the GEMM inputs saved for backward in FP8, as Transformer Engine does."""
+    recompute_layers: int = 0
+    """Megatron full recompute, block method (`recompute_num_layers`): the first N blocks of each (virtual)
+    pipeline chunk keep only their input and run their forward again in backward."""
+    recompute_modules: tuple[str, ...] = ()
+    """Megatron selective recompute of named parts of every block (see RECOMPUTE_MODULES)."""
+    offload_activations: int = 0
+    """Megatron/Transformer Engine activation offload (`cpu_offloading_num_layers`): the activations of N blocks
+    go to host memory after their forward and come back for their backward (weights stay)."""
+    grad_dtype: str = "fp32"
+    """Gradient buffer dtype: fp32, or bf16 as Megatron keeps them with `grad_reduce_in_fp32=False`."""
     lora_rank: int = 0
     """> 0: LoRA on every linear of the blocks, base weights frozen in bf16."""
     fp8_all_gather: bool = False
@@ -112,6 +132,22 @@ class TrainSetup:
         _choice("offload", self.offload, OFFLOADS)
         _choice("loss", self.loss, LOSSES)
         _choice("stack", self.stack, ("torch", "megatron"))
+        _choice("grad-dtype", self.grad_dtype, GRAD_DTYPES)
+        if isinstance(self.recompute_modules, (list, str)):
+            mods = self.recompute_modules.split(",") if isinstance(self.recompute_modules, str) else self.recompute_modules
+            object.__setattr__(self, "recompute_modules", tuple(x.strip() for x in mods if x.strip()))
+        for mod in self.recompute_modules:
+            _choice("recompute-modules", mod, RECOMPUTE_MODULES)
+        for name in ("recompute_layers", "offload_activations"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be a number of blocks >= 0, got {v}")
+        if self.recompute_layers and self.checkpointing != "none":
+            raise ValueError(f"--recompute-layers {self.recompute_layers} and --checkpointing {self.checkpointing} "
+                             "both choose what to recompute: keep one")
+        if self.offload_activations and self.pp > 1:
+            raise ValueError("--offload-activations needs --pp 1 (Megatron has no activation offload with "
+                             "pipeline parallelism)")
         for name in ("gpus_per_node", "nodes", "seq", "micro_batch", "tp", "pp", "vpp", "cp"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:

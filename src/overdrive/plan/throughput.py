@@ -16,7 +16,11 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
               casts read 2 and write 1 byte per element of each GEMM operand, forward and backward
               (3·(2MK + 2KN + MN) bytes); the loss 24 bytes per logit (compiled or fused: 8). At 80% of HBM bandwidth.
   recompute   full: another forward of every block (GEMM, attention, memory-bound); selective (every 2nd
-              block): half of that; selective-op: every other block matmul and the memory-bound forward.
+              block): half of that; selective-op: every other block matmul and the memory-bound forward;
+              Megatron --recompute-layers: the forward of the recomputed blocks; --recompute-modules: the MLP's
+              forward GEMMs and activation (mlp), the attention forward (core_attn), the norms (layernorm).
+  offload     activation offload: the offloaded blocks' bytes out and back over the host link (`HOST_GBS`),
+              on a side stream: only what exceeds the micro-batch's compute is exposed.
   optimizer   AdamW over this GPU's shard: 32 bytes per parameter (read p, g, m, v; write p, m, v; the
               grad-norm pass), once per step. Offloaded: PCIe 6 bytes per parameter at 25 GB/s and a CPU
               step at 1e9 parameters/s per GPU.
@@ -24,10 +28,11 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
 
 from __future__ import annotations
 
+from overdrive.plan.memory import act_bytes_per_layer, recomputed_blocks
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
-__all__ = ["CALIBRATION", "compute_times", "gemm_eff", "peak_tflops", "HBM_EFF", "TILE"]
+__all__ = ["CALIBRATION", "compute_times", "gemm_eff", "peak_tflops", "HBM_EFF", "TILE", "HOST_GBS"]
 
 # Fitted by scripts/plan_calibrate.py on the calibration runs of src/overdrive/plan/published_runs.json
 # (llm-foundry's H100/A100 table and the torchtitan/torchao runs); never on the validation runs.
@@ -40,6 +45,9 @@ CALIBRATION = {
     "megatron_rel": 1.625,
 }
 HBM_EFF = 0.8
+# Host link per GPU, one direction, GB/s, for activation offload: Grace parts reach the CPU over NVLink-C2C
+# (900 GB/s both ways, NVIDIA GB200/GB300 datasheets); others over PCIe at the 25 GB/s used for optimizer offload.
+HOST_GBS = {"gb200": 450.0, "gb300": 450.0, "pcie": 25.0}
 TILE = 128
 NVFP4_BF16_SHARE = 0.16
 QUANT_BYTES = {"fp8": 1.0, "fp8-rowwise": 1.0, "mxfp8": 1.15, "nvfp4": 1.3}
@@ -112,9 +120,24 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
     hbm = s.gpu.hbm_tbs * 1e12 * HBM_EFF
     memory = (ew_bytes + L * quant_b + tok * m.vocab * (24 if s.loss == "standard" else 8)) / hbm
     frac_fwd = {"none": 0.0, "selective": 0.5, "full": 1.0, "selective-op": 0.0}[s.checkpointing]
+    if s.recompute_layers:
+        frac_fwd = recomputed_blocks(m, s) / L
     recompute = frac_fwd * (gemm_block / passes + attn / 3.5 + (ew_bytes / 3 + L * quant_b / 3) / hbm)
     if s.checkpointing == "selective-op":
         recompute = 0.5 * gemm_block / passes + ew_bytes / 3 / hbm
+    if "mlp" in s.recompute_modules:   # the MLP's forward GEMMs and activation again
+        n_mlp = 3 if m.gated_mlp else 2
+        recompute += gemm_block / passes * _gemm_s(block[-n_mlp:], bf16_peak, e, 1) / _gemm_s(block, bf16_peak, e, 1)
+        recompute += L * tok * act * width / hbm
+    if "core_attn" in s.recompute_modules:
+        recompute += attn / 3.5
+    if "layernorm" in s.recompute_modules:
+        recompute += L * tok * 4 * m.hidden * width / hbm   # two norms: read h, write h
+    offload = 0.0
+    if s.offload_activations:
+        # out after the forward, back before the backward, on a side stream (exposed beyond compute: estimate.py)
+        moved = min(s.offload_activations, L) * act_bytes_per_layer(m, s)
+        offload = 2 * moved / (HOST_GBS.get(s.gpu.key, HOST_GBS["pcie"]) * 1e9)
     P_shard = m.n_params() / (s.tp * s.pp) / (s.shards if s.sharding != "none" else 1)
     if s.lora_rank:
         from overdrive.plan.memory import lora_params
@@ -125,4 +148,4 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
     else:
         opt = 32 * P_shard / hbm
     return {"gemm": gemm_block + head, "attention": attn, "memory": memory, "recompute": recompute,
-            "optimizer": opt, "lowp_share": lowp_share}
+            "optimizer": opt, "lowp_share": lowp_share, "offload": offload}
