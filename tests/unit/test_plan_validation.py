@@ -7,7 +7,7 @@ import re
 import pytest
 
 from overdrive.plan import TrainSetup, estimate, get_model
-from overdrive.plan.validation import evaluate, load_runs, markdown_table, summary
+from overdrive.plan.validation import evaluate, load_runs, markdown_table, summary, why_not_fitting
 from overdrive.env import gpu_by_key
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "plan-validation.md")
@@ -73,3 +73,26 @@ def test_blackwell_precision_on_hopper_falls_back_with_a_label():
     e = estimate(get_model("llama3-8b"), TrainSetup(gpu=gpu_by_key("h100"), precision="nvfp4"))
     assert e.setup.precision == "fp8" and e.label == "nvfp4→fp8"
     assert any("not supported on h100-sxm (needs SM 10.x)" in n for n in e.notes)
+
+
+def test_megatron_runs_carry_their_recipe_and_every_completed_run_fits_or_says_why(validation):
+    runs = [r for r in load_runs() if r["id"].startswith("Megatron-Bridge") and r["model"] != "llama3-8b"]
+    assert len(runs) >= 16
+    for r in runs:
+        rec = r["recipe"]
+        assert "@" in rec["file"] and rec["preset"].startswith(("LLAMA3_70B", "LLAMA31_405B")), r["id"]
+        assert r["grad_dtype"] == "bf16" and r["loss"] == "inplace"
+    offload = {r["id"]: r.get("offload_activations", 0) for r in runs}
+    assert offload["Megatron-Bridge 70B 64xgb300 fp8 TP1 PP1 VP1 FSDP"] == 20
+    assert offload["Megatron-Bridge 70B 64xgb200 fp8 TP1 PP1 VP1 FSDP"] == 40
+    doc = open(DOC).read()
+    not_fitting = [r for r in validation + evaluate("calibration") if not r["fits"]]
+    assert len(not_fitting) <= 1
+    for r in not_fitting:
+        assert why_not_fitting(r) in doc
+
+
+def test_b200_rests_on_rated_power_runs_too(validation):
+    rated = [r for r in validation if r["gpu"] == "b200" and "power-limited" not in r["source"]]
+    assert len(rated) >= 3
+    assert max(abs(r["error"]) for r in rated) <= 0.35

@@ -64,7 +64,11 @@ GPU_CATALOG: tuple[GpuSpec, ...] = (
     GpuSpec(key="gb300", name="NVIDIA GB300 (Grace Blackwell Ultra)", match=("gb300",), sm=(10, 3),
             mem_mib=268 * 1024, hbm_tbs=8.0, bf16_tflops=2500, fp8_tflops=5000, fp4_tflops=15000, tf32_tflops=1250,
             fp32_tflops=80, nvlink_gbs=900, source=f"{_NV}: GB300 NVL72 / 72 GPUs",
-            note="288 GB HBM3e = 268 GiB; nvidia-smi figure not yet seen by the project."),
+            note="288 GB HBM3e = 268 GiB; nvidia-smi figure not yet seen by the project. Blackwell Ultra doubles "
+                 "the SFU exponential (MUFU.EX2) throughput softmax runs on (NVIDIA technical blog 'Making Softmax "
+                 "More Efficient with NVIDIA Blackwell Ultra'); up to 1,400 W per GPU against GB200's 1,200 W "
+                 "(reported board power, e.g. glennklockwood.com/garden/processors/B300). Sustained clocks are not "
+                 "published, so the dense peaks stay the NVL72 datasheet's, the same as GB200's."),
     GpuSpec(key="gb200", name="NVIDIA GB200 (Grace Blackwell)", match=("gb200",), sm=(10, 0), mem_mib=189_471,
             hbm_tbs=8.0, bf16_tflops=2500, fp8_tflops=5000, fp4_tflops=10000, tf32_tflops=1250, fp32_tflops=80,
             nvlink_gbs=900, source=f"{_NV}: GB200 NVL72 / 72 GPUs (1,200 W parts)",
@@ -72,7 +76,9 @@ GPU_CATALOG: tuple[GpuSpec, ...] = (
     GpuSpec(key="b300", name="NVIDIA B300 (Blackwell Ultra)", match=("b300",), sm=(10, 3), mem_mib=268 * 1024,
             hbm_tbs=8.0, bf16_tflops=2250, fp8_tflops=4500, fp4_tflops=13500, tf32_tflops=1100, fp32_tflops=75,
             nvlink_gbs=900, source=f"{_NV}: DGX B300 / 8 GPUs",
-            note="288 GB HBM3e = 268 GiB (one conversion: GB -> GiB); BF16 and HBM are the lead figures."),
+            note="288 GB HBM3e = 268 GiB (one conversion: GB -> GiB); BF16 and HBM are the lead figures. Blackwell "
+                 "Ultra: twice B200's SFU exponential throughput (NVIDIA technical blog 'Making Softmax More "
+                 "Efficient with NVIDIA Blackwell Ultra')."),
     GpuSpec(key="b200", name="NVIDIA B200", match=("b200",), sm=(10, 0), mem_mib=183_359, hbm_tbs=8.0,
             bf16_tflops=2250, fp8_tflops=4500, fp4_tflops=9000, tf32_tflops=1100, fp32_tflops=75, nvlink_gbs=900,
             source=f"{_NV}: DGX B200 / 8 GPUs; memory from nvidia-smi on a DGX B200"),

@@ -14,10 +14,11 @@ from overdrive.plan.estimate import estimate
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import MPT_SIZES, get_model, mpt
 
-__all__ = ["load_runs", "predict", "evaluate", "summary", "markdown_table"]
+__all__ = ["load_runs", "predict", "evaluate", "summary", "markdown_table", "why_not_fitting"]
 
 _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "tp", "pp", "vpp", "cp", "checkpointing",
-               "pure_bf16", "fp8_all_gather", "compile", "async_tp", "inter_gbs", "optimizer_dtype", "stack", "loss")
+               "pure_bf16", "fp8_all_gather", "compile", "async_tp", "inter_gbs", "optimizer_dtype", "stack", "loss", "fp8_activations", "grad_dtype", "recompute_layers",
+               "recompute_modules", "offload_activations", "embedding_in_pipeline_split")
 
 
 def load_runs() -> list[dict]:
@@ -36,7 +37,9 @@ def predict(r: dict, cal: dict | None = None) -> dict:
     e = estimate(m, _setup(r), cal=cal)
     out = {"id": r["id"], "role": r["role"], "gpu": r["gpu"], "precision": r["precision"], "published": r["tps"],
            "predicted": e.tokens_per_s_per_gpu, "error": e.tokens_per_s_per_gpu / r["tps"] - 1, "fits": e.fits,
-           "source": r["source"]}
+           "source": r["source"], "memory_gib": e.memory_gib, "capacity_gib": e.capacity_gib,
+           "allocated_gib": e.allocated_gib, "reserved_margin_gib": e.reserved_margin_gib,
+           "breakdown_gib": e.breakdown_gib, "attention_share": e.times["attention"] / e.step_s}
     if r.get("memory_gib"):
         # torchtitan logs max_reserved: the allocator's view (allocated + fragmentation), no CUDA context
         reserved = e.allocated_gib + e.reserved_margin_gib
@@ -68,3 +71,17 @@ def markdown_table(rows: list[dict]) -> str:
         lines.append(f"| {r['id']}{fit} | {r['source']} | {r['published']:,.0f} | {r['predicted']:,.0f} | "
                      f"{100 * r['error']:+.0f}% | {mem} |")
     return "\n".join(lines)
+
+
+def why_not_fitting(r: dict) -> str:
+    """One line for a run planned not to fit: by how much, which terms, and whether `allocated` (what the
+    allocator counter would read) fits without the fragmentation allowance and the CUDA context."""
+    b = r["breakdown_gib"]
+    over = r["memory_gib"] - r["capacity_gib"]
+    names = {"activations": "activations+logits", "other": "buffers+context+fragmentation"}
+    terms = ", ".join(f"{names.get(k, k)} {v:.1f}" for k, v in sorted(b.items(), key=lambda kv: -kv[1]))
+    alloc = r["allocated_gib"]
+    verdict = (f"allocated {alloc:.1f} GiB fits; the {r['reserved_margin_gib']:.1f} GiB fragmentation allowance "
+               f"and 1 GiB CUDA context put it {over:.1f} GiB over" if alloc <= r["capacity_gib"]
+               else f"allocated alone {alloc:.1f} GiB is {alloc - r['capacity_gib']:.1f} GiB over")
+    return f"{r['id']}: needs {r['memory_gib']:.1f} of {r['capacity_gib']:.1f} GiB ({terms}); {verdict}"
