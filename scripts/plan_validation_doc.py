@@ -159,6 +159,9 @@ activation peak with `set_to_none`) with the counter, and reports the reserved-m
 - Communication assumes FSDP2's defaults (reshard after forward, reduce-scatter per micro-batch) hidden
   under compute up to an overlap of 0.9; a configuration that cannot hide it is flagged communication-bound.
 - Pipeline schedules: the 1F1B bubble (pp−1)/(vpp·micro-batches); activation memory of the first stage.
+- Megatron recipes: Megatron-FSDP is planned as FSDP2 (fp32 sharded weights; Megatron-FSDP may also keep a
+  bf16 weight shard); activation offload keeps one block in flight (Transformer Engine's double-buffered
+  handler); the embedding/loss pipeline slots change the first stage's memory, not the time model.
 - Attention FLOPs in MFU use the 12·L·H·Q·T convention (no causal halving), as torchtitan and nanoGPT do;
   the time model counts the causal half.
 """

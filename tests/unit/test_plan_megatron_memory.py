@@ -42,9 +42,10 @@ def test_fp8_storage_keeps_one_byte_gemm_inputs_and_the_16bit_attention_output()
 def test_selective_recompute_drops_what_each_module_keeps(mods, dropped):
     keep = sum(act_tensors(M70, _s(precision="bf16")).values())
     assert keep - sum(act_tensors(M70, _s(precision="bf16", recompute_modules=mods)).values()) == 2 * dropped
-    # with FP8 storage core_attn drops flash's own 16-bit output (the projection keeps its FP8 copy)
-    fp8 = act_tensors(M70, _s(fp8_activations=True, recompute_modules=("core_attn",)))
-    assert fp8["attn_out"] == 0 and fp8["proj_in"] == H
+    # with FP8 storage core_attn drops flash's own 16-bit output (the projection keeps its FP8 copy), and
+    # layernorm drops nothing: the GEMMs keep FP8 copies of the norm outputs, not the outputs themselves
+    fp8 = act_tensors(M70, _s(fp8_activations=True, recompute_modules=("core_attn", "layernorm")))
+    assert fp8["attn_out"] == 0 and fp8["proj_in"] == H and fp8["qkv_in"] == fp8["mlp_in"] == H
 
 
 def test_selective_recompute_is_named_and_costs_time():

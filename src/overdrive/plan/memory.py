@@ -20,7 +20,8 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               keeps 1-byte copies of the GEMM inputs (qkv in, mlp in, activation out) and of the projection's
               input beside the 16-bit attention output flash attention keeps (`act_tensors`).
               Megatron selective recompute (--recompute-modules) drops what the named modules keep:
-              core_attn its output copy, mlp its input, fc outputs and activation, layernorm the norm outputs.
+              core_attn flash's output copy (FP8 storage only), mlp its input, fc outputs and activation,
+              layernorm the 16-bit norm outputs (with FP8 storage the GEMMs keep their own copies).
               Megatron full recompute (--recompute-layers N, block method) keeps only the input of the first
               N blocks of each (virtual) pipeline chunk, plus one block being recomputed.
               Activation offload (--offload-activations N, Megatron cpu_offloading_num_layers): N blocks'
@@ -88,7 +89,8 @@ def act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     # Megatron selective recompute: what each named module no longer keeps (its inputs stay saved).
     drop = {"core_attn": ("attn_out",) if q != w else (),  # flash attention: q, k, v are the kept inputs
             "mlp": ("mlp_in", "fc_out", "act_out"),         # the MLP reruns from its input (norm2_in, kept)
-            "layernorm": ("qkv_in", "mlp_in")}              # norm outputs rerun from the norm inputs
+            # norm outputs rerun from the norm inputs; with FP8 storage the GEMMs keep their own FP8 copies
+            "layernorm": ("qkv_in", "mlp_in") if q == w else ()}
     for mod in s.recompute_modules:
         for k in drop[mod]:
             t[k] = 0
