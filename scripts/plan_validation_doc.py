@@ -31,6 +31,21 @@ def _pair_ratio(rows, a, b):
     return out
 
 
+def _recipe_table(rows):
+    """The Megatron-Bridge runs with a recipe preset: what it set and how the memory comes out."""
+    from overdrive.plan.validation import load_runs
+
+    runs = {r["id"]: r for r in load_runs() if "recipe" in r}
+    lines = ["| run | preset | memory savers the preset sets | planned GiB of capacity | allocated GiB |",
+             "|---|---|---|---:|---:|"]
+    for r in rows:
+        if r["id"] in runs:
+            rec = runs[r["id"]]["recipe"]
+            lines.append(f"| {r['id']} | `{rec['preset']}` | {rec['settings']} | "
+                         f"{r['memory_gib']:.1f} of {r['capacity_gib']:.1f} | {r['allocated_gib']:.1f} |")
+    return "\n".join(lines)
+
+
 def _groups(rows, key):
     g = {}
     for r in rows:
@@ -134,6 +149,8 @@ What the errors say:
   pipeline layers, Transformer Engine keeps FP8 copies of GEMM inputs and its cross-entropy writes the
   gradient over the logits. With those, {fit_note} (the reason for each is given there; the planner adds a
   {100 * FRAGMENTATION:.0f}% fragmentation allowance and 1 GiB of CUDA context to what the allocator counter would read).
+
+{_recipe_table(val)}
 
 ## Calibration runs
 
