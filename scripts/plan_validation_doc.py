@@ -68,7 +68,7 @@ def main():
     ceil = [1 / (1 - a / 2) for a in att]
     high = sum(r["error"] > 0 for r in b200)
     fit_note = ("every completed run fits" if not nofit else
-                f"every completed run fits but the {len(nofit)} listed in the summary")
+                f"every completed run fits but {'one' if len(nofit) == 1 else len(nofit)}, listed in the summary")
     why = "\n".join(f"  - {why_not_fitting(r)}" for r in nofit) or "  - none"
     text = f"""# How far to trust `overdrive plan`
 
@@ -147,8 +147,8 @@ What the errors say:
   offload the activations of 20 (GB300) and 40 (GB200) of 80 blocks (`cpu_offloading_num_layers`), gradients
   are reduced in bf16 (`grad_reduce_in_fp32=False`), the 405B split counts the embedding and the loss as
   pipeline layers, Transformer Engine keeps FP8 copies of GEMM inputs and its cross-entropy writes the
-  gradient over the logits. With those, {fit_note} (the reason for each is given there; the planner adds a
-  {100 * FRAGMENTATION:.0f}% fragmentation allowance and 1 GiB of CUDA context to what the allocator counter would read).
+  gradient over the logits. With those, {fit_note}
+  with its reason (the planner adds a {100 * FRAGMENTATION:.0f}% fragmentation allowance and 1 GiB of CUDA context to what the allocator counter would read).
 
 {_recipe_table(val)}
 
