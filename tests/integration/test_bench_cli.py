@@ -146,3 +146,20 @@ def test_inference_latency_and_export_end_to_end(tmp_path):
         assert (exp / "model.pt2").exists()
     cp = _run("bench", "--workload", "inference", "--slo-ms", "0")
     assert cp.returncode == 2 and "--slo-ms must be positive" in cp.stderr
+
+
+def test_bench_blackwell_presets_show_their_quality_on_cpu(tmp_path):
+    # MXFP8 and NVFP4 run emulated here: no speed, but a loss against the fp32 baseline after the
+    # same parity steps, and a verdict (MXFP8 within the FP8 tolerance on the reference GPT).
+    cp = _run("bench", "--quick", "--steps", "1", "--no-micro", "--configs", "mxfp8,nvfp4", "--out", str(tmp_path))
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    res = json.loads((tmp_path / "results.json").read_text())
+    by = {c["name"]: c for c in res["configs"]}
+    for fmt in ("mxfp8", "nvfp4"):
+        c = by[fmt]
+        assert c["emulated"] and c["speedup"] is None and c["status"] == "ok"
+        assert c["label"] == f"{fmt} → {fmt} emulated (fallback: no SM 10.x GPU)"
+        assert len(c["raw"]["teacher_loss"]) >= res["suite"]["parity_steps"]
+        assert all(m["loss_delta_pct"] is not None for m in c["models"].values()), c.get("not_assessed_reason")
+        assert f"{fmt.upper()} is emulated here" in cp.stdout
+    assert by["mxfp8"]["safe"] is True

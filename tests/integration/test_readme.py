@@ -38,6 +38,7 @@ INSTEAD: dict[str, tuple[str | None, str]] = {
     "make doctor": ("overdrive doctor", "what `make doctor` runs (the venv is this test's Python)"),
     "make test-fast": ("make -n test-fast", "the walk is part of the suite: check the target only"),
     "make test": ("make -n test", "the walk is part of the suite: check the target only"),
+    "make test-all": ("make -n test-all", "the walk is part of the suite: check the target only"),
     ". .venv/bin/activate": (None, "shell state: the walk runs the installed package's Python directly"),
     'make run ARGS="plan --model llama3-8b --gpu h200"': ("overdrive plan --model llama3-8b --gpu h200",
                                                          "what `make run` runs"),
@@ -143,6 +144,12 @@ def test_every_fence_is_tagged():
     for info, _, ln in found:
         if info.split()[0] == "text":
             assert info[4:].strip() in cmds, f"README.md:{ln}: `{info}` must name a README command it shows"
+
+
+def test_the_walk_never_runs_the_suite_it_is_part_of():
+    # `make test*` runs pytest, which would run this walk again: each must be checked, not run.
+    recursive = [c for c in _bash_commands() if re.match(r"make test\b", c) and INSTEAD.get(c, (c,))[0] == c]
+    assert not recursive, f"README commands the walk would run recursively (add them to INSTEAD): {recursive}"
 
 
 def test_the_walk_tables_name_readme_lines():
