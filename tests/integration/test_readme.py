@@ -160,16 +160,22 @@ def test_the_walk_tables_name_readme_lines():
     assert not unused, f"USER_FILES the README never mentions: {unused}"
 
 
-def _columns(line: str) -> list[str]:
-    return [c.strip() for c in re.split(r"\s{2,}|[│┃|]", line) if c.strip()]
+def _header(text: str) -> list[str]:
+    """A printed table's column names: rich's boxed header (a name may wrap over several ┃ lines,
+    joined here), else the first line, split on runs of 2+ spaces."""
+    rows = [ln.strip().strip("┃").split("┃") for ln in text.splitlines() if ln.strip().startswith("┃")]
+    if rows:
+        cols = [" ".join(r[i].strip() for r in rows if i < len(r)).strip() for i in range(len(rows[0]))]
+        return [" ".join(c.split()) for c in cols if c]
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    return [c.strip() for c in re.split(r"\s{2,}|[│|]", first) if c.strip()]
 
 
 def _compare_sample(sample: str, out: str) -> list[str]:
     """The sample's header columns must be the real output's (the figures are the sample's machine's)."""
-    first = next(ln for ln in sample.splitlines() if ln.strip())
-    header = " ".join(out.split())
-    return [f"column {col!r} of the README's sample is not in the output" for col in _columns(first)
-            if " ".join(col.split()) not in header]
+    real = _header(out)
+    return [f"column {col!r} of the README's sample is not in the output (it has {real})"
+            for col in _header(sample) if col not in real]
 
 
 def _compare_printed(snippet: str, out: str) -> list[str]:
@@ -231,3 +237,22 @@ def test_readme_walk(tmp_path):
             if cmd in outputs:
                 failures += [f"{where} (`{cmd}`): {p}" for p in _compare_sample(body, outputs[cmd])]
     assert not failures, "\n\n".join(failures)
+
+
+def test_sample_header_is_read_whether_rich_wraps_it_or_not():
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table()
+    for col in ("config", "step ms (median [p10–p90])", "speedup vs baseline"):
+        t.add_column(escape(col))
+    t.add_row("baseline", "1.0", "1.00x")
+    narrow, wide = Console(width=40, record=True), Console(width=200, record=True)
+    narrow.print(t), wide.print(t)
+    cols = ["config", "step ms (median [p10–p90])", "speedup vs baseline"]
+    printed = wide.export_text()
+    assert _header(narrow.export_text()) == _header(printed) == cols
+    assert _header("config  step ms (median [p10–p90])  speedup vs baseline\nbaseline  1.0  1.00x") == cols
+    assert _compare_sample("config  safe\n", printed) == [
+        f"column 'safe' of the README's sample is not in the output (it has {cols})"]
