@@ -52,6 +52,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from overdrive.report.console import wide_console
     from overdrive.report.plan_view import render_plan, render_sweep, sweep_markdown, write_breakdown_png, write_sweep_png
 
+    if args.markdown and not args.sweep:
+        raise UserError("--markdown goes with --sweep (the plan's own table: --json, or --out for a report)")
+    if args.out and args.sweep:
+        raise UserError(f"--out {args.out} is not with --sweep: use --png for the sweep plot, or drop --sweep")
+    if args.zero and args.sharding:
+        raise UserError(f"--zero {args.zero} and --sharding {args.sharding} both choose the sharding: keep one")
+    if args.calibrate is not None and args.efficiency is not None:
+        raise UserError(f"--calibrate {args.calibrate} and --efficiency {args.efficiency} both set the GEMM "
+                        "efficiency: keep one")
     if args.png:
         _check_writable(args.png)
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
@@ -70,7 +79,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return 0
     try:
         model = _model(args)
-        eff = calibrate_from_bench(args.calibrate) if args.calibrate else args.efficiency
+        eff = calibrate_from_bench(args.calibrate) if args.calibrate is not None else args.efficiency
         gb = args.global_batch
         if args.global_batch_tokens is not None:
             if args.global_batch_tokens < 1 or args.global_batch_tokens % args.seq:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from overdrive.plan.comm import comm_times
 from overdrive.plan.memory import CONTEXT_BYTES, FRAGMENTATION, GIB, memory_breakdown, terms
-from overdrive.plan.setup import TrainSetup, fallback_precision
+from overdrive.plan.setup import TrainSetup, check_layout, fallback_precision
 from overdrive.plan.specs import ModelSpec
 from overdrive.plan.throughput import compute_times
 
@@ -54,6 +54,7 @@ class Estimate:
 
 
 def estimate(m: ModelSpec, s: TrainSetup, *, cal: dict | None = None) -> Estimate:
+    check_layout(m, s)
     notes = []
     asked = s.precision
     fb = fallback_precision(asked, s.gpu)
@@ -66,9 +67,6 @@ def estimate(m: ModelSpec, s: TrainSetup, *, cal: dict | None = None) -> Estimat
     total = sum(bd.values())
     ct = compute_times(m, s, cal)
     cm = comm_times(m, s, ct["attention"])
-    if s.offload_activations >= m.n_layer:
-        raise ValueError(f"--offload-activations {s.offload_activations}: offload fewer blocks than the model's "
-                         f"{m.n_layer} (the last block's activations are needed at once)")
     t_mb = ct["gemm"] + ct["attention"] + ct["memory"] + ct["recompute"] + cm["tp"] + cm["cp"] + cm["pp"]
     offload_exposed = max(0.0, ct["offload"] - t_mb)
     if offload_exposed > 0:

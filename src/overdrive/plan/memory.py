@@ -225,5 +225,5 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     else:  # grads are None while activations peak (set_to_none); they replace activations in backward
         peak = max(acts + logits, grads + per_layer + logits)
     allocated = params + opt + buffers + peak
-    return {"params": params, "grads": grads, "grads_at_peak": peak - acts - logits, "optimizer": opt, "activations": acts, "logits": logits,
+    return {"params": params, "grads": grads, "grads_at_peak": max(0.0, peak - acts - logits), "optimizer": opt, "activations": acts, "logits": logits,
             "buffers": buffers, "allocated": allocated}

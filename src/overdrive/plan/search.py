@@ -8,13 +8,14 @@ import os
 
 from overdrive.env.catalog import GpuSpec, gpu_by_key
 from overdrive.plan.estimate import Estimate, estimate
-from overdrive.plan.setup import CHECKPOINTING, TrainSetup, fallback_precision
-from overdrive.plan.specs import ModelSpec, get_model
+from overdrive.plan.setup import CHECKPOINTING, SHARDING_ALIASES, TrainSetup, check_layout, fallback_precision
+from overdrive.plan.specs import ModelSpec, read_json_file, get_model
 
 __all__ = ["plan", "sweep", "longest_seq", "calibrate_from_bench", "SWEEP_MODELS", "label"]
 
 DEFAULT_PRECISIONS = ("bf16", "fp8", "fp8-rowwise", "mxfp8", "nvfp4")
 MICRO_BATCHES = (1, 2, 4, 8, 16)
+MAX_RESULTS_BYTES = 256 << 20
 
 
 def label(s: TrainSetup) -> str:
@@ -85,28 +86,32 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
            f"{s.gpu.key}"]
     full = dataclasses.replace(s, checkpointing="full", micro_batch=1, recompute_layers=0, recompute_modules=())
     n = s.gpus_per_node
+    def alt(**kw):  # None where the change is not a valid setup here (e.g. a tp the GPU count refuses)
+        try:
+            return dataclasses.replace(full, **kw)
+        except ValueError:
+            return None
+
     tries = [
-        (dataclasses.replace(full, loss="fused"), "full checkpointing + fused cross-entropy"),
-        (dataclasses.replace(full, optimizer_dtype="8bit"), "8-bit AdamW states (bitsandbytes/torchao)"),
-        (dataclasses.replace(full, optimizer_dtype="8bit", loss="fused"), "8-bit AdamW + fused cross-entropy"),
-        (dataclasses.replace(full, offload="optimizer"), "CPU offload of the optimizer (states + step on the CPU)"),
-        (dataclasses.replace(full, offload="params"), "FSDP CPU offload of parameters, gradients and states"),
-        (dataclasses.replace(full, tp=min(n, 8), sharding="fsdp", async_tp=True),
-         f"tensor parallel {min(n, 8)} within the node + FSDP"),
-        (dataclasses.replace(full, lora_rank=16, sharding="fsdp"), "LoRA rank 16 (frozen bf16 base, fine-tuning only)"),
+        (alt(loss="fused"), "full checkpointing + fused cross-entropy"),
+        (alt(optimizer_dtype="8bit"), "8-bit AdamW states (bitsandbytes/torchao)"),
+        (alt(optimizer_dtype="8bit", loss="fused"), "8-bit AdamW + fused cross-entropy"),
+        (alt(offload="optimizer"), "CPU offload of the optimizer (states + step on the CPU)"),
+        (alt(offload="params", sharding="fsdp"), "FSDP CPU offload of parameters, gradients and states"),
+        (alt(tp=min(n, 8), sharding="fsdp", async_tp=True), f"tensor parallel {min(n, 8)} within the node + FSDP"),
+        (alt(lora_rank=16, sharding="fsdp"), "LoRA rank 16 (frozen bf16 base, fine-tuning only)"),
     ]
     if s.low_precision and not s.fp8_all_gather:
-        tries.insert(0, (dataclasses.replace(full, fp8_all_gather=True), "FP8 all-gather"))
+        tries.insert(0, (alt(fp8_all_gather=True), "FP8 all-gather"))
     for nodes in (2, 4, 8, 16, 32, 64):
         if nodes > s.nodes:
-            try:
-                more = dataclasses.replace(full, nodes=nodes, sharding="fsdp")
-            except ValueError:  # the global batch does not spread over that many data-parallel ranks
+            more = alt(nodes=nodes, sharding="fsdp")
+            if more is None:  # the global batch does not spread over that many data-parallel ranks
                 break
             tries.append((more, f"more GPUs: FSDP over {nodes} nodes ({nodes * n} GPUs)"))
     found = 0
     for cand, what in tries:
-        opt = _option(model, cand, what)
+        opt = _option(model, cand, what) if cand else None
         if opt and (opt[1].fits or not what.startswith("more GPUs")):
             out.append(opt[0])
             found += opt[1].fits
@@ -152,9 +157,19 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
     for ac in checkpointing or ():
         dataclasses.replace(base, checkpointing=ac)
     mbs = micro_batches or ([base.micro_batch] if "micro_batch" in setup else MICRO_BATCHES)
-    # --recompute-layers is Megatron's own choice of what to recompute: search no torch-style checkpointing beside it
-    ckpts = checkpointing or (("none",) if base.recompute_layers else CHECKPOINTING)
-    cands = _candidates(model, base, precisions, shardings or ("fsdp", "hsdp", "zero1", "none"), ckpts, mbs)
+    # --recompute-layers/-modules are Megatron's own choice of what to recompute: no torch-style checkpointing beside
+    ckpts = checkpointing or (("none",) if base.recompute_layers or base.recompute_modules else CHECKPOINTING)
+    # parameter offload is FSDP's (CPUOffloadPolicy): search only the shardings that have it
+    shardings = shardings or (("fsdp", "hsdp") if base.offload == "params" else ("fsdp", "hsdp", "zero1", "none"))
+    runs_here = [p for p in precisions if len(precisions) == 1 or not fallback_precision(p, g)]
+    if not runs_here:
+        raise ValueError(f"none of --precision {','.join(precisions)} runs on {g.key}: ask for one alone to plan "
+                         "what it falls back to, or add one this GPU runs (bf16, fp8)")
+    if base.nodes == 1 and all(SHARDING_ALIASES.get(sh, sh) == "hsdp" for sh in shardings):
+        raise ValueError("--sharding hsdp needs --nodes > 1 (FSDP within a node, replicas across nodes): "
+                         "use fsdp on one node")
+    check_layout(model, base)  # before the search: one message for the layout, not one per candidate
+    cands = _candidates(model, base, precisions, shardings, ckpts, mbs)
     if not cands:
         raise ValueError(f"no configuration to evaluate: global batch {base.global_batch} is not divisible by "
                          f"micro-batch x {base.dp} data-parallel ranks for any micro-batch in {list(mbs)}")
@@ -214,14 +229,23 @@ def sweep(models=SWEEP_MODELS, gpus=("b200", "b300"), precisions=("fp8", "bf16",
 def calibrate_from_bench(path: str) -> float:
     """GEMM efficiency from our own bench: the best measured bf16 MFU (vs the BF16 peak) in results.json."""
     p = os.path.join(path, "results.json") if os.path.isdir(path) else path
+    if not os.path.exists(p):
+        raise ValueError(f"--calibrate {path}: no bench results.json there: pass one an overdrive bench run wrote")
     try:
-        with open(p) as f:
-            res = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"--calibrate {path}: cannot read a bench results.json ({e})") from None
-    mfus = [m.get("mfu_bf16_peak") for c in res.get("configs", []) if c.get("precision") == "bf16" and c.get("safe")
+        res = read_json_file(p, "a bench results.json", limit=MAX_RESULTS_BYTES)
+    except ValueError as e:
+        raise ValueError(f"--calibrate {e}") from None
+    configs = res.get("configs", []) if isinstance(res, dict) else None
+    if not isinstance(configs, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("models", {}), dict)
+            and all(isinstance(m, dict) for m in c.get("models", {}).values()) for c in configs):
+        raise ValueError(f"--calibrate {path} is not a bench results.json (configs of models expected): pass one "
+                         "an overdrive bench run wrote")
+    mfus = [m.get("mfu_bf16_peak") for c in configs if c.get("precision") == "bf16" and c.get("safe")
             for m in c.get("models", {}).values()]
-    mfus = [x for x in mfus if x]
+    # a fraction of peak, nothing else: a string, a bool or NaN would become a silent efficiency of 1
+    mfus = [x for x in mfus if isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x <= 1]
     if not mfus:
-        raise ValueError(f"--calibrate {path}: no bf16 configuration with a measured MFU (a GPU bench run is needed)")
-    return min(1.0, max(mfus))
+        raise ValueError(f"--calibrate {path}: no bf16 configuration with a measured MFU in (0, 1] (a GPU bench run "
+                         "is needed)")
+    return max(mfus)

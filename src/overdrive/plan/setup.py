@@ -6,12 +6,15 @@ names the problem and the fix (ValueError; the CLI turns it into exit code 2).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from overdrive.env.catalog import GpuSpec
+from overdrive.plan.specs import ModelSpec
 
 __all__ = ["TrainSetup", "PRECISIONS", "SHARDINGS", "CHECKPOINTING", "OPTIMIZER_DTYPES", "OFFLOADS", "LOSSES",
-           "LOW_PRECISION", "RECOMPUTE_MODULES", "GRAD_DTYPES", "needs_blackwell", "fallback_precision"]
+           "LOW_PRECISION", "RECOMPUTE_MODULES", "GRAD_DTYPES", "needs_blackwell", "fallback_precision",
+           "check_layout", "MAX_COUNT"]
 
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp8-rowwise", "mxfp8", "nvfp4")
 LOW_PRECISION = ("fp8", "fp8-rowwise", "mxfp8", "nvfp4")
@@ -28,6 +31,8 @@ RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm")
 mlp = the whole MLP from its input, layernorm = the norm outputs. MoE modules (moe_act, moe, shared_experts)
 have nothing to act on in the dense models the planner knows."""
 GRAD_DTYPES = ("fp32", "bf16")
+MAX_COUNT = 1 << 40
+"""Largest sequence, batch or GPU count accepted: every product of them stays an exact, finite float."""
 OPTIMIZER_DTYPES = ("fp32", "bf16", "8bit")
 OFFLOADS = ("none", "optimizer", "params")
 LOSSES = ("standard", "compiled", "inplace", "fused")
@@ -142,6 +147,10 @@ class TrainSetup:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be a number of blocks >= 0, got {v}")
+        if self.recompute_modules and self.checkpointing != "none":
+            # Megatron recomputes either named parts of every block or whole blocks; both would count twice
+            raise ValueError(f"--recompute-modules {','.join(self.recompute_modules)} and --checkpointing "
+                             f"{self.checkpointing} both choose what to recompute: keep one")
         if self.recompute_layers and self.checkpointing != "none":
             raise ValueError(f"--recompute-layers {self.recompute_layers} and --checkpointing {self.checkpointing} "
                              "both choose what to recompute: keep one")
@@ -150,8 +159,15 @@ class TrainSetup:
                              "pipeline parallelism)")
         for name in ("gpus_per_node", "nodes", "seq", "micro_batch", "tp", "pp", "vpp", "cp"):
             v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {v}")
+        for name in ("gpus_per_node", "nodes", "seq", "micro_batch", "global_batch", "lora_rank"):
+            v = getattr(self, name)
+            if v is not None and v > MAX_COUNT:
+                raise ValueError(f"--{name.replace('_', '-')} {v} is too large (at most {MAX_COUNT:,})")
+        if self.offload == "params" and self.sharding not in ("fsdp", "hsdp"):
+            raise ValueError(f"--offload params needs FSDP (--zero 3 or --sharding fsdp/hsdp), not {self.sharding}: "
+                             "parameters are offloaded per shard; with ZeRO-1/2 or DDP use --offload optimizer")
         if self.lora_rank < 0:
             raise ValueError(f"--lora-rank must be >= 0, got {self.lora_rank}")
         if self.global_batch is not None and self.global_batch < 1:
@@ -162,7 +178,7 @@ class TrainSetup:
             raise ValueError(f"overlap is a fraction in [0, 1], got {self.overlap}")
         for name in ("intra_gbs", "inter_gbs"):
             v = getattr(self, name)
-            if v is not None and v <= 0:
+            if v is not None and not (0 < v < math.inf):
                 raise ValueError(f"--{name.replace('_', '-')} must be a positive bandwidth in GB/s, got {v}")
         if self.world % (self.tp * self.pp * self.cp):
             raise ValueError(f"tp {self.tp} x pp {self.pp} x cp {self.cp} does not divide the {self.world} GPUs")
@@ -205,3 +221,30 @@ class TrainSetup:
     @property
     def low_precision(self) -> bool:
         return self.precision in LOW_PRECISION
+
+
+def check_layout(m: ModelSpec, s: TrainSetup) -> None:
+    """What the parallel layout and the memory savers ask of this model's shape (ValueError, with the fix)."""
+    if m.n_head % s.tp or m.ffn % s.tp:
+        raise ValueError(f"--tp {s.tp} does not divide the {m.n_head} attention heads and the FFN size {m.ffn} of "
+                         f"{m.name}: pick a tp that divides both")
+    if m.n_kv_head % s.tp and s.tp % m.n_kv_head:
+        # fewer KV heads than ranks is fine (each KV head is replicated), a split head is not
+        raise ValueError(f"--tp {s.tp} neither divides nor is a multiple of the {m.n_kv_head} KV heads of {m.name}")
+    chunks = s.pp * s.vpp
+    # with the embedding and the loss in the split they take a block's place each (Megatron's 405B: 128 chunks)
+    slots = m.n_layer + (2 if s.embedding_in_pipeline_split else 0)
+    if chunks > slots:
+        raise ValueError(f"--pp {s.pp} x --vpp {s.vpp} = {chunks} pipeline chunks for the {m.n_layer} blocks of "
+                         f"{m.name}: every chunk needs a block, use fewer stages")
+    per_chunk = math.ceil(slots / chunks)
+    if s.recompute_layers > per_chunk:
+        where = f"each of the {chunks} pipeline chunks" if chunks > 1 else m.name
+        raise ValueError(f"--recompute-layers {s.recompute_layers} exceeds the {per_chunk} blocks of {where}: "
+                         f"use at most {per_chunk} (all of them = --checkpointing full)")
+    if s.offload_activations >= m.n_layer:
+        raise ValueError(f"--offload-activations {s.offload_activations}: offload fewer blocks than the model's "
+                         f"{m.n_layer} (the last block's activations are needed at once)")
+    if s.lora_rank > m.hidden:
+        raise ValueError(f"--lora-rank {s.lora_rank} is above the hidden size {m.hidden} of {m.name}: a LoRA rank "
+                         "is small (8-256)")

@@ -4,10 +4,13 @@ custom dims, or a Hugging Face config.json."""
 from __future__ import annotations
 
 import json
+import math
 import os
+import stat
 from dataclasses import dataclass
 
-__all__ = ["ModelSpec", "MODEL_PRESETS", "get_model", "model_from_hf_config", "mpt", "MPT_SIZES"]
+__all__ = ["ModelSpec", "MODEL_PRESETS", "get_model", "model_from_hf_config", "mpt", "MPT_SIZES", "MAX_DIM",
+           "read_json_file"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,6 +30,18 @@ class ModelSpec:
     """Rows of a learned position table (GPT-2 style); 0 for RoPE."""
     bias: bool = False
     """Linear and LayerNorm biases (GPT-2 style); Llama has none."""
+
+    def __post_init__(self):
+        # Refuse shapes no model has before they turn into zero divisions, NaN or float overflow downstream.
+        for name in ("n_layer", "hidden", "n_head", "n_kv_head", "ffn", "vocab"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"model {name} must be a positive integer, got {v!r}")
+            if v > MAX_DIM:
+                raise ValueError(f"model {name} {v} is too large (at most {MAX_DIM:,}): check the model's shape")
+        if self.hidden % self.n_head or self.n_head % self.n_kv_head:
+            raise ValueError(f"model hidden {self.hidden} must divide by heads {self.n_head}, and heads "
+                             f"{self.n_head} by kv heads {self.n_kv_head}: fix the model's shape")
 
     @property
     def head_dim(self) -> int:
@@ -62,6 +77,13 @@ class ModelSpec:
     def flops_per_token(self, seq: int) -> int:
         """6N + 12·L·H·Q·T (see overdrive.bench.flops)."""
         return 6 * self.n_params_matmul() + 12 * self.n_layer * self.n_head * self.head_dim * seq
+
+
+MAX_DIM = 1 << 24
+"""Largest layer count, width, head count or vocabulary accepted (16.7M: far beyond any model, small enough
+that every byte and FLOP count stays a finite float)."""
+MAX_CONFIG_BYTES = 16 << 20
+"""A Hugging Face config.json is a few KB; a bigger file is not one (and /dev/zero would never end)."""
 
 
 def _llama(name, L, h, heads, kv, ffn, tied, vocab=128256):
@@ -135,30 +157,68 @@ def _hf_name(path: str, c: dict) -> str:
     return f"{c.get('model_type', 'hf')}-{L}L-{h}d"
 
 
+def read_json_file(path: str, what: str, *, limit: int = MAX_CONFIG_BYTES):
+    """json.load of a regular file of at most `limit` bytes; ValueError (one line, with the fix) otherwise."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path} is not a regular file: pass {what}")
+        if st.st_size > limit:
+            raise ValueError(f"{path} is too large ({st.st_size:,} bytes) to be {what}")
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a text JSON file: pass {what}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}): pass {what}") from None
+    except RecursionError:
+        raise ValueError(f"{path} is nested too deeply to be {what}") from None
+    except OSError as e:
+        raise ValueError(f"{path} cannot be read ({e.strerror}): pass {what}") from None
+
+
+def _dim(path: str, key: str, v) -> int:
+    """A config's integer field: ints, or floats with no fraction (some exporters write 32.0); nothing else."""
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        if v > MAX_DIM:
+            raise ValueError(f"{path}: {key} {v:g} is too large (at most {MAX_DIM:,}): fix the config.json")
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{path}: {key} must be a positive integer, got {v!r}: fix the config.json")
+    return v
+
+
 def model_from_hf_config(path: str) -> ModelSpec:
     if not os.path.exists(path):
         raise ValueError(f"{path} does not exist: pass a Hugging Face config.json")
     if os.path.isdir(path):
         raise ValueError(f"{path} is a directory: pass the config.json inside it")
-    try:
-        with open(path) as f:
-            c = json.load(f)
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not a text JSON file: pass a Hugging Face config.json") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON ({e.msg} at line {e.lineno})") from None
+    c = read_json_file(path, "a Hugging Face config.json")
     if not isinstance(c, dict):
         raise ValueError(f"{path} is not a Hugging Face config (a JSON object expected)")
-    g = lambda *keys, default=None: next((c[k] for k in keys if k in c), default)  # noqa: E731
-    L, h = g("num_hidden_layers", "n_layer"), g("hidden_size", "n_embd", "d_model")
-    heads = g("num_attention_heads", "n_head")
-    if not (L and h and heads):
+
+    def g(*keys, default=None):
+        """(key found, value): the first of `keys` present, else the default under the first key's name."""
+        return next(((k, c[k]) for k in keys if k in c), (keys[0], default))
+
+    (kl, L), (kh, h), (kn, heads) = g("num_hidden_layers", "n_layer"), g("hidden_size", "n_embd", "d_model"), \
+        g("num_attention_heads", "n_head")
+    if L is None or h is None or heads is None:
         raise ValueError(f"{path}: needs num_hidden_layers, hidden_size and num_attention_heads (or GPT-2's "
                          "n_layer, n_embd, n_head)")
-    gated = c.get("model_type", "llama") not in ("gpt2", "gpt_neox", "opt", "gptj")
-    ffn = g("intermediate_size", "n_inner", "ffn_dim") or 4 * h
-    return ModelSpec(name=_hf_name(path, c), n_layer=int(L),
-                     hidden=int(h), n_head=int(heads), n_kv_head=int(g("num_key_value_heads", default=heads)),
-                     ffn=int(ffn), vocab=int(g("vocab_size", default=32000)),
-                     tied=bool(g("tie_word_embeddings", default=not gated)), gated_mlp=gated,
-                     learned_pos=int(g("n_positions", default=0)) if not gated else 0)
+    L, h, heads = _dim(path, kl, L), _dim(path, kh, h), _dim(path, kn, heads)
+    model_type = c.get("model_type", "llama")
+    gated = model_type not in ("gpt2", "gpt_neox", "opt", "gptj")
+    kf, ffn = g("intermediate_size", "n_inner", "ffn_dim")
+    ffn = 4 * h if ffn is None else _dim(path, kf, ffn)   # GPT-2 writes n_inner: null for 4·h
+    kv = _dim(path, *g("num_key_value_heads", default=heads))
+    vocab = _dim(path, *g("vocab_size", default=32000))
+    kt, tied = g("tie_word_embeddings", default=not gated)
+    if not isinstance(tied, bool):
+        raise ValueError(f"{path}: tie_word_embeddings must be true or false, got {tied!r}: fix the config.json")
+    pos = _dim(path, "n_positions", c["n_positions"]) if not gated and "n_positions" in c else 0
+    try:
+        return ModelSpec(name=_hf_name(path, c), n_layer=L, hidden=h, n_head=heads, n_kv_head=kv, ffn=ffn,
+                         vocab=vocab, tied=tied, gated_mlp=gated, learned_pos=pos)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None

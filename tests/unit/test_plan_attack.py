@@ -1,0 +1,185 @@
+"""`overdrive plan` under hostile or careless input: every refusal is one line with exit code 2 (never a
+traceback, never a hang), every accepted combination gives finite, non-negative numbers."""
+
+import json
+import math
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from overdrive.cli import main
+
+LLAMA = {"num_hidden_layers": 16, "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 8,
+         "intermediate_size": 8192, "vocab_size": 128256}
+
+
+@pytest.fixture
+def run(capsys):
+    def _run(*a):
+        try:
+            rc = main(["plan", *a])
+        except SystemExit as e:
+            rc = e.code
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
+    return _run
+
+
+def _refused(cp, needle):
+    assert cp.returncode == 2, (cp.returncode, cp.stderr, cp.stdout[:300])
+    lines = cp.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("overdrive: error: "), cp.stderr
+    assert re.search(needle, lines[0]), lines[0]
+
+
+def _numbers(x):
+    if isinstance(x, dict):
+        for v in x.values():
+            yield from _numbers(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from _numbers(v)
+    elif isinstance(x, (int, float)) and not isinstance(x, bool):
+        yield x
+
+
+@pytest.mark.parametrize("cfg, needle", [
+    ({**LLAMA, "num_hidden_layers": "abc"}, "num_hidden_layers must be a positive integer, got 'abc'"),
+    ({**LLAMA, "num_hidden_layers": 1e300}, "num_hidden_layers .* too large"),
+    ({**LLAMA, "num_hidden_layers": [16]}, "num_hidden_layers must be a positive integer"),
+    ({**LLAMA, "num_hidden_layers": 16.5}, "num_hidden_layers must be a positive integer, got 16.5"),
+    ({**LLAMA, "num_hidden_layers": True}, "num_hidden_layers must be a positive integer, got True"),
+    ({**LLAMA, "num_hidden_layers": -4}, "num_hidden_layers must be a positive integer, got -4"),
+    ({**LLAMA, "vocab_size": None}, "vocab_size must be a positive integer, got None"),
+    ({**LLAMA, "vocab_size": -5}, "vocab_size must be a positive integer, got -5"),
+    ({**LLAMA, "intermediate_size": 0}, "intermediate_size must be a positive integer, got 0"),
+    ({**LLAMA, "num_key_value_heads": 0}, "num_key_value_heads must be a positive integer, got 0"),
+    ({**LLAMA, "num_key_value_heads": 7}, "heads 32 .* kv heads 7"),
+    ({**LLAMA, "num_attention_heads": 30}, "hidden 2048 .* heads 30"),
+    ({**LLAMA, "tie_word_embeddings": "false"}, "tie_word_embeddings must be true or false"),
+])
+def test_hostile_hf_config_refused_naming_the_key(run, tmp_path, cfg, needle):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    cp = run("--model", str(p), "--seq", "2048")
+    _refused(cp, needle)
+    assert str(p) in cp.stderr
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('{"num_hidden_layers": Infinity, "hidden_size": 2048, "num_attention_heads": 32}', "num_hidden_layers"),
+    ('{"num_hidden_layers": NaN, "hidden_size": 2048, "num_attention_heads": 32}', "num_hidden_layers"),
+    ("[" * 100000, "nested too deeply|not valid JSON"),
+])
+def test_hf_config_non_standard_json_refused(run, tmp_path, text, needle):
+    p = tmp_path / "config.json"
+    p.write_text(text)
+    _refused(run("--model", str(p)), needle)
+
+
+def test_hf_config_from_a_device_or_huge_file_refused_without_reading_it(run, tmp_path):
+    _refused(run("--model", "/dev/zero"), "not a regular file")
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(64 << 20)  # sparse: no disk used
+    _refused(run("--model", str(big)), "too large")
+
+
+@pytest.mark.parametrize("res, needle", [
+    ([1], "not a bench results.json"),
+    ({"configs": 5}, "not a bench results.json"),
+    ({"configs": [5]}, "not a bench results.json"),
+    ({"configs": [{"precision": "bf16", "safe": True, "models": [1, 2]}]}, "not a bench results.json"),
+    ({"configs": [{"precision": "bf16", "safe": True, "models": {"a": 5}}]}, "not a bench results.json"),
+    ({"configs": [{"precision": "bf16", "safe": True, "models": {"a": {"mfu_bf16_peak": "0.5"}}}]}, "no bf16"),
+    ({"configs": [{"precision": "bf16", "safe": True, "models": {"a": {"mfu_bf16_peak": True}}}]}, "no bf16"),
+    ({"configs": [{"precision": "bf16", "safe": True, "models": {"a": {"mfu_bf16_peak": 1.7}}}]}, "no bf16"),
+])
+def test_foreign_calibration_file_refused(run, tmp_path, res, needle):
+    p = tmp_path / "results.json"
+    p.write_text(json.dumps(res))
+    _refused(run("--calibrate", str(p)), needle)
+
+
+def test_calibration_nan_and_binary_refused(run, tmp_path):
+    p = tmp_path / "results.json"
+    p.write_text('{"configs": [{"precision": "bf16", "safe": true, "models": {"a": {"mfu_bf16_peak": NaN}}}]}')
+    _refused(run("--calibrate", str(p)), "no bf16")
+    p.write_bytes(bytes(range(128, 256)) * 4)
+    _refused(run("--calibrate", str(p)), "--calibrate .*not a text JSON")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--tp", "3", "--gpus", "3"], "--tp 3 does not divide the 32 attention heads"),
+    (["--tp", "5", "--gpus", "5"], "--tp 5 does not divide"),
+    (["--model", "llama3-1b", "--pp", "32", "--nodes", "4"], "32 pipeline chunks .* 16 blocks"),
+    (["--model", "llama3-1b", "--pp", "8", "--vpp", "4"], "32 pipeline chunks .* 16 blocks"),
+    (["--model", "llama3-1b", "--recompute-layers", "100"], "--recompute-layers 100 .* 16 blocks"),
+    (["--model", "llama3-1b", "--pp", "4", "--recompute-layers", "5"], "--recompute-layers 5 .* 4 blocks"),
+    (["--lora-rank", "100000000"], "--lora-rank 100000000 .* hidden size 4096"),
+    (["--intra-gbs", "nan"], "--intra-gbs must be a positive"),
+    (["--inter-gbs", "inf"], "--inter-gbs must be a positive"),
+    (["--seq", str(10**40)], "--seq .* too large"),
+    (["--micro-batch", str(10**40)], "--micro-batch .* too large"),
+    (["--layers", str(10**30), "--hidden", "64", "--heads", "4"], "too large"),
+    (["--zero", "1", "--offload", "params"], "--offload params needs"),
+    (["--sharding", "none", "--offload", "params"], "--offload params needs"),
+    (["--zero", "1", "--sharding", "fsdp"], "--zero 1 and --sharding fsdp"),
+    (["--recompute-modules", "mlp", "--checkpointing", "full"], "--recompute-modules .* --checkpointing full"),
+    (["--precision", "mxfp8,nvfp4", "--gpu", "h100-sxm"], "none of --precision mxfp8,nvfp4 runs on h100-sxm"),
+    (["--sharding", "hsdp"], "--sharding hsdp needs --nodes > 1"),
+    (["--markdown"], "--markdown goes with --sweep"),
+    (["--sweep", "--out", "x"], "--out .* not with --sweep"),
+])
+def test_impossible_layouts_refused(run, args, needle):
+    _refused(run(*args), needle)
+
+
+def test_calibrate_and_efficiency_conflict(run, tmp_path):
+    p = tmp_path / "results.json"
+    p.write_text(json.dumps({"configs": [{"precision": "bf16", "safe": True,
+                                          "models": {"a": {"mfu_bf16_peak": 0.45}}}]}))
+    assert run("--calibrate", str(p), "--seq", "2048", "--json").returncode == 0
+    _refused(run("--calibrate", str(p), "--efficiency", "0.3"), "--calibrate .* --efficiency")
+
+
+@pytest.mark.parametrize("args", [
+    ["--offload", "params"],                      # searches only the shardings that can offload parameters
+    ["--model", "llama3-70b", "--offload", "params", "--seq", "65536"],  # nothing fits: suggestions still plan
+    ["--recompute-modules", "core_attn,mlp,layernorm"],
+    ["--model", "llama3-1b", "--recompute-layers", "16", "--offload-activations", "15"],
+    ["--model", "llama3-405b", "--gpus", "8", "--nodes", "32", "--tp", "8", "--pp", "8", "--vpp", "2",
+     "--embedding-in-pipeline-split", "--recompute-layers", "8", "--global-batch", "64", "--micro-batch", "1"],
+    ["--zero", "3", "--offload", "params", "--lora-rank", "16"],
+    ["--tp", "16", "--gpus", "16"],               # 8 KV heads replicated over 16 ranks
+    ["--cp", "8", "--seq", "8"],
+    ["--layers", str(2**20), "--hidden", "64", "--heads", "4"],
+])
+def test_accepted_combinations_give_sane_numbers(run, args):
+    cp = run(*args, "--json")
+    assert cp.returncode == 0, cp.stderr
+    r = json.loads(cp.stdout)
+    for c in r["candidates"]:
+        vals = list(_numbers({k: v for k, v in c.items() if k != "headroom_gib"}))
+        assert all(math.isfinite(v) and v >= 0 for v in vals), c
+    if "--offload" in args:
+        assert {c["sharding"] for c in r["candidates"]} <= {"fsdp", "hsdp"}
+
+
+@pytest.mark.parametrize("args", [
+    ["--precision", "mxfp8", "--gpu", "h100-sxm"],
+    ["--model", "llama3-70b", "--gpus", "8", "--nodes", "8", "--pp", "4", "--vpp", "5", "--global-batch", "64",
+     "--zero", "1", "--recompute-modules", "mlp,layernorm", "--grad-dtype", "bf16", "--loss", "inplace"],
+    ["--model", "llama3-70b", "--seq", "65536", "--micro-batch", "1"],   # nothing fits: explains candidate 0
+])
+def test_explain_agrees_with_the_table(run, args):
+    r = json.loads(run(*args, "--json").stdout)
+    top = r["top"] or r["candidates"][0]
+    cp = run(*args, "--explain")
+    assert cp.returncode == 0, cp.stderr
+    total = re.search(r"total\s+([\d.]+) GiB", cp.stdout)
+    assert total and abs(float(total.group(1)) - top["memory_gib"]) < 0.01, (total, top["memory_gib"])
+    step = re.search(r"step\s+([\d.]+) ms -> ([\d,]+) tokens/s", cp.stdout)
+    assert abs(float(step.group(1)) - 1e3 * top["step_s"]) < 0.1
+    assert top["label"] in cp.stdout
