@@ -172,6 +172,10 @@ def test_accepted_combinations_give_sane_numbers(run, args):
     ["--model", "llama3-70b", "--gpus", "8", "--nodes", "8", "--pp", "4", "--vpp", "5", "--global-batch", "64",
      "--zero", "1", "--recompute-modules", "mlp,layernorm", "--grad-dtype", "bf16", "--loss", "inplace"],
     ["--model", "llama3-70b", "--seq", "65536", "--micro-batch", "1"],   # nothing fits: explains candidate 0
+    ["--zero", "3", "--offload", "params", "--lora-rank", "16", "--precision", "nvfp4", "--gpu", "a100-80"],
+    ["--model", "llama3-405b", "--gpus", "8", "--nodes", "32", "--tp", "8", "--pp", "8", "--vpp", "2",
+     "--embedding-in-pipeline-split", "--recompute-layers", "8", "--global-batch", "64", "--offload", "optimizer"],
+    ["--model", "llama3-1b", "--offload-activations", "8", "--global-batch-tokens", "262144", "--fp8-activations"],
 ])
 def test_explain_agrees_with_the_table(run, args):
     r = json.loads(run(*args, "--json").stdout)
@@ -182,4 +186,13 @@ def test_explain_agrees_with_the_table(run, args):
     assert total and abs(float(total.group(1)) - top["memory_gib"]) < 0.01, (total, top["memory_gib"])
     step = re.search(r"step\s+([\d.]+) ms -> ([\d,]+) tokens/s", cp.stdout)
     assert abs(float(step.group(1)) - 1e3 * top["step_s"]) < 0.1
-    assert top["label"] in cp.stdout
+    # the explained candidate carries the table's label, fallback included ("mxfp8→fp8"), and its notes
+    head = re.search(r"^(\S+) · \w+ tp\d+ pp\d+ cp\d+ · AC (\S+) · mb (\d+)", cp.stdout, re.M)
+    assert head and head.groups() == (top["label"], top["checkpointing"], str(top["micro_batch"])), head
+    for n in top["notes"]:
+        assert f"note: {n}" in cp.stdout
+
+
+def test_why_names_the_fallback_it_planned(run):
+    r = json.loads(run("--precision", "mxfp8", "--gpu", "h100-sxm", "--seq", "2048", "--json").stdout)
+    assert r["top"]["label"] == "mxfp8→fp8" and r["why"].startswith("mxfp8→fp8 · fsdp")

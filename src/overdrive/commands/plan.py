@@ -113,8 +113,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         from overdrive.env import gpu_by_key
         from overdrive.plan import TrainSetup
 
+        # the precision asked (before "→"), so the explanation re-plans the fallback and carries its label and note
         s = TrainSetup(gpu=gpu_by_key(r["gpu"]), **{**setup, "micro_batch": e["micro_batch"]},
-                       precision=e["precision"], sharding=e["sharding"], checkpointing=e["checkpointing"])
+                       precision=e["label"].split("→")[0], sharding=e["sharding"], checkpointing=e["checkpointing"])
         for line in explain(estimate(model, s)):
             console.print(line, markup=False, highlight=False)
     if args.png:

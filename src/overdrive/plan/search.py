@@ -30,6 +30,11 @@ def label(s: TrainSetup) -> str:
     return f"{s.precision} · {s.sharding}{par} · AC {s.checkpointing} · mb {s.micro_batch}{extra}"
 
 
+def _named(e: Estimate) -> str:
+    """label() with the precision as the table shows it: what was asked and what runs ("mxfp8→fp8 · fsdp ...")."""
+    return e.label + label(e.setup)[len(e.setup.precision):]
+
+
 def _candidates(model: ModelSpec, base: TrainSetup, precisions, shardings, ckpts, micro_batches) -> list[Estimate]:
     out, seen = [], set()
     for prec in precisions:
@@ -75,13 +80,13 @@ def _option(model: ModelSpec, s: TrainSetup, what: str) -> tuple[str, Estimate] 
         return (f"{what}: not enough alone, {e.memory_gib:.1f} GiB per GPU", e)
     bound = " — communication-bound, says its own model" if any("communication-bound" in n for n in e.notes) else ""
     return (f"{what}: {e.memory_gib:.1f} GiB per GPU, {e.tokens_per_s_per_gpu:,.0f} tokens/s per GPU "
-            f"({label(e.setup)}){bound}", e)
+            f"({_named(e)}){bound}", e)
 
 
 def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
     """What practitioners do when nothing fits, each with its memory and speed from the same model."""
     s = smallest.setup
-    out = [f"the leanest configuration ({label(s)}) needs {smallest.memory_gib:.1f} GiB per GPU, "
+    out = [f"the leanest configuration ({_named(smallest)}) needs {smallest.memory_gib:.1f} GiB per GPU, "
            f"{smallest.memory_gib - smallest.capacity_gib:.1f} GiB over the {smallest.capacity_gib:.0f} GiB of a "
            f"{s.gpu.key}"]
     full = dataclasses.replace(s, checkpointing="full", micro_batch=1, recompute_layers=0, recompute_modules=())
@@ -127,7 +132,7 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
 
 def _why(model: ModelSpec, top: Estimate, ranked: list[Estimate]) -> str:
     s = top.setup
-    parts = [f"{label(s)} is fastest that fits: {top.tokens_per_s_per_gpu:,.0f} tokens/s per GPU "
+    parts = [f"{_named(top)} is fastest that fits: {top.tokens_per_s_per_gpu:,.0f} tokens/s per GPU "
              f"({100 * top.mfu:.0f}% MFU) with {top.headroom_gib:.1f} GiB headroom"]
     bf16 = next((e for e in ranked if e.setup.precision == "bf16"), None)
     if s.precision != "bf16" and bf16:
