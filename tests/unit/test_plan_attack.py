@@ -130,7 +130,13 @@ def test_calibration_nan_and_binary_refused(run, tmp_path):
     (["--precision", "mxfp8,nvfp4", "--gpu", "h100-sxm"], "none of --precision mxfp8,nvfp4 runs on h100-sxm"),
     (["--sharding", "hsdp"], "--sharding hsdp needs --nodes > 1"),
     (["--markdown"], "--markdown goes with --sweep"),
-    (["--sweep", "--out", "x"], "--out .* not with --sweep"),
+    (["--sweep", "--out", "x"], "--out .* not with --sweep|ignores --out"),
+    (["--sweep", "--gpu", "h100", "--tp", "2"], "--sweep runs its own grid .* ignores --gpu --tp"),
+    (["--global-batch", "64", "--global-batch-tokens", "262144"], "both set the global batch"),
+    (["--model", "llama3-70b", "--layers", "4", "--hidden", "64", "--heads", "4"], "--model llama3-70b and --layers"),
+    (["--hidden", "64", "--kv-heads", "2"], "--hidden --kv-heads describe a custom model: add --layers"),
+    (["--precision", "bf16", "--fp8-activations"], "--fp8-activations needs a low precision"),
+    (["--precision", "fp8", "--gpu", "a100-80", "--fp8-all-gather"], "--fp8-all-gather needs a low precision"),
 ])
 def test_impossible_layouts_refused(run, args, needle):
     _refused(run(*args), needle)
@@ -196,3 +202,27 @@ def test_explain_agrees_with_the_table(run, args):
 def test_why_names_the_fallback_it_planned(run):
     r = json.loads(run("--precision", "mxfp8", "--gpu", "h100-sxm", "--seq", "2048", "--json").stdout)
     assert r["top"]["label"] == "mxfp8→fp8" and r["why"].startswith("mxfp8→fp8 · fsdp")
+
+
+def test_out_folder_that_cannot_be_made_refused_before_work(run, tmp_path):
+    f = tmp_path / "file"
+    f.write_text("kept")
+    _refused(run("--out", str(f / "sub"), "--seq", "2048"), "--out .*cannot write|--out .*is a file")
+    assert f.read_text() == "kept"
+    if __import__("os").path.isdir("/proc/self"):
+        cp = run("--out", "/proc/overdrive_nope/x", "--seq", "2048")
+        _refused(cp, "--out /proc/overdrive_nope/x")
+        assert cp.stdout == ""
+
+
+def test_explain_with_json_stays_one_json_document(run):
+    cp = run("--seq", "2048", "--explain", "--json")
+    assert cp.returncode == 0, cp.stderr
+    r = json.loads(cp.stdout)
+    assert any(line.startswith("  total") for line in r["explain"])
+
+
+def test_custom_dims_still_plan_and_default_model_unchanged(run):
+    r = json.loads(run("--layers", "4", "--hidden", "256", "--heads", "4", "--seq", "1024", "--json").stdout)
+    assert r["model"]["name"] == "custom" and r["model"]["vocab"] == 128256
+    assert json.loads(run("--seq", "1024", "--json").stdout)["model"]["name"] == "llama3-8b"

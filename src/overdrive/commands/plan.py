@@ -28,11 +28,40 @@ def _check_writable(path: str) -> None:
         raise UserError(f"--png {path} is not writable ({e.strerror}): pick a path in a folder you can write") from None
 
 
+DEFAULT_MODEL = "llama3-8b"
+DEFAULT_VOCAB = 128256
+_CUSTOM_DIMS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "tied", "gelu_mlp")
+_SWEEP_FLAGS = ("sweep", "json", "markdown", "png", "func", "verbose")
+"""What --sweep reads; it runs its own grid, so any other flag set would be silently ignored."""
+_DEFAULTS: dict = {}
+
+
+def _check_out(out: str) -> None:
+    """Refuse an --out folder we could not create or write, before any work."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UserError(f"--out {out} is a file: pass a folder (it is created if missing)")
+    d = os.path.abspath(out)
+    while not os.path.exists(d):
+        d = os.path.dirname(d)
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=d):
+            pass
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot write in {d} ({e.strerror}): pick a folder you can write") from None
+
+
 def _model(args):
     from overdrive.plan import ModelSpec, get_model
 
+    custom = [f"--{n.replace('_', '-')}" for n in _CUSTOM_DIMS if getattr(args, n) not in (None, False)]
+    if args.model is not None and custom:
+        raise ValueError(f"--model {args.model} and {' '.join(custom)} both give the model: keep one")
+    if args.layers is None and custom:
+        raise ValueError(f"{' '.join(custom)} describe a custom model: add --layers, --hidden and --heads")
     if args.layers is None:
-        return get_model(args.model)
+        return get_model(args.model or DEFAULT_MODEL)
     for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab"):
         v = getattr(args, name)
         if v is not None and v < 1:
@@ -43,7 +72,8 @@ def _model(args):
     if args.hidden % args.heads or args.heads % (args.kv_heads or args.heads):
         raise ValueError(f"--hidden {args.hidden} must divide by --heads {args.heads}, and heads by --kv-heads")
     return ModelSpec(name="custom", n_layer=args.layers, hidden=args.hidden, n_head=args.heads,
-                     n_kv_head=args.kv_heads or args.heads, ffn=args.ffn or 4 * args.hidden, vocab=args.vocab,
+                     n_kv_head=args.kv_heads or args.heads, ffn=args.ffn or 4 * args.hidden,
+                     vocab=args.vocab or DEFAULT_VOCAB,
                      tied=args.tied, gated_mlp=not args.gelu_mlp)
 
 
@@ -61,10 +91,19 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.calibrate is not None and args.efficiency is not None:
         raise UserError(f"--calibrate {args.calibrate} and --efficiency {args.efficiency} both set the GEMM "
                         "efficiency: keep one")
+    if args.global_batch is not None and args.global_batch_tokens is not None:
+        raise UserError(f"--global-batch {args.global_batch} and --global-batch-tokens {args.global_batch_tokens} "
+                        "both set the global batch: keep one")
+    if args.sweep:
+        ignored = [f"--{k.replace('_', '-')}" for k, v in vars(args).items()
+                   if k not in _SWEEP_FLAGS and k in _DEFAULTS and v != _DEFAULTS[k]]
+        if ignored:
+            raise UserError(f"--sweep runs its own grid (1B-64B on 8xB200/B300) and ignores {' '.join(ignored)}: "
+                            "drop them, or drop --sweep to plan that setup")
     if args.png:
         _check_writable(args.png)
-    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise UserError(f"--out {args.out} is a file: pass a folder (it is created if missing)")
+    if args.out:
+        _check_out(args.out)
     console = wide_console()
     if args.sweep:
         rows = sweep()
@@ -104,10 +143,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                  **setup)
     except ValueError as e:
         raise UserError(str(e)) from None
-    if args.json:
-        print(json.dumps(r, indent=1))
-    else:
-        render_plan(r, console)
+    lines = []
     if args.explain:
         e = r["top"] or r["candidates"][0]
         from overdrive.env import gpu_by_key
@@ -116,7 +152,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         # the precision asked (before "→"), so the explanation re-plans the fallback and carries its label and note
         s = TrainSetup(gpu=gpu_by_key(r["gpu"]), **{**setup, "micro_batch": e["micro_batch"]},
                        precision=e["label"].split("→")[0], sharding=e["sharding"], checkpointing=e["checkpointing"])
-        for line in explain(estimate(model, s)):
+        lines = explain(estimate(model, s))
+    if args.json:  # one JSON document on stdout, the explanation inside it
+        print(json.dumps({**r, "explain": lines} if args.explain else r, indent=1))
+    else:
+        render_plan(r, console)
+        for line in lines:
             console.print(line, markup=False, highlight=False)
     if args.png:
         write_breakdown_png(r, args.png)
@@ -148,8 +189,8 @@ def register(sub) -> None:
                                    "checkpointing x micro-batch, rank what fits, and say what would make the rest "
                                    "fit. Example: overdrive plan --model llama3-8b --gpu h100-sxm --gpus 8 --seq 8192")
     a = p.add_argument
-    a("--model", default="llama3-8b", help="llama3-1b/3b/8b/70b/405b, llama2-13b/70b, gpt-64b, mpt-1b..70b, a "
-                                          "reference GPT size, or a Hugging Face config.json path")
+    a("--model", help=f"llama3-1b/3b/8b/70b/405b, llama2-13b/70b, gpt-64b, mpt-1b..70b, a reference GPT size, or a "
+                      f"Hugging Face config.json path (default: {DEFAULT_MODEL})")
     a("--gpu", default="h100-sxm", help="gb300, gb200, b300, b200, h200, h200-nvl, h100-sxm, h100-96gb, h100-nvl, "
                                         "h100-pcie, a100-80, a100-40, l40s, l4, rtx4090")
     a("--gpus", type=int, default=8, help="GPUs per node")
@@ -197,7 +238,7 @@ def register(sub) -> None:
     a("--heads", type=int, help="custom model: attention heads")
     a("--kv-heads", type=int, help="custom model: KV heads (default: heads)")
     a("--ffn", type=int, help="custom model: FFN size (default 4 x hidden)")
-    a("--vocab", type=int, default=128256, help="custom model: vocabulary")
+    a("--vocab", type=int, help=f"custom model: vocabulary (default {DEFAULT_VOCAB})")
     a("--tied", action="store_true", help="custom model: tied embeddings")
     a("--gelu-mlp", action="store_true", help="custom model: 2-matrix GELU MLP instead of SwiGLU")
     a("--json", action="store_true", help="print JSON (candidates with fits, memory_gib, allocated_gib, "
@@ -209,3 +250,4 @@ def register(sub) -> None:
     a("--sweep", action="store_true", help="1B-64B on 8xB200 and 8xB300, FP8/BF16/FP16, with and without "
                                            "checkpointing: longest sequence at micro-batch 1 and its speed")
     p.set_defaults(func=_cmd_plan)
+    _DEFAULTS.update(vars(p.parse_args([])))

@@ -8,7 +8,7 @@ import os
 
 from overdrive.env.catalog import GpuSpec, gpu_by_key
 from overdrive.plan.estimate import Estimate, estimate
-from overdrive.plan.setup import CHECKPOINTING, SHARDING_ALIASES, TrainSetup, check_layout, fallback_precision
+from overdrive.plan.setup import CHECKPOINTING, LOW_PRECISION, SHARDING_ALIASES, TrainSetup, check_layout, fallback_precision
 from overdrive.plan.specs import ModelSpec, read_json_file, get_model
 
 __all__ = ["plan", "sweep", "longest_seq", "calibrate_from_bench", "SWEEP_MODELS", "label"]
@@ -170,6 +170,11 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
     if not runs_here:
         raise ValueError(f"none of --precision {','.join(precisions)} runs on {g.key}: ask for one alone to plan "
                          "what it falls back to, or add one this GPU runs (bf16, fp8)")
+    planned = {fallback_precision(p, g) or p for p in runs_here}
+    for flag, on in (("--fp8-activations", base.fp8_activations), ("--fp8-all-gather", base.fp8_all_gather)):
+        if on and not planned & set(LOW_PRECISION):
+            raise ValueError(f"{flag} needs a low precision that runs on {g.key} (fp8, fp8-rowwise; mxfp8/nvfp4 on "
+                             f"Blackwell), and --precision {','.join(precisions)} has none: add one or drop the flag")
     if base.nodes == 1 and all(SHARDING_ALIASES.get(sh, sh) == "hsdp" for sh in shardings):
         raise ValueError("--sharding hsdp needs --nodes > 1 (FSDP within a node, replicas across nodes): "
                          "use fsdp on one node")
