@@ -58,6 +58,8 @@ def _numbers(x):
     ({**LLAMA, "num_key_value_heads": 7}, "heads 32 .* kv heads 7"),
     ({**LLAMA, "num_attention_heads": 30}, "hidden 2048 .* heads 30"),
     ({**LLAMA, "tie_word_embeddings": "false"}, "tie_word_embeddings must be true or false"),
+    ({**LLAMA, "head_dim": 128}, "head_dim 128 x 32 heads is not hidden_size 2048"),     # Qwen3-style
+    ({**LLAMA, "num_local_experts": 8, "num_experts_per_tok": 2}, "mixture-of-experts .*num_local_experts 8"),
 ])
 def test_hostile_hf_config_refused_naming_the_key(run, tmp_path, cfg, needle):
     p = tmp_path / "config.json"
@@ -65,6 +67,12 @@ def test_hostile_hf_config_refused_naming_the_key(run, tmp_path, cfg, needle):
     cp = run("--model", str(p), "--seq", "2048")
     _refused(cp, needle)
     assert str(p) in cp.stderr
+
+
+def test_hf_config_with_consistent_head_dim_and_dense_moe_keys_plans(run, tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({**LLAMA, "head_dim": 64, "num_experts": None, "num_local_experts": 0}))
+    assert run("--model", str(p), "--seq", "2048", "--json").returncode == 0
 
 
 @pytest.mark.parametrize("text, needle", [

@@ -157,6 +157,9 @@ def _hf_name(path: str, c: dict) -> str:
     return f"{c.get('model_type', 'hf')}-{L}L-{h}d"
 
 
+_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
+
+
 def read_json_file(path: str, what: str, *, limit: int = MAX_CONFIG_BYTES):
     """json.load of a regular file of at most `limit` bytes; ValueError (one line, with the fix) otherwise."""
     try:
@@ -207,6 +210,14 @@ def model_from_hf_config(path: str) -> ModelSpec:
         raise ValueError(f"{path}: needs num_hidden_layers, hidden_size and num_attention_heads (or GPT-2's "
                          "n_layer, n_embd, n_head)")
     L, h, heads = _dim(path, kl, L), _dim(path, kh, h), _dim(path, kn, heads)
+    # What the planner does not model must not be planned as if it were a dense model of this width.
+    experts = next(((k, c[k]) for k in _MOE_KEYS if c.get(k) not in (None, 0, 1)), None)
+    if experts:
+        raise ValueError(f"{path}: a mixture-of-experts model ({experts[0]} {experts[1]!r}): the planner models dense "
+                         "Transformers only")
+    if c.get("head_dim") is not None and c["head_dim"] != h // heads:
+        raise ValueError(f"{path}: head_dim {c['head_dim']!r} x {heads} heads is not hidden_size {h}: the planner "
+                         "models attention of width hidden_size only")
     model_type = c.get("model_type", "llama")
     gated = model_type not in ("gpt2", "gpt_neox", "opt", "gptj")
     kf, ffn = g("intermediate_size", "n_inner", "ffn_dim")
