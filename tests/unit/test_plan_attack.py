@@ -234,3 +234,11 @@ def test_custom_dims_still_plan_and_default_model_unchanged(run):
     r = json.loads(run("--layers", "4", "--hidden", "256", "--heads", "4", "--seq", "1024", "--json").stdout)
     assert r["model"]["name"] == "custom" and r["model"]["vocab"] == 128256
     assert json.loads(run("--seq", "1024", "--json").stdout)["model"]["name"] == "llama3-8b"
+
+
+def test_suggestions_never_propose_the_tp_that_did_not_fit(run):
+    r = json.loads(run("--model", "llama3-70b", "--gpu", "rtx4090", "--gpus", "1", "--json").stdout)
+    assert r["top"] is None and r["suggestions"]
+    assert not any("tensor parallel 1 " in x for x in r["suggestions"]), r["suggestions"]
+    r = json.loads(run("--model", "llama3-405b", "--gpu", "l4", "--tp", "8", "--seq", "2048", "--json").stdout)
+    assert not any("tensor parallel 8 " in x for x in r["suggestions"]), r["suggestions"]

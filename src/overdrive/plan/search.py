@@ -103,7 +103,9 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
         (alt(optimizer_dtype="8bit", loss="fused"), "8-bit AdamW + fused cross-entropy"),
         (alt(offload="optimizer"), "CPU offload of the optimizer (states + step on the CPU)"),
         (alt(offload="params", sharding="fsdp"), "FSDP CPU offload of parameters, gradients and states"),
-        (alt(tp=min(n, 8), sharding="fsdp", async_tp=True), f"tensor parallel {min(n, 8)} within the node + FSDP"),
+        # only a larger tp than the one that did not fit is a suggestion (one GPU per node has none)
+        (alt(tp=min(n, 8), sharding="fsdp", async_tp=True) if min(n, 8) > s.tp else None,
+         f"tensor parallel {min(n, 8)} within the node + FSDP"),
         (alt(lora_rank=16, sharding="fsdp"), "LoRA rank 16 (frozen bf16 base, fine-tuning only)"),
     ]
     if s.low_precision and not s.fp8_all_gather:
