@@ -145,6 +145,7 @@ def test_calibration_nan_and_binary_refused(run, tmp_path):
     (["--hidden", "64", "--kv-heads", "2"], "--hidden --kv-heads describe a custom model: add --layers"),
     (["--precision", "bf16", "--fp8-activations"], "--fp8-activations needs a low precision"),
     (["--precision", "fp8", "--gpu", "a100-80", "--fp8-all-gather"], "--fp8-all-gather needs a low precision"),
+    (["--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "3"], "heads by --kv-heads 3"),
 ])
 def test_impossible_layouts_refused(run, args, needle):
     _refused(run(*args), needle)
@@ -242,3 +243,12 @@ def test_suggestions_never_propose_the_tp_that_did_not_fit(run):
     assert not any("tensor parallel 1 " in x for x in r["suggestions"]), r["suggestions"]
     r = json.loads(run("--model", "llama3-405b", "--gpu", "l4", "--tp", "8", "--seq", "2048", "--json").stdout)
     assert not any("tensor parallel 8 " in x for x in r["suggestions"]), r["suggestions"]
+
+
+def test_repeated_recompute_module_counts_once():
+    from overdrive.env import gpu_by_key
+    from overdrive.plan import TrainSetup
+    from overdrive.plan.search import label
+
+    s = TrainSetup(gpu=gpu_by_key("h100-sxm"), recompute_modules="mlp,mlp,core_attn")
+    assert s.recompute_modules == ("mlp", "core_attn") and "recompute mlp,core_attn" in label(s)

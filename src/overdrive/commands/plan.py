@@ -70,7 +70,8 @@ def _model(args):
         raise ValueError("custom dims need --layers, --hidden and --heads (and optionally --kv-heads, --ffn, "
                          "--vocab, --tied)")
     if args.hidden % args.heads or args.heads % (args.kv_heads or args.heads):
-        raise ValueError(f"--hidden {args.hidden} must divide by --heads {args.heads}, and heads by --kv-heads")
+        raise ValueError(f"--hidden {args.hidden} must divide by --heads {args.heads}, and heads by --kv-heads "
+                         f"{args.kv_heads or args.heads}: pick dims that divide")
     return ModelSpec(name="custom", n_layer=args.layers, hidden=args.hidden, n_head=args.heads,
                      n_kv_head=args.kv_heads or args.heads, ffn=args.ffn or 4 * args.hidden,
                      vocab=args.vocab or DEFAULT_VOCAB,

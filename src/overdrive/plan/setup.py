@@ -141,6 +141,8 @@ class TrainSetup:
         if isinstance(self.recompute_modules, (list, str)):
             mods = self.recompute_modules.split(",") if isinstance(self.recompute_modules, str) else self.recompute_modules
             object.__setattr__(self, "recompute_modules", tuple(x.strip() for x in mods if x.strip()))
+        if len(set(self.recompute_modules)) != len(self.recompute_modules):  # "mlp,mlp": once, as Megatron does
+            object.__setattr__(self, "recompute_modules", tuple(dict.fromkeys(self.recompute_modules)))
         for mod in self.recompute_modules:
             _choice("recompute-modules", mod, RECOMPUTE_MODULES)
         for name in ("recompute_layers", "offload_activations"):
