@@ -252,3 +252,10 @@ def test_repeated_recompute_module_counts_once():
 
     s = TrainSetup(gpu=gpu_by_key("h100-sxm"), recompute_modules="mlp,mlp,core_attn")
     assert s.recompute_modules == ("mlp", "core_attn") and "recompute mlp,core_attn" in label(s)
+
+
+@pytest.mark.parametrize("name", ["plan.txt", "plan.jpg", "plan"])
+def test_png_needs_a_png_name(run, tmp_path, name):
+    cp = run("--png", str(tmp_path / name), "--seq", "2048")
+    _refused(cp, "ending in .png")
+    assert cp.stdout == "" and not list(tmp_path.iterdir())

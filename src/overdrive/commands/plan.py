@@ -12,6 +12,9 @@ from overdrive.errors import UserError
 def _check_writable(path: str) -> None:
     """Refuse an output path we could not write, before any work (nothing computed is lost)."""
     d = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(path) and not path.lower().endswith(".png"):
+        # matplotlib picks the format from the suffix: "x.txt" fails after the work, "x" is written as "x.png"
+        raise UserError(f"--png {path}: give a file name ending in .png")
     if os.path.isdir(path):
         raise UserError(f"--png {path} is a directory: give a file name such as {os.path.join(path, 'plan.png')}")
     if not os.path.isdir(d):
