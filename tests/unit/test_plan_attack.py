@@ -103,6 +103,7 @@ def test_hf_config_from_a_device_or_huge_file_refused_without_reading_it(run, tm
     ({"configs": [{"precision": "bf16", "safe": True, "models": {"a": {"mfu_bf16_peak": "0.5"}}}]}, "no bf16"),
     ({"configs": [{"precision": "bf16", "safe": True, "models": {"a": {"mfu_bf16_peak": True}}}]}, "no bf16"),
     ({"configs": [{"precision": "bf16", "safe": True, "models": {"a": {"mfu_bf16_peak": 1.7}}}]}, "no bf16"),
+    ({"configs": [{"precision": "bf16", "safe": True, "models": {"a": {"mfu_bf16_peak": 1e-9}}}]}, "no bf16"),
 ])
 def test_foreign_calibration_file_refused(run, tmp_path, res, needle):
     p = tmp_path / "results.json"
@@ -128,6 +129,9 @@ def test_calibration_nan_and_binary_refused(run, tmp_path):
     (["--lora-rank", "100000000"], "--lora-rank 100000000 .* hidden size 4096"),
     (["--intra-gbs", "nan"], "--intra-gbs must be a positive"),
     (["--inter-gbs", "inf"], "--inter-gbs must be a positive"),
+    (["--inter-gbs", "1e-300", "--nodes", "2"], "--inter-gbs 1e-300 GB/s is outside"),
+    (["--intra-gbs", "1e308"], "--intra-gbs 1e\\+308 GB/s is outside"),
+    (["--efficiency", "5e-324"], "--efficiency is a fraction of peak in \\[0.01, 1\\]"),
     (["--seq", str(10**40)], "--seq .* too large"),
     (["--micro-batch", str(10**40)], "--micro-batch .* too large"),
     (["--layers", str(10**30), "--hidden", "64", "--heads", "4"], "too large"),

@@ -8,7 +8,7 @@ import os
 
 from overdrive.env.catalog import GpuSpec, gpu_by_key
 from overdrive.plan.estimate import Estimate, estimate
-from overdrive.plan.setup import CHECKPOINTING, LOW_PRECISION, SHARDING_ALIASES, TrainSetup, check_layout, fallback_precision
+from overdrive.plan.setup import CHECKPOINTING, LOW_PRECISION, MIN_EFFICIENCY, SHARDING_ALIASES, TrainSetup, check_layout, fallback_precision
 from overdrive.plan.specs import ModelSpec, read_json_file, get_model
 
 __all__ = ["plan", "sweep", "longest_seq", "calibrate_from_bench", "SWEEP_MODELS", "label"]
@@ -256,8 +256,8 @@ def calibrate_from_bench(path: str) -> float:
     mfus = [m.get("mfu_bf16_peak") for c in configs if c.get("precision") == "bf16" and c.get("safe")
             for m in c.get("models", {}).values()]
     # a fraction of peak, nothing else: a string, a bool or NaN would become a silent efficiency of 1
-    mfus = [x for x in mfus if isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x <= 1]
+    mfus = [x for x in mfus if isinstance(x, (int, float)) and not isinstance(x, bool) and MIN_EFFICIENCY <= x <= 1]
     if not mfus:
-        raise ValueError(f"--calibrate {path}: no bf16 configuration with a measured MFU in (0, 1] (a GPU bench run "
-                         "is needed)")
+        raise ValueError(f"--calibrate {path}: no bf16 configuration with a measured MFU in [{MIN_EFFICIENCY}, 1] "
+                         "(a GPU bench run is needed)")
     return max(mfus)

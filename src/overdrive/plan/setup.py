@@ -14,7 +14,7 @@ from overdrive.plan.specs import ModelSpec
 
 __all__ = ["TrainSetup", "PRECISIONS", "SHARDINGS", "CHECKPOINTING", "OPTIMIZER_DTYPES", "OFFLOADS", "LOSSES",
            "LOW_PRECISION", "RECOMPUTE_MODULES", "GRAD_DTYPES", "needs_blackwell", "fallback_precision",
-           "check_layout", "MAX_COUNT"]
+           "check_layout", "MAX_COUNT", "MIN_EFFICIENCY", "BANDWIDTH_GBS"]
 
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp8-rowwise", "mxfp8", "nvfp4")
 LOW_PRECISION = ("fp8", "fp8-rowwise", "mxfp8", "nvfp4")
@@ -31,6 +31,10 @@ RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm")
 mlp = the whole MLP from its input, layernorm = the norm outputs. MoE modules (moe_act, moe, shared_experts)
 have nothing to act on in the dense models the planner knows."""
 GRAD_DTYPES = ("fp32", "bf16")
+MIN_EFFICIENCY = 0.01
+"""Below 1% of peak is no GPU's GEMM: the step time would overflow to infinity."""
+BANDWIDTH_GBS = (0.1, 100_000.0)
+"""Per-GPU link speeds accepted, GB/s (NVLink 5 is 1,800; a 1 Gb/s link is 0.125)."""
 MAX_COUNT = 1 << 40
 """Largest sequence, batch or GPU count accepted: every product of them stays an exact, finite float."""
 OPTIMIZER_DTYPES = ("fp32", "bf16", "8bit")
@@ -174,14 +178,17 @@ class TrainSetup:
             raise ValueError(f"--lora-rank must be >= 0, got {self.lora_rank}")
         if self.global_batch is not None and self.global_batch < 1:
             raise ValueError(f"--global-batch must be a positive number of sequences, got {self.global_batch}")
-        if self.efficiency is not None and not 0 < self.efficiency <= 1:
-            raise ValueError(f"--efficiency is a fraction of peak in (0, 1], got {self.efficiency}")
+        if self.efficiency is not None and not MIN_EFFICIENCY <= self.efficiency <= 1:
+            raise ValueError(f"--efficiency is a fraction of peak in [{MIN_EFFICIENCY}, 1], got {self.efficiency}")
         if not 0 <= self.overlap <= 1:
             raise ValueError(f"overlap is a fraction in [0, 1], got {self.overlap}")
         for name in ("intra_gbs", "inter_gbs"):
             v = getattr(self, name)
             if v is not None and not (0 < v < math.inf):
                 raise ValueError(f"--{name.replace('_', '-')} must be a positive bandwidth in GB/s, got {v}")
+            if v is not None and not BANDWIDTH_GBS[0] <= v <= BANDWIDTH_GBS[1]:
+                raise ValueError(f"--{name.replace('_', '-')} {v} GB/s is outside {BANDWIDTH_GBS[0]}-"
+                                 f"{BANDWIDTH_GBS[1]:,} GB/s: give the per-GPU link speed in GB/s")
         if self.world % (self.tp * self.pp * self.cp):
             raise ValueError(f"tp {self.tp} x pp {self.pp} x cp {self.cp} does not divide the {self.world} GPUs")
         if self.tp > self.gpus_per_node:
