@@ -20,8 +20,18 @@ __all__ = ["build_parser", "main"]
 _VERBOSE_HELP = "show third-party warnings and log lines that overdrive filters as known noise"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is refused like every other input error: one line `overdrive: error: ...` and
+    exit 2 (argparse's own prints the whole usage block first, 13 lines for `plan`, burying the message)."""
+
+    def error(self, message: str):
+        where = self.prog.removeprefix("overdrive").strip()
+        sys.stderr.write(f"overdrive: error: {where + ': ' if where else ''}{message} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="overdrive", formatter_class=HelpFormatter,
+    p = _Parser(prog="overdrive", formatter_class=HelpFormatter,
                                 description="Fast, verified PyTorch Transformer training: see what this machine "
                                             "can run, pick the best recipe, measure it.")
     p.add_argument("--version", action="version", version=f"overdrive {__version__}")

@@ -263,3 +263,14 @@ def test_png_needs_a_png_name(run, tmp_path, name):
     cp = run("--png", str(tmp_path / name), "--seq", "2048")
     _refused(cp, "ending in .png")
     assert cp.stdout == "" and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--seq", "1.5"], "plan: argument --seq: invalid int value: '1.5' \\(see overdrive plan --help\\)"),
+    (["--tp", "two"], "argument --tp: invalid int value"),
+    (["--zero", "4"], "argument --zero: invalid choice"),
+    (["--grad-dtype", "fp16"], "argument --grad-dtype: invalid choice"),
+    (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+])
+def test_argparse_refusals_are_one_line_too(run, args, needle):
+    _refused(run(*args), needle)
