@@ -71,8 +71,12 @@ def test_hostile_hf_config_refused_naming_the_key(run, tmp_path, cfg, needle):
 
 def test_hf_config_with_consistent_head_dim_and_dense_moe_keys_plans(run, tmp_path):
     p = tmp_path / "config.json"
-    p.write_text(json.dumps({**LLAMA, "head_dim": 64, "num_experts": None, "num_local_experts": 0}))
-    assert run("--model", str(p), "--seq", "2048", "--json").returncode == 0
+    p.write_text(json.dumps({**LLAMA, "head_dim": 64, "num_experts": None, "num_local_experts": 0,
+                             "num_key_value_heads": None, "tie_word_embeddings": None}))
+    cp = run("--model", str(p), "--seq", "2048", "--json")
+    assert cp.returncode == 0, cp.stderr
+    m = json.loads(cp.stdout)["model"]
+    assert m["n_kv_head"] == 32 and m["tied"] is False   # null means the default, as transformers reads it
 
 
 @pytest.mark.parametrize("text, needle", [

@@ -8,8 +8,9 @@ import os
 
 from overdrive.env.catalog import GpuSpec, gpu_by_key
 from overdrive.plan.estimate import Estimate, estimate
-from overdrive.plan.setup import CHECKPOINTING, LOW_PRECISION, MIN_EFFICIENCY, SHARDING_ALIASES, TrainSetup, check_layout, fallback_precision
-from overdrive.plan.specs import ModelSpec, read_json_file, get_model
+from overdrive.plan.setup import (CHECKPOINTING, LOW_PRECISION, MIN_EFFICIENCY, SHARDING_ALIASES, TrainSetup,
+                                  check_layout, fallback_precision)
+from overdrive.plan.specs import ModelSpec, get_model, read_json_file
 
 __all__ = ["plan", "sweep", "longest_seq", "calibrate_from_bench", "SWEEP_MODELS", "label"]
 
@@ -91,6 +92,7 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
            f"{s.gpu.key}"]
     full = dataclasses.replace(s, checkpointing="full", micro_batch=1, recompute_layers=0, recompute_modules=())
     n = s.gpus_per_node
+
     def alt(**kw):  # None where the change is not a valid setup here (e.g. a tp the GPU count refuses)
         try:
             return dataclasses.replace(full, **kw)

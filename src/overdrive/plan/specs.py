@@ -222,9 +222,11 @@ def model_from_hf_config(path: str) -> ModelSpec:
     gated = model_type not in ("gpt2", "gpt_neox", "opt", "gptj")
     kf, ffn = g("intermediate_size", "n_inner", "ffn_dim")
     ffn = 4 * h if ffn is None else _dim(path, kf, ffn)   # GPT-2 writes n_inner: null for 4·h
-    kv = _dim(path, *g("num_key_value_heads", default=heads))
+    kv = c.get("num_key_value_heads")  # null or absent: multi-head attention, as transformers reads it
+    kv = heads if kv is None else _dim(path, "num_key_value_heads", kv)
     vocab = _dim(path, *g("vocab_size", default=32000))
-    kt, tied = g("tie_word_embeddings", default=not gated)
+    tied = c.get("tie_word_embeddings")
+    tied = (not gated) if tied is None else tied
     if not isinstance(tied, bool):
         raise ValueError(f"{path}: tie_word_embeddings must be true or false, got {tied!r}: fix the config.json")
     pos = _dim(path, "n_positions", c["n_positions"]) if not gated and "n_positions" in c else 0
