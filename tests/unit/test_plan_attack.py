@@ -278,3 +278,23 @@ def test_png_needs_a_png_name(run, tmp_path, name):
 ])
 def test_argparse_refusals_are_one_line_too(run, args, needle):
     _refused(run(*args), needle)
+
+
+@pytest.mark.parametrize("cfg, kv, gated", [
+    # falcon-7b: multi-query attention, a 4h GELU MLP
+    ({"model_type": "falcon", "hidden_size": 4544, "n_head": 71, "n_layer": 32, "multi_query": True,
+      "vocab_size": 65024}, 1, False),
+    # falcon-40b: its own name for the KV heads
+    ({"model_type": "falcon", "hidden_size": 8192, "num_attention_heads": 128, "num_hidden_layers": 60,
+      "num_kv_heads": 8, "new_decoder_architecture": True, "vocab_size": 65024}, 8, False),
+    ({"model_type": "gpt_bigcode", "n_embd": 6144, "n_head": 48, "n_layer": 40, "multi_query": True,
+      "n_inner": 24576, "vocab_size": 49152}, 1, False),
+    ({**LLAMA, "model_type": "mistral"}, 8, True),
+])
+def test_hf_attention_and_mlp_shapes_read_as_the_model_has_them(run, tmp_path, cfg, kv, gated):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    cp = run("--model", str(p), "--seq", "2048", "--gpus", "8", "--nodes", "8", "--json")
+    assert cp.returncode == 0, cp.stderr
+    m = json.loads(cp.stdout)["model"]
+    assert (m["n_kv_head"], m["gated_mlp"]) == (kv, gated)

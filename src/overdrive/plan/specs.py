@@ -157,6 +157,8 @@ def _hf_name(path: str, c: dict) -> str:
     return f"{c.get('model_type', 'hf')}-{L}L-{h}d"
 
 
+GELU_MLP_TYPES = ("gpt2", "gpt_neox", "opt", "gptj", "falcon", "phi", "bloom", "gpt_bigcode", "starcoder2")
+"""Hugging Face model types whose MLP is two matrices with a GELU (not SwiGLU's three)."""
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
 
 
@@ -219,11 +221,13 @@ def model_from_hf_config(path: str) -> ModelSpec:
         raise ValueError(f"{path}: head_dim {c['head_dim']!r} x {heads} heads is not hidden_size {h}: the planner "
                          "models attention of width hidden_size only")
     model_type = c.get("model_type", "llama")
-    gated = model_type not in ("gpt2", "gpt_neox", "opt", "gptj")
+    gated = model_type not in GELU_MLP_TYPES
     kf, ffn = g("intermediate_size", "n_inner", "ffn_dim")
     ffn = 4 * h if ffn is None else _dim(path, kf, ffn)   # GPT-2 writes n_inner: null for 4·h
-    kv = c.get("num_key_value_heads")  # null or absent: multi-head attention, as transformers reads it
-    kv = heads if kv is None else _dim(path, "num_key_value_heads", kv)
+    # null or absent: multi-head attention, as transformers reads it; Falcon and StarCoder name it otherwise
+    kk, kv = g("num_key_value_heads", "num_kv_heads")
+    kv = 1 if kv is None and c.get("multi_query") is True else kv
+    kv = heads if kv is None else _dim(path, kk, kv)
     vocab = _dim(path, *g("vocab_size", default=32000))
     tied = c.get("tie_word_embeddings")
     tied = (not gated) if tied is None else tied
