@@ -298,3 +298,16 @@ def test_hf_attention_and_mlp_shapes_read_as_the_model_has_them(run, tmp_path, c
     assert cp.returncode == 0, cp.stderr
     m = json.loads(cp.stdout)["model"]
     assert (m["n_kv_head"], m["gated_mlp"]) == (kv, gated)
+
+
+@pytest.mark.parametrize("model, pp, ac", [("llama3-1b", 16, "selective"), ("llama3-1b", 16, "full"),
+                                           ("llama3-1b", 16, "selective-op"), ("tiny", 2, "selective"),
+                                           ("llama3-8b", 16, "selective")])
+def test_checkpointing_never_keeps_more_than_none(model, pp, ac):
+    from overdrive.env import gpu_by_key
+    from overdrive.plan import TrainSetup, estimate, get_model
+
+    m = get_model(model)
+    s = TrainSetup(gpu=gpu_by_key("h100-sxm"), nodes=2, pp=pp, seq=16384, micro_batch=1, global_batch=64)
+    none = estimate(m, s).breakdown_gib["activations"]
+    assert estimate(m, TrainSetup(**{**s.__dict__, "checkpointing": ac})).breakdown_gib["activations"] <= none

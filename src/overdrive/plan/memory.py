@@ -27,7 +27,8 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               Activation offload (--offload-activations N, Megatron cpu_offloading_num_layers): N blocks'
               activations go to the host after their forward; the GPU keeps the rest and one in flight.
               Checkpointing keeps each checkpointed block's input (s·b·h) and recomputes one block at a
-              time; selective-op keeps the block input, attention output and every other matmul output.
+              time; selective-op keeps the block input, attention output and every other matmul output; never
+              more than no checkpointing (one block per stage: the buffer is that block's own activations).
               Pipeline 1F1B: the first stage holds pp micro-batches in flight; interleaved (Megatron's schedule)
               its warm-up runs (pp−1)·2 + (v−1)·pp chunk forwards, then one more, cycling over its v chunks
               pp micro-batches at a time — ×(1 + (pp−1)/(pp·v)) for even chunks (Korthikanti et al.), counted
@@ -131,6 +132,9 @@ def _activations(m: ModelSpec, s: TrainSetup) -> tuple[float, float]:
         h, kv, F = m.hidden, m.kv_dim, m.ffn
         mm_out = h + 2 * kv + h + F * (2 if m.gated_mlp else 1) + h
         acts = L * tokens * (2 * h + mm_out / 2) * width + per_layer
+    # Checkpointing never keeps more than no checkpointing: with one block per stage (or every 2nd of one) the
+    # recompute buffer above is that block's own activations, whose input is the one kept, not a second copy.
+    acts = min(acts, L * per_layer)
     if s.offload_activations:
         # The offloaded blocks leave the GPU after their forward; one block is in flight at a time (TE's
         # double-buffered offload handler), so the GPU holds the other blocks and one more.
