@@ -311,3 +311,11 @@ def test_checkpointing_never_keeps_more_than_none(model, pp, ac):
     s = TrainSetup(gpu=gpu_by_key("h100-sxm"), nodes=2, pp=pp, seq=16384, micro_batch=1, global_batch=64)
     none = estimate(m, s).breakdown_gib["activations"]
     assert estimate(m, TrainSetup(**{**s.__dict__, "checkpointing": ac})).breakdown_gib["activations"] <= none
+
+
+def test_selective_with_one_block_per_stage_recomputes_nothing():
+    from overdrive.env import gpu_by_key
+    from overdrive.plan import TrainSetup, estimate, get_model
+
+    s = TrainSetup(gpu=gpu_by_key("h100-sxm"), nodes=2, pp=16, checkpointing="selective", global_batch=64)
+    assert estimate(get_model("llama3-1b"), s).times["recompute"] == 0

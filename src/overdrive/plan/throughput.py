@@ -119,7 +119,8 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
         ew_bytes *= cal["nocompile"]
     hbm = s.gpu.hbm_tbs * 1e12 * HBM_EFF
     memory = (ew_bytes + L * quant_b + tok * m.vocab * (24 if s.loss == "standard" else 8)) / hbm
-    frac_fwd = {"none": 0.0, "selective": 0.5, "full": 1.0, "selective-op": 0.0}[s.checkpointing]
+    # selective: the L // 2 blocks memory.py checkpoints (none with one block per stage)
+    frac_fwd = {"none": 0.0, "selective": (L // 2) / L, "full": 1.0, "selective-op": 0.0}[s.checkpointing]
     if s.recompute_layers:
         frac_fwd = recomputed_blocks(m, s) / L
     recompute = frac_fwd * (gemm_block / passes + attn / 3.5 + (ew_bytes / 3 + L * quant_b / 3) / hbm)
