@@ -124,6 +124,9 @@ def test_calibration_nan_and_binary_refused(run, tmp_path):
 
 
 @pytest.mark.parametrize("args, needle", [
+    (["--cp", "2", "--seq", "4097"], "--seq 4097 is not divisible by 2 x --cp 2"),
+    (["--cp", "2", "--seq", "4098"], "--seq 4098 is not divisible by 2 x --cp 2: .* multiple of 4"),
+    (["--cp", "8", "--seq", "8"], "multiple of 16"),
     (["--tp", "3", "--gpus", "3"], "--tp 3 does not divide the 32 attention heads"),
     (["--tp", "5", "--gpus", "5"], "--tp 5 does not divide"),
     (["--model", "llama3-1b", "--pp", "32", "--nodes", "4"], "32 pipeline chunks .* 16 blocks"),
@@ -176,7 +179,7 @@ def test_calibrate_and_efficiency_conflict(run, tmp_path):
      "--embedding-in-pipeline-split", "--recompute-layers", "8", "--global-batch", "64", "--micro-batch", "1"],
     ["--zero", "3", "--offload", "params", "--lora-rank", "16"],
     ["--tp", "16", "--gpus", "16"],               # 8 KV heads replicated over 16 ranks
-    ["--cp", "8", "--seq", "8"],
+    ["--cp", "8", "--seq", "16"],
     ["--layers", str(2**20), "--hidden", "64", "--heads", "4"],
 ])
 def test_accepted_combinations_give_sane_numbers(run, args):

@@ -193,8 +193,11 @@ class TrainSetup:
             raise ValueError(f"tp {self.tp} x pp {self.pp} x cp {self.cp} does not divide the {self.world} GPUs")
         if self.tp > self.gpus_per_node:
             raise ValueError(f"--tp {self.tp} spans nodes ({self.gpus_per_node} GPUs per node): keep TP within a node")
-        if self.seq % self.cp:
-            raise ValueError(f"--seq {self.seq} is not divisible by --cp {self.cp}")
+        if self.cp > 1 and self.seq % (2 * self.cp):
+            # Transformer Engine's ring attention splits each rank's share in two halves for causal load balance
+            # ("Sequence length per GPU needs to be divisible by 2!"), so the sequence divides by 2·cp
+            raise ValueError(f"--seq {self.seq} is not divisible by 2 x --cp {self.cp}: ring attention gives each "
+                             f"rank two halves, use a multiple of {2 * self.cp}")
         if self.vpp > 1 and self.pp == 1:
             raise ValueError("--vpp needs --pp > 1 (virtual stages interleave a pipeline)")
         if self.global_batch is not None and self.global_batch % (self.micro_batch * self.dp):
