@@ -124,6 +124,9 @@ def test_calibration_nan_and_binary_refused(run, tmp_path):
 
 
 @pytest.mark.parametrize("args, needle", [
+    (["--gpus", "0"], "^overdrive: error: --gpus must be a positive integer, got 0$"),
+    (["--tp", "3"], "does not divide the 8 GPUs .*: pick degrees whose product divides it"),
+    (["--global-batch", "12"], "use a multiple of 8"),
     (["--cp", "2", "--seq", "4097"], "--seq 4097 is not divisible by 2 x --cp 2"),
     (["--cp", "2", "--seq", "4098"], "--seq 4098 is not divisible by 2 x --cp 2: .* multiple of 4"),
     (["--cp", "8", "--seq", "8"], "multiple of 16"),

@@ -56,6 +56,11 @@ def fallback_precision(precision: str, gpu: GpuSpec) -> str | None:
     return None
 
 
+def _flag(field: str) -> str:
+    """The command-line flag of a TrainSetup field (gpus_per_node is --gpus)."""
+    return "--gpus" if field == "gpus_per_node" else f"--{field.replace('_', '-')}"
+
+
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"--{name} {value!r} is not one of {', '.join(allowed)}")
@@ -166,11 +171,11 @@ class TrainSetup:
         for name in ("gpus_per_node", "nodes", "seq", "micro_batch", "tp", "pp", "vpp", "cp"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {v}")
+                raise ValueError(f"{_flag(name)} must be a positive integer, got {v}")
         for name in ("gpus_per_node", "nodes", "seq", "micro_batch", "global_batch", "lora_rank"):
             v = getattr(self, name)
             if v is not None and v > MAX_COUNT:
-                raise ValueError(f"--{name.replace('_', '-')} {v} is too large (at most {MAX_COUNT:,})")
+                raise ValueError(f"{_flag(name)} {v} is too large (at most {MAX_COUNT:,})")
         if self.offload == "params" and self.sharding not in ("fsdp", "hsdp"):
             raise ValueError(f"--offload params needs FSDP (--zero 3 or --sharding fsdp/hsdp), not {self.sharding}: "
                              "parameters are offloaded per shard; with ZeRO-1/2 or DDP use --offload optimizer")
@@ -190,7 +195,8 @@ class TrainSetup:
                 raise ValueError(f"--{name.replace('_', '-')} {v} GB/s is outside {BANDWIDTH_GBS[0]}-"
                                  f"{BANDWIDTH_GBS[1]:,} GB/s: give the per-GPU link speed in GB/s")
         if self.world % (self.tp * self.pp * self.cp):
-            raise ValueError(f"tp {self.tp} x pp {self.pp} x cp {self.cp} does not divide the {self.world} GPUs")
+            raise ValueError(f"tp {self.tp} x pp {self.pp} x cp {self.cp} does not divide the {self.world} GPUs "
+                             f"({self.nodes} x --gpus {self.gpus_per_node}): pick degrees whose product divides it")
         if self.tp > self.gpus_per_node:
             raise ValueError(f"--tp {self.tp} spans nodes ({self.gpus_per_node} GPUs per node): keep TP within a node")
         if self.cp > 1 and self.seq % (2 * self.cp):
@@ -202,7 +208,7 @@ class TrainSetup:
             raise ValueError("--vpp needs --pp > 1 (virtual stages interleave a pipeline)")
         if self.global_batch is not None and self.global_batch % (self.micro_batch * self.dp):
             raise ValueError(f"global batch {self.global_batch} is not divisible by micro-batch {self.micro_batch} "
-                             f"x {self.dp} data-parallel ranks")
+                             f"x {self.dp} data-parallel ranks: use a multiple of {self.micro_batch * self.dp}")
         if self.pure_bf16 and self.precision == "fp32":
             raise ValueError("--pure-bf16 contradicts --precision fp32")
 
