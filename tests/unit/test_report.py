@@ -207,3 +207,13 @@ def test_newer_results_the_benchs_apply_hint_labels_and_no_evidence_verdict(res,
     r["env"]["best_precision"] = {"precision": "bf16", "reason": "AMX"}
     assert "keep your plain fp32 PyTorch loop" in next_step(r).text
     assert precision_note(r).startswith("Why fp32 and not bf16")
+
+
+def test_a_clipped_reason_ends_at_a_word():
+    from overdrive.report.tables import _clip
+
+    long = "liger_kernel unsupported: imports, but LigerRMSNorm forward+backward needs a CUDA device (no GPU here)"
+    out = _clip(long)
+    assert len(out) <= 82 and out.endswith(" …") and long.startswith(out[:-2])
+    assert long.split()[len(out[:-2].split()) - 1] == out[:-2].split()[-1]  # the last word is whole
+    assert _clip("short reason") == "short reason"

@@ -37,6 +37,23 @@ def test_interleaved_rounds_budget_keeps_min_rounds():
     assert n == 2  # the budget cannot cut below min_rounds, and stops right after
 
 
+def test_a_dropped_slow_key_does_not_use_up_the_budget_of_the_live_ones():
+    # "slow" costs 60 s in round 0, then is dropped (stopped early); the others cost 1 s a round.
+    now = [0.0]
+
+    def run(key, k):
+        now[0] += 60.0 if key == "slow" else 1.0
+        return key != "slow"
+
+    def rounds(charge):
+        now[0] = 0.0
+        return interleaved_rounds(["base", "slow", "fast"], run, rounds=8, budget_s=20.0, min_rounds=2,
+                                  charge_dropped=charge, clock=lambda: now[0])
+
+    assert rounds(True) == 2  # wall clock: the slow key's minute ends the timing after min_rounds
+    assert rounds(False) == 8  # the live keys' 2 s a round fit the 20 s budget: all rounds run
+
+
 def test_time_fn_measures_the_call():
     ms = time_fn(lambda: time.sleep(0.01), cuda=False, reps=2)
     assert ms >= 9.0  # a lower bound only: a busy host makes it longer, never shorter

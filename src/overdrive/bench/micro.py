@@ -18,6 +18,9 @@ from overdrive.env import EnvReport
 
 __all__ = ["run_micro", "MICRO_SIZES"]
 
+PROVIDER_S = 8.0
+"""Seconds of timed calls after which one micro-benchmark provider stops (it keeps at least two samples)."""
+
 MICRO_SIZES = {
     "cpu-quick": {"adamw_params": 1 << 20, "norm": (2048, 512), "gemm": [(512, 512, 512)], "sdpa": (4, 4, 128, 64),
                   "rounds": 3, "reps": 3},
@@ -34,12 +37,17 @@ def _group(name: str, providers: dict[str, tuple[Callable[[], None], float, str]
     """providers: name -> (fn, work per call, unit) or a skip reason. Interleaved rounds."""
     live = {k: v for k, v in providers.items() if not isinstance(v, str)}
     samples: dict[str, list[float]] = {k: [] for k in live}
+    warm: dict[str, float] = {}
     for k, (fn, _, _) in live.items():  # warm-up (kernel selection, lazy init)
-        time_fn(fn, cuda=device == "cuda")
+        warm[k] = time_fn(fn, cuda=device == "cuda")
 
+    # A provider far slower than the others (a bf16 GEMM on a CPU without bf16 units: seconds a
+    # call) gets one call per sample and stops after two samples once it has used PROVIDER_S:
+    # its rate is still measured, without minutes of the run going to it.
     def run_one(k: str, _r: int) -> bool:
-        samples[k].append(time_fn(live[k][0], cuda=device == "cuda", reps=reps))
-        return True
+        n = max(1, min(reps, int(PROVIDER_S / 4 / max(warm[k] / 1e3, 1e-9))))
+        samples[k].append(time_fn(live[k][0], cuda=device == "cuda", reps=n))
+        return len(samples[k]) < 2 or sum(samples[k]) * n / 1e3 < PROVIDER_S
 
     interleaved_rounds(list(live), run_one, rounds=rounds)
     rows = []

@@ -294,7 +294,7 @@ def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int 
 
     sched.rounds_run = interleaved_rounds(
         [r for r in runs if r.live], run_one, rounds=suite.rounds, budget_s=suite.budget_s,
-        min_rounds=suite.min_rounds, on_round=lambda done, n: tick(f"round {done}/{n}"))
+        min_rounds=suite.min_rounds, on_round=lambda done, n: tick(f"round {done}/{n}"), charge_dropped=False)
     sched.cut_by_budget = sched.rounds_run < suite.rounds and any(r.live for r in runs)
 
     # Quality: every configuration still running completes the same number of steps, all at once

@@ -39,6 +39,14 @@ def mfu_cell(m: dict, precision: str) -> str:
     return s
 
 
+def _clip(text: str, n: int = 80) -> str:
+    """At most n characters, cut at a word with an ellipsis (never mid-word)."""
+    text = " ".join(text.split())
+    if len(text) <= n:
+        return text
+    return text[:n].rsplit(" ", 1)[0].rstrip(",;:(") + " …"
+
+
 def emulated_note(cfg: dict) -> str:
     """Why an emulated configuration shows no speed, naming the format that is emulated."""
     fmt = (cfg.get("resolved") or {}).get("fp8_scaling")
@@ -99,7 +107,7 @@ def render_bench(results: dict, console: Console | None = None) -> None:
         c.print(mt)
         skipped = [r for r in results.get("micro", []) if r["status"] != "ok"]
         if skipped:
-            c.print("  micro skipped: " + "; ".join(sorted({f"{r['provider']} ({escape(r['reason'][:70])})"
+            c.print("  micro skipped: " + "; ".join(sorted({f"{r['provider']} ({escape(_clip(r['reason']))})"
                                                             for r in skipped})))
     c.print(f"[bold]{escape(results['recommendation']['text'])}[/]")
     if "apply" not in (results.get("recommendation") or {}):  # newer results carry it in the text already
