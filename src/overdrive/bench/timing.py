@@ -90,21 +90,21 @@ def interleaved_rounds(keys: Sequence[K], run_one: Callable[[K, int], bool], *, 
     business: this is only the schedule, the one schedule every benchmark here uses.
     """
     live = list(keys)
-    spent: dict = {}
+    spent: dict[int, float] = {}
     t0 = clock()
     done = 0
     for k in range(rounds):
         if not live:
             break
         if budget_s is not None and done >= min_rounds:
-            elapsed = clock() - t0 if charge_dropped else sum(spent.get(key, 0.0) for key in live)
+            elapsed = clock() - t0 if charge_dropped else sum(spent.get(id(key), 0.0) for key in live)
             per_round = elapsed / max(1, done)
             if elapsed + per_round > budget_s:
                 break
         for key in rotated(live, k):
             t = clock()
             keep = run_one(key, k)
-            spent[key] = spent.get(key, 0.0) + clock() - t
+            spent[id(key)] = spent.get(id(key), 0.0) + clock() - t  # keys need not be hashable
             if not keep:
                 live.remove(key)
         done += 1
