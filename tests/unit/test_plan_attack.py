@@ -58,7 +58,7 @@ def _numbers(x):
     ({**LLAMA, "num_key_value_heads": 7}, "heads 32 .* kv heads 7"),
     ({**LLAMA, "num_attention_heads": 30}, "hidden 2048 .* heads 30"),
     ({**LLAMA, "tie_word_embeddings": "false"}, "tie_word_embeddings must be true or false"),
-    ({**LLAMA, "head_dim": 128}, "head_dim 128 x 32 heads is not hidden_size 2048"),     # Qwen3-style
+    ({**LLAMA, "head_dim": -128}, "head_dim must be a positive integer, got -128"),
     ({**LLAMA, "num_local_experts": 8, "num_experts_per_tok": 2}, "mixture-of-experts .*num_local_experts 8"),
 ])
 def test_hostile_hf_config_refused_naming_the_key(run, tmp_path, cfg, needle):
@@ -325,3 +325,31 @@ def test_selective_with_one_block_per_stage_recomputes_nothing():
 
     s = TrainSetup(gpu=gpu_by_key("h100-sxm"), nodes=2, pp=16, checkpointing="selective", global_batch=64)
     assert estimate(get_model("llama3-1b"), s).times["recompute"] == 0
+
+
+@pytest.mark.parametrize("cfg,params", [
+    # Qwen3-0.6B: 16 heads of 128 on a 1024 hidden; 0.44B without the (tied) embedding, 0.6B in all.
+    ({"model_type": "qwen3", "hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 8,
+      "head_dim": 128, "intermediate_size": 3072, "num_hidden_layers": 28, "vocab_size": 151936,
+      "tie_word_embeddings": True}, 0.596e9),
+    # Gemma-7B: 16 heads of 256 on a 3072 hidden; 8.54B parameters.
+    ({"model_type": "gemma", "hidden_size": 3072, "num_attention_heads": 16, "num_key_value_heads": 16,
+      "head_dim": 256, "intermediate_size": 24576, "num_hidden_layers": 28, "vocab_size": 256000,
+      "tie_word_embeddings": True}, 8.54e9),
+])
+def test_hf_config_whose_heads_are_not_hidden_wide_plans_with_its_own_width(tmp_path, cfg, params):
+    from overdrive.plan.memory import act_tensors, lora_params
+    from overdrive.plan.setup import TrainSetup
+    from overdrive.plan.specs import model_from_hf_config
+
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    m = model_from_hf_config(str(p))
+    assert m.q_dim == cfg["num_attention_heads"] * cfg["head_dim"] != m.hidden
+    assert abs(m.n_params() - params) / params < 0.01
+    from overdrive.env import gpu_by_key
+
+    t = act_tensors(m, TrainSetup(gpu=gpu_by_key("h100-sxm")))
+    assert t["attn_out"] == m.q_dim * 2 and t["qkv"] == (m.q_dim + 2 * m.kv_dim) * 2
+    h, q, kv, F = m.hidden, m.q_dim, m.kv_dim, m.ffn
+    assert lora_params(m, 8) == m.n_layer * 8 * ((h + q) * 2 + (h + kv) * 2 + (h + F) * 3)

@@ -69,8 +69,8 @@ LOSS_CHUNK = 1024
 
 def lora_params(m: ModelSpec, rank: int) -> int:
     """Trainable LoRA parameters: r·(in + out) for each linear of each block."""
-    h, kv, F = m.hidden, m.kv_dim, m.ffn
-    shapes = [(h, h), (h, kv), (h, kv), (h, h)] + [(h, F)] * (2 if m.gated_mlp else 1) + [(F, h)]
+    h, q, kv, F = m.hidden, m.q_dim, m.kv_dim, m.ffn
+    shapes = [(h, q), (h, kv), (h, kv), (q, h)] + [(h, F)] * (2 if m.gated_mlp else 1) + [(F, h)]
     return m.n_layer * sum(rank * (a + b) for a, b in shapes)
 
 
@@ -81,11 +81,11 @@ def act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     quantized copy of each GEMM input for the weight gradient (qkv_in, mlp_in, act_out) and, for the output
     projection, an FP8 copy beside the 16-bit attention output that flash attention keeps for its own backward.
     Without FP8 storage the projection saves the attention output itself (one storage, counted once)."""
-    h, kv, F = m.hidden, m.kv_dim, m.ffn
+    h, qd, kv, F = m.hidden, m.q_dim, m.kv_dim, m.ffn
     w = 4 if s.precision == "fp32" else 2
     q = 1 if (s.fp8_activations and s.low_precision) else w
-    t = {"norm1_in": h * w, "qkv_in": h * q, "qkv": (h + 2 * kv) * w, "attn_out": h * w,
-         "proj_in": h * q if q != w else 0, "norm2_in": h * w, "mlp_in": h * q,
+    t = {"norm1_in": h * w, "qkv_in": h * q, "qkv": (qd + 2 * kv) * w, "attn_out": qd * w,
+         "proj_in": qd * q if q != w else 0, "norm2_in": h * w, "mlp_in": h * q,
          "fc_out": F * (2 if m.gated_mlp else 1) * w, "act_out": F * q}
     # Megatron selective recompute: what each named module no longer keeps (its inputs stay saved).
     drop = {"core_attn": ("attn_out",) if q != w else (),  # flash attention: q, k, v are the kept inputs
@@ -130,8 +130,8 @@ def _activations(m: ModelSpec, s: TrainSetup) -> tuple[float, float]:
         acts = k * block_input + (L - k) * per_layer + per_layer
     else:  # selective-op: block input, attention output, every other matmul output
         h, kv, F = m.hidden, m.kv_dim, m.ffn
-        mm_out = h + 2 * kv + h + F * (2 if m.gated_mlp else 1) + h
-        acts = L * tokens * (2 * h + mm_out / 2) * width + per_layer
+        mm_out = m.q_dim + 2 * kv + h + F * (2 if m.gated_mlp else 1) + h
+        acts = L * tokens * (h + m.q_dim + mm_out / 2) * width + per_layer
     # Checkpointing never keeps more than no checkpointing: with one block per stage (or every 2nd of one) the
     # recompute buffer above is that block's own activations, whose input is the one kept, not a second copy.
     acts = min(acts, L * per_layer)

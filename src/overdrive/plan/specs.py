@@ -30,6 +30,8 @@ class ModelSpec:
     """Rows of a learned position table (GPT-2 style); 0 for RoPE."""
     bias: bool = False
     """Linear and LayerNorm biases (GPT-2 style); Llama has none."""
+    attn_head_dim: int = 0
+    """Width of one attention head when it is not hidden / heads (Qwen3, Gemma: config's head_dim); 0 = hidden / heads."""
 
     def __post_init__(self):
         # Refuse shapes no model has before they turn into zero divisions, NaN or float overflow downstream.
@@ -39,26 +41,35 @@ class ModelSpec:
                 raise ValueError(f"model {name} must be a positive integer, got {v!r}")
             if v > MAX_DIM:
                 raise ValueError(f"model {name} {v} is too large (at most {MAX_DIM:,}): check the model's shape")
-        if self.hidden % self.n_head or self.n_head % self.n_kv_head:
-            raise ValueError(f"model hidden {self.hidden} must divide by heads {self.n_head}, and heads "
-                             f"{self.n_head} by kv heads {self.n_kv_head}: fix the model's shape")
+        d = self.attn_head_dim
+        if isinstance(d, bool) or not isinstance(d, int) or d < 0 or d > MAX_DIM:
+            raise ValueError(f"model attn_head_dim must be a non-negative integer, got {d!r}")
+        if (not d and self.hidden % self.n_head) or self.n_head % self.n_kv_head:
+            raise ValueError(f"model hidden {self.hidden} must divide by heads {self.n_head} (or give the head "
+                             f"width), and heads {self.n_head} by kv heads {self.n_kv_head}: fix the model's shape")
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.n_head
+        return self.attn_head_dim or self.hidden // self.n_head
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the queries and of the attention output (heads x head width; hidden for most models)."""
+        return self.n_head * self.head_dim
 
     @property
     def kv_dim(self) -> int:
         return self.n_kv_head * self.head_dim
 
     def layer_params(self) -> int:
-        """Per block: Q and O (h·h each), K and V (h·kv each), the MLP, two norm gains."""
-        h = self.hidden
-        attn = 2 * h * h + 2 * h * self.kv_dim
+        """Per block: Q and O (h·q each, q = heads·head width, h for most models), K and V (h·kv each),
+        the MLP, two norm gains."""
+        h, q = self.hidden, self.q_dim
+        attn = 2 * h * q + 2 * h * self.kv_dim
         mlp = (3 if self.gated_mlp else 2) * h * self.ffn
         n = attn + mlp + 2 * h
         if self.bias:  # qkv + out, MLP inner(s) + out, two norm biases
-            n += (2 * h + 2 * self.kv_dim) + self.ffn * (2 if self.gated_mlp else 1) + h + 2 * h
+            n += (q + 2 * self.kv_dim + h) + self.ffn * (2 if self.gated_mlp else 1) + h + 2 * h
         return n
 
     def n_params(self) -> int:
@@ -217,9 +228,9 @@ def model_from_hf_config(path: str) -> ModelSpec:
     if experts:
         raise ValueError(f"{path}: a mixture-of-experts model ({experts[0]} {experts[1]!r}): the planner models dense "
                          "Transformers only")
-    if c.get("head_dim") is not None and c["head_dim"] != h // heads:
-        raise ValueError(f"{path}: head_dim {c['head_dim']!r} x {heads} heads is not hidden_size {h}: the planner "
-                         "models attention of width hidden_size only")
+    # Qwen3 and Gemma give each head a width of its own (queries heads x head_dim wide, not hidden_size).
+    head_dim = 0 if c.get("head_dim") is None else _dim(path, "head_dim", c["head_dim"])
+    head_dim = 0 if head_dim * heads == h else head_dim
     model_type = c.get("model_type", "llama")
     gated = model_type not in GELU_MLP_TYPES
     kf, ffn = g("intermediate_size", "n_inner", "ffn_dim")
@@ -236,6 +247,6 @@ def model_from_hf_config(path: str) -> ModelSpec:
     pos = _dim(path, "n_positions", c["n_positions"]) if not gated and "n_positions" in c else 0
     try:
         return ModelSpec(name=_hf_name(path, c), n_layer=L, hidden=h, n_head=heads, n_kv_head=kv, ffn=ffn,
-                         vocab=vocab, tied=tied, gated_mlp=gated, learned_pos=pos)
+                         vocab=vocab, tied=tied, gated_mlp=gated, learned_pos=pos, attn_head_dim=head_dim)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None

@@ -76,9 +76,9 @@ def peak_tflops(s: TrainSetup, precision: str | None = None) -> float:
 
 
 def _block_gemms(m: ModelSpec, s: TrainSetup, M: float) -> list[tuple[float, float, float]]:
-    h, kv, F, t = m.hidden, m.kv_dim, m.ffn, s.tp
+    h, q, kv, F, t = m.hidden, m.q_dim, m.kv_dim, m.ffn, s.tp
     mlp = [(M, h, F / t)] * (2 if m.gated_mlp else 1) + [(M, F / t, h)]
-    return [(M, h, h / t), (M, h, kv / t), (M, h, kv / t), (M, h / t, h)] + mlp
+    return [(M, h, q / t), (M, h, kv / t), (M, h, kv / t), (M, q / t, h)] + mlp
 
 
 def _gemm_s(shapes, peak_tf: float, eff: float, passes: float) -> float:
