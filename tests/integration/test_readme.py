@@ -163,7 +163,12 @@ def test_the_walk_tables_name_readme_lines():
 def _header(text: str) -> list[str]:
     """A printed table's column names: rich's boxed header (a name may wrap over several ┃ lines,
     joined here), else the first line, split on runs of 2+ spaces."""
-    rows = [ln.strip().strip("┃").split("┃") for ln in text.splitlines() if ln.strip().startswith("┃")]
+    lines, rows = text.splitlines(), []
+    start = next((i for i, ln in enumerate(lines) if ln.strip().startswith("┃")), None)
+    for ln in lines[start:] if start is not None else []:  # the first table's header only
+        if not ln.strip().startswith("┃"):
+            break
+        rows.append(ln.strip().strip("┃").split("┃"))
     if rows:
         cols = [" ".join(r[i].strip() for r in rows if i < len(r)).strip() for i in range(len(rows[0]))]
         return [" ".join(c.split()) for c in cols if c]

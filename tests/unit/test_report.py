@@ -217,3 +217,13 @@ def test_a_clipped_reason_ends_at_a_word():
     assert len(out) <= 82 and out.endswith(" …") and long.startswith(out[:-2])
     assert long.split()[len(out[:-2].split()) - 1] == out[:-2].split()[-1]  # the last word is whole
     assert _clip("short reason") == "short reason"
+
+
+def test_loss_plot_scales_to_the_judged_tail_not_the_first_steps():
+    from overdrive.report.plots import judged_window
+
+    spiky = {"fp8": [0.0, 60.0, -8.0] + [0.5] * 37}  # a fresh model's first steps swing by tens of percent
+    start, lim = judged_window(spiky, [5.0, 3.0], 40)
+    assert start == 31  # the verdict's tail: the last quarter of 40 steps
+    assert lim == pytest.approx(6.5)  # the widest band (5%) and the tail, not the 60% spike
+    assert judged_window({"a": [0.1, -0.2, 0.3, 0.1]}, [1.0], 4) == (2, None)  # nothing to clip: matplotlib's own

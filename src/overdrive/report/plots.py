@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["write_plots", "loss_deltas"]
+__all__ = ["write_plots", "loss_deltas", "judged_window"]
 
 def _roles(results: dict) -> list[str]:
     return list(results["suite"].get("roles") or ("teacher", "student"))
@@ -74,6 +74,15 @@ def loss_deltas(results: dict, role: str) -> tuple[list[float], dict[str, list[f
     return tols, out
 
 
+def judged_window(deltas: dict[str, list[float]], tols: list[float], steps: int) -> tuple[int, float | None]:
+    """(first judged step, 1-based; the y half-range to draw, or None when nothing needs clipping).
+    The tail is what the loss-parity verdict averages (last quarter, at least 3 steps)."""
+    start = max(1, steps - max(3, steps // 4) + 1)
+    tail = [abs(v) for d in deltas.values() for v in d[start - 1:steps]]
+    lim = 1.3 * max([*tols, *tail, 1.0])
+    return start, lim if any(abs(v) > lim for d in deltas.values() for v in d) else None
+
+
 def _losses(results: dict, path: str) -> None:
     """Differences against the baseline inside the tolerance band the safety verdict uses: absolute
     curves of near-identical recipes sit on top of each other and hide exactly what matters."""
@@ -91,6 +100,16 @@ def _losses(results: dict, path: str) -> None:
         for name, d in deltas.items():
             ax.plot(range(1, len(d) + 1), d, marker="o" if len(d) < 4 else None, ms=3, label=name, lw=1.2,
                     ls="-" if safe.get(name, True) else ":")
+        steps = int((results.get("suite") or {}).get("parity_steps") or max(map(len, deltas.values()), default=0))
+        if steps:
+            # The verdict reads the tail (last quarter, at least 3 steps): shade it. The first steps of a
+            # fresh model swing by tens of percent; scale to the tail and the bands, and say what is clipped.
+            start, lim = judged_window(deltas, tols, steps)
+            ax.axvspan(start - 0.5, steps + 0.5, color="0.85", alpha=0.5, lw=0, zorder=0)
+            ax.text(start - 0.5, 1.0, " judged", transform=ax.get_xaxis_transform(), va="top", fontsize=7)
+            if lim is not None:
+                ax.set_ylim(-lim, lim)
+                ax.text(0.01, 0.02, "early steps clipped", transform=ax.transAxes, fontsize=7, color="0.4")
         ax.set_title(f"{role}: loss vs the baseline's" + {"student": " (CE + KL to the teacher)"}.get(role, ""),
                      fontsize=10)
         ax.set_xlabel("step (same data order and seed for every configuration)")
