@@ -24,6 +24,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -217,7 +218,9 @@ def test_readme_walk(tmp_path):
     failures: list[str] = []
 
     def run(cmd: str, where: str) -> str:
+        t0 = time.monotonic()
         cp = subprocess.run(cmd, shell=True, cwd=work, env=env, capture_output=True, text=True, timeout=900)
+        print(f"{where} {time.monotonic() - t0:6.1f} s  {cmd}")  # shown with -s: what each README step costs
         out = cp.stdout + cp.stderr
         if cp.returncode != 0:
             failures.append(f"{where} `{cmd}` exited {cp.returncode}:\n{out[-3000:]}")
