@@ -49,7 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:  # a first-time user typing `overdrive`: what it can do, not an error
+        parser.print_help()
+        return 0
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named against the subcommand that was given, whose help lists its flags
+        sp = parser._subparsers._group_actions[0].choices[args.command]  # noqa: SLF001 (argparse has no API)
+        sp.error(f"unrecognized arguments: {' '.join(extra)}")
     from overdrive.quiet import at_boundary
 
     try:

@@ -42,12 +42,12 @@ def _modules_after(argv: list[str]) -> tuple[int, set[str]]:
     return rc, set(heavy)
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["nope"]]
+@pytest.mark.parametrize("argv", [[], ["--help"], ["--version"], ["nope"]]
                          + [[c, "--help"] for c in ARG_ERRORS if c != "bench"]
                          + list(ARG_ERRORS.values()), ids=lambda a: " ".join(a) or "none")
 def test_help_and_argument_errors_import_no_torch(argv):
     rc, heavy = _modules_after(argv)
-    assert rc == (0 if argv[-1] in ("--help", "--version") else 2)
+    assert rc == (0 if not argv or argv[-1] in ("--help", "--version") else 2)
     assert not heavy, f"`overdrive {' '.join(argv)}` imported {sorted(heavy)}"
 
 
@@ -195,3 +195,14 @@ def test_export_with_weights_of_another_size_says_which_size_in_one_line(tmp_pat
     assert "is not a plain state_dict" in capsys.readouterr().err
     out = tmp_path / "out"
     assert not out.exists() or not any(out.iterdir())  # nothing half-written
+
+
+def test_bare_overdrive_shows_help_and_a_stray_word_names_its_subcommand(capsys):
+    from overdrive.cli import main
+
+    assert main([]) == 0 and "COMMAND" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "--gpu", "h100-sxm", "stray"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1
+    assert "plan: unrecognized arguments: stray" in err and "see overdrive plan --help" in err
