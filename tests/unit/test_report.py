@@ -227,3 +227,14 @@ def test_loss_plot_scales_to_the_judged_tail_not_the_first_steps():
     assert start == 31  # the verdict's tail: the last quarter of 40 steps
     assert lim == pytest.approx(6.5)  # the widest band (5%) and the tail, not the 60% spike
     assert judged_window({"a": [0.1, -0.2, 0.3, 0.1]}, [1.0], 4) == (2, None)  # nothing to clip: matplotlib's own
+
+
+@pytest.mark.parametrize("cols,width", [(None, 150), ("80", 150), ("220", 220), ("wide", 150)])
+def test_a_piped_console_is_wide_and_only_widened_by_columns(monkeypatch, cols, width):
+    from overdrive.report.console import wide_console
+
+    if cols is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", cols)
+    assert wide_console().width == width  # pytest's stdout is not a terminal: the piped case

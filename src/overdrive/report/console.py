@@ -11,6 +11,9 @@ __all__ = ["wide_console"]
 
 def wide_console(*, stderr: bool = False) -> Console:
     """A console that keeps tables readable when piped (rich defaults to 80 columns then): 150
-    columns, or what $COLUMNS says."""
+    columns, or a wider $COLUMNS (never narrower: test runners and CI export COLUMNS=80 to children)."""
     c = Console(stderr=stderr)
-    return c if c.is_terminal or os.environ.get("COLUMNS", "").isdigit() else Console(width=150, stderr=stderr)
+    if c.is_terminal:
+        return c
+    cols = os.environ.get("COLUMNS", "")
+    return Console(width=max(150, int(cols) if cols.isdigit() else 0), stderr=stderr)
