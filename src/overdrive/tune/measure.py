@@ -256,8 +256,9 @@ class Session:
         if run.safety.safe is False:
             self._end(run, "unsafe", run.safety.reason, collect=True)
         elif run.cand.emulated:
-            self._end(run, "emulated", "FP8 emulated (no FP8 hardware here): checked for safety only, never "
-                      "reported as a speedup", collect=True)
+            fmt = run.cand.resolved.fp8_scaling if run.cand.resolved.fp8_scaling in ("mxfp8", "nvfp4") else "fp8"
+            self._end(run, "emulated", f"{fmt.upper()} emulated (no {fmt.upper()} hardware here): checked for "
+                      "safety only, never reported as a speedup", collect=True)
         else:
             # Paired check: the baseline steps right now, so a load swing of the shared host (5-10x
             # seen) hits both sides of the comparison alike.
