@@ -187,3 +187,18 @@ def test_results_round_trip_through_the_schema_with_labels(faulty_run, tmp_path)
     assert [c["label"] for c in back["configs"]] == [c["label"] for c in faulty_run["configs"]]
     assert back["env_fingerprint"] == faulty_run["env_fingerprint"] and back["git_commit"] == faulty_run["git_commit"]
     assert "label" in (tmp_path / "results.csv").read_text().splitlines()[0]
+
+
+def test_a_worker_peak_does_not_inherit_the_parents_rss():
+    # ru_maxrss survives exec on Linux: a spawned worker used to report its parent's RSS at fork as its
+    # own floor (a long test session's 800 MB made the baseline look like an 800 MB allocator).
+    import multiprocessing as mp
+
+    from overdrive.bench.workloads.base import _peak_rss_mb
+
+    blob = bytearray(600 << 20)  # the parent: 600 MB resident
+    blob[:: 4096] = b"x" * len(blob[:: 4096])
+    with mp.get_context("spawn").Pool(1) as pool:
+        child_peak = pool.apply(_peak_rss_mb)
+    del blob
+    assert child_peak < 400, f"a fresh interpreter's peak RSS was {child_peak:.0f} MB"

@@ -33,7 +33,17 @@ def rss_mb() -> float:
 
 
 def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    """This process image's peak RSS. /proc's VmHWM belongs to the current address space; getrusage's
+    ru_maxrss does not: Linux carries the pre-exec high-water mark over exec, so a spawned worker would
+    report its parent's RSS at fork (the bench's own ~400 MB, or a long test session's GBs) as its floor."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux, where /proc is missing
 
 
 def process_memory(cuda: bool, rss0: float) -> dict:
