@@ -13,18 +13,27 @@ import json
 from overdrive.env import EnvReport
 from overdrive.recipes import ResolvedRecipe
 
-__all__ = ["ran_label", "what_runs", "effective_key"]
+__all__ = ["ran_label", "what_runs", "effective_key", "low_precision_format"]
+
+
+def low_precision_format(fp8_scaling: str | None, precision: str = "fp8") -> str:
+    """The format's own name: "mxfp8"/"nvfp4" for the block-scaled formats, else the precision."""
+    return fp8_scaling if fp8_scaling in ("mxfp8", "nvfp4") else precision
+
+
+def _engines(env: EnvReport) -> str:
+    ao, te = env.engine("torchao"), env.engine("transformer_engine")
+    return f"transformer_engine {te.status}, torchao {ao.status}"
 
 
 def what_runs(r: ResolvedRecipe) -> str:
     """The precision that runs, in a word or two: fp32, bf16, fp16, fp8 (torchao, tensorwise),
     fp8 emulated, mxfp8 (transformer_engine), nvfp4 emulated."""
     if r.precision in ("fp8", "fp4"):
-        block = r.fp8_scaling in ("mxfp8", "nvfp4")
-        fmt = r.fp8_scaling if block else r.precision
+        fmt = low_precision_format(r.fp8_scaling, r.precision)
         if r.emulated:
             return f"{fmt} emulated"
-        return f"{fmt} ({r.fp8_backend})" if block else f"{fmt} ({r.fp8_backend}, {r.fp8_scaling})"
+        return f"{fmt} ({r.fp8_backend})" if fmt != r.precision else f"{fmt} ({r.fp8_backend}, {r.fp8_scaling})"
     return r.precision
 
 
@@ -38,14 +47,13 @@ def _short(d, env: EnvReport) -> str:
                 causes.append(f"torchao {ao.status}" if not ao.ok else "torchao cannot emulate")
             return ", ".join(causes)
         if not te.ok and not ao.ok:
-            return f"transformer_engine {te.status}, torchao {ao.status}"
+            return _engines(env)
         return f"{d.requested} → {d.chosen}"
     if d.field in ("mxfp8", "nvfp4"):
         if not any(g.capabilities.get("mxfp8") for g in env.gpus):
             return "no SM 10.x GPU"
         if d.chosen == "emulated":
-            ao, te = env.engine("torchao"), env.engine("transformer_engine")
-            return f"transformer_engine {te.status}, torchao {ao.status}"
+            return _engines(env)
         return f"{d.requested} → {d.chosen}"
     return f"{d.field} {d.requested} → {d.chosen}"
 

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from overdrive.bench.labels import low_precision_format
 from overdrive.bench.results import suite_title, throughput
 from overdrive.report.advice import next_step, precision_note, role_order
 from overdrive.report.compare import LEGEND, compare_rows, relabelled, verdict
@@ -49,8 +50,8 @@ def _clip(text: str, n: int = 80) -> str:
 
 def emulated_note(cfg: dict) -> str:
     """Why an emulated configuration shows no speed, naming the format that is emulated."""
-    fmt = (cfg.get("resolved") or {}).get("fp8_scaling")
-    if fmt in ("mxfp8", "nvfp4"):
+    fmt = low_precision_format((cfg.get("resolved") or {}).get("fp8_scaling"))
+    if fmt != "fp8":
         return (f"{cfg['name']}: {fmt.upper()} is emulated here (its GEMMs need SM 10.x): "
                 "loss parity only, never a speedup")
     return f"{cfg['name']}: FP8 is emulated here (no FP8 tensor cores): loss parity only, never a speedup"

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from overdrive.bench.labels import low_precision_format
 from overdrive.bench.timing import interleaved_rounds, speedup_ci, verdict
 from overdrive.env import EnvReport
 from overdrive.errors import UserError
@@ -256,7 +257,7 @@ class Session:
         if run.safety.safe is False:
             self._end(run, "unsafe", run.safety.reason, collect=True)
         elif run.cand.emulated:
-            fmt = run.cand.resolved.fp8_scaling if run.cand.resolved.fp8_scaling in ("mxfp8", "nvfp4") else "fp8"
+            fmt = low_precision_format(run.cand.resolved.fp8_scaling)
             self._end(run, "emulated", f"{fmt.upper()} emulated (no {fmt.upper()} hardware here): checked for "
                       "safety only, never reported as a speedup", collect=True)
         else:
