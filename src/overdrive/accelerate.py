@@ -275,7 +275,9 @@ def accelerate(model: nn.Module, recipe: str | Recipe = "auto", *, lr: float = 3
     tuned_note = None
     if isinstance(recipe, str) and recipe.strip().lower() == "tuned":
         recipe, tuned_note = _tuned(model, env)
-    resolved = resolve(recipe, env, strict=strict)
+    from overdrive.convert.checkpointing import hf_checkpointing_on
+
+    resolved = resolve(recipe, env, strict=strict, model_checkpointing=hf_checkpointing_on(model))
     if tuned_note is not None:
         resolved = dataclasses.replace(resolved, decisions=(tuned_note,) + resolved.decisions)
     if module_filter_fn is None and resolved.fp8_backend and resolved.recipe.fp8_shapes:

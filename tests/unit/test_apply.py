@@ -53,9 +53,13 @@ def test_trainer_records_every_override(one_rank, tmp_path, monkeypatch):
     applied = trainer._prepare(model, recipe, cfg, world=1, device="cpu", fsdp=True)
     res = applied.resolved
     assert res.recipe.name == recipe.name != "custom"  # the name the user gave, with its overrides
-    assert res.compile == "off" and res.optimizer == "for-loop"  # what runs
+    assert res.compile == "default" and res.optimizer == "for-loop"  # what runs
     by_field = {d.field: d for d in res.decisions if d.fallback}
-    assert "FSDP2" in by_field["compile"].reason and "for-loop" in by_field["optimizer"].chosen
+    assert "for-loop" in by_field["optimizer"].chosen
+    # FSDP2 + compile: each block compiled in place before fully_shard (torchtitan's order), not eager
+    comp = [d for d in res.decisions if d.field == "compile"][-1]
+    assert comp.chosen == "default per block" and not comp.fallback and "before fully_shard" in comp.reason
+    assert all(b._compiled_call_impl is not None for b in model.blocks) and model._compiled_call_impl is None
     assert applied.checkpointed == ["blocks.0", "blocks.1"] and applied.sharded == ["blocks.0", "blocks.1", ""]
     assert json.loads(json.dumps(res.to_dict()))["optimizer"] == "for-loop"
 

@@ -73,9 +73,11 @@ def test_h100_with_te():
     assert res.fp8_backend == "transformer_engine" and res.norm == "transformer_engine"
     res = resolve(Recipe(precision="fp8", fp8_scaling="delayed"), e)
     assert res.fp8_backend == "transformer_engine" and res.fp8_scaling == "delayed"
-    # DelayedScaling fails under torch.compile: current scaling instead.
-    res = resolve(Recipe(precision="fp8", fp8_scaling="delayed", compile="default"), e)
-    assert res.fp8_scaling == "tensorwise" and "compile" in chosen(res, "fp8_scaling").reason
+    # DelayedScaling fails under torch.compile: current scaling instead (TE asked for by name).
+    res = resolve(Recipe(precision="fp8", fp8_scaling="delayed", fp8_backend="transformer_engine",
+                         compile="default"), e)
+    assert res.fp8_backend == "transformer_engine" and res.fp8_scaling == "tensorwise"
+    assert "compile" in chosen(res, "fp8_scaling").reason and "graph at every TE linear" in chosen(res, "fp8").reason
     # Rowwise is torchao's.
     res = resolve("fp8-rowwise", e)
     assert res.fp8_backend == "torchao" and res.fp8_scaling == "rowwise"

@@ -16,19 +16,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from overdrive.convert.checkpointing import apply_activation_checkpointing, find_block_groups, prepare_hf_model
-from overdrive.convert.fp8 import convert_fp8, te_fp8_recipe
+from overdrive.convert.checkpointing import (apply_activation_checkpointing, find_block_groups, hf_checkpointing_on,
+                                             prepare_hf_model)
+from overdrive.convert.fp8 import convert_fp8, te_autocast, te_fp8_recipe
 from overdrive.convert.liger import apply_liger_model_patches
 from overdrive.convert.norms import convert_norms
 from overdrive.convert.swap import LayerDecision
 from overdrive.recipes import Decision, ResolvedRecipe
+from overdrive.recipes.resolve import TE_AC_CONFLICT
 
 __all__ = ["apply_recipe", "Applied", "optimizer_under_fsdp", "wrap_forward_in"]
 
@@ -56,8 +57,10 @@ class Applied:
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:
-        """The torch.autocast dtype the forward needs; None under FSDP2 (its MixedPrecisionPolicy casts)."""
-        if self.fsdp or not self.resolved.autocast_dtype:
+        """The torch.autocast dtype the forward needs. Under FSDP2 its MixedPrecisionPolicy casts the
+        parameters; for bf16 that is all (torchtitan's setup), but fp16 keeps autocast on top: without
+        it softmax, norms and the loss would run in fp16 itself (autocast runs them in fp32)."""
+        if not self.resolved.autocast_dtype or (self.fsdp and self.resolved.autocast_dtype != "float16"):
             return None
         return getattr(torch, self.resolved.autocast_dtype)
 
@@ -69,11 +72,7 @@ class Applied:
             if dt is not None:
                 stack.enter_context(torch.autocast(torch.device(self.resolved.device).type, dtype=dt))
             if self._te_recipe is not None:
-                te = importlib.import_module("transformer_engine.pytorch")
-                # te.autocast from TE 2.8 on; fp8_autocast before (deprecated after).
-                ctx = te.autocast(enabled=True, recipe=self._te_recipe) if hasattr(te, "autocast") \
-                    else te.fp8_autocast(enabled=True, fp8_recipe=self._te_recipe)
-                stack.enter_context(ctx)
+                stack.enter_context(te_autocast(self._te_recipe))
             yield
 
     def grad_scaler(self) -> torch.amp.GradScaler | None:
@@ -170,6 +169,10 @@ def apply_recipe(model: nn.Module, resolved: ResolvedRecipe, *,
     def decide(fld: str, requested: str, chosen: str, reason: str, fallback: bool = False) -> None:
         extra.append(Decision(field=fld, requested=requested, chosen=chosen, reason=reason, fallback=fallback))
 
+    if resolved.fp8_backend == "transformer_engine" and hf_checkpointing_on(model):  # before any change
+        raise ValueError(f"{type(model).__name__} has its own (Hugging Face) gradient checkpointing on, and "
+                         f"{TE_AC_CONFLICT}: call model.gradient_checkpointing_disable(), or resolve with "
+                         "model_checkpointing=True (accelerate() does) so torchao runs the FP8")
     model.to(torch.device(resolved.device))
     conversions: dict[str, list[LayerDecision]] = {}
     if resolved.norm == "liger":
@@ -198,8 +201,12 @@ def apply_recipe(model: nn.Module, resolved: ResolvedRecipe, *,
                    "in high precision")
         n = sum(d.converted for d in conversions["fp8"])
         if n == 0:
+            # Nothing runs in FP8: say what does (the base precision), so labels and the MFU peak follow.
+            base = {"bfloat16": "bf16", "float16": "fp16"}.get(resolved.autocast_dtype or "", "fp32")
             decide("fp8_layers", "fp8", "none converted", "no linear layer was converted to FP8 (see the per-layer "
-                   "reasons): this recipe had no FP8 effect on this model", fallback=True)
+                   f"reasons): this recipe had no FP8 effect on this model, which runs in {base}", fallback=True)
+            changes.update(precision=base, fp8_backend=None, fp8_scaling=None)
+            fp8_all_gather = False
     if any(type(m).__module__.startswith("transformer_engine") for m in model.modules()):
         _keep_state_dict_plain(model)
 
@@ -212,9 +219,19 @@ def apply_recipe(model: nn.Module, resolved: ResolvedRecipe, *,
 
     if resolved.compile != "off":
         if fsdp:
-            changes["compile"] = "off"
-            decide("compile", resolved.compile, "off", "FSDP2: the model is sharded eagerly (compile per block "
-                   "under FSDP is not wired in yet)", fallback=True)
+            # torchtitan's order: compile each repeated block in place, then fully_shard it; FSDP2's hooks
+            # stay outside the compiled graphs (dynamo skips them). torchao float8 needs this to be fast.
+            mode = None if resolved.compile == "default" else resolved.compile
+            blocks = [b for _, bl in find_block_groups(model) for b in bl]
+            for b in blocks:
+                b.compile(mode=mode)
+            if blocks:
+                decide("compile", resolved.compile, f"{resolved.compile} per block", f"FSDP2: each of the {len(blocks)} "
+                       "repeated blocks compiled before fully_shard (torchtitan's order); the rest stays eager")
+            else:
+                changes["compile"] = "off"
+                decide("compile", resolved.compile, "off", "FSDP2: no repeated blocks to compile one by one, and "
+                       "the root is sharded eagerly", fallback=True)
         else:
             # In place (nn.Module.compile) so state_dict keys carry no "_orig_mod." prefix.
             model.compile(mode=None if resolved.compile == "default" else resolved.compile)
@@ -228,7 +245,9 @@ def apply_recipe(model: nn.Module, resolved: ResolvedRecipe, *,
         sharded = _shard(model, resolved.autocast_dtype)
         decide("fsdp", "fsdp", f"fully_shard x{len(sharded)}", f"FSDP2 on {world} rank(s): each repeated block, "
                "then the root" + (f"; parameters in {resolved.autocast_dtype}, gradients reduced in float32"
-                                  if resolved.autocast_dtype else ""))
+                                  if resolved.autocast_dtype else "")
+               + ("; fp16 autocast kept on top (softmax, norms and loss in fp32)"
+                  if resolved.autocast_dtype == "float16" else ""))
         if resolved.grad_scaler and world > 1:
             decide("grad_scaler", "GradScaler", "ShardedGradScaler", "fp16 under FSDP2: found_inf all-reduced "
                    "across ranks so every rank skips the same steps")

@@ -15,7 +15,8 @@ import functools
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["find_blocks", "find_block_groups", "apply_activation_checkpointing", "prepare_hf_model"]
+__all__ = ["find_blocks", "find_block_groups", "apply_activation_checkpointing", "prepare_hf_model",
+           "hf_checkpointing_on"]
 
 
 def _candidates(model: nn.Module) -> list[tuple[int, str, nn.Module]]:
@@ -60,7 +61,7 @@ def prepare_hf_model(model: nn.Module) -> list[tuple[str, str]]:
     gradient_checkpointing_enable() does: no KV cache while training (a cache filled during the
     forward is not filled again in the recompute, so the saved tensors differ: CheckpointError).
     Returns (what, why) notes."""
-    if _hf_checkpointing_on(model):
+    if hf_checkpointing_on(model):
         return [("model's own", "Hugging Face gradient checkpointing is already on (gradient_checkpointing_enable()):"
                  " left to it, not checkpointed twice")]
     notes = []
@@ -80,7 +81,8 @@ def prepare_hf_model(model: nn.Module) -> list[tuple[str, str]]:
     return notes
 
 
-def _hf_checkpointing_on(model: nn.Module) -> bool:
+def hf_checkpointing_on(model: nn.Module) -> bool:
+    """The model's own (Hugging Face) gradient checkpointing is on."""
     # transformers >= 5 renamed is_gradient_checkpointing (now a deprecated alias) to is_activation_checkpointing.
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
         if hasattr(type(model), name):
@@ -99,7 +101,7 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, every: int = 2) 
     twice recomputes twice)."""
     if mode == "none":
         return []
-    if _hf_checkpointing_on(model):
+    if hf_checkpointing_on(model):
         return []
     groups = find_block_groups(model)
     if not groups:

@@ -14,7 +14,8 @@ from torch import nn
 from overdrive.convert.policy import HEAD_NAMES, layer_policy
 from overdrive.convert.swap import LayerDecision, plan_swaps, share_params, swap_modules
 
-__all__ = ["fp8_layer_policy", "convert_fp8", "HEAD_NAMES", "te_fp8_recipe", "TE_RECIPE_SINCE"]
+__all__ = ["fp8_layer_policy", "convert_fp8", "HEAD_NAMES", "te_fp8_recipe", "TE_RECIPE_SINCE", "te_linear_like", "te_autocast",
+           "TE_FP8_TOKENS_MULTIPLE"]
 
 # The Transformer Engine release each recipe class first shipped in (TE's docs and release notes:
 # the 2.0 API lists DelayedScaling and MXFP8BlockScaling; 2.2 adds Float8CurrentScaling; 2.7's
@@ -48,13 +49,38 @@ def te_fp8_recipe(scaling: str | None):
     return rec.Float8CurrentScaling()
 
 
-def _te_factory(m: nn.Module, fqn: str) -> nn.Module:
-    te = importlib.import_module("transformer_engine.pytorch")
-    new = te.Linear(m.in_features, m.out_features, bias=m.bias is not None, params_dtype=m.weight.dtype,
-                    device=m.weight.device)
+# Transformer Engine's per-tensor FP8 asserts prod(shape[:-1]) % 8 and shape[-1] % 16 on the input and the
+# weight (`assert_dim_for_fp8_exec`, transformer_engine/pytorch/utils.py, v2.0-v2.18); K and N are the
+# policy's (dims_multiple 16), the token count M is padded here.
+TE_FP8_TOKENS_MULTIPLE = 8
+
+
+def te_linear_like(te, m: nn.Linear, *, tokens_multiple: int) -> nn.Module:
+    """A te.Linear holding `m`'s own Parameters, its input's tokens zero-padded to `tokens_multiple`."""
+    from overdrive.convert.mx import _token_padded
+
+    cls = _token_padded(te.Linear, tokens_multiple)
+    new = cls(m.in_features, m.out_features, bias=m.bias is not None, params_dtype=m.weight.dtype,
+              device=m.weight.device)
     with torch.no_grad():
         share_params(m, new)
     return new
+
+
+def te_autocast(te_recipe):
+    """Transformer Engine's FP8 autocast for `te_recipe`: `te.autocast(enabled=, recipe=)` from TE 2.9
+    (transformer_engine/pytorch/quantization.py, v2.9), `te.fp8_autocast(enabled=, fp8_recipe=)` before
+    (transformer_engine/pytorch/fp8.py, v2.0-v2.8; deprecated from 2.9). Outside it a te.Linear runs in
+    its high-precision dtype: every TE FP8 forward, timed or trained, must run inside."""
+    te = importlib.import_module("transformer_engine.pytorch")
+    if hasattr(te, "autocast"):
+        return te.autocast(enabled=True, recipe=te_recipe)
+    return te.fp8_autocast(enabled=True, fp8_recipe=te_recipe)
+
+
+def _te_factory(m: nn.Module, fqn: str) -> nn.Module:
+    te = importlib.import_module("transformer_engine.pytorch")
+    return te_linear_like(te, m, tokens_multiple=TE_FP8_TOKENS_MULTIPLE)
 
 
 def convert_fp8(model: nn.Module, *, backend: str, scaling: str, min_dim: int = 1024, convert_head: bool = False,

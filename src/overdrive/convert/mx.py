@@ -126,24 +126,65 @@ def _new_like(cls, m: nn.Linear, **kw) -> nn.Module:
     return new
 
 
-_PADDED: dict[type, type] = {}
+_PADDED: dict[tuple[type, int], type] = {}
 
 
-def _token_padded(cls: type) -> type:
-    """`cls` with its input's tokens zero-padded to a multiple of 32. The grad-weight GEMM reduces over
-    the tokens (M), so MXFP8 needs M % 32 == 0 (torchao asserts it: 4 x 31 tokens failed). Zero rows
-    add nothing to grad-weight, never raise a block's amax, and their outputs are sliced off."""
-    if cls not in _PADDED:
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            m = x.numel() // x.shape[-1]
-            pad = (-m) % 32
-            if not pad:
-                return cls.forward(self, x)
-            y = cls.forward(self, F.pad(x.reshape(m, x.shape[-1]), (0, 0, 0, pad)))
-            return y[:m].reshape(*x.shape[:-1], y.shape[-1])
+def pad_tokens(x: torch.Tensor, multiple: int, fn) -> torch.Tensor:
+    """`fn` on x flattened to (M, K) with M zero-padded up to a multiple of `multiple`; the padded rows
+    of the output sliced off. Zero rows add nothing to grad-weight, never raise a block's amax, and
+    their outputs (so their gradients) are dropped."""
+    m = x.numel() // x.shape[-1]
+    x2 = x.reshape(m, x.shape[-1])                                # (M, K)
+    pad = (-m) % multiple
+    y = fn(F.pad(x2, (0, 0, 0, pad)) if pad else x2)              # (M + pad, N)
+    return (y[:m] if pad else y).reshape(*x.shape[:-1], y.shape[-1])
 
-        _PADDED[cls] = type(f"TokenPadded{cls.__name__}", (cls,), {"forward": forward, "__module__": __name__})
-    return _PADDED[cls]
+
+def _token_padded(cls: type, multiple: int = 32) -> type:
+    """`cls` with its input's tokens zero-padded to a multiple of `multiple`. The grad-weight GEMM reduces
+    over the tokens (M): torchao's MXFP8 dim-1 cast asserts M % 32 (`mxfp8_quantize_cuda`: "rows must be
+    a multiple of 32"; 4 x 31 tokens failed), its NVFP4 Triton GEMM raises unless `input.shape[-2]` % 128
+    (the sequence length of a (B, T, K) input, so the input goes in flattened), Transformer Engine asserts
+    M % 32 under MXFP8 and M % 8 under per-tensor FP8."""
+    key = (cls, multiple)
+    if key not in _PADDED:
+        def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+            return pad_tokens(x, multiple, lambda x2: cls.forward(self, x2, *args, **kwargs))
+
+        # The engine's module name kept: TE modules are recognised by it (state_dict `_extra_state`).
+        _PADDED[key] = type(f"TokenPadded{cls.__name__}", (cls,), {"forward": forward, "__module__": cls.__module__})
+    return _PADDED[key]
+
+
+# torchao's MXFP8 Triton dim-0 cast (`triton_to_mxfp8_dim0`) asserts bf16 input ("only bfloat16 inputs
+# are supported") and `MXFP8Linear.forward` hands it `self.weight` as stored: fp32 master weights
+# crash on the first forward. Both GEMM operands go in as bf16 (the weight's cast is differentiable,
+# so the fp32 master weight still gets its gradient); the emulated recipe takes any float dtype.
+_MX_HP = torch.bfloat16
+
+
+_BF16: dict[type, type] = {}
+
+
+def _mxfp8_bf16(cls: type) -> type:
+    """torchao's MXFP8Linear with both operands cast to bf16 before its kernels (see _MX_HP)."""
+    if cls in _BF16:
+        return _BF16[cls]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torchao.prototype.moe_training import mxfp8_linear
+        from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
+
+        if self.kernel_preference == KernelPreference.EMULATED:
+            return cls.forward(self, x)
+        y = mxfp8_linear._to_mxfp8_then_scaled_mm(x.to(_MX_HP), self.weight.to(_MX_HP),
+                                                  kernel_preference=self.kernel_preference,
+                                                  scale_calculation_mode=self.scale_calculation_mode,
+                                                  wgrad_with_hp=self.wgrad_with_hp)
+        return y + self.bias.to(y.dtype) if self.bias is not None else y
+
+    _BF16[cls] = type(f"BF16{cls.__name__}", (cls,), {"forward": forward, "__module__": cls.__module__})
+    return _BF16[cls]
 
 
 def mx_factory(fmt: str, backend: str):
@@ -151,16 +192,10 @@ def mx_factory(fmt: str, backend: str):
     if backend == "transformer_engine":
         te = importlib.import_module("transformer_engine.pytorch")
 
-        def te_factory(m: nn.Linear, fqn: str) -> nn.Module:  # the format comes from TE's autocast recipe
-            new = te.Linear(m.in_features, m.out_features, bias=m.bias is not None, params_dtype=m.weight.dtype,
-                            device=m.weight.device)
-            with torch.no_grad():
-                from overdrive.convert.swap import share_params
+        from overdrive.convert.fp8 import te_linear_like
 
-                share_params(m, new)
-            return new
-
-        return te_factory
+        # The format comes from TE's autocast recipe; TE checks M % 32 (MXFP8; NVFP4 needs 16).
+        return lambda m, fqn: te_linear_like(te, m, tokens_multiple=32)
     if fmt == "mxfp8":
         from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe
         from torchao.prototype.moe_training.mxfp8_linear import MXFP8Linear
@@ -171,16 +206,18 @@ def mx_factory(fmt: str, backend: str):
         # MXFP8TrainingWeightWrapperTensor, whose F.linear override drops the bias (torchao 0.18:
         # output off by the bias, 3.8 dB SQNR on a Linear with bias 0.5). MXFP8Linear runs the same
         # mx_mm autograd function with the config's settings and adds the bias.
-        return lambda m, fqn: _new_like(_token_padded(MXFP8Linear), m, kernel_preference=cfg.kernel_preference,
+        cls = _token_padded(_mxfp8_bf16(MXFP8Linear) if backend != "emulated" else MXFP8Linear, 32)
+        return lambda m, fqn: _new_like(cls, m, kernel_preference=cfg.kernel_preference,
                                         scale_calculation_mode=cfg.scale_calculation_mode,
                                         wgrad_with_hp=cfg.wgrad_with_hp)
     if fmt == "nvfp4" and backend == "torchao":
         from torchao.prototype.moe_training.nvfp4_training.nvfp4_training import NVFP4Linear, NVFP4TrainingConfig
 
         cfg = NVFP4TrainingConfig()
+        cls = _token_padded(NVFP4Linear, 128)  # nvfp4_mm_triton: M % 128, M = input.shape[-2]
 
         def ao_nvfp4(m: nn.Linear, fqn: str) -> nn.Module:
-            new = NVFP4Linear.from_linear(m, kernel_preference=cfg.kernel_preference,
+            new = cls.from_linear(m, kernel_preference=cfg.kernel_preference,
                                           rht_sign_vector=cfg.rht_sign_vector)
             # Its stochastic-rounding seed and Hadamard sign vector are per-run randomness: kept out of
             # the state_dict so checkpoints stay interchangeable with the plain model (torchao notes a

@@ -134,8 +134,17 @@ def _te_has_current_scaling(te) -> bool:
     return not v or v >= (2, 2)
 
 
-def _fp8(r: Recipe, env: EnvReport, log: _Log, compile_mode: str = "off") -> tuple[str | None, str | None, str]:
-    """(backend, scaling, precision that runs)."""
+# Transformer Engine under torch.compile: te.Linear.forward is `@no_torch_dynamo()` (torch._dynamo.disable)
+# in every 2.x release (transformer_engine/pytorch/module/linear.py, v2.0 line 935 ... v2.18 line 1797;
+# the decorator in transformer_engine/pytorch/jit.py), so the graph breaks at every TE linear.
+TE_COMPILE_BREAKS = ("te.Linear.forward is torch._dynamo.disable'd (@no_torch_dynamo, every TE 2.x): "
+                     "torch.compile breaks the graph at every TE linear")
+
+
+def _fp8(r: Recipe, env: EnvReport, log: _Log, compile_mode: str = "off", own_checkpointing: bool = False
+         ) -> tuple[str | None, str | None, str]:
+    """(backend, scaling, precision that runs). `own_checkpointing`: the model recomputes its blocks
+    itself (Hugging Face gradient checkpointing), which conflicts with TE's FP8 as the recipe's would."""
     req_b, scaling = r.fp8_backend, r.fp8_scaling
     fp8_gpu = next((g for g in env.gpus if g.capabilities["fp8"]), None)
     te, ao = env.engine("transformer_engine"), env.engine("torchao")
@@ -147,10 +156,10 @@ def _fp8(r: Recipe, env: EnvReport, log: _Log, compile_mode: str = "off") -> tup
     def ao_why() -> str:
         return f"torchao is {ao.status}: {ao.reason}"
 
+    recompute = r.activation_checkpointing != "none" or own_checkpointing
     if scaling in ("mxfp8", "nvfp4"):
         backend, why = resolve_block_scaled(scaling, req_b, env, log,
-                                            te_blocked=TE_AC_CONFLICT if r.activation_checkpointing != "none"
-                                            else None)
+                                            te_blocked=TE_AC_CONFLICT if recompute else None)
         if backend:
             return backend, scaling, "fp4" if scaling == "nvfp4" else "fp8"
         log.add("fp8_scaling", scaling, "tensorwise", f"{scaling} requested: {why} → per-tensor (tensorwise) FP8",
@@ -160,6 +169,9 @@ def _fp8(r: Recipe, env: EnvReport, log: _Log, compile_mode: str = "off") -> tup
 
     order = {"auto": ["transformer_engine", "torchao"], "transformer_engine": ["transformer_engine", "torchao"],
              "torchao": ["torchao", "transformer_engine"], "emulated": []}[req_b]
+    if req_b == "auto" and compile_mode != "off" and ao.ok:
+        # Under compile torchao's float8 is traced into the graph; TE's linears break it (TE_COMPILE_BREAKS).
+        order = ["torchao", "transformer_engine"]
 
     def pick(b: str, label: str):
         if req_b in ("auto", b):
@@ -171,8 +183,9 @@ def _fp8(r: Recipe, env: EnvReport, log: _Log, compile_mode: str = "off") -> tup
         if b == "transformer_engine":
             if not te.ok:
                 reasons.append(te_why())
-            elif r.activation_checkpointing != "none":
-                reasons.append(TE_AC_CONFLICT)
+            elif recompute:
+                reasons.append(TE_AC_CONFLICT if r.activation_checkpointing != "none" else
+                               f"the model's own gradient checkpointing is on: {TE_AC_CONFLICT}")
             elif scaling == "rowwise":
                 reasons.append("Transformer Engine has no rowwise scaling (torchao does)")
             elif scaling == "tensorwise" and not _te_has_current_scaling(te):
@@ -185,7 +198,8 @@ def _fp8(r: Recipe, env: EnvReport, log: _Log, compile_mode: str = "off") -> tup
                 scaling = "delayed"
                 return pick(b, f"Transformer Engine runs FP8 ({scaling}) on {fp8_gpu.name}"), scaling, "fp8"
             else:
-                return pick(b, f"Transformer Engine runs FP8 ({scaling}) on {fp8_gpu.name}"), scaling, "fp8"
+                note = f"; {TE_COMPILE_BREAKS}" if compile_mode != "off" else ""
+                return pick(b, f"Transformer Engine runs FP8 ({scaling}) on {fp8_gpu.name}{note}"), scaling, "fp8"
         if b == "torchao":
             if not ao.ok:
                 reasons.append(ao_why())
@@ -195,7 +209,9 @@ def _fp8(r: Recipe, env: EnvReport, log: _Log, compile_mode: str = "off") -> tup
                         "delayed scaling is Transformer Engine only (torchao removed it) → tensorwise "
                         "(current) scaling in torchao", fallback=True)
                 scaling = "tensorwise"
-            return pick(b, f"torchao float8 ({scaling}) on {fp8_gpu.name}"), scaling, "fp8"
+            under = f" (preferred under torch.compile: {TE_COMPILE_BREAKS})" if compile_mode != "off" and \
+                req_b == "auto" and te.ok else ""
+            return pick(b, f"torchao float8 ({scaling}) on {fp8_gpu.name}{under}"), scaling, "fp8"
     # No real FP8 engine here: emulate if torchao can, else drop to the best precision.
     where = "no GPU with SM >= 8.9 here" if not fp8_gpu else "; ".join(reasons)
     if ao.details.get("emulate_ok"):
@@ -263,8 +279,11 @@ def _norm(r: Recipe, env: EnvReport, log: _Log, fp8_backend: str | None, compile
     return log.add("norm", req, "torch", "no fused norm engine works here (Liger/Apex); torch norms")
 
 
-def resolve(recipe: str | Recipe, env: EnvReport, *, strict: bool = False) -> ResolvedRecipe:
-    """Decide, for every field of `recipe`, what runs on the machine `env` describes."""
+def resolve(recipe: str | Recipe, env: EnvReport, *, strict: bool = False,
+            model_checkpointing: bool = False) -> ResolvedRecipe:
+    """Decide, for every field of `recipe`, what runs on the machine `env` describes.
+    `model_checkpointing`: the model's own (Hugging Face) gradient checkpointing is on; Transformer
+    Engine's FP8 is then not chosen, as with the recipe's activation checkpointing (TE_AC_CONFLICT)."""
     r = get_recipe(recipe)
     log = _Log(strict)
     device = env.device
@@ -289,7 +308,7 @@ def resolve(recipe: str | Recipe, env: EnvReport, *, strict: bool = False) -> Re
 
     fp8_backend = fp8_scaling = None
     if r.precision in ("fp8", "fp4"):
-        fp8_backend, fp8_scaling, precision = _fp8(r, env, log, compile_mode)
+        fp8_backend, fp8_scaling, precision = _fp8(r, env, log, compile_mode, model_checkpointing)
         if fp8_backend == "transformer_engine" and fp8_scaling == "delayed" and compile_mode != "off":
             if _te_has_current_scaling(env.engine("transformer_engine")):
                 log.add("fp8_scaling", "delayed", "tensorwise", "TE DelayedScaling fails under torch.compile → "

@@ -240,8 +240,11 @@ def _step(run: _Run, step: int) -> tuple[float, float, float]:
         g["lr"] = lr
     micro = run.data.rank_micro_batches(step, t.global_batch, run.rank, run.world, t.micro_batch)
     total = torch.zeros((), device=run.device)  # summed on device: one host sync per step, not per micro-batch
-    for x, y in micro:
+    sync = getattr(run.model, "set_requires_gradient_sync", None) if len(micro) > 1 else None
+    for i, (x, y) in enumerate(micro):
         x, y = x.to(run.device), y.to(run.device)
+        if sync is not None:  # FSDP2: reduce-scatter the gradients after the last micro-batch only
+            sync(i == len(micro) - 1)
         with _autocast(run):
             logits, loss = run.model(x, y)
             if run.teacher is not None:

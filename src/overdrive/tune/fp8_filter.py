@@ -105,12 +105,13 @@ def measure_filter(sites: list[LinearSite], *, bench: Callable[[int, int, int, b
 def bench_linear(tokens: int, k: int, n: int, fp8: bool, *, backend: str, scaling: str, compile: bool,
                  device: str, reps: int = 10) -> float:
     """Forward + backward of one Linear (M x K) @ (K x N) under bf16 autocast, in ms (median of 5)."""
+    import contextlib
     import statistics
 
     import torch
 
     from overdrive.bench.timing import time_fn
-    from overdrive.convert.fp8 import convert_fp8
+    from overdrive.convert.fp8 import convert_fp8, te_autocast, te_fp8_recipe
 
     torch.manual_seed(0)
     mod: nn.Module = nn.Sequential(nn.Linear(k, n, device=device))
@@ -120,9 +121,12 @@ def bench_linear(tokens: int, k: int, n: int, fp8: bool, *, backend: str, scalin
         mod = torch.compile(mod)
     x = torch.randn(tokens, k, device=device, requires_grad=True)
     dev = torch.device(device).type
+    # A te.Linear runs FP8 only inside TE's own autocast (torch.autocast alone times it in bf16).
+    te_ctx = (lambda: te_autocast(te_fp8_recipe(scaling))) if fp8 and backend == "transformer_engine" \
+        else contextlib.nullcontext
 
     def step() -> None:
-        with torch.autocast(dev, dtype=torch.bfloat16):
+        with torch.autocast(dev, dtype=torch.bfloat16), te_ctx():
             y = mod(x)
         y.float().sum().backward()
 
