@@ -175,7 +175,8 @@ def _fp8(r: Recipe, env: EnvReport, log: _Log, compile_mode: str = "off", own_ch
 
     def pick(b: str, label: str):
         if req_b in ("auto", b):
-            return log.add("fp8", want, b, label + (f" ({TE_AC_CONFLICT})" if TE_AC_CONFLICT in reasons else ""))
+            conflict = next((x for x in reasons if TE_AC_CONFLICT in x), None)
+            return log.add("fp8", want, b, label + (f" ({conflict})" if conflict else ""))
         return log.add("fp8", want, b, f"{req_b} FP8 requested: {'; '.join(reasons)} → {label}", fallback=True)
 
     reasons: list[str] = []
