@@ -66,22 +66,9 @@ def machine(gpu: str | None = None, *, te: dict | None = None, apex: dict | None
 
 
 def fake_te_linear():
-    """A stand-in for te.Linear with its real constructor signature (params_dtype, device), computing
-    a plain linear; tests subclass it to check how the applier drives it."""
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-
-    class FakeTELinear(nn.Module):
-        def __init__(self, in_features, out_features, bias=True, params_dtype=None, device=None):
-            super().__init__()
-            self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=params_dtype, device=device))
-            self.bias = nn.Parameter(torch.zeros(out_features, device=device)) if bias else None
-
-        def forward(self, x):
-            return F.linear(x, self.weight, self.bias)
-
-    return FakeTELinear
+    """te.Linear as `fake_te()` fakes it (real signature, TE's dim checks under its FP8 autocast, dynamo
+    disabled on forward); tests subclass it to check how the applier drives it."""
+    return fake_te()[0]["transformer_engine.pytorch"].Linear
 
 
 # -- Fake engines that hold the real ones' contracts ---------------------------------------------------

@@ -28,14 +28,14 @@ class _FakeTELinear(fake_te_linear()):
 
 
 class _FakeNorm(nn.Module):
-    def __init__(self, hidden_size, eps=1e-5, **kw):
+    def __init__(self, hidden_size, eps=1e-5):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
 
 
 class _FakeLN(_FakeNorm):
-    def __init__(self, hidden_size, eps=1e-5, **kw):
+    def __init__(self, hidden_size, eps=1e-5):
         super().__init__(hidden_size, eps)
         self.bias = nn.Parameter(torch.zeros(hidden_size))
 
@@ -129,7 +129,7 @@ class _FakeOffsetRMS(nn.Module):
     compute x/rms(x)*w; offset=1.0 / zero_centered_gamma=True compute x/rms(x)*(1+w)."""
 
     def __init__(self, hidden_size, eps=1e-6, offset=0.0, casting_mode="llama", init_fn="ones", in_place=True,
-                 zero_centered_gamma=False, **kw):
+                 zero_centered_gamma=False):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps, self.offset = eps, 1.0 if zero_centered_gamma else offset
@@ -194,13 +194,11 @@ def test_te_recipe_objects_per_scaling(monkeypatch):
 
     from overdrive.convert.fp8 import te_fp8_recipe
 
-    rec = types.ModuleType("transformer_engine.common.recipe")
-    for name in ("MXFP8BlockScaling", "NVFP4BlockScaling", "Float8CurrentScaling"):
-        setattr(rec, name, type(name, (), {}))
-    rec.Format = types.SimpleNamespace(HYBRID="HYBRID")
-    rec.DelayedScaling = lambda **kw: ("DelayedScaling", kw)
+    from fakes import fake_te
+
+    rec = fake_te()[0]["transformer_engine.common.recipe"]  # TE's recipe classes, with their fields
     monkeypatch.setitem(sys.modules, "transformer_engine.common.recipe", rec)
     assert type(te_fp8_recipe("nvfp4")).__name__ == "NVFP4BlockScaling"
     assert type(te_fp8_recipe("mxfp8")).__name__ == "MXFP8BlockScaling"
     assert type(te_fp8_recipe("tensorwise")).__name__ == "Float8CurrentScaling"
-    assert te_fp8_recipe("delayed")[1]["amax_history_len"] == 16
+    assert te_fp8_recipe("delayed").amax_history_len == 16
