@@ -25,8 +25,10 @@ def test_fp8_filter_times_each_shape_of_a_gpt_and_decides_per_layer():
     model = GPT(gpt_config("tiny", n_embd=1024, n_head=8, n_layer=2, block_size=512, vocab_size=4096)).cuda()
     x = torch.randint(0, 4096, (8, 512), device="cuda")
     sites = linear_sites(model, lambda: model(x))
+    # Eager: this checks the filter's plumbing on CUDA; compiling 8 shape x mode pairs costs minutes of
+    # the GPU check's lease (its tune step times candidates compiled).
     res = measure_filter(sites, bench=lambda m, k, n, fp8: bench_linear(
-        m, k, n, fp8, backend="torchao", scaling="tensorwise", compile=True, device="cuda"))
+        m, k, n, fp8, backend="torchao", scaling="tensorwise", compile=False, device="cuda"))
     timed = [d for d in res.layers if d["bf16_ms"] is not None]
     assert timed and all(d["bf16_ms"] > 0 and d["fp8_ms"] > 0 for d in timed)
     for d in res.layers:
