@@ -202,3 +202,22 @@ def test_a_worker_peak_does_not_inherit_the_parents_rss():
         child_peak = pool.apply(_peak_rss_mb)
     del blob
     assert child_peak < 400, f"a fresh interpreter's peak RSS was {child_peak:.0f} MB"
+
+
+def test_the_worker_reports_what_the_applier_ran_per_model():
+    """A recipe asking FP8 on models below fp8_min_dim: the setup reply says each ran its base precision."""
+    from overdrive.bench.worker import _State, handle
+    from overdrive.recipes import get_recipe, resolve
+
+    from fakes import TORCHAO_B200
+
+    # Decided as on an FP8 GPU (real torchao, so the size rule applies), set up on this CPU.
+    res = dataclasses.replace(resolve(get_recipe("fp8", fp8_min_dim=4096), build_report(machine("h100",
+                              torchao=TORCHAO_B200))), device="cpu")
+    assert res.precision == "fp8" and res.fp8_backend == "torchao"
+    spec = dict(task="gpt", teacher="tiny", student="tiny", batch=2, seq=16, data_tokens=1 << 12, data=None, seed=0,
+                lr=1e-3, threads=1, env_facts=CPU.facts, options={}, parity_steps=2, resolved=res.to_dict(),
+                cand_options={}, inject={})
+    reply = handle(_State(), ("setup", spec))
+    assert "error" not in reply, reply
+    assert {r: a["precision"] for r, a in reply["applied"].items()} == {"teacher": "bf16", "student": "bf16"}

@@ -292,3 +292,30 @@ def test_fsdp_gradient_accumulation_syncs_on_the_last_micro_batch(tmp_path, monk
     with _one_rank(tmp_path):
         trainer.train(cfg, quiet=True)
     assert flags == [False, True, False, True]
+
+
+def test_bench_measures_each_model_against_the_peak_of_what_it_ran():
+    """Suspected (confirmed): the gpt-125m student (d=768 < fp8_min_dim 1024) converts no layer, yet was
+    measured against the FP8 peak; the worker now reports what the applier ran, per model."""
+    from overdrive.bench.analysis import analyze
+    from overdrive.bench.runner import ConfigRun
+    from overdrive.bench.suites import SUITES, Candidate
+
+    e = build_report(machine("h100", torchao=AO_GPU))
+    suite = SUITES["gpu"]
+    fp8 = resolve("fp8", e)
+    runs = []
+    for cand, res, applied in ((Candidate.preset("fp32-fused"), resolve("fp32-fused", e), None),
+                               (Candidate.preset("fp8"), fp8, {"teacher": fp8.to_dict(),
+                                                               "student": dict(fp8.to_dict(), precision="bf16")})):
+        cand = dataclasses.replace(cand, baseline=applied is None)
+        run = ConfigRun(cand=cand, resolved=res.to_dict(), applied=applied, status="ok")
+        for r in run.roles:
+            run.ms[r], run.loss[r], run.skipped[r] = [100.0] * 8, [5.0] * 8, [False] * 8
+        run.rounds_ms = [[200.0] * 4, [200.0] * 4]
+        runs.append(run)
+    res = analyze(runs, suite, e)
+    models = next(c for c in res["configs"] if c["name"] == "fp8")["models"]
+    assert models["teacher"]["precision"] == "fp8" and models["teacher"]["mfu_fp8_peak"] is not None
+    assert models["student"]["precision"] == "bf16" and models["student"]["mfu_fp8_peak"] is None
+    assert models["student"]["mfu_bf16_peak"] is not None

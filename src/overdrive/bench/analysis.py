@@ -70,7 +70,9 @@ def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport, sched: Schedule
         for role in run.roles:
             ms = run.ms[role]
             s = summarize(ms)
-            m = {"model": getattr(suite, role, role), "step_ms": s, "tokens_per_s": None, "examples_per_s": None,
+            # The precision this role really ran in (the applier's, when the worker reported it).
+            role_precision = ((run.applied or {}).get(role) or {}).get("precision", precision)
+            m = {"model": getattr(suite, role, role), "precision": role_precision, "step_ms": s, "tokens_per_s": None, "examples_per_s": None,
                  "tflops": None, "mfu_bf16_peak": None, "mfu_fp8_peak": None, "speedup": None, "speedup_ci": None}
             if gpt:
                 n_params, fpt = _model_flops(getattr(suite, role), suite.seq)
@@ -82,7 +84,7 @@ def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport, sched: Schedule
                     m["tflops"] = achieved_tflops(rate, fpt)
                     if spec and not emulated:
                         m["mfu_bf16_peak"] = mfu(rate, fpt, spec.bf16_tflops)
-                        if precision == "fp8":
+                        if role_precision == "fp8":
                             m["mfu_fp8_peak"] = mfu(rate, fpt, spec.fp8_tflops)
             bms = base.ms[role] if base else []
             if not emulated and bms and ms and not run.cand.baseline:

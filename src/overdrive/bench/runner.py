@@ -43,6 +43,8 @@ class ConfigRun:
     """ok | stopped (slower than the budget allows) | failed | oom | crashed | unavailable"""
     reason: str = ""
     setup_s: float | None = None
+    applied: dict | None = None
+    """Per role, the resolved recipe after the applier (what really ran: e.g. bf16 where no layer converted)."""
     first_step_s: float | None = None
     warmup_ms: list[float] = field(default_factory=list)
     ms: dict[str, list[float]] = field(default_factory=dict)
@@ -259,6 +261,7 @@ def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int 
                         _fail(run, reply)
                     else:
                         run.setup_s = reply["setup_s"]
+                        run.applied = reply.get("applied")
             except (EOFError, OSError):
                 run.status, run.reason = "crashed", "worker died during setup"
                 _kill(run)

@@ -33,7 +33,7 @@ def _setup(st: _State, spec: dict) -> dict:
     st.spec = spec
     st.rng = random.Random(spec.get("seed", 0))
     st.task = workload_for_task(spec.get("task", "gpt")).build(spec)
-    return {"ok": True, "setup_s": time.perf_counter() - t0}
+    return {"ok": True, "setup_s": time.perf_counter() - t0, "applied": getattr(st.task, "applied", None)}
 
 
 def _step(st: _State) -> dict:

@@ -47,6 +47,8 @@ class GPTTask(Task):
             model = GPT(gpt_config(spec[role], block_size=spec["seq"]))
             self.accs[role] = Accelerated(model, resolved, lr=lr, weight_decay=0.1, betas=(0.9, 0.95),
                                           grad_clip=1.0, module_filter_fn=None, build_optimizer=True)
+        # What the applier made of the recipe per model (a student below fp8_min_dim converts no layer).
+        self.applied = {role: acc.resolved.to_dict() for role, acc in self.accs.items()}
         if self.inject.get("alloc_mb"):  # a transient allocation only this process's peak may show
             blob = torch.ones(self.inject["alloc_mb"] * 2**18, device=self.device)  # 4-byte floats
             del blob
