@@ -1,18 +1,15 @@
 """The one recipe applier: what accelerate() and `overdrive train` both run, and the overrides they record."""
 
-import contextlib
 import dataclasses
 import json
 import sys
-import types
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
-from fakes import TE_OK, TORCHAO_EMU, fake_te_linear, machine
+from fakes import TE_OK, TORCHAO_EMU, machine
 from overdrive.convert import Applied, apply_recipe, optimizer_under_fsdp
 from overdrive.env import build_report
 from overdrive.models import GPT, gpt_config
@@ -115,38 +112,18 @@ def test_zero_fp8_layers_is_reported_as_a_fallback():
 
 
 # -- Transformer Engine's FP8 autocast must be entered by the training loop ---------------------------
-class _FakeTELinear(fake_te_linear()):
-    def forward(self, x):
-        assert _TE_STATE["depth"] > 0, "te.Linear ran outside TE's FP8 autocast"
-        _TE_STATE["calls"] += 1
-        return super().forward(x)
-
-
-_TE_STATE = {"depth": 0, "calls": 0, "recipes": []}
+_TE_STATE: dict = {}
 
 
 @pytest.fixture
 def fake_te(monkeypatch):
-    _TE_STATE.update(depth=0, calls=0, recipes=[])
+    from fakes import fake_te as make_fake_te
 
-    @contextlib.contextmanager
-    def autocast(enabled=True, recipe=None):
-        _TE_STATE["depth"] += 1
-        _TE_STATE["recipes"].append(type(recipe).__name__)
-        try:
-            yield
-        finally:
-            _TE_STATE["depth"] -= 1
-
-    te = types.ModuleType("transformer_engine.pytorch")
-    te.Linear, te.autocast = _FakeTELinear, autocast
-    rec = types.ModuleType("transformer_engine.common.recipe")
-    rec.Float8CurrentScaling = type("Float8CurrentScaling", (), {})
-    for name, mod in {"transformer_engine": types.ModuleType("transformer_engine"), "transformer_engine.pytorch": te,
-                      "transformer_engine.common": types.ModuleType("transformer_engine.common"),
-                      "transformer_engine.common.recipe": rec}.items():
+    mods, state = make_fake_te("2.9.0")  # TE's signatures, its dim checks under its FP8 autocast
+    _TE_STATE.clear()
+    _TE_STATE.update(state=state)
+    for name, mod in mods.items():
         monkeypatch.setitem(sys.modules, name, mod)
-    monkeypatch.setattr(_FakeTELinear, "__module__", "transformer_engine.pytorch")
     te_gpu = build_report(machine("h100", te=TE_OK))
     real = resolve
 
@@ -163,8 +140,9 @@ def test_training_loop_enters_te_fp8_autocast(fake_te, tmp_path, monkeypatch):
     monkeypatch.setattr(trainer, "resolve", fake_te)
     cfg = load_config(None, TINY + [f"train.out_dir=\"{tmp_path}\"", "train.recipe=\"fp8\""])
     trainer.train(cfg, quiet=True)
-    assert _TE_STATE["calls"] > 0 and _TE_STATE["depth"] == 0
-    assert set(_TE_STATE["recipes"]) == {"Float8CurrentScaling"}
+    state = _TE_STATE["state"]
+    assert state["calls"] and all(c["fp8"] for c in state["calls"]), "te.Linear ran outside TE's FP8 autocast"
+    assert state["depth"] == 0 and set(state["recipes"]) == {"Float8CurrentScaling"}
     rec = json.loads((tmp_path / "recipe.json").read_text())
     assert rec["fp8_backend"] == "transformer_engine"
     conv = json.loads((tmp_path / "conversions.json").read_text())["conversions"]["fp8"]
@@ -178,8 +156,7 @@ def test_fsdp_with_compile_per_block_trains_like_eager(one_rank):
     for mode in ("off", "default"):
         torch.manual_seed(0)
         model = GPT(gpt_config("tiny", n_embd=32, n_head=2, n_layer=2, block_size=16))
-        applied = apply_recipe(model, resolve(get_recipe("fp32", compile=mode, optimizer="for-loop"), CPU),
-                               fsdp=True, world=1)
+        apply_recipe(model, resolve(get_recipe("fp32", compile=mode, optimizer="for-loop"), CPU), fsdp=True, world=1)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
         x = torch.randint(0, 256, (2, 17), generator=torch.Generator().manual_seed(0))
         out = []
