@@ -4,7 +4,8 @@ claim to be (tests/unit/test_engine_contracts.py). Fields:
 - linear_init / linear_forward: parameters of te.Linear.__init__ / te.Linear.forward
   (transformer_engine/pytorch/module/linear.py at `lines`: __init__, the `@no_torch_dynamo()` line, forward)
 - fp8_autocast / autocast: parameters of te.fp8_autocast and te.autocast (None: not in that release), and the
-  file they live in (fp8.py to v2.8, quantization.py from v2.9; autocast is a class from v2.17)
+  file they live in (fp8.py to v2.8, quantization.py from v2.9; autocast is a class from v2.16, its line
+  there is that of its __init__)
 - recipes: the classes of transformer_engine/common/recipe/__init__.py
 - norm_init: te.LayerNorm.__init__ (module/layernorm.py; te.RMSNorm in module/rmsnorm.py has the same)
 Regenerate by parsing those files at each tag; do not edit by hand.
