@@ -13,6 +13,8 @@ our own bench results refine them):
 - FP8 backend: Transformer Engine (fused FP8 kernels, 1.5x over TE bf16 on H100: NVIDIA/TransformerEngine
   docs/examples/quickstart.ipynb) > torchao (+10-28% over bf16 with compile on 8xH100: pytorch/ao
   torchao/float8/README.md, pytorch/torchtitan docs/float8.md) > torchao emulation (numerics only) > no FP8.
+  Under torch.compile torchao comes first: te.Linear.forward is torch._dynamo.disable'd in every TE 2.x
+  (TE_COMPILE_BREAKS), so the graph would break at each TE linear; torchao's float8 is traced into it.
 - optimizer: torch fused AdamW (one kernel for all parameters; Apex FusedAdam's 10-15% edge
   predates torch's fused=True) > Apex FusedAdam > foreach > for-loop.
 - norm: under compile, torch (inductor fuses norms; hand-written kernels can break graphs);
