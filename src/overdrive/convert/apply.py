@@ -220,7 +220,8 @@ def apply_recipe(model: nn.Module, resolved: ResolvedRecipe, *,
     if resolved.compile != "off":
         if fsdp:
             # torchtitan's order: compile each repeated block in place, then fully_shard it; FSDP2's hooks
-            # stay outside the compiled graphs (dynamo skips them). torchao float8 needs this to be fast.
+            # stay outside the compiled graphs (torch/distributed/fsdp/_fully_shard/_fsdp_common.py
+            # `_dynamo_disable`: "skipping FSDP hooks"). torchao float8 needs compile to be fast.
             mode = None if resolved.compile == "default" else resolved.compile
             blocks = [b for _, bl in find_block_groups(model) for b in bl]
             for b in blocks:
