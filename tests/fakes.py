@@ -96,10 +96,12 @@ def _te_dims_check(recipe, t, what: str) -> None:
             f"the last dimension to be divisible by 16, but got tensor with dims={list(t.shape)} ({what})")
     elif name == "MXFP8BlockScaling":
         if rows % 32 or last % 32:
-            raise RuntimeError(f"MXFP8 requires tensor dims that are divisible by 32 (got shape={list(t.shape)}, {what})")
+            raise RuntimeError(f"MXFP8 requires tensor dims that are divisible by 32 (got shape={list(t.shape)}, "
+                               f"{what})")
     elif name == "NVFP4BlockScaling":
         if rows % 16 or last % 16:
-            raise RuntimeError(f"NVFP4 requires tensor dims that are divisible by 16 (got shape={list(t.shape)}, {what})")
+            raise RuntimeError(f"NVFP4 requires tensor dims that are divisible by 16 (got shape={list(t.shape)}, "
+                               f"{what})")
     else:
         raise TypeError(f"not a Transformer Engine recipe: {name}")
 

@@ -72,8 +72,8 @@ def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport, sched: Schedule
             s = summarize(ms)
             # The precision this role really ran in (the applier's, when the worker reported it).
             role_precision = ((run.applied or {}).get(role) or {}).get("precision", precision)
-            m = {"model": getattr(suite, role, role), "precision": role_precision, "step_ms": s, "tokens_per_s": None, "examples_per_s": None,
-                 "tflops": None, "mfu_bf16_peak": None, "mfu_fp8_peak": None, "speedup": None, "speedup_ci": None}
+            m = {"model": getattr(suite, role, role), "precision": role_precision, "step_ms": s, "tokens_per_s": None,
+                 "examples_per_s": None, "tflops": None, "mfu_bf16_peak": None, "mfu_fp8_peak": None, "speedup": None, "speedup_ci": None}
             if gpt:
                 n_params, fpt = _model_flops(getattr(suite, role), suite.seq)
                 m.update(params_nonembedding=n_params, flops_per_token=fpt)

@@ -227,8 +227,9 @@ def apply_recipe(model: nn.Module, resolved: ResolvedRecipe, *,
             for b in blocks:
                 b.compile(mode=mode)
             if blocks:
-                decide("compile", resolved.compile, f"{resolved.compile} per block", f"FSDP2: each of the {len(blocks)} "
-                       "repeated blocks compiled before fully_shard (torchtitan's order); the rest stays eager")
+                decide("compile", resolved.compile, f"{resolved.compile} per block", f"FSDP2: each of the "
+                       f"{len(blocks)} repeated blocks compiled before fully_shard (torchtitan's order); the rest "
+                       "stays eager")
             else:
                 changes["compile"] = "off"
                 decide("compile", resolved.compile, "off", "FSDP2: no repeated blocks to compile one by one, and "

@@ -14,8 +14,8 @@ from torch import nn
 from overdrive.convert.policy import HEAD_NAMES, layer_policy
 from overdrive.convert.swap import LayerDecision, plan_swaps, share_params, swap_modules
 
-__all__ = ["fp8_layer_policy", "convert_fp8", "HEAD_NAMES", "te_fp8_recipe", "TE_RECIPE_SINCE", "te_linear_like", "te_autocast",
-           "TE_FP8_TOKENS_MULTIPLE"]
+__all__ = ["fp8_layer_policy", "convert_fp8", "HEAD_NAMES", "te_fp8_recipe", "TE_RECIPE_SINCE", "te_linear_like",
+           "te_autocast", "TE_FP8_TOKENS_MULTIPLE"]
 
 # The Transformer Engine release each recipe class first shipped in (TE's docs and release notes:
 # the 2.0 API lists DelayedScaling and MXFP8BlockScaling; 2.2 adds Float8CurrentScaling; 2.7's
