@@ -1,50 +1,99 @@
 """Fit the planner's constants (overdrive.plan.throughput.CALIBRATION) on the calibration runs of
 src/overdrive/plan/published_runs.json only, minimising the mean |log(predicted / published)|, by
-coordinate descent over a grid. Prints the constants and the errors on both sets.
+coordinate descent over a grid. Prints the constants, which runs fitted each, and the errors on both sets.
 
     PYTHONPATH=src python scripts/plan_calibrate.py
+
+Each per-stack, per-generation GEMM efficiency is fitted on the calibration runs of that stack and GPU
+generation; the shared constants (gemm_k0, lowp_rel, rowwise_rel, attn_rel, nocompile) on all of them.
+A stack with no calibration run on a generation takes that generation's pytorch value (`derive` below),
+and says so.
 """
 
 import copy
 import math
 import statistics
 
+from overdrive.env.catalog import gpu_by_key
 from overdrive.plan.throughput import CALIBRATION
-from overdrive.plan.validation import evaluate, summary
+from overdrive.plan.validation import evaluate, load_runs, summary
+
+SHARED = ["gemm_k0", "lowp_rel", "rowwise_rel", "attn_rel", "nocompile"]
+
+
+def fitted_by() -> dict[str, list[str]]:
+    """Which calibration runs fit which constant (the doc prints this)."""
+    out: dict[str, list[str]] = {}
+    for r in load_runs():
+        if r["role"] != "calibration":
+            continue
+        key = f"gemm_eff[{r.get('stack', 'pytorch')}][{gpu_by_key(r['gpu']).sm[0]}]"
+        out.setdefault(key, []).append(r["id"])
+    return out
 
 
 def _loss(cal):
     return statistics.mean(abs(math.log(1 + r["error"])) for r in evaluate("calibration", cal))
 
 
+def _get(cal, key):
+    return cal["gemm_eff"][key[0]][key[1]] if isinstance(key, tuple) else cal[key]
+
+
 def _set(cal, key, v):
     c = copy.deepcopy(cal)
     if isinstance(key, tuple):
-        c[key[0]][key[1]] = v
+        c["gemm_eff"][key[0]][key[1]] = v
     else:
         c[key] = v
     return c
 
 
-def _get(cal, key):
-    return cal[key[0]][key[1]] if isinstance(key, tuple) else cal[key]
+def derive(cal: dict, have: set) -> list[str]:
+    """Fill the (stack, generation) cells no calibration run covers; returns what was derived."""
+    notes = []
+    for stack, table in cal["gemm_eff"].items():
+        for gen in (8, 9, 10):
+            if (stack, gen) in have:
+                continue
+            if stack == "pytorch":
+                table[gen] = table[9]
+                notes.append(f"gemm_eff[pytorch][{gen}] = gemm_eff[pytorch][9] (no calibration run)")
+            else:
+                # Megatron's edge on Hopper and Blackwell is Transformer Engine's kernels; on Ampere both stacks
+                # call the same cuBLAS GEMMs, so the pytorch value stands
+                table[gen] = cal["gemm_eff"]["pytorch"][gen]
+                notes.append(f"gemm_eff[{stack}][{gen}] = gemm_eff[pytorch][{gen}] (no calibration run; the same "
+                             "cuBLAS GEMMs)")
+    return notes
 
 
 def main():
     cal = copy.deepcopy(CALIBRATION)
-    keys = [("gemm_eff", 8), ("gemm_eff", 9), "lowp_rel", "rowwise_rel", "attn_rel", "nocompile", "megatron_rel"]
+    have = set()
+    for key in fitted_by():
+        stack, gen = key[len("gemm_eff["):-1].split("][")
+        have.add((stack, int(gen)))
+    keys = sorted(have) + SHARED
     best = _loss(cal)
-    for rnd in range(3):
+    for rnd in range(4):
         for k in keys:
             x = _get(cal, k)
-            for f in (0.7, 0.8, 0.9, 0.95, 1.05, 1.1, 1.25, 1.4):
+            grid = (0.25, 0.5, 0.7, 0.9, 1.1, 1.4, 2.0, 4.0) if k == "gemm_k0" else (0.7, 0.8, 0.9, 0.95, 0.98, 1.02, 1.05, 1.1, 1.25, 1.4)
+            for f in grid:
                 c = _set(cal, k, round(x * f, 3))
+                if isinstance(k, tuple) and _get(c, k) > 1.0:
+                    continue
+                derive(c, have)
                 v = _loss(c)
                 if v < best - 1e-4:
                     best, cal = v, c
         print(f"round {rnd}: mean |log error| {best:.3f}")
-    cal["gemm_eff"][10] = cal["gemm_eff"][9]  # no Blackwell run in the calibration set: Hopper's value
+    for n in derive(cal, have):
+        print("derived:", n)
     print("CALIBRATION =", cal)
+    for key, ids in fitted_by().items():
+        print(f"{key}: {len(ids)} runs")
     for role in ("calibration", "validation"):
         print(role, summary(evaluate(role, cal)))
 

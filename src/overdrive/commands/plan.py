@@ -33,7 +33,8 @@ def _check_writable(path: str) -> None:
 
 DEFAULT_MODEL = "llama3-8b"
 DEFAULT_VOCAB = 128256
-_CUSTOM_DIMS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "tied", "gelu_mlp")
+_CUSTOM_DIMS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "tied", "gelu_mlp", "squared_relu",
+                "learned_pos", "bias")
 _SWEEP_FLAGS = ("sweep", "json", "markdown", "png", "func", "verbose")
 """What --sweep reads; it runs its own grid, so any other flag set would be silently ignored."""
 _DEFAULTS: dict = {}
@@ -65,7 +66,9 @@ def _model(args):
         raise ValueError(f"{' '.join(custom)} describe a custom model: add --layers, --hidden and --heads")
     if args.layers is None:
         return get_model(args.model or DEFAULT_MODEL)
-    for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab"):
+    if args.gelu_mlp and args.squared_relu:
+        raise ValueError("--gelu-mlp and --squared-relu both name the MLP's activation: keep one")
+    for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "learned_pos"):
         v = getattr(args, name)
         if v is not None and v < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {v}")
@@ -78,7 +81,8 @@ def _model(args):
     return ModelSpec(name="custom", n_layer=args.layers, hidden=args.hidden, n_head=args.heads,
                      n_kv_head=args.kv_heads or args.heads, ffn=args.ffn or 4 * args.hidden,
                      vocab=args.vocab or DEFAULT_VOCAB,
-                     tied=args.tied, gated_mlp=not args.gelu_mlp)
+                     tied=args.tied, gated_mlp=not (args.gelu_mlp or args.squared_relu),
+                     squared_relu=args.squared_relu, learned_pos=args.learned_pos or 0, bias=args.bias)
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -124,6 +128,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         model = _model(args)
         eff = calibrate_from_bench(args.calibrate) if args.calibrate is not None else args.efficiency
         gb = args.global_batch
+        if args.async_tp and args.no_async_tp:
+            raise ValueError("--async-tp and --no-async-tp contradict each other: keep one")
         if args.global_batch_tokens is not None:
             if args.global_batch_tokens < 1 or args.global_batch_tokens % args.seq:
                 raise ValueError(f"--global-batch-tokens {args.global_batch_tokens} is not a multiple of "
@@ -133,10 +139,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                      vpp=args.vpp, cp=args.cp, optimizer_dtype=args.optimizer_dtype, fp8_all_gather=args.fp8_all_gather,
                      efficiency=eff, intra_gbs=args.intra_gbs, inter_gbs=args.inter_gbs, offload=args.offload,
                      loss=args.loss, lora_rank=args.lora_rank, pure_bf16=args.pure_bf16,
-                     fp8_activations=args.fp8_activations, compile=not args.no_compile, async_tp=args.async_tp,
+                     fp8_activations=args.fp8_activations, compile=not args.no_compile,
+                     async_tp=True if args.async_tp else (False if args.no_async_tp else None),
                      recompute_layers=args.recompute_layers, recompute_modules=args.recompute_modules or (),
                      offload_activations=args.offload_activations, grad_dtype=args.grad_dtype,
-                     embedding_in_pipeline_split=args.embedding_in_pipeline_split)
+                     embedding_in_pipeline_split=args.embedding_in_pipeline_split, stack=args.stack,
+                     attention=args.attention)
         if args.micro_batch is not None:
             setup["micro_batch"] = args.micro_batch
         shardings = args.sharding.split(",") if args.sharding else None
@@ -209,15 +217,22 @@ def register(sub) -> None:
     a("--zero", type=int, choices=[1, 2, 3], help="ZeRO stage: 1 = distributed optimizer, 2 = + grads, 3 = FSDP")
     a("--tp", type=int, default=1, help="tensor parallel degree (within a node, sequence parallel)")
     a("--pp", type=int, default=1, help="pipeline parallel stages")
-    a("--vpp", type=int, default=1, help="virtual stages per pipeline rank (interleaved 1F1B)")
+    a("--vpp", type=int, default=None, help="virtual stages per pipeline rank (interleaved 1F1B); not given with "
+                                           "--pp > 1: searched, and the pick is named")
     a("--cp", type=int, default=1, help="context parallel degree (ring attention)")
     a("--checkpointing", help="comma list of none,selective (every 2nd block),selective-op (torchtitan per-op),full")
     a("--optimizer-dtype", default="fp32", choices=["fp32", "bf16", "8bit"], help="dtype of the AdamW moments")
     a("--pure-bf16", action="store_true", help="bf16 weights, grads and states with no fp32 master copy")
     a("--offload", default="none", choices=["none", "optimizer", "params"], help="CPU offload")
-    a("--loss", default="standard", choices=["standard", "compiled", "inplace", "fused"],
-      help="cross-entropy: eager on fp32 logits, torch.compile'd, Transformer Engine's (gradient written over "
-           "the logits), or chunked/fused with the head")
+    a("--loss", default="standard", choices=["standard", "hf", "compiled", "inplace", "fused"],
+      help="cross-entropy: eager on fp32 logits, Hugging Face's (the fp32 logits kept in the output), "
+           "torch.compile'd, Transformer Engine's (gradient written over the logits), or chunked/fused with the head")
+    a("--attention", default="flash", help="flash (fused attention: FlashAttention, cuDNN, TE) or unfused (scores "
+                                           "in HBM: Megatron before 2022, eager attention)")
+    a("--stack", default="pytorch",
+      help="software stack: pytorch (FSDP2/torchtitan/Hugging Face; --no-compile for eager) or megatron "
+           "(Megatron-Core/NeMo + Transformer Engine: fused kernels, TP comm overlap); each has its own "
+           "calibrated GEMM efficiency per GPU generation")
     a("--fp8-activations", action="store_true", help="store GEMM inputs for backward in FP8 (Transformer Engine)")
     a("--recompute-layers", type=int, default=0, metavar="N",
       help="Megatron full recompute, block method: the first N blocks of each pipeline chunk keep only their input")
@@ -232,7 +247,9 @@ def register(sub) -> None:
     a("--lora-rank", type=int, default=0, help="> 0: LoRA fine-tuning with a frozen bf16 base")
     a("--fp8-all-gather", action="store_true", help="all-gather FP8 weights under FSDP")
     a("--no-compile", action="store_true", help="eager mode: memory-bound ops unfused")
-    a("--async-tp", action="store_true", help="overlap TP collectives with GEMMs")
+    a("--async-tp", action="store_true", help="overlap TP collectives with GEMMs (--stack megatron's default)")
+    a("--no-async-tp", action="store_true", help="TP collectives not overlapped, even with --stack megatron "
+                                                 "(Megatron before tp_comm_overlap)")
     a("--efficiency", type=float, help="override the calibrated GEMM fraction of peak, in (0, 1]")
     a("--calibrate", metavar="RESULTS.json", help="take the GEMM efficiency from an overdrive bench result")
     a("--intra-gbs", type=float, help="per-GPU intra-node bandwidth GB/s (default: NVLink of the GPU)")
@@ -245,6 +262,9 @@ def register(sub) -> None:
     a("--vocab", type=int, help=f"custom model: vocabulary (default {DEFAULT_VOCAB})")
     a("--tied", action="store_true", help="custom model: tied embeddings")
     a("--gelu-mlp", action="store_true", help="custom model: 2-matrix GELU MLP instead of SwiGLU")
+    a("--squared-relu", action="store_true", help="custom model: 2-matrix squared-ReLU MLP (Nemotron)")
+    a("--learned-pos", type=int, metavar="N", help="custom model: a learned position table of N rows (GPT-2/3)")
+    a("--bias", action="store_true", help="custom model: linear and norm biases (GPT-2/3)")
     a("--json", action="store_true", help="print JSON (candidates with fits, memory_gib, allocated_gib, "
                                           "tokens_per_s_per_gpu, times_s, breakdown)")
     a("--explain", action="store_true", help="print every memory and time term of the top pick, with formulas")

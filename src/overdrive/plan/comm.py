@@ -9,7 +9,7 @@
                   compute up to the overlap factor (FSDP prefetch, DDP buckets).
   tensor parallel with sequence parallelism, per block: all-gather + reduce-scatter of b·s·h 16-bit
                   activations twice in forward and twice in backward ((tp−1)/tp of them over NVLink), plus
-                  the recomputed forward's; exposed unless overlapped (async TP / tp_comm_overlap: 30% left).
+                  the recomputed forward's; exposed unless overlapped (async TP, or --stack megatron's tp_comm_overlap: 30% left).
   context parallel ring attention passes K and V around the cp ranks (backward: and their grads),
                   hidden under the attention compute.
   pipeline        the bubble (pp−1)/(vpp·micro-batches) of idle time, plus the activations sent between
@@ -67,7 +67,7 @@ def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict[str, float]:
         colls = 8 + {"full": 4, "selective": 2}.get(s.checkpointing, 0)
         L = m.n_layer / s.pp
         tp = L * colls * tokens * m.hidden * 2 * (s.tp - 1) / s.tp / _bw(s, 1)
-        tp *= ASYNC_TP_EXPOSED if s.async_tp else 1.0
+        tp *= ASYNC_TP_EXPOSED if s.tp_overlap else 1.0   # megatron's default: tp_comm_overlap
     cp = 0.0
     if s.cp > 1:
         tokens = s.micro_batch * s.seq / s.cp
@@ -76,5 +76,6 @@ def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict[str, float]:
         cp = max(0.0, ring - attn_s)
     pp = 0.0
     if s.pp > 1:
-        pp = 2 * s.micro_batch * s.seq / s.cp * m.hidden * 2 / s.tp / _bw(s, s.pp * s.cp * s.dp)
+        # each of the vpp chunks sends its activations on and receives their gradients back
+        pp = s.vpp * 2 * s.micro_batch * s.seq / s.cp * m.hidden * 2 / s.tp / _bw(s, s.pp * s.cp * s.dp)
     return {"dp": dp, "tp": tp, "cp": cp, "pp": pp}

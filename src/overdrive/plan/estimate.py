@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from overdrive.plan.comm import comm_times
-from overdrive.plan.memory import CONTEXT_BYTES, FRAGMENTATION, GIB, memory_breakdown, terms
+from overdrive.plan.memory import CONTEXT_BYTES, FRAGMENTATION, GIB, memory_breakdown, reserve_bytes, terms
 from overdrive.plan.setup import TrainSetup, check_layout, fallback_precision
 from overdrive.plan.specs import ModelSpec
 from overdrive.plan.throughput import compute_times
@@ -53,7 +53,36 @@ class Estimate:
         return p if p == self.requested_precision else f"{self.requested_precision}→{p}"
 
 
+VPP_MAX = 16
+"""Largest virtual-stage count searched (Megatron-Bridge's recipes use 2-10; past that the bubble is gone and
+only the extra sends remain)."""
+
+
+def vpp_choices(m: ModelSpec, s: TrainSetup) -> list[int]:
+    """Virtual stages that split this pipeline evenly: every chunk the same number of blocks (Megatron's
+    requirement), and, to interleave at all, micro-batches in multiples of pp (its schedule's)."""
+    slots = m.n_layer + (2 if s.embedding_in_pipeline_split else 0)
+    out = [1]
+    if s.grad_accum % s.pp == 0:
+        out += [v for v in range(2, VPP_MAX + 1) if slots % (s.pp * v) == 0 and slots // (s.pp * v) >= 1
+                and s.recompute_layers <= slots // (s.pp * v)]
+    return out
+
+
 def estimate(m: ModelSpec, s: TrainSetup, *, cal: dict | None = None) -> Estimate:
+    """Memory and speed of one configuration. With `s.vpp` None and pp > 1 the virtual stages are searched:
+    the fastest that fits (else the fastest), named in the notes."""
+    if s.vpp is None:
+        tried = [_estimate(m, dataclasses.replace(s, vpp=v), cal) for v in vpp_choices(m, s)]
+        fit = [e for e in tried if e.fits] or tried
+        best = max(fit, key=lambda e: e.tokens_per_s_per_gpu)
+        best.notes.insert(0, f"--vpp not given: {best.setup.vpp} virtual stages chosen, the fastest that "
+                             f"{'fits' if best.fits else 'was tried'} of {[e.setup.vpp for e in tried]}")
+        return best
+    return _estimate(m, s, cal)
+
+
+def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     check_layout(m, s)
     notes = []
     asked = s.precision
@@ -91,6 +120,6 @@ def estimate(m: ModelSpec, s: TrainSetup, *, cal: dict | None = None) -> Estimat
              "offload_exposed": n * offload_exposed, "tp_exposed": n * cm["tp"], "cp_exposed": n * cm["cp"], "pp_p2p": n * cm["pp"], "dp_comm": cm["dp"],
              "dp_exposed": exposed}
     return Estimate(setup=s, breakdown_gib=bd, memory_gib=total, allocated_gib=t["allocated"] / GIB,
-                    reserved_margin_gib=FRAGMENTATION * t["allocated"] / GIB, capacity_gib=s.gpu.mem_gib,
+                    reserved_margin_gib=reserve_bytes(t["allocated"]) / GIB, capacity_gib=s.gpu.mem_gib,
                     fits=total <= s.gpu.mem_gib, step_s=step, compute_s=compute, comm_s=cm["dp"] + cm["tp"] + cm["cp"],
                     times=times, tokens_per_s_per_gpu=tps, mfu=mfu, requested_precision=asked, notes=notes)

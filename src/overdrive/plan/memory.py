@@ -37,6 +37,7 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
   logits      s·b·V/(tp·cp) × 12 bytes at the start of backward in eager cross-entropy on .float() logits:
               log_softmax's saved fp32 output (4) + the incoming fp32 grad (4) + the grad it produces (4);
               ~12 GB for V = 128K, s = 8192 — why long context on big vocabularies OOMs at the head.
+              --loss hf (Hugging Face: the model output keeps the fp32 logits through the backward): 16 bytes.
               --loss compiled (torch.compile'd loss, torchtitan's default since 2025): bf16 logits + bf16
               grad, 4 bytes. --loss inplace (Transformer Engine's triton cross-entropy, which Megatron-Bridge's
               perf recipes use: its backward overwrites the logits with their gradient): 2 bytes.
@@ -48,8 +49,10 @@ What the allocator counter sees (`torch.cuda.max_memory_allocated`) is `allocate
 activations at their peak and the buffers. Gradients are None at the activation peak when the optimizer
 zeroes with set_to_none (torch's default) and there is one micro-batch per step, so then the peak is
 max(activations, gradients + one block). The GPU needs more: the CUDA context and library workspaces
-(`CONTEXT_BYTES`) and the caching allocator's fragmentation (`FRAGMENTATION` of allocated), reported
-separately as the reserved-memory margin.
+(`CONTEXT_BYTES`) and the caching allocator's fragmentation, a reserve of `FRAGMENTATION` of allocated but
+never more than `FRAGMENTATION_CAP` (a fixed share would refuse big-memory runs that completed: 8% of 177 GiB is
+14 GiB, more than the allocator of a 405B run on GB200 ever kept in reserve). A configuration fits when
+allocated + reserve + context <= capacity; `--explain` prints each term.
 """
 
 from __future__ import annotations
@@ -57,14 +60,21 @@ from __future__ import annotations
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
-__all__ = ["memory_breakdown", "peak_allocated", "GIB", "CONTEXT_BYTES", "FRAGMENTATION", "OPT_BYTES",
+__all__ = ["memory_breakdown", "peak_allocated", "GIB", "CONTEXT_BYTES", "FRAGMENTATION", "FRAGMENTATION_CAP",
+           "reserve_bytes", "OPT_BYTES",
            "act_bytes_per_layer", "act_tensors", "recomputed_blocks", "pipeline_blocks_in_flight", "lora_params", "terms"]
 
 GIB = 2**30
 OPT_BYTES = {"fp32": 4, "bf16": 2, "8bit": 1}
 CONTEXT_BYTES = 1 * GIB
-FRAGMENTATION = 0.08
+FRAGMENTATION = 0.05
+FRAGMENTATION_CAP = 3 * GIB
 LOSS_CHUNK = 1024
+
+
+def reserve_bytes(allocated: float) -> float:
+    """The caching allocator's fragmentation reserve over `allocated` bytes: a share, bounded."""
+    return min(FRAGMENTATION * allocated, FRAGMENTATION_CAP)
 
 
 def lora_params(m: ModelSpec, rank: int) -> int:
@@ -83,10 +93,15 @@ def act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     Without FP8 storage the projection saves the attention output itself (one storage, counted once)."""
     h, qd, kv, F = m.hidden, m.q_dim, m.kv_dim, m.ffn
     w = 4 if s.precision == "fp32" else 2
-    q = 1 if (s.fp8_activations and s.low_precision) else w
+    # Transformer Engine keeps the FP8 copies whenever it runs FP8: --stack megatron implies --fp8-activations
+    q = 1 if ((s.fp8_activations or s.stack == "megatron") and s.low_precision) else w
     t = {"norm1_in": h * w, "qkv_in": h * q, "qkv": (qd + 2 * kv) * w, "attn_out": qd * w,
          "proj_in": qd * q if q != w else 0, "norm2_in": h * w, "mlp_in": h * q,
          "fc_out": F * (2 if m.gated_mlp else 1) * w, "act_out": F * q}
+    if s.attention == "unfused":
+        # the softmax output (16-bit) and the dropout mask (1 byte) of every score, per token: 3·heads·s
+        # (Korthikanti et al.'s 5as/h, less the pre-softmax scores the fused softmax does not keep)
+        t["scores"] = 3 * m.n_head * s.seq / s.cp
     # Megatron selective recompute: what each named module no longer keeps (its inputs stay saved).
     drop = {"core_attn": ("attn_out",) if q != w else (),  # flash attention: q, k, v are the kept inputs
             "mlp": ("mlp_in", "fc_out", "act_out"),         # the MLP reruns from its input (norm2_in, kept)
@@ -165,14 +180,17 @@ def _logits(m: ModelSpec, s: TrainSetup) -> float:
     wide = s.precision == "fp32"
     if s.loss == "fused":
         return min(tokens, LOSS_CHUNK) * m.vocab * 10
-    per = {"standard": 16 if wide else 12, "compiled": 8 if wide else 4, "inplace": 4 if wide else 2}[s.loss]
+    # hf: the fp32 logits the model output keeps (4) + log_softmax's fp32 output (4) + the two fp32 gradients of
+    # the backward (4 + 4); the 16-bit matmul output is dropped once .float() replaced it
+    per = {"standard": 16 if wide else 12, "hf": 16, "compiled": 8 if wide else 4,
+           "inplace": 4 if wide else 2}[s.loss]
     return tokens * m.vocab * per
 
 
 def memory_breakdown(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     """GiB per GPU: params, grads, optimizer, activations (incl. logits), other (buffers, context, fragmentation)."""
     d = terms(m, s)
-    other = d["buffers"] + CONTEXT_BYTES + FRAGMENTATION * d["allocated"]
+    other = d["buffers"] + CONTEXT_BYTES + reserve_bytes(d["allocated"])
     # Gradients count only as far as they sit on top of the activations at the peak (see above), so
     # the terms add up to what the GPU needs.
     out = {"params": d["params"], "grads": d["grads_at_peak"], "optimizer": d["optimizer"],
@@ -183,7 +201,7 @@ def memory_breakdown(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
 def peak_allocated(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     """GiB: what `max_memory_allocated` should read (`allocated`) and the reserved margin on top of it."""
     d = terms(m, s)
-    return {"allocated": d["allocated"] / GIB, "reserved_margin": FRAGMENTATION * d["allocated"] / GIB,
+    return {"allocated": d["allocated"] / GIB, "reserved_margin": reserve_bytes(d["allocated"]) / GIB,
             "context": CONTEXT_BYTES / GIB}
 
 

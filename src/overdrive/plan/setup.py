@@ -13,7 +13,7 @@ from overdrive.env.catalog import GpuSpec
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["TrainSetup", "PRECISIONS", "SHARDINGS", "CHECKPOINTING", "OPTIMIZER_DTYPES", "OFFLOADS", "LOSSES",
-           "LOW_PRECISION", "RECOMPUTE_MODULES", "GRAD_DTYPES", "needs_blackwell", "fallback_precision",
+           "LOW_PRECISION", "RECOMPUTE_MODULES", "STACKS", "ATTENTIONS", "GRAD_DTYPES", "needs_blackwell", "fallback_precision",
            "check_layout", "MAX_COUNT", "MIN_EFFICIENCY", "BANDWIDTH_GBS"]
 
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp8-rowwise", "mxfp8", "nvfp4")
@@ -31,6 +31,7 @@ RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm")
 mlp = the whole MLP from its input, layernorm = the norm outputs. MoE modules (moe_act, moe, shared_experts)
 have nothing to act on in the dense models the planner knows."""
 GRAD_DTYPES = ("fp32", "bf16")
+ATTENTIONS = ("flash", "unfused")
 MIN_EFFICIENCY = 0.01
 """Below 1% of peak is no GPU's GEMM: the step time would overflow to infinity."""
 BANDWIDTH_GBS = (0.1, 100_000.0)
@@ -39,7 +40,14 @@ MAX_COUNT = 1 << 40
 """Largest sequence, batch or GPU count accepted: every product of them stays an exact, finite float."""
 OPTIMIZER_DTYPES = ("fp32", "bf16", "8bit")
 OFFLOADS = ("none", "optimizer", "params")
-LOSSES = ("standard", "compiled", "inplace", "fused")
+LOSSES = ("standard", "hf", "compiled", "inplace", "fused")
+STACKS = ("pytorch", "megatron")
+"""pytorch: FSDP2/DDP in PyTorch (torchtitan, llm-foundry, Hugging Face), torch.compile or eager as asked;
+megatron: Megatron-Core/NeMo with Transformer Engine: fused kernels end to end (norms, activations, RoPE, the
+cross-entropy), TP communication overlapped with the GEMMs (userbuffers), the grad reduce-scatter and param
+all-gather overlapped with compute, FP8 GEMM inputs saved for backward in FP8 (as --fp8-activations); its own
+GEMM efficiency per GPU generation."""
+STACK_ALIASES = {"torch": "pytorch", "mcore": "megatron", "megatron-core": "megatron", "nemo": "megatron"}
 
 
 def needs_blackwell(precision: str) -> bool:
@@ -83,8 +91,9 @@ class TrainSetup:
     """Tensor parallel degree (with sequence parallelism), within a node."""
     pp: int = 1
     """Pipeline stages (1F1B; interleaved with vpp > 1)."""
-    vpp: int = 1
-    """Virtual stages per pipeline rank (interleaved schedule)."""
+    vpp: int | None = 1
+    """Virtual stages per pipeline rank (interleaved schedule); None: search them (estimate() picks the fastest
+    that fits and says so in its notes)."""
     cp: int = 1
     """Context parallel degree (ring attention over the sequence)."""
     checkpointing: str = "none"
@@ -98,6 +107,8 @@ class TrainSetup:
     """standard (eager cross-entropy on fp32 logits) | compiled (torch.compile'd loss, or a fused kernel such
     as flash-attn's: no fp32 copies) | inplace (Transformer Engine's fused cross-entropy, Megatron's
     cross_entropy_fusion_impl='te': the backward writes the gradient over the 16-bit logits) |
+    hf (Hugging Face's `logits.float()` then cross-entropy: the fp32 logits stay alive in the model output
+    through the backward, beside log_softmax's fp32 output and the fp32 gradients) |
     fused (chunked or fused linear + cross-entropy: one chunk of logits at a time)."""
     embedding_in_pipeline_split: bool = False
     """Megatron's account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split: the embedding
@@ -120,12 +131,15 @@ class TrainSetup:
     fp8_all_gather: bool = False
     compile: bool = True
     """torch.compile (or fused kernels as in Megatron/TE): fuses the memory-bound ops."""
-    async_tp: bool = False
-    """Overlap tensor-parallel collectives with GEMMs (torchtitan async TP, Megatron tp_comm_overlap)."""
-    stack: str = "torch"
-    """torch (FSDP2/torchtitan/llm-foundry style: torch.compile or fused kernels) | megatron (Megatron-Core with
-    Transformer Engine: fused kernels end to end, userbuffer TP overlap), whose GEMM efficiency is calibrated
-    separately."""
+    async_tp: bool | None = None
+    """Overlap tensor-parallel collectives with GEMMs (torchtitan async TP, Megatron tp_comm_overlap); None: the
+    stack's default (megatron on, pytorch off)."""
+    stack: str = "pytorch"
+    """pytorch | megatron (see STACKS): the software that runs the step, each with GEMM efficiencies of its own
+    per GPU generation."""
+    attention: str = "flash"
+    """flash (FlashAttention / cuDNN / TE fused attention: scores never leave the chip) | unfused (the s × s scores
+    and probabilities in HBM, with softmax, mask and dropout kernels: Megatron before 2022, eager attention)."""
     efficiency: float | None = None
     """Override of the GEMM fraction of peak (default: calibrated per GPU generation)."""
     overlap: float = 0.9
@@ -145,8 +159,17 @@ class TrainSetup:
         _choice("optimizer-dtype", self.optimizer_dtype, OPTIMIZER_DTYPES)
         _choice("offload", self.offload, OFFLOADS)
         _choice("loss", self.loss, LOSSES)
-        _choice("stack", self.stack, ("torch", "megatron"))
+        st = STACK_ALIASES.get(self.stack, self.stack)
+        if st != self.stack:
+            object.__setattr__(self, "stack", st)
+        if self.stack not in STACKS:
+            raise ValueError(f"--stack {self.stack!r} is not one of {', '.join(STACKS)} (pytorch: FSDP2/torchtitan/"
+                             "Hugging Face; megatron: Megatron-Core/NeMo with Transformer Engine)")
+        if self.stack == "megatron" and not self.compile:
+            raise ValueError("--no-compile with --stack megatron: Megatron's kernels are fused by Transformer Engine, "
+                             "there is no eager mode to plan; drop --no-compile or use --stack pytorch")
         _choice("grad-dtype", self.grad_dtype, GRAD_DTYPES)
+        _choice("attention", self.attention, ATTENTIONS)
         if isinstance(self.recompute_modules, (list, str)):
             mods = self.recompute_modules.split(",") if isinstance(self.recompute_modules, str) else self.recompute_modules
             object.__setattr__(self, "recompute_modules", tuple(x.strip() for x in mods if x.strip()))
@@ -168,8 +191,12 @@ class TrainSetup:
         if self.offload_activations and self.pp > 1:
             raise ValueError("--offload-activations needs --pp 1 (Megatron has no activation offload with "
                              "pipeline parallelism)")
+        if self.vpp is None and isinstance(self.pp, int) and self.pp == 1:
+            object.__setattr__(self, "vpp", 1)   # nothing to interleave
         for name in ("gpus_per_node", "nodes", "seq", "micro_batch", "tp", "pp", "vpp", "cp"):
             v = getattr(self, name)
+            if name == "vpp" and v is None:
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{_flag(name)} must be a positive integer, got {v}")
         for name in ("gpus_per_node", "nodes", "seq", "micro_batch", "global_batch", "lora_rank"):
@@ -204,7 +231,7 @@ class TrainSetup:
             # ("Sequence length per GPU needs to be divisible by 2!"), so the sequence divides by 2·cp
             raise ValueError(f"--seq {self.seq} is not divisible by 2 x --cp {self.cp}: ring attention gives each "
                              f"rank two halves, use a multiple of {2 * self.cp}")
-        if self.vpp > 1 and self.pp == 1:
+        if self.vpp is not None and self.vpp > 1 and self.pp == 1:
             raise ValueError("--vpp needs --pp > 1 (virtual stages interleave a pipeline)")
         if self.global_batch is not None and self.global_batch % (self.micro_batch * self.dp):
             raise ValueError(f"global batch {self.global_batch} is not divisible by micro-batch {self.micro_batch} "
@@ -237,6 +264,11 @@ class TrainSetup:
         return group
 
     @property
+    def tp_overlap(self) -> bool:
+        """Whether TP collectives hide under the GEMMs: as asked, else the stack's default."""
+        return self.stack == "megatron" if self.async_tp is None else bool(self.async_tp)
+
+    @property
     def low_precision(self) -> bool:
         return self.precision in LOW_PRECISION
 
@@ -249,7 +281,7 @@ def check_layout(m: ModelSpec, s: TrainSetup) -> None:
     if m.n_kv_head % s.tp and s.tp % m.n_kv_head:
         # fewer KV heads than ranks is fine (each KV head is replicated), a split head is not
         raise ValueError(f"--tp {s.tp} neither divides nor is a multiple of the {m.n_kv_head} KV heads of {m.name}")
-    chunks = s.pp * s.vpp
+    chunks = s.pp * (s.vpp or 1)
     # with the embedding and the loss in the split they take a block's place each (Megatron's 405B: 128 chunks)
     slots = m.n_layer + (2 if s.embedding_in_pipeline_split else 0)
     if chunks > slots:

@@ -32,6 +32,9 @@ class ModelSpec:
     """Linear and LayerNorm biases (GPT-2 style); Llama has none."""
     attn_head_dim: int = 0
     """Width of one attention head when it is not hidden / heads (Qwen3, Gemma: config's head_dim); 0 = hidden / heads."""
+    squared_relu: bool = False
+    """A 2-matrix MLP with a squared-ReLU activation (Nemotron); needs gated_mlp False. Same shapes and saved
+    tensors as GELU's, a cheaper elementwise op."""
 
     def __post_init__(self):
         # Refuse shapes no model has before they turn into zero divisions, NaN or float overflow downstream.
@@ -44,6 +47,8 @@ class ModelSpec:
         d = self.attn_head_dim
         if isinstance(d, bool) or not isinstance(d, int) or d < 0 or d > MAX_DIM:
             raise ValueError(f"model attn_head_dim must be a non-negative integer, got {d!r}")
+        if self.squared_relu and self.gated_mlp:
+            raise ValueError("model squared_relu is a 2-matrix MLP: set gated_mlp False (a SwiGLU MLP has no ReLU)")
         if (not d and self.hidden % self.n_head) or self.n_head % self.n_kv_head:
             raise ValueError(f"model hidden {self.hidden} must divide by heads {self.n_head} (or give the head "
                              f"width), and heads {self.n_head} by kv heads {self.n_kv_head}: fix the model's shape")
@@ -115,6 +120,33 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
     "gpt-64b": ModelSpec(name="gpt-64b", n_layer=80, hidden=8192, n_head=64, n_kv_head=64, ffn=32768, vocab=50304,
                          tied=True, gated_mlp=False),
 }
+
+
+
+def _gpt3(name, L, h, heads):
+    """NeMo's GPT-3 family (nemo/collections/llm/gpt/model/base.py GPTConfig5B/20B/175B): a 4x GELU MLP with
+    biases, MHA, learned absolute positions over 2,048 tokens, tied embeddings, GPT-2's 50,257 tokens padded to
+    a multiple of 128."""
+    return ModelSpec(name=name, n_layer=L, hidden=h, n_head=heads, n_kv_head=heads, ffn=4 * h, vocab=50304,
+                     tied=True, gated_mlp=False, learned_pos=2048, bias=True)
+
+
+def _nemotron(name, L, h, heads, kv, ffn):
+    """NeMo's Nemotron (nemo/collections/llm/gpt/model/nemotron.py): squared-ReLU MLP, no linear biases, RoPE,
+    untied 256K vocabulary."""
+    return ModelSpec(name=name, n_layer=L, hidden=h, n_head=heads, n_kv_head=kv, ffn=ffn, vocab=256000, tied=False,
+                     gated_mlp=False, squared_relu=True)
+
+
+MODEL_PRESETS.update({
+    "llama2-7b": _llama("llama2-7b", 32, 4096, 32, 32, 11008, False, vocab=32000),
+    "gpt3-5b": _gpt3("gpt3-5b", 24, 4096, 32),
+    "gpt3-20b": _gpt3("gpt3-20b", 44, 6144, 48),
+    "gpt3-175b": _gpt3("gpt3-175b", 96, 12288, 96),
+    "nemotron3-8b": _nemotron("nemotron3-8b", 32, 4096, 32, 32, 16384),
+    "nemotron3-22b": _nemotron("nemotron3-22b", 40, 6144, 48, 48, 24576),
+    "nemotron4-340b": _nemotron("nemotron4-340b", 96, 18432, 96, 8, 73728),
+})
 
 
 # MosaicML MPT as llm-foundry benchmarks it (scripts/train/benchmarking): GELU MLP 4x, biases, tied
@@ -232,7 +264,8 @@ def model_from_hf_config(path: str) -> ModelSpec:
     head_dim = 0 if c.get("head_dim") is None else _dim(path, "head_dim", c["head_dim"])
     head_dim = 0 if head_dim * heads == h else head_dim
     model_type = c.get("model_type", "llama")
-    gated = model_type not in GELU_MLP_TYPES
+    relu2 = c.get("hidden_act") == "relu2"   # Nemotron's squared ReLU: two matrices, no gate
+    gated = model_type not in GELU_MLP_TYPES and not relu2
     kf, ffn = g("intermediate_size", "n_inner", "ffn_dim")
     ffn = 4 * h if ffn is None else _dim(path, kf, ffn)   # GPT-2 writes n_inner: null for 4·h
     # null or absent: multi-head attention, as transformers reads it; Falcon and StarCoder name it otherwise
@@ -247,6 +280,7 @@ def model_from_hf_config(path: str) -> ModelSpec:
     pos = _dim(path, "n_positions", c["n_positions"]) if not gated and "n_positions" in c else 0
     try:
         return ModelSpec(name=_hf_name(path, c), n_layer=L, hidden=h, n_head=heads, n_kv_head=kv, ffn=ffn,
-                         vocab=vocab, tied=tied, gated_mlp=gated, learned_pos=pos, attn_head_dim=head_dim)
+                         vocab=vocab, tied=tied, gated_mlp=gated, learned_pos=pos, attn_head_dim=head_dim,
+                         squared_relu=relu2)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None

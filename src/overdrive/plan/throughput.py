@@ -4,13 +4,25 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
 
   GEMM        each linear of a block and the output head, forward + input grad + weight grad
               (3 × 2·M·K·N FLOPs; LoRA's frozen base skips the weight grad), M = micro-batch tokens
-              (/cp), K or N split by tp. Time = FLOPs / (peak × e × g), e = GEMM fraction of peak for the
-              GPU generation (calibrated, `CALIBRATION`), g = d / (d + 128) with d the smallest of M, K, N:
-              a 128-wide tile runs partly empty on thin matrices (why TP8 or a 1B model gets less of peak).
+              (/cp), K or N split by tp. Each of the three passes is its own GEMM shape: forward writes M×N
+              over an inner K, the input grad M×K over N, the weight grad K×N over M. Time = FLOPs / (peak × e
+              × q × k), e = the stack's GEMM fraction of peak for the GPU generation (calibrated, `CALIBRATION`),
+              q = tile and wave quantization: the output is cut into tiles (128×256, 128×128 or 64×128, the best
+              for the shape, smaller tiles at a lower rate), padded to whole tiles, and the tiles run in waves
+              over the GPU's SMs (`SMS`), so a last partial wave idles the rest; k = K/(K + `gemm_k0`): a short
+              inner dimension spends more of each tile on loading and the epilogue. Narrow models and
+              TP-sliced dimensions (hidden 2304, or 8192/8) get less of peak this way, wide ones nearly all.
               FP8/MXFP8/NVFP4 run the block GEMMs at their own peak × `lowp_rel`; the output head stays bf16
               (torchtitan's and NVIDIA's recipes); NVFP4 keeps the last 16% of blocks in bf16 (NVIDIA's recipe).
   attention   causal flash attention: forward 4·b·s_q·s·h/tp FLOPs × 1/2 (causal), backward 2.5× forward
               (FlashAttention-2 recomputes the scores), in bf16 at e × `attn_rel` of the bf16 peak.
+  stack       pytorch: memory-bound ops fused by torch.compile (× `nocompile` in eager), the loss as --loss
+              says; megatron (Megatron-Core + Transformer Engine): fused kernels always, a fused cross-entropy
+              (8 bytes per logit), TP communication overlapped with the GEMMs (comm.py), and GEMM efficiencies
+              of its own per generation.
+  unfused     --attention unfused (before flash attention: Megatron 2021, eager attention): the scores go
+              through HBM: two batched GEMMs per head over the full s × s at their shape's efficiency, plus
+              `UNFUSED_ATTN_BYTES` per score of softmax, mask and dropout traffic.
   memory      per token per block (12h + 2kv + 3F [SwiGLU] or 2F) elements × 2 bytes forward, ×3 with
               backward (norms, RoPE, residuals, activation); ×`nocompile` without fusion; low-precision
               casts read 2 and write 1 byte per element of each GEMM operand, forward and backward
@@ -32,35 +44,63 @@ from overdrive.plan.memory import act_bytes_per_layer, recomputed_blocks
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
-__all__ = ["CALIBRATION", "compute_times", "gemm_eff", "peak_tflops", "HBM_EFF", "TILE", "HOST_GBS"]
+__all__ = ["CALIBRATION", "compute_times", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
+           "HOST_GBS"]
 
-# Fitted by scripts/plan_calibrate.py on the calibration runs of src/overdrive/plan/published_runs.json
-# (llm-foundry's H100/A100 table and the torchtitan/torchao runs); never on the validation runs.
+# Fitted by scripts/plan_calibrate.py on the calibration runs of src/overdrive/plan/published_runs.json only
+# (docs/plan-validation.md lists which run fitted which constant); never on the validation runs.
 CALIBRATION = {
-    "gemm_eff": {8: 0.75, 9: 0.525, 10: 0.525},   # 10.x: no Blackwell run to calibrate on: Hopper's value
+    "gemm_eff": {"pytorch": {8: 0.765, 9: 0.536, 10: 0.536}, "megatron": {8: 0.765, 9: 0.85, 10: 0.765}},
+    "gemm_k0": 128.0,
     "lowp_rel": 0.909,
     "rowwise_rel": 0.765,
     "attn_rel": 0.378,
-    "nocompile": 1.4,
-    "megatron_rel": 1.625,
+    "nocompile": 1.54,
 }
+# Streaming multiprocessors per GPU (NVIDIA's architecture whitepapers and datasheets), for wave quantization.
+SMS = {"a100-40": 108, "a100-80": 108, "h100-sxm": 132, "h100-96gb": 132, "h100-nvl": 132, "h100-pcie": 114,
+       "h200": 132, "h200-nvl": 132, "b200": 148, "gb200": 148, "b300": 160, "gb300": 160, "l40s": 142, "l4": 58,
+       "rtx4090": 128}
+# (rows, cols, rate relative to the big tile): what cuBLAS/CUTLASS heuristics choose between for a shape
+TILES = ((128, 256, 1.0), (128, 128, 0.92), (64, 128, 0.8))
 HBM_EFF = 0.8
 # Host link per GPU, one direction, GB/s, for activation offload: Grace parts reach the CPU over NVLink-C2C
 # (900 GB/s both ways, NVIDIA GB200/GB300 datasheets); others over PCIe at the 25 GB/s used for optimizer offload.
 HOST_GBS = {"gb200": 450.0, "gb300": 450.0, "pcie": 25.0}
-TILE = 128
 NVFP4_BF16_SHARE = 0.16
+UNFUSED_ATTN_BYTES = 20.0
+"""HBM bytes per attention score without flash attention beyond what the two GEMMs write and read (their
+short inner dimension already costs them): forward, Megatron's fused causal scale-softmax reads the 16-bit
+scores and writes the probabilities (4), dropout reads them, writes the result and a 1-byte mask (5); backward,
+dropout's read of the gradient and mask and its write (5), softmax's read of probabilities and gradient and its
+write (6)."""
 QUANT_BYTES = {"fp8": 1.0, "fp8-rowwise": 1.0, "mxfp8": 1.15, "nvfp4": 1.3}
 
 
 def gemm_eff(s: TrainSetup, cal: dict | None = None) -> float:
-    """GEMM fraction of peak for this GPU generation (or the user's --efficiency)."""
+    """The stack's GEMM fraction of peak on this GPU generation, before shape effects (or the user's --efficiency)."""
     cal = cal or CALIBRATION
     if s.efficiency is not None:
         return s.efficiency
-    table = cal["gemm_eff"]
-    e = table.get(s.gpu.sm[0], table[9])
-    return min(1.0, e * cal["megatron_rel"]) if s.stack == "megatron" else e
+    table = cal["gemm_eff"][s.stack]
+    return table.get(s.gpu.sm[0], table[9])
+
+
+def _quant(rows: float, cols: float, sms: int) -> float:
+    """Share of the tensor cores an output of rows × cols keeps busy: tile padding × wave quantization, with
+    the tile the shape does best with."""
+    best = 0.0
+    for tr, tc, rate in TILES:
+        nr, nc = -(-rows // tr), -(-cols // tc)
+        tiles = nr * nc
+        waves = -(-tiles // sms)
+        best = max(best, rate * rows * cols / (nr * tr * nc * tc) * tiles / (waves * sms))
+    return best
+
+
+def gemm_shape_eff(rows: float, cols: float, inner: float, sms: int, k0: float) -> float:
+    """Shape factor of one GEMM (output rows × cols over `inner`): quantization × inner/(inner + k0)."""
+    return _quant(rows, cols, sms) * inner / (inner + k0)
 
 
 def peak_tflops(s: TrainSetup, precision: str | None = None) -> float:
@@ -81,11 +121,14 @@ def _block_gemms(m: ModelSpec, s: TrainSetup, M: float) -> list[tuple[float, flo
     return [(M, h, q / t), (M, h, kv / t), (M, h, kv / t), (M, q / t, h)] + mlp
 
 
-def _gemm_s(shapes, peak_tf: float, eff: float, passes: float) -> float:
+def _gemm_s(shapes, peak_tf: float, eff: float, passes: float, sms: int = 132, k0: float = 128.0) -> float:
+    """Seconds for `shapes` (M, K, N): forward (M×N over K), input grad (M×K over N), weight grad (K×N over M);
+    passes = 3 (training), 2 (frozen weights: no weight grad) or 1 (a forward alone)."""
     t = 0.0
     for M, K, N in shapes:
-        d = min(M, K, N)
-        t += passes * 2 * M * K * N / (peak_tf * 1e12 * eff * d / (d + TILE))
+        f = 2 * M * K * N / (peak_tf * 1e12 * eff)
+        outs = ((M, N, K), (M, K, N), (K, N, M))[:int(passes)]
+        t += sum(f / gemm_shape_eff(r, c, i, sms, k0) for r, c, i in outs)
     return t
 
 
@@ -94,44 +137,58 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
     `optimizer` seconds per step."""
     cal = cal or CALIBRATION
     e = gemm_eff(s, cal)
+    sms, k0 = SMS.get(s.gpu.key, 132), cal["gemm_k0"]
+    mega = s.stack == "megatron"
     bf16_peak = peak_tflops(s, "fp32" if s.precision == "fp32" else "bf16")
     M = s.micro_batch * s.seq / s.cp          # tokens through each GEMM (sequence-parallel gathered)
     tok = M / s.tp                            # tokens per GPU in the memory-bound ops
     L = m.n_layer / s.pp
     passes = 2.0 if s.lora_rank else 3.0
     block = _block_gemms(m, s, M)
-    t_bf16 = _gemm_s(block, bf16_peak, e, passes)
+    t_bf16 = _gemm_s(block, bf16_peak, e, passes, sms, k0)
     lowp_share, t_block, quant_b = 0.0, t_bf16, 0.0
     if s.low_precision:
         rel = cal["lowp_rel"] * (cal["rowwise_rel"] if s.precision == "fp8-rowwise" else 1.0)
-        t_lowp = _gemm_s(block, peak_tflops(s), e * rel, passes)
+        t_lowp = _gemm_s(block, peak_tflops(s), e * rel, passes, sms, k0)
         lowp_share = 1 - NVFP4_BF16_SHARE if s.precision == "nvfp4" else 1.0
         t_block = lowp_share * t_lowp + (1 - lowp_share) * t_bf16
         quant_b = lowp_share * QUANT_BYTES[s.precision] * sum(3 * (2 * a * k + 2 * k * n + a * n) for a, k, n in block)
     gemm_block = L * t_block
-    head = _gemm_s([(M, m.hidden, m.vocab / s.tp)], bf16_peak, e, 3.0)
+    head = _gemm_s([(M, m.hidden, m.vocab / s.tp)], bf16_peak, e, 3.0, sms, k0)
     attn_fwd = 4 * s.micro_batch * (s.seq / s.cp) * s.seq * (m.n_head * m.head_dim) / s.tp * 0.5
     attn = L * 3.5 * attn_fwd / (bf16_peak * 1e12 * e * cal["attn_rel"])
+    fwd_share = 1 / 3.5
+    if s.attention == "unfused":
+        # scores and probabilities in HBM: two batched GEMMs per head over the whole s × s (no causal skip),
+        # (s × s over head_dim) and (s × head_dim over s), forward + 2 backward, and per score
+        # UNFUSED_ATTN_BYTES of softmax/mask/dropout traffic
+        heads = m.n_head / s.tp
+        per_head = [(s.seq / s.cp, m.head_dim, s.seq)] * 2
+        attn = L * s.micro_batch * heads * _gemm_s(per_head, bf16_peak, e, 3.0, sms, k0)
+        attn += L * s.micro_batch * heads * (s.seq / s.cp) * s.seq * UNFUSED_ATTN_BYTES / (s.gpu.hbm_tbs * 1e12 * HBM_EFF)
+        fwd_share = 1 / 3
     act = 3 * m.ffn if m.gated_mlp else 2 * m.ffn
     width = 4 if s.precision == "fp32" else 2
     ew_bytes = L * tok * 3 * (12 * m.hidden + 2 * m.kv_dim + act) * width
-    if not s.compile:
+    if not s.compile and not mega:
         ew_bytes *= cal["nocompile"]
     hbm = s.gpu.hbm_tbs * 1e12 * HBM_EFF
-    memory = (ew_bytes + L * quant_b + tok * m.vocab * (24 if s.loss == "standard" else 8)) / hbm
+    loss_b = 24 if s.loss in ("standard", "hf") and not mega else 8
+    memory = (ew_bytes + L * quant_b + tok * m.vocab * loss_b) / hbm
     # selective: the L // 2 blocks memory.py checkpoints (none with one block per stage)
     frac_fwd = {"none": 0.0, "selective": (L // 2) / L, "full": 1.0, "selective-op": 0.0}[s.checkpointing]
     if s.recompute_layers:
         frac_fwd = recomputed_blocks(m, s) / L
-    recompute = frac_fwd * (gemm_block / passes + attn / 3.5 + (ew_bytes / 3 + L * quant_b / 3) / hbm)
+    recompute = frac_fwd * (gemm_block / passes + attn * fwd_share + (ew_bytes / 3 + L * quant_b / 3) / hbm)
     if s.checkpointing == "selective-op":
         recompute = 0.5 * gemm_block / passes + ew_bytes / 3 / hbm
     if "mlp" in s.recompute_modules:   # the MLP's forward GEMMs and activation again
         n_mlp = 3 if m.gated_mlp else 2
-        recompute += gemm_block / passes * _gemm_s(block[-n_mlp:], bf16_peak, e, 1) / _gemm_s(block, bf16_peak, e, 1)
+        recompute += (gemm_block / passes * _gemm_s(block[-n_mlp:], bf16_peak, e, 1, sms, k0)
+                      / _gemm_s(block, bf16_peak, e, 1, sms, k0))
         recompute += L * tok * act * width / hbm
     if "core_attn" in s.recompute_modules:
-        recompute += attn / 3.5
+        recompute += attn * fwd_share
     if "layernorm" in s.recompute_modules:
         recompute += L * tok * 4 * m.hidden * width / hbm   # two norms: read h, write h
     offload = 0.0

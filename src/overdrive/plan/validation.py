@@ -12,13 +12,14 @@ from importlib import resources
 from overdrive.env.catalog import gpu_by_key
 from overdrive.plan.estimate import estimate
 from overdrive.plan.setup import TrainSetup
-from overdrive.plan.specs import MPT_SIZES, get_model, mpt
+from overdrive.plan.specs import MPT_SIZES, ModelSpec, get_model, mpt
 
-__all__ = ["load_runs", "predict", "evaluate", "summary", "markdown_table", "why_not_fitting"]
+__all__ = ["load_runs", "predict", "evaluate", "summary", "markdown_table", "why_not_fitting", "plan_flags", "run_model",
+           "expressed_table"]
 
 _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "tp", "pp", "vpp", "cp", "checkpointing",
                "pure_bf16", "fp8_all_gather", "compile", "async_tp", "inter_gbs", "optimizer_dtype", "stack", "loss", "fp8_activations", "grad_dtype", "recompute_layers",
-               "recompute_modules", "offload_activations", "embedding_in_pipeline_split")
+               "recompute_modules", "offload_activations", "embedding_in_pipeline_split", "attention")
 
 
 def load_runs() -> list[dict]:
@@ -28,18 +29,26 @@ def load_runs() -> list[dict]:
 def _setup(r: dict) -> TrainSetup:
     per_node = r.get("gpus_per_node", min(8, r["gpus"]))
     return TrainSetup(gpu=gpu_by_key(r["gpu"]), gpus_per_node=per_node, nodes=r["gpus"] // per_node,
-                      **{k: r[k] for k in _SETUP_KEYS if k in r})
+                      **{"vpp": None, **{k: r[k] for k in _SETUP_KEYS if k in r}})   # no VP published: searched
+
+
+def run_model(r: dict) -> ModelSpec:
+    """A run's model: a preset name, an MPT at the run's sequence, or the shape written out (papers' models)."""
+    if isinstance(r["model"], dict):
+        return ModelSpec(**r["model"])
+    return mpt(r["model"], r["seq"]) if r["model"] in MPT_SIZES else get_model(r["model"])
 
 
 def predict(r: dict, cal: dict | None = None) -> dict:
     """The planner's prediction for one published run, with the relative errors."""
-    m = mpt(r["model"], r["seq"]) if r["model"] in MPT_SIZES else get_model(r["model"])
+    m = run_model(r)
     e = estimate(m, _setup(r), cal=cal)
     out = {"id": r["id"], "role": r["role"], "gpu": r["gpu"], "precision": r["precision"], "published": r["tps"],
            "predicted": e.tokens_per_s_per_gpu, "error": e.tokens_per_s_per_gpu / r["tps"] - 1, "fits": e.fits,
            "source": r["source"], "memory_gib": e.memory_gib, "capacity_gib": e.capacity_gib,
            "allocated_gib": e.allocated_gib, "reserved_margin_gib": e.reserved_margin_gib,
-           "breakdown_gib": e.breakdown_gib, "attention_share": e.times["attention"] / e.step_s}
+           "breakdown_gib": e.breakdown_gib, "attention_share": e.times["attention"] / e.step_s,
+           "vpp": e.setup.vpp, "held_out": r.get("held_out", "")}
     if r.get("memory_gib"):
         # torchtitan logs max_reserved: the allocator's view (allocated + fragmentation), no CUDA context
         reserved = e.allocated_gib + e.reserved_margin_gib
@@ -85,3 +94,62 @@ def why_not_fitting(r: dict) -> str:
                f"and 1 GiB CUDA context put it {over:.1f} GiB over" if alloc <= r["capacity_gib"]
                else f"allocated alone {alloc:.1f} GiB is {alloc - r['capacity_gib']:.1f} GiB over")
     return f"{r['id']}: needs {r['memory_gib']:.1f} of {r['capacity_gib']:.1f} GiB ({terms}); {verdict}"
+
+
+_FLAG_DEFAULTS = {"micro_batch": None, "precision": None, "sharding": None, "tp": 1, "pp": 1, "cp": 1, "vpp": None,
+                  "checkpointing": "none", "stack": "pytorch", "loss": "standard", "grad_dtype": "fp32",
+                  "optimizer_dtype": "fp32", "inter_gbs": 50, "recompute_layers": 0, "offload_activations": 0,
+                  "attention": "flash"}
+_BOOL_FLAGS = {"pure_bf16": "--pure-bf16", "fp8_all_gather": "--fp8-all-gather", "fp8_activations": "--fp8-activations",
+               "embedding_in_pipeline_split": "--embedding-in-pipeline-split"}
+
+
+def plan_flags(r: dict) -> str:
+    """The `overdrive plan` command line that plans this run (what the doc's tables call "expressed as")."""
+    if isinstance(r["model"], dict):
+        d = r["model"]
+        out = [f"--layers {d['n_layer']} --hidden {d['hidden']} --heads {d['n_head']}"]
+        out += [f"--kv-heads {d['n_kv_head']}"] if d["n_kv_head"] != d["n_head"] else []
+        out += [f"--ffn {d['ffn']} --vocab {d['vocab']}"]
+        out += [f for f, on in (("--tied", d.get("tied")), ("--gelu-mlp", not d.get("gated_mlp", True)
+                                                             and not d.get("squared_relu")),
+                                ("--squared-relu", d.get("squared_relu")), ("--bias", d.get("bias"))) if on]
+        out += [f"--learned-pos {d['learned_pos']}"] if d.get("learned_pos") else []
+    else:
+        out = [f"--model {r['model']}"]
+    per_node = r.get("gpus_per_node", min(8, r["gpus"]))
+    out += [f"--gpu {r['gpu']} --gpus {per_node}"] + ([f"--nodes {r['gpus'] // per_node}"] if r["gpus"] > per_node else [])
+    out += [f"--seq {r['seq']}"]
+    if r.get("global_batch"):
+        out.append(f"--global-batch {r['global_batch']}")
+    for k, default in _FLAG_DEFAULTS.items():
+        v = r.get(k, default)
+        if isinstance(v, (list, tuple)):
+            v = ",".join(v)
+        if v is not None and v != default:
+            out.append(f"--{k.replace('_', '-')} {v}")
+    if r.get("recompute_modules"):
+        mods = r["recompute_modules"]
+        out.append(f"--recompute-modules {mods if isinstance(mods, str) else ','.join(mods)}")
+    out += [flag for k, flag in _BOOL_FLAGS.items() if r.get(k)]
+    if r.get("compile") is False:
+        out.append("--no-compile")
+    if r.get("async_tp") is True:
+        out.append("--async-tp")
+    elif r.get("async_tp") is False and r.get("stack") == "megatron":
+        out.append("--no-async-tp")
+    return " ".join(out)
+
+
+def expressed_table(rows: list[dict]) -> str:
+    """Held-out runs with how each was expressed (the plan flags) and its source (file + commit, or paper)."""
+    runs = {r["id"]: r for r in load_runs()}
+    lines = ["| run | expressed as (`overdrive plan` flags) | source | published tok/s/GPU | planned | error | vpp |",
+             "|---|---|---|---:|---:|---:|---:|"]
+    for p in rows:
+        r = runs[p["id"]]
+        fit = "" if p["fits"] else " (planned not to fit)"
+        vpp = f"{p['vpp']}" + (" (searched)" if r.get("pp", 1) > 1 and "vpp" not in r else "")
+        lines.append(f"| {p['id']}{fit} | `{plan_flags(r)}` | {r['source']} | {p['published']:,.0f} | "
+                     f"{p['predicted']:,.0f} | {100 * p['error']:+.0f}% | {vpp} |")
+    return "\n".join(lines)
