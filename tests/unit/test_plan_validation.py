@@ -1,13 +1,15 @@
 """The planner against published runs it was not fitted to: recompute the table of docs/plan-validation.md
 from src/overdrive/plan/published_runs.json, so the doc cannot drift from the code, and hold the errors."""
 
+import json
 import os
 import re
 
 import pytest
 
 from overdrive.plan import TrainSetup, estimate, get_model
-from overdrive.plan.validation import evaluate, load_runs, markdown_table, summary, why_not_fitting
+from overdrive.plan.validation import (evaluate, expressed_table, load_runs, markdown_table, plan_flags, predict,
+                                       summary, why_not_fitting)
 from overdrive.env import gpu_by_key
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "plan-validation.md")
@@ -33,10 +35,13 @@ def test_doc_table_is_recomputed_from_the_data(validation):
     doc = open(DOC).read()
     assert markdown_table(validation) in doc, "docs/plan-validation.md is stale: run scripts/plan_validation_doc.py"
     assert markdown_table(evaluate("calibration")) in doc
-    s = summary(validation)
-    m = re.search(r"median \|throughput error\| (\d+\.\d)%, worst (\d+)%", doc)
-    assert m and float(m.group(1)) == round(100 * s["median_abs_error"], 1)
-    assert int(m.group(2)) == round(100 * s["worst_abs_error"])
+    found = re.findall(r"median \|throughput error\| (\d+\.\d)%, worst (\d+)%", doc)
+    held = summary([r for r in validation if r["held_out"] == "new source"])
+    for (med, worst), s in zip(found, (held, summary(validation))):   # the held-out line, then all validation
+        assert float(med) == round(100 * s["median_abs_error"], 1)
+        assert int(worst) == round(100 * s["worst_abs_error"])
+    assert len(found) == 2
+    assert expressed_table([r for r in validation if r["held_out"] == "new source"]) in doc
 
 
 def test_throughput_error_bounds(validation):
@@ -96,3 +101,38 @@ def test_b200_rests_on_rated_power_runs_too(validation):
     rated = [r for r in validation if r["gpu"] == "b200" and "power-limited" not in r["source"]]
     assert len(rated) >= 3
     assert max(abs(r["error"]) for r in rated) <= 0.35
+
+
+def test_held_out_runs_come_from_sources_nothing_was_fitted_on():
+    runs = load_runs()
+    held = [r for r in runs if r.get("held_out") == "new source"]
+    assert len(held) >= 25 and all(r["role"] == "validation" for r in held)
+    cal_sources = {r["source"] for r in runs if r["role"] == "calibration"}
+    older = {r["source"] for r in runs if not r.get("held_out")}
+    for r in held:
+        assert r["source"] not in cal_sources and r["source"] not in older, r["id"]
+        assert "@" in r["source"] or "arXiv" in r["source"], r["source"]   # a file at a commit, or the paper
+    kinds = {(r["gpu"], r["precision"], r["stack"]) for r in held}
+    assert {("a100-80", "fp16", "megatron"), ("h100-sxm", "fp8", "megatron")} <= kinds
+
+
+def test_held_out_errors(validation):
+    held = summary([r for r in validation if r["held_out"] == "new source"])
+    assert held["median_abs_error"] <= 0.10, held
+    # the issue's worst-case bound (25%) is not met: NeMo 24.07's Nemotron-8B/22B and GPT3-5B/20B run 21-30%
+    # below the plan (docs/plan-validation.md); hold what is true so a regression shows
+    assert held["worst_abs_error"] <= 0.31, held
+    assert len(held["not_fitting"]) <= 1, held
+
+
+@pytest.mark.parametrize("rid", ["Megatron-LM 2021 1.7B 32xA100 fp16 TP1 PP1",
+                                 "NeMo 24.07 LLAMA2-13B SFT 8xH100 fp8 TP1 PP4 CP1 (VP not published)",
+                                 "NeMo 24.07 Nemotron-8B 64xH100 fp8 TP2 PP1 CP1 VP1"])
+def test_the_flags_the_doc_prints_plan_what_the_table_says(rid, capsys):
+    """"Expressed as" is the truth: the printed command line gives the table's prediction."""
+    from overdrive.cli import main
+
+    r = next(x for x in load_runs() if x["id"] == rid)
+    assert main(["plan", *plan_flags(r).split(), "--json"]) == 0
+    top = json.loads(capsys.readouterr().out)["top"]
+    assert top["tokens_per_s_per_gpu"] == pytest.approx(predict(r)["predicted"], rel=1e-9)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from overdrive.plan.estimate import Estimate
+from overdrive.plan.memory import CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB
 
 __all__ = ["explain"]
 
@@ -14,10 +15,13 @@ _MEM = {
     "optimizer": "AdamW m, v: 2·b·P/S (b = 4 fp32, 2 bf16, 1 8-bit; 0 when offloaded)",
     "activations": "per block s·b·(5h + h+2kv + 3F)·2 bytes /(tp·cp) (FP8 storage: 1-byte GEMM inputs), minus "
                    "what checkpointing/recompute drops and offloaded blocks; + logits (fused loss: one chunk)",
-    "other": "FSDP buffers (2 gathered blocks + 1 block of fp32 grads) + 1 GiB CUDA context + 8% fragmentation",
+    "other": "FSDP buffers (2 gathered blocks + 1 block of fp32 grads) + 1 GiB CUDA context + the fragmentation "
+             "reserve, min(5% of allocated, 3 GiB)",
 }
 _TIME = {
-    "gemm": "3·2·M·K·N per linear / (peak × e × d/(d+128)); low precision at its peak × lowp_rel, head in bf16",
+    "gemm": "per linear, forward (M×N over K), input grad (M×K over N), weight grad (K×N over M), each 2·M·K·N / "
+            "(peak × e[stack][GPU generation] × tile/wave quantization over the SMs × inner/(inner + k0)); low "
+            "precision at its peak × lowp_rel, head in bf16",
     "attention": "causal flash attention 3.5 × 2·b·s²·h/(tp·cp) / (bf16 peak × e × attn_rel)",
     "memory_bound": "(12h + 2kv + 3F)·2 bytes ×3 per token per block + FP8 casts + loss, at 80% of HBM",
     "recompute": "the forward again for checkpointed blocks (full: all, selective: half, selective-op: half the mms; "
@@ -36,13 +40,17 @@ _TIME = {
 def explain(e: Estimate) -> list[str]:
     """Lines describing every memory term (GiB) and time term (ms) of one estimate, with formulas."""
     s = e.setup
-    lines = [f"{e.label} · {s.sharding} tp{s.tp} pp{s.pp} cp{s.cp} · AC {s.checkpointing} · mb {s.micro_batch} "
+    lines = [f"{e.label} · {s.stack} · {s.sharding} tp{s.tp} pp{s.pp}{f' vpp{s.vpp}' if s.pp > 1 else ''} cp{s.cp} · AC {s.checkpointing} · mb {s.micro_batch} "
              f"x {s.grad_accum} accum · seq {s.seq} on {s.nodes}x{s.gpus_per_node} {s.gpu.key}", "memory per GPU:"]
     for k, v in e.breakdown_gib.items():
         lines.append(f"  {k:<12} {v:8.2f} GiB  {_MEM[k]}")
     lines.append(f"  {'total':<12} {e.memory_gib:8.2f} GiB of {e.capacity_gib:.1f} "
                  f"({'fits' if e.fits else 'does not fit'}); max_memory_allocated should read "
                  f"{e.allocated_gib:.2f} GiB, reserved margin {e.reserved_margin_gib:.2f} GiB")
+    lines.append(f"  fit rule: allocated {e.allocated_gib:.2f} + fragmentation reserve {e.reserved_margin_gib:.2f} "
+                 f"(min({100 * FRAGMENTATION:.0f}% of allocated, {FRAGMENTATION_CAP / GIB:.0f} GiB)) + CUDA context "
+                 f"{CONTEXT_BYTES / GIB:.2f} = {e.allocated_gib + e.reserved_margin_gib + CONTEXT_BYTES / GIB:.2f} GiB "
+                 f"{'<=' if e.fits else '>'} {e.capacity_gib:.1f} GiB capacity")
     lines.append("time per optimizer step:")
     for k, v in e.times.items():
         if v:

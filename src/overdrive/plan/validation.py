@@ -97,7 +97,7 @@ def why_not_fitting(r: dict) -> str:
 
 
 _FLAG_DEFAULTS = {"micro_batch": None, "precision": None, "sharding": None, "tp": 1, "pp": 1, "cp": 1, "vpp": None,
-                  "checkpointing": "none", "stack": "pytorch", "loss": "standard", "grad_dtype": "fp32",
+                  "checkpointing": None, "stack": "pytorch", "loss": "standard", "grad_dtype": "fp32",
                   "optimizer_dtype": "fp32", "inter_gbs": 50, "recompute_layers": 0, "offload_activations": 0,
                   "attention": "flash"}
 _BOOL_FLAGS = {"pure_bf16": "--pure-bf16", "fp8_all_gather": "--fp8-all-gather", "fp8_activations": "--fp8-activations",
@@ -126,6 +126,8 @@ def plan_flags(r: dict) -> str:
         v = r.get(k, default)
         if isinstance(v, (list, tuple)):
             v = ",".join(v)
+        if k == "checkpointing":
+            v = v or "none"   # given always: the CLI searches what is not given
         if v is not None and v != default:
             out.append(f"--{k.replace('_', '-')} {v}")
     if r.get("recompute_modules"):

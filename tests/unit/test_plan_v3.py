@@ -1,0 +1,186 @@
+"""Planner v3: the software stack, shape-aware GEMMs, the virtual-stage search, the bounded fit rule, the
+Hugging Face loss, squared-ReLU and learned-position models, unfused attention, and the refusals they add."""
+
+import dataclasses
+import json
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from overdrive.cli import main
+from overdrive.env import gpu_by_key
+from overdrive.plan import TrainSetup, estimate, get_model, model_from_hf_config
+from overdrive.plan.comm import comm_times
+from overdrive.plan.estimate import vpp_choices
+from overdrive.plan.memory import CONTEXT_BYTES, FRAGMENTATION_CAP, GIB, _logits, act_bytes_per_layer, reserve_bytes, terms
+from overdrive.plan.throughput import SMS, compute_times, gemm_shape_eff
+
+H100 = gpu_by_key("h100-sxm")
+M70 = get_model("llama3-70b")
+
+
+@pytest.fixture
+def run(capsys):
+    def _run(*a):
+        try:
+            rc = main(["plan", *a])
+        except SystemExit as e:
+            rc = e.code
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
+    return _run
+
+
+def _refused(cp, needle):
+    assert cp.returncode == 2, (cp.returncode, cp.stderr, cp.stdout[:300])
+    lines = cp.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("overdrive: error: "), cp.stderr
+    assert re.search(needle, lines[0]), lines[0]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--stack", "tensorflow"], r"--stack 'tensorflow' is not one of pytorch, megatron"),
+    (["--stack", ""], r"--stack '' is not one of pytorch, megatron"),
+    (["--stack", "MEGATRON"], r"is not one of pytorch, megatron"),
+    (["--stack", "megatron", "--no-compile"], r"--no-compile with --stack megatron.*drop --no-compile"),
+    (["--async-tp", "--no-async-tp"], r"contradict each other: keep one"),
+    (["--layers", "4", "--hidden", "256", "--heads", "4", "--gelu-mlp", "--squared-relu"], r"keep one"),
+    (["--layers", "4", "--hidden", "256", "--heads", "4", "--learned-pos", "0"], r"--learned-pos must be a positive"),
+    (["--attention", "sdpa"], r"--attention 'sdpa' is not one of flash, unfused"),
+])
+def test_bad_stack_and_v3_flags_refused_in_one_line(run, args, needle):
+    _refused(run("--precision", "bf16", "--micro-batch", "1", *args), needle)
+
+
+def test_stack_aliases_and_python_refusal():
+    assert TrainSetup(gpu=H100, stack="torch").stack == "pytorch"
+    assert TrainSetup(gpu=H100, stack="mcore").stack == "megatron"
+    with pytest.raises(ValueError, match="not one of pytorch, megatron"):
+        TrainSetup(gpu=H100, stack="jax")
+
+
+def test_gemm_shape_efficiency_falls_on_narrow_and_sliced_shapes():
+    sms = SMS["a100-80"]
+    wide = gemm_shape_eff(8192, 20480, 20480, sms, 128)
+    narrow = gemm_shape_eff(8192, 2304, 2304, sms, 128)
+    assert 0 < narrow < wide <= 1
+    # TP8 slices the output of a column-parallel linear: 8192 -> 1024 columns, fewer tiles than SMs
+    assert gemm_shape_eff(2048, 8192 // 8, 8192, 132, 128) < gemm_shape_eff(2048, 8192, 8192, 132, 128)
+    # wave quantization: one tile more than the SMs needs a second, nearly empty wave
+    full = gemm_shape_eff(128 * 132, 256, 4096, 132, 128)
+    spill = gemm_shape_eff(128 * 133, 256, 4096, 132, 128)
+    assert spill < 0.8 * full
+    # a short inner dimension costs its share: K/(K + k0)
+    assert gemm_shape_eff(4096, 4096, 128, 132, 128) == pytest.approx(gemm_shape_eff(4096, 4096, 4096, 132, 128)
+                                                                        * (128 / 256) / (4096 / 4224))
+
+
+def test_megatron_stack_has_its_own_efficiency_and_overlaps_tp():
+    base = dict(gpu=H100, seq=4096, tp=8, sharding="zero1", precision="bf16")
+    pt = TrainSetup(**base)
+    mg = TrainSetup(**base, stack="megatron")
+    assert compute_times(M70, mg)["gemm"] < compute_times(M70, pt)["gemm"]
+    assert comm_times(M70, mg, 0.0)["tp"] == pytest.approx(0.3 * comm_times(M70, pt, 0.0)["tp"])
+    # Megatron before tp_comm_overlap: asked off, it is off
+    assert comm_times(M70, TrainSetup(**base, stack="megatron", async_tp=False), 0.0)["tp"] == \
+        pytest.approx(comm_times(M70, pt, 0.0)["tp"])
+
+
+def test_vpp_search_picks_the_fastest_that_fits_and_says_so():
+    s = TrainSetup(gpu=H100, gpus_per_node=8, nodes=4, tp=4, pp=4, vpp=None, seq=4096, global_batch=64,
+                   sharding="zero1", precision="bf16", checkpointing="full", stack="megatron")
+    e = estimate(M70, s)
+    choices = vpp_choices(M70, dataclasses.replace(s, vpp=1))
+    assert choices == [1, 2, 4, 5, 10, 20][:len(choices)] and 5 in choices   # 80 blocks over 4 stages
+    each = {v: estimate(M70, dataclasses.replace(s, vpp=v)) for v in choices}
+    best = max((x for x in each.values() if x.fits), key=lambda x: x.tokens_per_s_per_gpu)
+    assert e.setup.vpp == best.setup.vpp > 1
+    assert e.tokens_per_s_per_gpu == pytest.approx(best.tokens_per_s_per_gpu)
+    assert any(f"{e.setup.vpp} virtual stages chosen" in n for n in e.notes)
+
+
+def test_vpp_search_needs_microbatches_in_multiples_of_pp():
+    s = TrainSetup(gpu=H100, gpus_per_node=8, nodes=2, pp=4, vpp=None, global_batch=12, seq=2048)  # 3 per rank
+    assert vpp_choices(M70, dataclasses.replace(s, vpp=1)) == [1]
+    assert estimate(M70, s).setup.vpp == 1
+
+
+def test_cli_names_the_searched_vpp(run):
+    cp = run("--model", "llama3-70b", "--gpus", "8", "--nodes", "8", "--tp", "4", "--pp", "4", "--global-batch", "128",
+             "--precision", "fp8", "--sharding", "zero1", "--stack", "megatron", "--micro-batch", "1",
+             "--checkpointing", "full", "--json")
+    assert cp.returncode == 0, cp.stderr
+    top = json.loads(cp.stdout)["top"]
+    assert any("virtual stages chosen" in n for n in top["notes"])
+
+
+def test_fit_rule_reserve_is_bounded_and_every_term_adds_up():
+    assert reserve_bytes(10 * GIB) == pytest.approx(0.5 * GIB)
+    assert reserve_bytes(177 * GIB) == FRAGMENTATION_CAP   # a 405B GB200 run: 3 GiB, not 14
+    for sh in ("zero1", "fsdp"):
+        e = estimate(M70, TrainSetup(gpu=gpu_by_key("gb200"), gpus_per_node=64, tp=4, pp=4, vpp=5, seq=8192,
+                                     global_batch=64, sharding=sh, precision="bf16", stack="megatron"))
+        _adds_up(e)
+
+
+def _adds_up(e):
+    t = terms(M70, e.setup)
+    need = t["allocated"] + reserve_bytes(t["allocated"]) + CONTEXT_BYTES   # allocated holds the FSDP buffers
+    assert e.memory_gib == pytest.approx(need / GIB)
+    assert e.fits == (need / GIB <= e.capacity_gib)
+    assert (t["buffers"] > 0) == (e.setup.sharding == "fsdp")
+
+
+def test_explain_prints_the_fit_rule_terms(run):
+    cp = run("--model", "llama3-8b", "--precision", "bf16", "--sharding", "fsdp", "--micro-batch", "1",
+             "--checkpointing", "full", "--explain", "--json")
+    assert cp.returncode == 0, cp.stderr
+    line = next(x for x in json.loads(cp.stdout)["explain"] if "fit rule:" in x)
+    assert "allocated" in line and "fragmentation reserve" in line and "CUDA context" in line and "capacity" in line
+
+
+def test_hf_loss_keeps_the_fp32_logits_through_the_backward():
+    s = TrainSetup(gpu=H100, seq=4096, precision="bf16")
+    m = get_model("llama3-8b")
+    tokens_v = 4096 * m.vocab
+    assert _logits(m, dataclasses.replace(s, loss="hf")) == pytest.approx(16 * tokens_v)
+    assert _logits(m, s) == pytest.approx(12 * tokens_v)
+    hf = estimate(m, dataclasses.replace(s, loss="hf"))
+    assert hf.memory_gib > estimate(m, s).memory_gib
+
+
+def test_squared_relu_from_a_nemotron_config(tmp_path):
+    cfg = {"model_type": "nemotron", "hidden_act": "relu2", "num_hidden_layers": 32, "hidden_size": 4096,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 16384, "vocab_size": 256000,
+           "tie_word_embeddings": False}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    m = model_from_hf_config(str(p))
+    assert m.squared_relu and not m.gated_mlp
+    # two matrices: q, k, v, o + up, down; two norms
+    assert m.layer_params() == 2 * 4096 * 4096 + 2 * 4096 * 1024 + 2 * 4096 * 16384 + 2 * 4096
+    with pytest.raises(ValueError, match="2-matrix MLP"):
+        dataclasses.replace(m, gated_mlp=True)
+
+
+def test_learned_positions_and_biases_counted_in_custom_models(run):
+    cp = run("--layers", "24", "--hidden", "2304", "--heads", "24", "--ffn", "9216", "--vocab", "51200", "--tied",
+             "--gelu-mlp", "--learned-pos", "2048", "--bias", "--gpu", "a100-80", "--precision", "fp16",
+             "--sharding", "none", "--micro-batch", "1", "--checkpointing", "full", "--json")
+    assert cp.returncode == 0, cp.stderr
+    model = json.loads(cp.stdout)["model"]
+    assert model["learned_pos"] == 2048 and model["bias"] and not model["gated_mlp"]
+    # Narayanan et al.'s Eq. 2, P = 12·l·h²·(1 + 13/12h + (V + s)/12lh): their "1.7B"
+    l, h, V, s = 24, 2304, 51200, 2048
+    eq2 = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h))
+    assert json.loads(cp.stdout)["params_b"] * 1e9 == pytest.approx(eq2, rel=1e-3)
+
+
+def test_unfused_attention_costs_time_and_keeps_the_scores():
+    m = get_model("gpt3-5b")
+    s = TrainSetup(gpu=gpu_by_key("a100-80"), seq=2048, precision="fp16", stack="megatron")
+    u = dataclasses.replace(s, attention="unfused")
+    assert compute_times(m, u)["attention"] > 1.5 * compute_times(m, s)["attention"]
+    # softmax output (2 bytes) + dropout mask (1 byte) per score, per token and block: 3 · heads · s
+    assert act_bytes_per_layer(m, u) - act_bytes_per_layer(m, s) == pytest.approx(2048 * 3 * m.n_head * 2048)
