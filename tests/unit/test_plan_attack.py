@@ -216,8 +216,9 @@ def test_explain_agrees_with_the_table(run, args):
     step = re.search(r"step\s+([\d.]+) ms -> ([\d,]+) tokens/s", cp.stdout)
     assert abs(float(step.group(1)) - 1e3 * top["step_s"]) < 0.1
     # the explained candidate carries the table's label, fallback included ("mxfp8→fp8"), and its notes
-    head = re.search(r"^(\S+) · \w+ tp\d+ pp\d+ cp\d+ · AC (\S+) · mb (\d+)", cp.stdout, re.M)
-    assert head and head.groups() == (top["label"], top["checkpointing"], str(top["micro_batch"])), head
+    head = re.search(r"^(\S+) · (pytorch|megatron) · \w+ tp\d+ pp\d+(?: vpp\d+)? cp\d+ · AC (\S+) · mb (\d+)",
+                     cp.stdout, re.M)
+    assert head and head.group(1, 3, 4) == (top["label"], top["checkpointing"], str(top["micro_batch"])), head
     for n in top["notes"]:
         assert f"note: {n}" in cp.stdout
 

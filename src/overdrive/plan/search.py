@@ -193,7 +193,7 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
     rest = sorted((e for e in cands if not e.fits), key=lambda e: e.memory_gib)
     result = {"model": dataclasses.asdict(model), "params_b": model.n_params() / 1e9, "gpu": g.key,
               "capacity_gib": g.mem_gib, "gpus_per_node": base.gpus_per_node, "nodes": base.nodes, "seq": base.seq,
-              "global_batch": base.global_batch, "tp": base.tp, "pp": base.pp, "cp": base.cp,
+              "global_batch": base.global_batch, "tp": base.tp, "pp": base.pp, "cp": base.cp, "stack": base.stack,
               "efficiency": base.efficiency, "candidates": [cand_dict(e) for e in ranked + rest],
               "notes": skipped + sorted({n for e in cands for n in e.notes if "not supported" in n})}
     if ranked:
@@ -206,7 +206,8 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
 def cand_dict(e: Estimate) -> dict:
     s = e.setup
     return {"precision": s.precision, "label": e.label, "sharding": s.sharding, "checkpointing": s.checkpointing,
-            "micro_batch": s.micro_batch, "seq": s.seq, "tp": s.tp, "pp": s.pp, "cp": s.cp, "fits": e.fits,
+            "micro_batch": s.micro_batch, "seq": s.seq, "tp": s.tp, "pp": s.pp, "vpp": s.vpp, "cp": s.cp,
+            "stack": s.stack, "fits": e.fits,
             "memory_gib": round(e.memory_gib, 3), "allocated_gib": round(e.allocated_gib, 3),
             "reserved_margin_gib": round(e.reserved_margin_gib, 3), "headroom_gib": round(e.headroom_gib, 3),
             "step_s": e.step_s, "compute_s": e.compute_s, "comm_s": e.comm_s,

@@ -12,8 +12,11 @@ __all__ = ["render_plan", "render_sweep", "sweep_markdown", "write_breakdown_png
 def render_plan(r: dict, console: Console, *, limit: int = 15) -> None:
     m = r["model"]
     par = "".join(f" {k}{r[k]}" for k in ("tp", "pp", "cp") if r.get(k, 1) > 1)
+    fitting = [c for c in r["candidates"] if c["fits"]]
     t = Table(title=f"overdrive plan — {m['name']} ({r['params_b']:.2f}B params) on {r['nodes']}x{r['gpus_per_node']} "
                     f"{r['gpu']} ({r['capacity_gib']:.1f} GiB){par}, seq {r['seq']}"
+                    + (f", {r['stack']} stack" if r.get("stack", "pytorch") != "pytorch" else "")
+                    + (f", vpp {fitting[0]['vpp']}" if r.get("pp", 1) > 1 and fitting else "")
                     + (f", global batch {r['global_batch']}" if r["global_batch"] else ""), title_justify="left")
     for col in ("#", "precision", "sharding", "checkpointing", "micro-batch", "memory/GPU", "headroom", "step s",
                 "tokens/s/GPU", "MFU"):
