@@ -112,8 +112,8 @@ def test_held_out_runs_come_from_sources_nothing_was_fitted_on():
     for r in held:
         assert r["source"] not in cal_sources and r["source"] not in older, r["id"]
         assert "@" in r["source"] or "arXiv" in r["source"], r["source"]   # a file at a commit, or the paper
-    kinds = {(r["gpu"], r["precision"], r["stack"]) for r in held}
-    assert {("a100-80", "fp16", "megatron"), ("h100-sxm", "fp8", "megatron")} <= kinds
+    kinds = {(r["gpu"], r["precision"], r.get("stack", "pytorch")) for r in held}
+    assert {("a100-80", "fp16", "megatron"), ("h100-sxm", "fp8", "megatron"), ("h100-sxm", "bf16", "pytorch")} <= kinds
 
 
 def test_held_out_errors(validation):

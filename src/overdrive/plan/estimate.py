@@ -105,10 +105,14 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     n = s.grad_accum
     bubble = (s.pp - 1) / (s.vpp * n) if s.pp > 1 else 0.0
     compute = n * t_mb * (1 + bubble) + ct["optimizer"]
-    exposed = max(0.0, cm["dp"] - s.overlap * n * t_mb)
+    # FSDP reduces every micro-batch, under that micro-batch; DDP and ZeRO-1/2 reduce once per step, and only the
+    # last micro-batch's backward (Megatron: with the next step's first forward for the parameter all-gather)
+    # and the pipeline's drain can hide it (no_sync on the others)
+    hide = n * t_mb if s.sharding in ("fsdp", "hsdp") else t_mb + n * t_mb * bubble
+    exposed = max(0.0, cm["dp"] - s.overlap * hide)
     if exposed > 0:
         notes.append(f"communication-bound: {cm['dp'] * 1e3:.0f} ms of data-parallel communication per step vs "
-                     f"{n * t_mb * 1e3:.0f} ms of compute to hide it under")
+                     f"{hide * 1e3:.0f} ms of compute to hide it under")
     if bubble > 0.1:
         notes.append(f"pipeline bubble {100 * bubble:.0f}%: more micro-batches per step or --vpp shrink it")
     step = compute + exposed
