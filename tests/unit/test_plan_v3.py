@@ -103,7 +103,16 @@ def test_vpp_search_picks_the_fastest_that_fits_and_says_so():
 def test_vpp_search_needs_microbatches_in_multiples_of_pp():
     s = TrainSetup(gpu=H100, gpus_per_node=8, nodes=2, pp=4, vpp=None, global_batch=12, seq=2048)  # 3 per rank
     assert vpp_choices(M70, dataclasses.replace(s, vpp=1)) == [1]
-    assert estimate(M70, s).setup.vpp == 1
+    e = estimate(M70, s)
+    assert e.setup.vpp == 1 and any("not a multiple of --pp 4" in n for n in e.notes)
+
+
+def test_vpp_search_says_when_the_blocks_do_not_split():
+    m = get_model("llama3-405b")   # 126 blocks: no even split over 8 stages x v; with the embedding and loss, 128
+    s = TrainSetup(gpu=H100, gpus_per_node=8, nodes=64, tp=8, pp=8, vpp=None, global_batch=512, seq=4096)
+    e = estimate(m, s)
+    assert e.setup.vpp == 1 and any("--embedding-in-pipeline-split" in n for n in e.notes)
+    assert estimate(m, dataclasses.replace(s, embedding_in_pipeline_split=True)).setup.vpp > 1
 
 
 def test_cli_names_the_searched_vpp(run):

@@ -76,8 +76,17 @@ def estimate(m: ModelSpec, s: TrainSetup, *, cal: dict | None = None) -> Estimat
         tried = [_estimate(m, dataclasses.replace(s, vpp=v), cal) for v in vpp_choices(m, s)]
         fit = [e for e in tried if e.fits] or tried
         best = max(fit, key=lambda e: e.tokens_per_s_per_gpu)
-        best.notes.insert(0, f"--vpp not given: {best.setup.vpp} virtual stages chosen, the fastest that "
-                             f"{'fits' if best.fits else 'was tried'} of {[e.setup.vpp for e in tried]}")
+        if len(tried) > 1:
+            why = f"the fastest that {'fits' if best.fits else 'was tried'} of {[e.setup.vpp for e in tried]}"
+        elif s.grad_accum % s.pp:
+            why = (f"no interleaving: {s.grad_accum} micro-batches per step are not a multiple of --pp {s.pp} "
+                   "(the interleaved schedule's need)")
+        else:
+            slots = m.n_layer + (2 if s.embedding_in_pipeline_split else 0)
+            why = (f"no interleaving: {slots} pipeline slots do not split evenly over --pp {s.pp} x v for any v > 1"
+                   + ("" if s.embedding_in_pipeline_split else
+                      "; --embedding-in-pipeline-split counts the embedding and the loss as slots"))
+        best.notes.insert(0, f"--vpp not given: {best.setup.vpp} virtual stages chosen, {why}")
         return best
     return _estimate(m, s, cal)
 
