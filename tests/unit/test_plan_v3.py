@@ -92,7 +92,8 @@ def test_vpp_search_picks_the_fastest_that_fits_and_says_so():
                    sharding="zero1", precision="bf16", checkpointing="full", stack="megatron")
     e = estimate(M70, s)
     choices = vpp_choices(M70, dataclasses.replace(s, vpp=1))
-    assert choices == [1, 2, 4, 5, 10, 20][:len(choices)] and 5 in choices   # 80 blocks over 4 stages
+    assert choices == [1, 2, 4, 5, 10]   # megatron: 80 blocks split evenly over 4 stages, at most 16 per rank
+    assert vpp_choices(M70, dataclasses.replace(s, vpp=1, stack="pytorch")) == list(range(1, 17))
     each = {v: estimate(M70, dataclasses.replace(s, vpp=v)) for v in choices}
     best = max((x for x in each.values() if x.fits), key=lambda x: x.tokens_per_s_per_gpu)
     assert e.setup.vpp == best.setup.vpp > 1
@@ -109,10 +110,13 @@ def test_vpp_search_needs_microbatches_in_multiples_of_pp():
 
 def test_vpp_search_says_when_the_blocks_do_not_split():
     m = get_model("llama3-405b")   # 126 blocks: no even split over 8 stages x v; with the embedding and loss, 128
-    s = TrainSetup(gpu=H100, gpus_per_node=8, nodes=64, tp=8, pp=8, vpp=None, global_batch=512, seq=4096)
+    s = TrainSetup(gpu=H100, gpus_per_node=8, nodes=64, tp=8, pp=8, vpp=None, global_batch=512, seq=4096,
+                   stack="megatron")
     e = estimate(m, s)
     assert e.setup.vpp == 1 and any("--embedding-in-pipeline-split" in n for n in e.notes)
     assert estimate(m, dataclasses.replace(s, embedding_in_pipeline_split=True)).setup.vpp > 1
+    # torch.distributed.pipelining takes uneven chunks: the pytorch stack interleaves the 126 blocks as they are
+    assert estimate(m, dataclasses.replace(s, stack="pytorch")).setup.vpp > 1
 
 
 def test_cli_names_the_searched_vpp(run):

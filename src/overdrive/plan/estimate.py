@@ -59,12 +59,14 @@ only the extra sends remain)."""
 
 
 def vpp_choices(m: ModelSpec, s: TrainSetup) -> list[int]:
-    """Virtual stages that split this pipeline evenly: every chunk the same number of blocks (Megatron's
-    requirement), and, to interleave at all, micro-batches in multiples of pp (its schedule's)."""
+    """Virtual stages to try: to interleave at all, micro-batches in multiples of pp (both schedules' need);
+    Megatron splits the blocks evenly (every chunk the same count), torch.distributed.pipelining (torchtitan)
+    takes uneven chunks, so the pytorch stack tries every v that leaves each chunk a block."""
     slots = m.n_layer + (2 if s.embedding_in_pipeline_split else 0)
     out = [1]
     if s.grad_accum % s.pp == 0:
-        out += [v for v in range(2, VPP_MAX + 1) if slots % (s.pp * v) == 0 and slots // (s.pp * v) >= 1
+        even = s.stack == "megatron"
+        out += [v for v in range(2, VPP_MAX + 1) if slots >= s.pp * v and (not even or slots % (s.pp * v) == 0)
                 and s.recompute_layers <= slots // (s.pp * v)]
     return out
 
@@ -83,7 +85,8 @@ def estimate(m: ModelSpec, s: TrainSetup, *, cal: dict | None = None) -> Estimat
                    "(the interleaved schedule's need)")
         else:
             slots = m.n_layer + (2 if s.embedding_in_pipeline_split else 0)
-            why = (f"no interleaving: {slots} pipeline slots do not split evenly over --pp {s.pp} x v for any v > 1"
+            why = (f"no interleaving: {slots} pipeline slots do not split evenly over --pp {s.pp} x v for any v > 1 "
+                   "(Megatron's need)"
                    + ("" if s.embedding_in_pipeline_split else
                       "; --embedding-in-pipeline-split counts the embedding and the loss as slots"))
         best.notes.insert(0, f"--vpp not given: {best.setup.vpp} virtual stages chosen, {why}")
