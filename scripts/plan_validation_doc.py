@@ -183,9 +183,10 @@ the fit rule's reserve, min({100 * FRAGMENTATION:.0f}% of allocated, {FRAGMENTAT
   a fused cross-entropy's traffic, TP communication overlapped with the GEMMs (`--no-async-tp` for Megatron
   before `tp_comm_overlap`), FP8 GEMM inputs kept in FP8 for backward, and its own GEMM efficiency per GPU
   generation.
-- Either: with `--pp > 1` and no `--vpp`, the planner tries every virtual-stage count that splits the blocks
-  evenly (and, to interleave, micro-batches in multiples of pp) and keeps the fastest that fits; the pick is
-  in the notes and in the `vpp` column below.
+- Either: with `--pp > 1` and no `--vpp`, the planner tries the virtual-stage counts up to 16 (to interleave,
+  micro-batches in multiples of pp; megatron: only counts that split the blocks evenly, as Megatron needs;
+  pytorch: uneven chunks too, as torch.distributed.pipelining takes them) and keeps the fastest that fits;
+  the pick, or why there was none, is in the notes and in the `vpp` column below.
 
 ## Held-out runs: how each was expressed and where it comes from
 
