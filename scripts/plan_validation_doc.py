@@ -7,7 +7,7 @@ tests/unit/test_plan_validation.py recomputes the tables, so run this after chan
 import os
 import statistics
 
-from overdrive.plan.memory import FRAGMENTATION, FRAGMENTATION_CAP, GIB
+from overdrive.plan.memory import FRAGMENTATION, FRAGMENTATION_CAP, GIB, RESERVED_SHARE
 from overdrive.plan.throughput import CALIBRATION, UNFUSED_ATTN_BYTES
 from overdrive.plan.validation import evaluate, expressed_table, markdown_table, summary, why_not_fitting
 
@@ -83,6 +83,15 @@ def _ratio(rows, a, b):
     return f"{ra['published'] / rb['published']:.2f}x published, {ra['predicted'] / rb['predicted']:.2f}x planned"
 
 
+def _gap_table(rows):
+    lines = ["| run | published GiB (max_reserved) | planned reserved GiB | error |", "|---|---:|---:|---:|"]
+    for r in rows:
+        if "memory_published" in r and not r["memory_fsdp"]:
+            lines.append(f"| {r['id']} | {r['memory_published']:.1f} | {r['memory_predicted']:.1f} | "
+                         f"{100 * r['memory_error']:+.0f}% |")
+    return "\n".join(lines)
+
+
 def _held_out_groups(rows):
     g = {}
     for r in rows:
@@ -139,7 +148,8 @@ tables from the data file and fails if they differ.
   - by GPU without the power-limited B200 runs: {_groups(others, 'gpu')}
   - B200 at rated power (NVIDIA's DGX-B200 runs, {sb['n']} validation points): median {100 * sb['median_abs_error']:.0f}%, worst {100 * sb['worst_abs_error']:.0f}%
   - by precision: {_groups(val, 'precision')}
-- **Peak memory on FSDP runs** (torchtitan's `max_reserved`, {sv['n_memory']} runs): median |error|
+- **Peak memory on FSDP runs** (torchtitan's `max_reserved` against allocated × {1 + RESERVED_SHARE:.2f}, {sv['n_memory']} runs; FSDP
+  beside TP/PP is a known gap, below): median |error|
   {100 * sv['memory_median_abs_error']:.1f}%, worst {100 * sv['memory_worst_abs_error']:.1f}%.
 - **Calibration ({sc['n']} runs):** median {100 * sc['median_abs_error']:.1f}%, worst {100 * sc['worst_abs_error']:.0f}% ({sc['worst']}).
 - **Runs that completed but are planned not to fit:** {len(nofit)} of {len(val) + len(cal)}, each with its reason:
@@ -173,7 +183,10 @@ and the SM counts of each GPU (`SMS`) for tile and wave quantization; a 0.9 over
 communication; 30% of TP communication left exposed when it is overlapped (async TP, or the megatron
 stack's default); {UNFUSED_ATTN_BYTES:.0f} bytes of softmax/mask/dropout traffic per score for unfused attention, counted
 from the kernels (a first count of 39 bytes also charged the traffic the two score GEMMs already pay for);
-the fit rule's reserve, min({100 * FRAGMENTATION:.0f}% of allocated, {FRAGMENTATION_CAP / GIB:.0f} GiB) + 1 GiB of CUDA context.
+the fit rule's reserve, min({100 * FRAGMENTATION:.0f}% of allocated, {FRAGMENTATION_CAP / GIB:.0f} GiB) + 1 GiB of CUDA context; and, apart
+from the fit rule, what `max_memory_reserved` reads on a GPU with room to spare, allocated × {1 + RESERVED_SHARE:.2f} (the
+caching allocator keeps freed blocks until something needs them; near capacity it releases them and retries,
+which is why the fit rule does not charge this share: a 405B GB200 run with 177 GiB allocated completed on 185).
 
 ## What each stack implies
 
@@ -245,6 +258,18 @@ What the errors say:
   with its reason (the planner adds a fragmentation reserve of min({100 * FRAGMENTATION:.0f}% of allocated, {FRAGMENTATION_CAP / GIB:.0f} GiB) and 1 GiB of CUDA context to what the allocator counter would read).
 
 {_recipe_table(val)}
+
+## Known gap: memory of FSDP beside TP and PP (torchtitan)
+
+torchtitan publishes the peak memory of its 2D/3D/4D runs too. The planner is far under on them, so they are
+not in the FSDP memory figure above; they are here so the gap stays in view:
+
+{_gap_table(val)}
+
+The likely cause, not yet modelled: under pipelining, torch.distributed.pipelining turns off FSDP's
+resharding after backward and its gradient sync until the last micro-batch, so a stage holds its parameters
+unsharded and accumulates unsharded gradients through the step; with TP, torchtitan's loss-parallel and the
+async-TP buffers add more. A plan for such a layout can say "fits" where the run needs more.
 
 ## Calibration runs
 

@@ -61,6 +61,7 @@ from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["memory_breakdown", "peak_allocated", "GIB", "CONTEXT_BYTES", "FRAGMENTATION", "FRAGMENTATION_CAP",
+           "RESERVED_SHARE",
            "reserve_bytes", "OPT_BYTES",
            "act_bytes_per_layer", "act_tensors", "recomputed_blocks", "pipeline_blocks_in_flight", "lora_params", "terms"]
 
@@ -69,6 +70,10 @@ OPT_BYTES = {"fp32": 4, "bf16": 2, "8bit": 1}
 CONTEXT_BYTES = 1 * GIB
 FRAGMENTATION = 0.05
 FRAGMENTATION_CAP = 3 * GIB
+RESERVED_SHARE = 0.08
+"""What `max_memory_reserved` reads over `max_memory_allocated` on a GPU with room to spare (torchtitan's FSDP
+runs): the caching allocator keeps freed blocks while nothing asks for them. Near capacity it releases them
+and retries before it fails, so the fit rule charges only the bounded reserve above, not this share."""
 LOSS_CHUNK = 1024
 
 
