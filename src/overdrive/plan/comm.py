@@ -9,7 +9,8 @@
                   compute up to the overlap factor (FSDP prefetch, DDP buckets).
   tensor parallel with sequence parallelism, per block: all-gather + reduce-scatter of b·s·h 16-bit
                   activations twice in forward and twice in backward ((tp−1)/tp of them over NVLink), plus
-                  the recomputed forward's; exposed unless overlapped (async TP, or --stack megatron's tp_comm_overlap: 30% left).
+                  the recomputed forward's; exposed unless overlapped (async TP, or --stack megatron's
+                  tp_comm_overlap: 30% left).
   context parallel ring attention passes K and V around the cp ranks (backward: and their grads),
                   hidden under the attention compute.
   pipeline        the bubble (pp−1)/(vpp·micro-batches) of idle time, plus the activations sent between

@@ -22,7 +22,8 @@ _TIME = {
     "gemm": "per linear, forward (M×N over K), input grad (M×K over N), weight grad (K×N over M), each 2·M·K·N / "
             "(peak × e[stack][GPU generation] × tile/wave quantization over the SMs × inner/(inner + k0)); low "
             "precision at its peak × lowp_rel, head in bf16",
-    "attention": "causal flash attention 3.5 × 2·b·s²·h/(tp·cp) / (bf16 peak × e × attn_rel)",
+    "attention": "causal flash attention 3.5 × 2·b·s²·h/(tp·cp) / (bf16 peak × e × attn_rel); --attention unfused: "
+                 "the two score GEMMs over the full s × s at their shape's rate + 20 bytes per score over HBM",
     "memory_bound": "(12h + 2kv + 3F)·2 bytes ×3 per token per block + FP8 casts + loss, at 80% of HBM",
     "recompute": "the forward again for checkpointed blocks (full: all, selective: half, selective-op: half the mms; "
                  "Megatron: recompute-layers blocks, recompute-modules parts)",
@@ -40,7 +41,9 @@ _TIME = {
 def explain(e: Estimate) -> list[str]:
     """Lines describing every memory term (GiB) and time term (ms) of one estimate, with formulas."""
     s = e.setup
-    lines = [f"{e.label} · {s.stack} · {s.sharding} tp{s.tp} pp{s.pp}{f' vpp{s.vpp}' if s.pp > 1 else ''} cp{s.cp} · AC {s.checkpointing} · mb {s.micro_batch} "
+    vpp = f" vpp{s.vpp}" if s.pp > 1 else ""
+    lines = [f"{e.label} · {s.stack} · {s.sharding} tp{s.tp} pp{s.pp}{vpp} cp{s.cp} · AC {s.checkpointing} · "
+             f"mb {s.micro_batch} "
              f"x {s.grad_accum} accum · seq {s.seq} on {s.nodes}x{s.gpus_per_node} {s.gpu.key}", "memory per GPU:"]
     for k, v in e.breakdown_gib.items():
         lines.append(f"  {k:<12} {v:8.2f} GiB  {_MEM[k]}")
