@@ -261,15 +261,18 @@ What the errors say:
 
 ## Known gap: memory of FSDP beside TP and PP (torchtitan)
 
-torchtitan publishes the peak memory of its 2D/3D/4D runs too. The planner is far under on them, so they are
-not in the FSDP memory figure above; they are here so the gap stays in view:
+torchtitan publishes the peak memory of its 2D/3D/4D runs too. They are not in the FSDP memory figure above:
+the planner is further off on them, and they are here so the gap stays in view:
 
 {_gap_table(val)}
 
-The likely cause, not yet modelled: under pipelining, torch.distributed.pipelining turns off FSDP's
-resharding after backward and its gradient sync until the last micro-batch, so a stage holds its parameters
-unsharded and accumulates unsharded gradients through the step; with TP, torchtitan's loss-parallel and the
-async-TP buffers add more. A plan for such a layout can say "fits" where the run needs more.
+Under pipelining, torch.distributed.pipelining turns off FSDP's resharding after backward and its gradient
+sync until the last micro-batch (`torch/distributed/pipelining/stage.py`: `set_reshard_after_backward(False)`,
+`set_requires_gradient_sync(False)`), and torchtitan does not reshard after forward when PP is on, so a stage
+holds its parameters gathered and accumulates unsharded fp32 gradients through the step; the planner counts
+that (`--stack pytorch`, FSDP, `--pp > 1`), which took the 1F1B run from -68% to the figure above. What is
+left: the planner's activations grow with the sequence (4x from 8K to 32K tokens) where the published peaks
+do not (82.5 GiB at 8K with 32 micro-batches, 75.3 at 32K with 8), and the 2D 70B runs are ~20% under.
 
 ## Calibration runs
 

@@ -247,6 +247,13 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
         gather = 1 if (s.fp8_all_gather and s.low_precision) else (4 if s.precision == "fp32" else 2)
         layer = m.layer_params() / s.tp
         buffers = 2 * layer * gather + (layer * (2 if s.grad_dtype == "bf16" else 4) if not s.lora_rank else 0)
+        if s.pp > 1 and s.stack == "pytorch" and s.offload != "params":
+            # torch.distributed.pipelining turns off FSDP's resharding after backward and its gradient sync until
+            # the last micro-batch (stage.py: set_reshard_after_backward(False), set_requires_gradient_sync(False)),
+            # and torchtitan does not reshard after forward under PP: the stage's parameters stay gathered and its
+            # gradients accumulate unsharded, in the reduce dtype (fp32), through the step
+            trained = lora_params(m, s.lora_rank) / (s.tp * s.pp) if s.lora_rank else P
+            buffers = P * gather + trained * (2 if s.grad_dtype == "bf16" else 4)
     if s.grad_accum > 1 or s.lora_rank:
         peak = acts + logits + grads
     else:  # grads are None while activations peak (set_to_none); they replace activations in backward
