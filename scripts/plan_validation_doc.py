@@ -76,6 +76,11 @@ def _fitted_by() -> str:
     return "\n".join(lines)
 
 
+def _span(rows, keys):
+    errs = [r["error"] for r in rows if any(k in r["id"] for k in keys)]
+    return f"{100 * min(errs):+.0f}% to {100 * max(errs):+.0f}%"
+
+
 def _ratio(rows, a, b):
     """Published and planned throughput of run a over run b (ids by prefix): "0.93 published, 0.95 planned"."""
     ra = next(r for r in rows if r["id"].startswith(a))
@@ -193,9 +198,10 @@ which is why the fit rule does not charge this share: a 405B GB200 run with 177 
 - `--stack pytorch` (default): FSDP2/DDP as PyTorch runs them; memory-bound ops fused by torch.compile
   (`--no-compile`: eager, × nocompile), the loss as `--loss` says, TP collectives exposed unless `--async-tp`.
 - `--stack megatron`: Megatron-Core with Transformer Engine: fused kernels always (`--no-compile` is refused),
-  a fused cross-entropy's traffic, TP communication overlapped with the GEMMs (`--no-async-tp` for Megatron
+  TP communication overlapped with the GEMMs (`--no-async-tp` for Megatron
   before `tp_comm_overlap`), FP8 GEMM inputs kept in FP8 for backward, and its own GEMM efficiency per GPU
-  generation.
+  generation. On either stack the cross-entropy is `--loss`'s (Transformer Engine's in-place one: `inplace`;
+  Megatron's vocab-parallel fp32 one: `standard`).
 - Either: with `--pp > 1` and no `--vpp`, the planner tries the virtual-stage counts up to 16 (to interleave,
   micro-batches in multiples of pp; megatron: only counts that split the blocks evenly, as Megatron needs;
   pytorch: uneven chunks too, as torch.distributed.pipelining takes them) and keeps the fastest that fits;
@@ -207,7 +213,8 @@ which is why the fit rule does not charge this share: a 405B GB200 run with 177 
 
 What the held-out errors say:
 - **NeMo 24.07 (H100, FP8) runs high**, by the most on the GELU/squared-ReLU models (GPT-3 5B/20B,
-  Nemotron 8B/22B: +21% to +30%) and by ~+10% on the Llama shapes. The megatron constants were fitted on
+  Nemotron 8B/22B: {_span(new, ("GPT3-5B ", "GPT3-20B", "Nemotron-8B", "Nemotron-22B"))}) and by
+  {_span(new, ("LLAMA2-7B 8x", "LLAMA2-70B 64x", "LLAMA3-8B", "LLAMA3-70B"))} on the Llama pre-training shapes. The megatron constants were fitted on
   Megatron-Bridge's 25.11/26.02 containers, a year and more newer; NeMo's own table reports 643-765 model
   TFLOP/s per GPU for these models where Megatron-Bridge reaches ~840 on Llama-3 8B. One constant per stack and
   generation cannot know the container's age; nor does the planner model dropout (GPT-3's 0.1) or the

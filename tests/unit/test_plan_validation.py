@@ -119,9 +119,9 @@ def test_held_out_runs_come_from_sources_nothing_was_fitted_on():
 def test_held_out_errors(validation):
     held = summary([r for r in validation if r["held_out"] == "new source"])
     assert held["median_abs_error"] <= 0.10, held
-    # the issue's worst-case bound (25%) is not met: NeMo 24.07's Nemotron-8B/22B and GPT3-5B/20B run 21-30%
+    # the issue's worst-case bound (25%) is not met: NeMo 24.07's Nemotron-8B/22B and GPT3-5B/20B run 20-27%
     # below the plan (docs/plan-validation.md); hold what is true so a regression shows
-    assert held["worst_abs_error"] <= 0.31, held
+    assert held["worst_abs_error"] <= 0.28, held
     assert len(held["not_fitting"]) <= 1, held
 
 

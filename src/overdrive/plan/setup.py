@@ -43,8 +43,8 @@ OFFLOADS = ("none", "optimizer", "params")
 LOSSES = ("standard", "hf", "compiled", "inplace", "fused")
 STACKS = ("pytorch", "megatron")
 """pytorch: FSDP2/DDP in PyTorch (torchtitan, llm-foundry, Hugging Face), torch.compile or eager as asked;
-megatron: Megatron-Core/NeMo with Transformer Engine: fused kernels end to end (norms, activations, RoPE, the
-cross-entropy), TP communication overlapped with the GEMMs (userbuffers), the grad reduce-scatter and param
+megatron: Megatron-Core/NeMo with Transformer Engine: fused kernels end to end (norms, activations, RoPE; the
+cross-entropy is --loss's: inplace for TE's, standard for Megatron's vocab-parallel fp32 one), TP communication overlapped with the GEMMs (userbuffers), the grad reduce-scatter and param
 all-gather overlapped with compute, FP8 GEMM inputs saved for backward in FP8 (as --fp8-activations); its own
 GEMM efficiency per GPU generation."""
 STACK_ALIASES = {"torch": "pytorch", "mcore": "megatron", "megatron-core": "megatron", "nemo": "megatron"}

@@ -17,9 +17,10 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
   attention   causal flash attention: forward 4·b·s_q·s·h/tp FLOPs × 1/2 (causal), backward 2.5× forward
               (FlashAttention-2 recomputes the scores), in bf16 at e × `attn_rel` of the bf16 peak.
   stack       pytorch: memory-bound ops fused by torch.compile (× `nocompile` in eager), the loss as --loss
-              says; megatron (Megatron-Core + Transformer Engine): fused kernels always, a fused cross-entropy
-              (8 bytes per logit), TP communication overlapped with the GEMMs (comm.py), and GEMM efficiencies
-              of its own per generation.
+              says; megatron (Megatron-Core + Transformer Engine): fused kernels always, TP communication
+              overlapped with the GEMMs (comm.py), and GEMM efficiencies of its own per generation. The loss
+              is --loss's on either stack: 24 bytes per logit for an fp32 cross-entropy (standard, hf), 8 for
+              a fused one (compiled, inplace, fused).
   unfused     --attention unfused (before flash attention: Megatron 2021, eager attention): the scores go
               through HBM: two batched GEMMs per head over the full s × s at their shape's efficiency, plus
               `UNFUSED_ATTN_BYTES` per score of softmax, mask and dropout traffic.
@@ -173,7 +174,7 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
     if not s.compile and not mega:
         ew_bytes *= cal["nocompile"]
     hbm = s.gpu.hbm_tbs * 1e12 * HBM_EFF
-    loss_b = 24 if s.loss in ("standard", "hf") and not mega else 8
+    loss_b = 24 if s.loss in ("standard", "hf") else 8   # the loss kernel is --loss's, whatever the stack
     memory = (ew_bytes + L * quant_b + tok * m.vocab * loss_b) / hbm
     # selective: the L // 2 blocks memory.py checkpoints (none with one block per stage)
     frac_fwd = {"none": 0.0, "selective": (L // 2) / L, "full": 1.0, "selective-op": 0.0}[s.checkpointing]
