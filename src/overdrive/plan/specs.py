@@ -44,6 +44,9 @@ class ModelSpec:
                 raise ValueError(f"model {name} must be a positive integer, got {v!r}")
             if v > MAX_DIM:
                 raise ValueError(f"model {name} {v} is too large (at most {MAX_DIM:,}): check the model's shape")
+        lp = self.learned_pos
+        if isinstance(lp, bool) or not isinstance(lp, int) or lp < 0 or lp > MAX_DIM:
+            raise ValueError(f"model learned_pos must be a number of positions in 0-{MAX_DIM:,}, got {lp!r}")
         d = self.attn_head_dim
         if isinstance(d, bool) or not isinstance(d, int) or d < 0 or d > MAX_DIM:
             raise ValueError(f"model attn_head_dim must be a non-negative integer, got {d!r}")
