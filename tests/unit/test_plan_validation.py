@@ -127,7 +127,8 @@ def test_held_out_errors(validation):
 
 @pytest.mark.parametrize("rid", ["Megatron-LM 2021 1.7B 32xA100 fp16 TP1 PP1",
                                  "NeMo 24.07 LLAMA2-13B SFT 8xH100 fp8 TP1 PP4 CP1 (VP not published)",
-                                 "NeMo 24.07 Nemotron-8B 64xH100 fp8 TP2 PP1 CP1 VP1"])
+                                 "NeMo 24.07 Nemotron-8B 64xH100 fp8 TP2 PP1 CP1 VP1",
+                                 "Llama 3 405B 16384xH100 bf16 TP8 CP16 PP16 seq 131072"])
 def test_the_flags_the_doc_prints_plan_what_the_table_says(rid, capsys):
     """"Expressed as" is the truth: the printed command line gives the table's prediction."""
     from overdrive.cli import main
