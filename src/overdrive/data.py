@@ -25,6 +25,9 @@ import torch
 __all__ = ["builtin_tokens", "file_tokens", "load_tokens", "TokenData", "VOCAB_SIZE", "DataError"]
 
 VOCAB_SIZE = 256  # byte-level: the built-in stream and user text share one vocabulary
+# Without data.vocab_size a .bin's vocabulary is its largest id + 1. Real tokenizers stay below ~1M
+# ids; one corrupt or mis-typed id of 4e9 would silently ask for a 4e9-row embedding table.
+MAX_AUTO_VOCAB = 1 << 22
 
 
 class DataError(ValueError):
@@ -91,6 +94,12 @@ def load_tokens(source: str, *, fmt: str = "auto", vocab_size: int | None = None
         toks = np.memmap(source, dtype=dt, mode="r")
         top = int(toks.max())
         need = top + 1
+        if vocab_size is None and need > MAX_AUTO_VOCAB:
+            big = np.flatnonzero(toks >= MAX_AUTO_VOCAB)
+            where = ", ".join(str(int(i)) for i in big[:5]) + (f" and {big.size - 5} more" if big.size > 5 else "")
+            raise DataError(f"{source}: {big.size} token id{'s' if big.size != 1 else ''} >= {MAX_AUTO_VOCAB:,} "
+                            f"(largest {top:,}) at token position{'s' if big.size != 1 else ''} {where}: is it "
+                            f"really {fmt}? Set data.format, or data.vocab_size if ids that large are meant")
     if vocab_size is not None and vocab_size < need:
         src = f"its largest token id is {top}" if top is not None else "its tokens are bytes (ids 0-255)"
         raise DataError(f"data.vocab_size = {vocab_size} is too small for {source}: {src}; set data.vocab_size "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import zlib
 
+from overdrive.bench.apply import apply_hint
 from overdrive.bench.flops import achieved_tflops, flops_per_token, mfu
 from overdrive.bench.runner import ConfigRun, Schedule
 from overdrive.bench.stats import speedup_ci, summarize
@@ -126,17 +127,6 @@ def _loss_words(c: dict) -> str:
     if d < -0.05:
         return f"loss {-d:.1f}% below the baseline's"
     return f"loss within {abs(d):.1f}% of the baseline"
-
-
-def apply_hint(c: dict, task: str) -> dict:
-    """How to use a configuration: in code and in a train config (GPT), or the click model's options."""
-    if task == "gpt":
-        return {"code": f'overdrive.accelerate(model, recipe="{c["name"]}")',
-                "train": f'train.recipe = "{c["name"]}"  (or --set train.recipe={c["name"]})'}
-    o = c.get("options", {})
-    sparse = o.get("optimizer") != "dense-adamw"
-    return {"code": f'DLRM(spec, embedding="{o.get("embedding")}", sparse={sparse}); '
-                    f'build_optimizers(model, "{o.get("optimizer")}")', "train": None}
 
 
 def _why_no_evidence(best: dict | None, schedule: dict, configs: list[dict]) -> str:

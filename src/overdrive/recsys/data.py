@@ -1,6 +1,7 @@
 """Click-log data shaped like Criteo's: 13 dense counts, 26 categorical features (some multi-hot),
 Zipf-distributed ids, and a planted click function a model can learn. Plus a reader for the
-Criteo TSV format (label, 13 integers, 26 hex ids) that counts malformed lines instead of crashing.
+Criteo TSV format (label, 13 integers, 26 hex ids) that counts malformed lines instead of crashing,
+and refuses (naming the file and the lines) a count too large for float32, which would become inf.
 
 Categorical features are kept as EmbeddingBag inputs: per feature a flat `values` tensor and
 `offsets` (length B + 1) marking each example's bag.
@@ -13,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+from overdrive.data import DataError
 
 __all__ = ["CriteoSpec", "ClickBatch", "synthetic_clicks", "read_criteo_tsv", "TsvStats"]
 
@@ -79,6 +82,18 @@ def synthetic_clicks(n: int, spec: CriteoSpec = CriteoSpec(), *, seed: int = 0) 
     return ClickBatch(torch.from_numpy(dense), values, offsets, torch.from_numpy(labels))
 
 
+# The dense counts become float32 before log1p: a count above float32's largest finite value (a
+# 39-digit number) would be inf and poison every loss. Criteo's real counts stay below 1e7.
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _overflow_error(path: str, lines: list[int], n: int) -> DataError:
+    shown = ", ".join(str(i) for i in lines) + (f" and {n - len(lines)} more" if n > len(lines) else "")
+    return DataError(f"{path}: {n} line{'s' if n != 1 else ''} with a dense count too large for float32 (> "
+                     f"{_F32_MAX:.3g}, it would become inf) on line{'s' if n != 1 else ''} {shown}: fix or remove "
+                     "those lines (Criteo counts are small integers)")
+
+
 @dataclass
 class TsvStats:
     lines: int = 0
@@ -95,8 +110,11 @@ def read_criteo_tsv(path: str, spec: CriteoSpec = CriteoSpec(), *, max_lines: in
                     ) -> tuple[ClickBatch, TsvStats]:
     """Criteo display-ads format: label \\t I1..I13 (integers, may be empty) \\t C1..C26 (hex, may be empty).
     Ids are hashed into each table (id mod rows); an empty field is id 0 / count 0. A malformed line
-    is counted by reason and skipped, never fatal."""
+    is counted by reason and skipped; a dense count beyond float32 (it would become inf) is a DataError
+    naming the file and the lines, raised once the file is read."""
     st = TsvStats()
+    overflow: list[int] = []  # first few line numbers (1-based) with an overflowing count
+    n_overflow = 0
     labels, dense, cats = [], [], [[] for _ in range(spec.n_cat)]
     with open(path, "rb") as fh:
         for raw in fh:
@@ -120,6 +138,11 @@ def read_criteo_tsv(path: str, spec: CriteoSpec = CriteoSpec(), *, max_lines: in
             except ValueError:
                 st.malformed["dense value not an integer"] += 1
                 continue
+            if any(v > _F32_MAX for v in d):
+                n_overflow += 1
+                if len(overflow) < 5:
+                    overflow.append(st.lines)
+                continue
             try:
                 c = [int(x, 16) % rows if x else 0
                      for x, rows in zip(parts[1 + spec.n_dense:], spec.table_sizes)]
@@ -131,6 +154,8 @@ def read_criteo_tsv(path: str, spec: CriteoSpec = CriteoSpec(), *, max_lines: in
             for f, v in enumerate(c):
                 cats[f].append(v)
             st.good += 1
+    if n_overflow:
+        raise _overflow_error(path, overflow, n_overflow)
     n = len(labels)
     dense_t = torch.log1p(torch.tensor(dense, dtype=torch.float32).reshape(n, spec.n_dense))
     values = [torch.tensor(c, dtype=torch.int64) for c in cats]

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import re
 
-from overdrive.recipes import PRESETS, Recipe
+from overdrive.bench.apply import apply_hint, recipe_of
 
 __all__ = ["Step", "next_step", "precision_note", "role_order", "winner", "verdict_text"]
-
-_BASE_FIELDS = {k: v for k, v in Recipe(name="x").to_dict().items() if k != "name"}
 
 
 class Step:
@@ -62,48 +60,6 @@ def verdict_text(results: dict) -> str:
     return (results.get("recommendation") or {}).get("text", "-").split(". Apply: ")[0]
 
 
-def _preset(cfg: dict) -> tuple[str | None, dict]:
-    """The preset that is this candidate's recipe (fp32-fused is `fp32`), else the nearest preset of
-    its precision and the fields that differ from it."""
-    rec = dict(cfg.get("recipe") or {})
-    name = rec.pop("name", cfg.get("name"))
-    if name in PRESETS:
-        return name, {}
-    best, diff = None, None
-    for pname, p in PRESETS.items():
-        pf = {k: v for k, v in p.to_dict().items() if k != "name"}
-        if pname == "auto" or pf.get("precision") != rec.get("precision"):
-            continue
-        d = {k: v for k, v in rec.items() if k in pf and pf[k] != v}
-        if diff is None or len(d) < len(diff):
-            best, diff = pname, d
-    return best, diff or {}
-
-
-def _recipe_code(cfg: dict) -> tuple[str, str | None]:
-    preset, diff = _preset(cfg)
-    if preset and not diff:
-        return f'overdrive.accelerate(model, recipe="{preset}")', f'[train] recipe = "{preset}"'
-    rec = {k: v for k, v in (cfg.get("recipe") or {}).items() if k != "name" and _BASE_FIELDS.get(k) != v}
-    args = ", ".join(f"{k}={v!r}" for k, v in rec.items())
-    code = f"overdrive.accelerate(model, recipe=overdrive.Recipe(name={cfg.get('name')!r}, {args}))"
-    conf = (f'[train] recipe = "{preset}" (the nearest preset; the train config takes presets only, so '
-            f'{", ".join(f"{k}={v!r}" for k, v in diff.items())} is left out)') if preset else None
-    return code, conf
-
-
-def _recsys_code(cfg: dict) -> str:
-    o = cfg.get("options") or {}
-    opt = o.get("optimizer", "dense-adamw")
-    sparse = opt != "dense-adamw"
-    code = (f'model = DLRM(spec, embedding="{o.get("embedding", "embeddingbag")}"'
-            f'{", sparse=True" if sparse else ""}); opts = build_optimizers(model, "{opt}")')
-    if cfg.get("precision") in ("bf16", "fp16"):
-        dtype = "bfloat16" if cfg["precision"] == "bf16" else "float16"
-        code += f"; train_step(model, opts, batch, amp_dtype=torch.{dtype})"
-    return code
-
-
 def next_step(results: dict) -> Step:
     w = winner(results)
     task = (results.get("suite") or {}).get("task", "gpt")
@@ -114,15 +70,16 @@ def next_step(results: dict) -> Step:
         what = "your plain fp32 PyTorch loop" if task == "gpt" else "the baseline (nn.Embedding, dense AdamW)"
         return Step(f"Next step: keep {what} — no candidate was measurably faster here. Re-run `overdrive bench --out DIR` on "
                     "the machine you train on: the answer changes with the hardware.")
-    hint = (results.get("recommendation") or {}).get("apply")
+    # Rebuilt from the winner's recorded recipe, never copied from the file's own hint: one builder
+    # (bench.apply) for the bench and the report, so an older file's truncated hint is mended too.
+    hint = apply_hint(w, task)
     label = w.get("label") or w["name"]
-    if hint and hint.get("code"):  # the bench's own hint: one source for console and page
-        return Step(f"Next step: apply {label}", hint["code"], hint.get("train"))
     if task != "gpt":
-        return Step(f"Next step: use {w['name']} (from overdrive.recsys import DLRM, build_optimizers, train_step)",
-                    _recsys_code(w), None, " — click models have no train config; call these in your own loop.")
-    code, conf = _recipe_code(w)
-    return Step(f"Next step: apply {w['name']}", code, conf)
+        return Step(f"Next step: use {label} (from overdrive.recsys import DLRM, build_optimizers, train_step)",
+                    hint["code"], None, " — click models have no train config; call these in your own loop.")
+    ran = recipe_of(w)
+    said = f" (recorded as {ran}: what was measured)" if ran != w.get("name") else ""
+    return Step(f"Next step: apply {label}{said}", hint["code"], hint["train"])
 
 
 def precision_note(results: dict) -> str | None:

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from overdrive.bench.labels import low_precision_format
 from overdrive.bench.results import suite_title, throughput
-from overdrive.report.advice import next_step, precision_note, role_order
+from overdrive.report.advice import next_step, precision_note, role_order, verdict_text
 from overdrive.report.compare import LEGEND, compare_rows, relabelled, verdict
 
 __all__ = ["render_bench", "render_compare", "fmt_ms", "mfu_cell", "emulated_note"]
@@ -110,9 +110,10 @@ def render_bench(results: dict, console: Console | None = None) -> None:
         if skipped:
             c.print("  micro skipped: " + "; ".join(sorted({f"{r['provider']} ({escape(_clip(r['reason']))})"
                                                             for r in skipped})))
-    c.print(f"[bold]{escape(results['recommendation']['text'])}[/]")
-    if "apply" not in (results.get("recommendation") or {}):  # newer results carry it in the text already
-        c.print(escape(next_step(results).text))
+    # The verdict without the file's own "Apply:", then the next step rebuilt from the winner's recipe
+    # (bench.apply): said once, and whole even when an older writer's hint dropped part of it.
+    c.print(f"[bold]{escape(verdict_text(results))}[/]")
+    c.print(escape(next_step(results).text))
     why = precision_note(results)
     if why:
         c.print(f"[yellow]{escape(why)}[/]")
