@@ -14,7 +14,34 @@ def _folder_of(path: str) -> str:
     return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
 
 
+def _writable(folder: str, flag: str, what: str) -> None:
+    """Refuse, in one line, a folder the page and plots cannot be written to (read-only, not ours)."""
+    import tempfile
+
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise UserError(f"{flag} {folder} is a file: pass a folder")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".overdrive-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UserError(f"{flag} {folder} is not writable ({e.strerror or type(e).__name__}): {what} was printed "
+                        "above; pass --out DIR to write the page and plots to a folder you can write") from None
+
+
+def _written(fn):
+    """A write that fails half-way (disk full, a folder vanishing) is one line too, not a traceback."""
+    try:
+        return fn()
+    except OSError as e:
+        raise UserError(f"could not write the report ({e.strerror or type(e).__name__}: "
+                        f"{e.filename or ''}): free space or pass --out DIR") from None
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
     from overdrive.bench import load_results
     from overdrive.report.console import wide_console
     from overdrive.report.tables import render_bench, render_compare
@@ -26,14 +53,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
         loaded = [load_results(d) for d in args.dirs]
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
+    except OSError as e:  # a results.json we may not read
+        raise UserError(f"cannot read {e.filename or args.dirs}: {e.strerror or type(e).__name__}") from None
+    out = args.out or (_folder_of(args.dirs[0]) if len(loaded) == 1 else None)
+    flag = "--out" if args.out else "report DIR"
     if any(d["schema"] == "overdrive.latency/1" for d in loaded):
         from overdrive.report.latency_view import render_latency, write_latency_report
 
         if len(loaded) != 1:
             raise UserError("comparing two inference results is not supported yet: pass one folder")
         render_latency(loaded[0], console)
-        page = write_latency_report(loaded[0], _folder_of(args.dirs[0]))[-1]
-        console.print(f"re-rendered {page}")
+        _writable(out, flag, "the table")
+        page = _written(lambda: write_latency_report(loaded[0], out))[-1]
+        console.print(f"re-rendered {escape(page)}")
         _screenshots(args, page, console)
         return 0
     if len(loaded) == 1:
@@ -41,17 +73,25 @@ def _cmd_report(args: argparse.Namespace) -> int:
         from overdrive.report.plots import write_plots
 
         render_bench(loaded[0], console)
-        out = _folder_of(args.dirs[0])
-        page = write_html(loaded[0], out, write_plots(loaded[0], out))
-        console.print(f"re-rendered {page}")
+        _writable(out, flag, "the table")
+        page = _written(lambda: write_html(loaded[0], out, write_plots(loaded[0], out)))
+        console.print(f"re-rendered {escape(page)}")
     else:
+        from overdrive.report.compare import differences
+
+        diff = differences(loaded[0], loaded[1])
+        if diff and not args.allow_different:
+            raise UserError(f"{args.dirs[0]} and {args.dirs[1]} are not the same benchmark ({'; '.join(diff)}): "
+                            "compare two runs of one suite (re-run one with --suite), or pass --allow-different to "
+                            "see their rows side by side without a verdict")
         render_compare(loaded[0], loaded[1], console)
         page = None
         if args.out:
             from overdrive.report.compare import write_compare_html
 
-            page = write_compare_html(loaded[0], loaded[1], args.out, names=tuple(args.dirs))
-            console.print(f"wrote {page}")
+            _writable(args.out, "--out", "the comparison")
+            page = _written(lambda: write_compare_html(loaded[0], loaded[1], args.out, names=tuple(args.dirs)))
+            console.print(f"wrote {escape(page)}")
     _screenshots(args, page, console)
     return 0
 
@@ -60,6 +100,8 @@ def _screenshots(args: argparse.Namespace, page: str | None, console) -> None:
     """--screenshot: full-page PNGs of the page just written (a headless Chromium must be here)."""
     if not args.screenshot:
         return
+    from rich.markup import escape
+
     from overdrive.report.browser import BrowserUnavailable, screenshot_report
 
     if page is None:
@@ -68,7 +110,7 @@ def _screenshots(args: argparse.Namespace, page: str | None, console) -> None:
         shots = screenshot_report(page)
     except BrowserUnavailable as e:
         raise UserError(f"--screenshot: {e}; {page} was written") from None
-    console.print("screenshots: " + ", ".join(shots))
+    console.print("screenshots: " + escape(", ".join(shots)))
 
 
 def register(sub) -> None:
@@ -76,7 +118,10 @@ def register(sub) -> None:
                        description="overdrive report DIR re-renders the table, plots and report.html from "
                                    "DIR/results.json; overdrive report DIR_A DIR_B compares two runs.")
     r.add_argument("dirs", nargs="+", metavar="DIR", help="one or two result folders (or results.json files)")
-    r.add_argument("--out", help="with two folders: also write the comparison to OUT/compare.html")
+    r.add_argument("--out", help="with two folders: also write the comparison to OUT/compare.html; with one: write "
+                   "the re-rendered page and plots to OUT instead of DIR (e.g. when DIR is read-only)")
+    r.add_argument("--allow-different", action="store_true", help="with two folders of different benchmarks "
+                   "(suite, models, batch, sequence): show the rows anyway, without a verdict")
     r.add_argument("--screenshot", action="store_true", help="also save full-page PNGs of the page at 1280 and 390 "
                    "px wide beside it (needs a headless Chromium: apt-get install chromium; pip install "
                    "'overdrive[browser]')")

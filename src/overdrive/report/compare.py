@@ -3,6 +3,10 @@
 Rows are keyed by what actually ran, not by the requested name: an `fp8` that fell back to bf16 on A
 and an `fp8` emulated on B are different things and get different rows (each "absent" on the other
 side), never one row that reads like a like-for-like comparison.
+
+Only runs of the same benchmark compare: `differences` names what differs in the workload (suite,
+task, models, batch, sequence, options). `report A B` refuses such a pair unless `--allow-different`,
+and then prints the rows without a verdict. A different machine or data file is said in the verdict.
 """
 
 from __future__ import annotations
@@ -13,7 +17,38 @@ from overdrive.io import write_atomic
 from overdrive.report.advice import role_order
 from overdrive.report.page import esc, page, rec_block, table
 
-__all__ = ["ran_label", "compare_rows", "LEGEND", "write_compare_html"]
+__all__ = ["ran_label", "compare_rows", "LEGEND", "write_compare_html", "differences", "context_notes"]
+
+# What makes two runs the same benchmark: a step time means something only against the same work.
+_WORKLOAD_KEYS = (("name", "suite"), ("task", "task"), ("teacher", "teacher"), ("student", "student"),
+                  ("batch", "batch"), ("seq", "sequence length"), ("options", "suite options"))
+
+
+def _short(v) -> str:
+    t = str(v)
+    return t if len(t) <= 60 else t[:57] + "..."
+
+
+def differences(a: dict, b: dict) -> list[str]:
+    """What differs between A's and B's workload, in words ("batch 8 vs 16"); empty = the same benchmark."""
+    sa, sb = a.get("suite") or {}, b.get("suite") or {}
+    out = []
+    for key, words in _WORKLOAD_KEYS:
+        va, vb = sa.get(key), sb.get(key)
+        if va != vb:
+            out.append(f"{words} {_short(va)} vs {_short(vb)}")
+    return out
+
+
+def context_notes(a: dict, b: dict) -> list[str]:
+    """What differs around the same benchmark and changes what the ratio means (machine, data)."""
+    notes = []
+    if a.get("device") != b.get("device"):
+        notes.append(f"A ran on {a.get('device')} and B on {b.get('device')}: B/A compares the machines as well as "
+                     "the recipes")
+    if a.get("data") != b.get("data"):
+        notes.append(f"A trained on {a.get('data')} and B on {b.get('data')}: losses are not comparable")
+    return notes
 
 LEGEND = ("absent: that result has no such row — the configuration was not in its suite, or it ran as something "
           "else (see 'ran as'). -: the row exists but has no such number (stopped early, failed, unavailable, or "
@@ -87,6 +122,10 @@ def _ms(s: dict | None) -> str:
 
 
 def verdict(a: dict, b: dict, rows: list[dict]) -> str:
+    diff = differences(a, b)
+    if diff:
+        return (f"A vs B: not compared — they are different benchmarks ({'; '.join(diff)}); a step-time ratio "
+                "between different work says nothing about the recipes")
     both = [r["ratio"] for r in rows if r["ratio"] is not None and r["config"] and r["a_status"] == "ok"
             and r["b_status"] == "ok"]
     if not both:
@@ -95,8 +134,9 @@ def verdict(a: dict, b: dict, rows: list[dict]) -> str:
 
     g = statistics.geometric_mean(both)
     faster = "faster" if g < 1 else "slower"
+    ctx = "".join(f" Note: {n}." for n in context_notes(a, b))
     return (f"A vs B: over the {len(both)} rows timed in both, B's step time is {g:.2f}x A's "
-            f"(geometric mean; B {faster}). B's pick: {(b.get('recommendation') or {}).get('text', '-')}")
+            f"(geometric mean; B {faster}).{ctx} B's pick: {(b.get('recommendation') or {}).get('text', '-')}")
 
 
 def write_compare_html(a: dict, b: dict, out_dir: str, *, names: tuple[str, str] = ("A", "B")) -> str:
