@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 
 from overdrive.bench.provenance import git_commit, versions
@@ -65,14 +66,57 @@ def save_results(results: dict, out_dir: str) -> None:
     write_atomic(os.path.join(out_dir, "results.csv"), buf.getvalue())
 
 
+# The figures the report prints or plots: NaN or inf there (a hand edit; the writer never puts one)
+# would print "nanx" or crash the plots. Losses and AUC may be NaN (a diverged run) and print as such.
+_FIGURES = {"median", "p10", "p90", "mean", "speedup", "speedup_ci", "peak_mb", "memory_saved_pct", "tokens_per_s",
+            "examples_per_s", "tflops", "mfu_bf16_peak", "mfu_fp8_peak", "loss_delta_pct", "rate", "p50", "p99",
+            "slo_ms", "slo_throughput"}
+_NOT_FIGURES = {"raw", "final", "env", "schedule", "versions"}
+
+
+def _non_finite(doc, at: tuple = ()) -> tuple | None:
+    """The path of the first NaN/inf figure in `doc`, or None."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if k in _NOT_FIGURES:
+                continue
+            if k in _FIGURES and not isinstance(v, (dict, list)):
+                if isinstance(v, float) and not math.isfinite(v):
+                    return at + (k,)
+                continue
+            if k in _FIGURES and isinstance(v, list):
+                bad = next((i for i, x in enumerate(v) if isinstance(x, float) and not math.isfinite(x)), None)
+                if bad is not None:
+                    return at + (k, bad)
+                continue
+            found = _non_finite(v, at + (k,))
+            if found:
+                return found
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            found = _non_finite(v, at + (i,))
+            if found:
+                return found
+    return None
+
+
 def load_results(path: str) -> dict:
     """results.json from a file or a results folder, validated against results.schema.json: a file
-    with the right tag but missing keys, or nested past Python's recursion limit, is a one-line error."""
+    with the right tag but missing keys, wrong types, a NaN figure, or nested past Python's recursion
+    limit, is a one-line error naming the field."""
     from importlib import resources
 
     from overdrive.io import read_json
 
     p = os.path.join(path, "results.json") if os.path.isdir(path) else path
     schema = json.loads(resources.files("overdrive.bench").joinpath("results.schema.json").read_text())
-    return read_json(p, schema=schema, what="overdrive bench result",
-                     fix="pass a folder written by `overdrive bench --out DIR` (or re-run the bench)")
+    fix = "pass a folder written by `overdrive bench --out DIR` (or re-run the bench)"
+    doc = read_json(p, schema=schema, what="overdrive bench result", fix=fix)
+    bad = _non_finite(doc)
+    if bad:
+        o = doc
+        for k in bad:
+            o = o[k]
+        raise ValueError(f"{p} is not a valid overdrive bench result: at {'/'.join(map(str, bad))}: {o} is not a "
+                         f"finite number: {fix}")
+    return doc

@@ -30,6 +30,7 @@ def _refuse_gpu_suite_without_gpu(args: argparse.Namespace, env) -> None:
 def _cmd_bench(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from overdrive.bench import candidates_from_names, run_bench
@@ -77,13 +78,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.steps:
         suite = dataclasses.replace(suite, rounds=args.steps)
     console = wide_console()
-    console.print(f"overdrive bench: suite [bold]{suite.name}[/] ({workload.name}) on "
-                  f"{env.gpus[0].name if env.gpus else 'CPU'} — "
+    console.print(f"overdrive bench: suite [bold]{escape(suite.name)}[/] ({workload.name}) on "
+                  f"{escape(env.gpus[0].name) if env.gpus else 'CPU'} — "
                   f"{len(suite.candidates)} configurations, each in its own process, interleaved rounds; quality "
                   f"judged after {suite.parity_steps} steps")
     if data_note:
-        console.print(f"data: {data_note}")
-    with Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+        console.print(f"data: {escape(data_note)}")
+    with Progress(TextColumn("{task.description:<28}", markup=False), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), console=console, transient=not console.is_terminal) as progress:
         results = run_bench(suite, env=env, data=args.data, seed=args.seed, micro=not args.no_micro,
                             progress=progress)
@@ -94,6 +95,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
+    from rich.markup import escape
     from rich.progress import Progress
 
     from overdrive.io import write_atomic
@@ -103,18 +105,20 @@ def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
     if args.slo_ms <= 0:
         raise UserError(f"--slo-ms must be positive, got {args.slo_ms}")
     console = wide_console()
-    console.print(f"overdrive bench: inference latency, suite [bold]{suite.name}[/], SLO p99 <= {args.slo_ms:g} ms")
+    console.print(f"overdrive bench: inference latency, suite [bold]{escape(suite.name)}[/], SLO p99 <= {args.slo_ms:g} ms")
     with Progress(console=console, transient=not console.is_terminal) as progress:
         r = workload.run(suite, env, slo_ms=args.slo_ms, seed=args.seed, progress=progress)
     render_latency(r, console)
     if args.out:
         write_atomic(os.path.join(args.out, "results.json"), json.dumps(r, indent=1) + "\n")
         files = write_latency_report(r, args.out)
-        console.print(f"wrote {args.out}/results.json and " + ", ".join(os.path.basename(f) for f in files))
+        console.print(escape(f"wrote {args.out}/results.json and " + ", ".join(os.path.basename(f) for f in files)))
     return 0
 
 
 def _write_report(results: dict, out: str, console) -> None:
+    from rich.markup import escape
+
     from overdrive.bench import save_results
     from overdrive.report.html import write_html
     from overdrive.report.plots import write_plots
@@ -122,7 +126,7 @@ def _write_report(results: dict, out: str, console) -> None:
     save_results(results, out)
     plots = write_plots(results, out)
     page = write_html(results, out, plots)
-    console.print(f"wrote {out}/results.json, results.csv, {len(plots)} plots and {page}")
+    console.print(escape(f"wrote {out}/results.json, results.csv, {len(plots)} plots and {page}"))
 
 
 def _suite_names() -> str:

@@ -43,7 +43,7 @@ class ProbeProgress:
         if self.console.is_terminal:
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
                                       console=self.console, transient=True)
 
     def __enter__(self) -> ProbeProgress:
@@ -65,7 +65,7 @@ class ProbeProgress:
                 if self._progress:
                     self._tasks[name] = self._progress.add_task(f"probing {label}", total=None)
                 else:
-                    self.console.print(f"  probing {label} ...")
+                    self.console.print(f"  probing {label} ...", markup=False)
                 return
             took = time.perf_counter() - self._t0.get(name, time.perf_counter())
             if self._progress:
@@ -73,7 +73,7 @@ class ProbeProgress:
                     self._progress.update(self._tasks[name], description=f"{label}: {state}", total=1,
                                           completed=1)
             else:
-                self.console.print(f"  {label}: {state} ({took:.1f} s)")
+                self.console.print(f"  {label}: {state} ({took:.1f} s)", markup=False)
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:

@@ -174,7 +174,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.png:
         write_breakdown_png(r, args.png)
         if not args.json:
-            console.print(f"wrote {args.png}")
+            console.print(f"wrote {args.png}", markup=False)
     if args.out:
         _write_out(r, args.out, console, quiet=args.json)
     return 0
@@ -192,7 +192,7 @@ def _write_out(r: dict, out: str, console, *, quiet: bool) -> None:
     write_breakdown_png(r, png)
     page = write_plan_html(r, out, png=png)
     if not quiet:
-        console.print(f"wrote {out}/plan.json, memory.png and {page}")
+        console.print(f"wrote {out}/plan.json, memory.png and {page}", markup=False)
 
 
 def register(sub) -> None:

@@ -30,7 +30,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("[bold]tune[/]"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f} s"),
-                  TimeElapsedColumn(), TextColumn("{task.description}"), transient=True,
+                  TimeElapsedColumn(), TextColumn("{task.description}", markup=False), transient=True,
                   console=Console(stderr=True)) as prog:
         import time
 
@@ -50,12 +50,15 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 def _print(res) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from overdrive.tune.api import speedup_text
 
-    t = Table(title=f"overdrive tune — {res.meta['workload']} on {res.meta['gpu'] or res.meta['cpu']} "
-                    f"({res.meta['elapsed_s']:.0f} of {res.meta['budget_s']:g} s, {res.meta['rounds']} rounds)")
+    e = lambda v: escape(str(v))  # noqa: E731 — the user's factory, paths and error text are not markup
+
+    t = Table(title=e(f"overdrive tune — {res.meta['workload']} on {res.meta['gpu'] or res.meta['cpu']} "
+                      f"({res.meta['elapsed_s']:.0f} of {res.meta['budget_s']:g} s, {res.meta['rounds']} rounds)"))
     for col in ("candidate", "status", "step ms", "speedup [95% CI]", "warm-up ms", "loss Δ", "safe", "what ran / why"):
         t.add_column(col, overflow="fold")
     for r in res.rows:
@@ -64,16 +67,16 @@ def _print(res) -> None:
         dl = "-" if r["loss_delta_pct"] is None else f"{r['loss_delta_pct']:+.2f}%"
         safe = {True: "yes", False: "[red]UNSAFE[/]", None: "-"}[r["safe"]]
         why = r["ran"] + (f" — {r['reason']}" if r["reason"] else "")
-        name = ("[bold green]" + r["label"] + "[/]") if r["name"] == res.best.name else r["label"]
-        t.add_row(name, r["status"], step, speedup_text(r), warm, dl, safe, why)
+        name = ("[bold green]" + e(r["label"]) + "[/]") if r["name"] == res.best.name else e(r["label"])
+        t.add_row(name, e(r["status"]), step, e(speedup_text(r)), warm, dl, safe, e(why))
     c = Console(width=max(120, Console().width))
     c.print(t)
-    c.print(res.summary)
+    c.print(e(res.summary))
     if res.meta.get("memory_limit"):
-        c.print(f"Memory was the limit ({res.meta['memory_limit']}): activation checkpointing was tried.")
-    c.print(f"Safety rule: {res.meta['tolerance']}.")
+        c.print(e(f"Memory was the limit ({res.meta['memory_limit']}): activation checkpointing was tried."))
+    c.print(e(f"Safety rule: {res.meta['tolerance']}."))
     if res.meta.get("cached_at"):
-        c.print(f"Cached for accelerate(model, recipe=\"tuned\") on this machine: {res.meta['cached_at']}")
+        c.print(e(f"Cached for accelerate(model, recipe=\"tuned\") on this machine: {res.meta['cached_at']}"))
 
 
 def register(sub) -> None:

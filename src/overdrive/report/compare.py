@@ -118,7 +118,9 @@ def relabelled(rows: list[dict]) -> list[str]:
 def _ms(s: dict | None) -> str:
     if not s or s.get("median") is None:
         return "-"
-    return f"{s['median']:.1f} [{s['p10']:.1f}–{s['p90']:.1f}]" if s.get("p10") is not None else f"{s['median']:.1f}"
+    if s.get("p10") is None or s.get("p90") is None:
+        return f"{s['median']:.1f}"
+    return f"{s['median']:.1f} [{s['p10']:.1f}–{s['p90']:.1f}]"
 
 
 def verdict(a: dict, b: dict, rows: list[dict]) -> str:

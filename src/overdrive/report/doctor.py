@@ -14,6 +14,11 @@ __all__ = ["render_doctor"]
 _STYLE = {"ok": "green", "missing": "yellow", "broken": "bold red", "unsupported": "cyan"}
 
 
+def _e(v) -> str:
+    """Probed or cached text (a CPU model, a GPU name, a compiler path) as literal console text."""
+    return escape(str(v))
+
+
 def _gib(b: int | None) -> str:
     return f"{b / 2**30:.1f} GiB" if b else "?"
 
@@ -25,23 +30,23 @@ def render_doctor(rep: EnvReport, console: Console | None = None) -> None:
     plat = Table(title="Platform", show_header=False, title_justify="left", expand=False)
     plat.add_column(style="bold")
     plat.add_column()
-    plat.add_row("OS", rep.platform["os"].get("platform", rep.platform["os"].get("system", "?")))
+    plat.add_row("OS", _e(rep.platform["os"].get("platform", rep.platform["os"].get("system", "?"))))
     flags = [k for k, v in cpu.get("flags", {}).items() if v]
-    plat.add_row("CPU", f"{cpu.get('model')} · {cpu.get('count')} cores · ISA used by torch: {cpu.get('isa') or '?'}")
-    plat.add_row("CPU flags", ", ".join(flags) or "none of avx2/avx512/amx")
+    plat.add_row("CPU", _e(f"{cpu.get('model')} · {cpu.get('count')} cores · ISA used by torch: {cpu.get('isa') or '?'}"))
+    plat.add_row("CPU flags", _e(", ".join(flags) or "none of avx2/avx512/amx"))
     rates = cpu.get("matmul_gflops") or {}
     if rates:
-        plat.add_row("CPU matmul (1 core, best warm)", " · ".join(f"{k} {v:.0f} GFLOP/s" for k, v in rates.items()))
-    plat.add_row("RAM", _gib(cpu.get("ram_bytes")))
-    plat.add_row("Python", rep.platform["python"].get("version", "?"))
+        plat.add_row("CPU matmul (1 core, best warm)", _e(" · ".join(f"{k} {v:.0f} GFLOP/s" for k, v in rates.items())))
+    plat.add_row("RAM", _e(_gib(cpu.get("ram_bytes"))))
+    plat.add_row("Python", _e(rep.platform["python"].get("version", "?")))
     build = {"cpu": "CPU-only build", "cuda": f"CUDA {t.get('cuda')} build", "rocm": f"ROCm {t.get('hip')} build"}
-    plat.add_row("torch", f"{t.get('version')} ({build.get(t.get('build'), '?')})")
-    plat.add_row("CUDA driver", tc.get("driver") or "none (no nvidia-smi)")
-    plat.add_row("cuDNN / NCCL", f"{t.get('cudnn') or '-'} / {t.get('nccl') or '-'}")
-    plat.add_row("nvcc", f"{tc.get('nvcc')} (CUDA {tc.get('nvcc_version')})" if tc.get("nvcc") else
-                 "not on PATH (needed to build Transformer Engine or Apex)")
-    plat.add_row("cuDNN headers", tc.get("cudnn_header") or "cudnn.h not found (needed to build Transformer Engine)")
-    plat.add_row("C++ compiler", tc.get("c_compiler") or "none (torch.compile on CPU needs one)")
+    plat.add_row("torch", _e(f"{t.get('version')} ({build.get(t.get('build'), '?')})"))
+    plat.add_row("CUDA driver", _e(tc.get("driver") or "none (no nvidia-smi)"))
+    plat.add_row("cuDNN / NCCL", _e(f"{t.get('cudnn') or '-'} / {t.get('nccl') or '-'}"))
+    plat.add_row("nvcc", _e(f"{tc.get('nvcc')} (CUDA {tc.get('nvcc_version')})" if tc.get("nvcc") else
+                 "not on PATH (needed to build Transformer Engine or Apex)"))
+    plat.add_row("cuDNN headers", _e(tc.get("cudnn_header") or "cudnn.h not found (needed to build Transformer Engine)"))
+    plat.add_row("C++ compiler", _e(tc.get("c_compiler") or "none (torch.compile on CPU needs one)"))
     c.print(plat)
 
     if rep.gpus:
@@ -52,7 +57,7 @@ def render_doctor(rep: EnvReport, console: Console | None = None) -> None:
         yes = lambda b: "[green]yes[/]" if b else "[dim]no[/]"  # noqa: E731
         for gpu in rep.gpus:
             cap, spec = gpu.capabilities, gpu.spec
-            g.add_row(str(gpu.index), gpu.name, f"{gpu.cc[0]}.{gpu.cc[1]}", f"{gpu.mem_gib:.1f} GiB",
+            g.add_row(str(gpu.index), _e(gpu.name), f"{gpu.cc[0]}.{gpu.cc[1]}", f"{gpu.mem_gib:.1f} GiB",
                       str(gpu.sm_count), yes(cap["tf32"]), yes(cap["bf16"]), yes(cap["fp8"]), yes(cap["mxfp8"]),
                       yes(cap["nvfp4"]),
                       f"{spec.bf16_tflops:.0f} TFLOP/s" if spec else "not in catalog",
@@ -61,14 +66,14 @@ def render_doctor(rep: EnvReport, console: Console | None = None) -> None:
         c.print(g)
     else:
         msg = t.get("cuda_error") or ("CUDA build, but no GPU visible" if t.get("build") == "cuda" else "no CUDA GPU")
-        c.print(f"[bold]GPUs[/]: none — {msg}")
+        c.print(f"[bold]GPUs[/]: none — {_e(msg)}")
 
     e = Table(title="Engines", title_justify="left")
     for col in ("engine", "status", "version", "reason", "fix"):
         e.add_column(col, overflow="fold")
     for st in rep.engines.values():
-        e.add_row(st.name, f"[{_STYLE[st.status]}]{st.status}[/]", st.version or "", escape(st.reason),
-                  escape(st.fix))
+        e.add_row(_e(st.name), f"[{_STYLE.get(st.status, 'bold')}]{_e(st.status)}[/]", _e(st.version or ""),
+                  _e(st.reason), _e(st.fix))
     c.print(e)
 
     c.print("[bold]Verdict[/]")

@@ -49,7 +49,7 @@ def bench_rows(results: dict) -> tuple[list[str], list[list[str]]]:
                 speed = f"{m['speedup']:.2f}x" + (f" [{ci[0]:.2f}–{ci[1]:.2f}]" if ci[0] is not None else "")
             else:
                 speed = "-"
-            p1090 = f"{s['p10']:.1f}–{s['p90']:.1f}" if s.get("p10") is not None else "-"
+            p1090 = f"{s['p10']:.1f}–{s['p90']:.1f}" if None not in (s.get("p10"), s.get("p90")) else "-"
             if gpt:
                 quality = "-" if c.get("emulated") else esc(mfu_cell(m, c.get("precision", "")))
             else:

@@ -29,28 +29,28 @@ def render_latency(r: dict, console: Console) -> None:
     slo = r["slo_ms"]
     for key, w in r["workloads"].items():
         bs = _batches(w)
-        t = Table(title=f"{_TITLES.get(key, key)} — {w['model']} — latency ms p50 / p99 per batch "
-                        f"(SLO p99 <= {slo:g} ms) — {r['device']}", title_justify="left")
+        t = Table(title=escape(f"{_TITLES.get(key, key)} — {w['model']} — latency ms p50 / p99 per batch "
+                               f"(SLO p99 <= {slo:g} ms) — {r['device']}"), title_justify="left")
         t.add_column("mode")
         for b in bs:
-            t.add_column(f"batch {b}")
+            t.add_column(escape(f"batch {b}"))
         t.add_column("largest batch in SLO")
         for mode, md in w["modes"].items():
             if md["status"] != "ok":
-                t.add_row(mode, *[""] * len(bs), f"[dim]{escape(md['reason'])}[/]")
+                t.add_row(escape(str(mode)), *[""] * len(bs), f"[dim]{escape(str(md['reason']))}[/]")
                 continue
             cells = []
             for b in bs:
                 st = md["batches"].get(b, {})
                 if "p50" not in st:
-                    cells.append(f"[dim]{escape(st.get('status', '-')[:30])}[/]")
+                    cells.append(f"[dim]{escape(str(st.get('status', '-'))[:30])}[/]")
                 else:
                     style = "green" if st["p99"] <= slo else "red"
                     cells.append(f"{st['p50']:.2f} / [{style}]{st['p99']:.2f}[/]")
             slo_txt = f"{md['slo_batch']} ({md['slo_throughput']:,.0f} {w['unit']})" if md.get("slo_batch") else "none"
-            t.add_row(mode, *cells, slo_txt)
+            t.add_row(escape(str(mode)), *cells, escape(slo_txt))
         console.print(t)
-        console.print(f"  [bold]{escape(w['best']['text'])}[/]")
+        console.print(f"  [bold]{escape(str(w['best']['text']))}[/]")
 
 
 def _plot(r: dict, path: str) -> None:

@@ -13,17 +13,20 @@ def render_plan(r: dict, console: Console, *, limit: int = 15) -> None:
     m = r["model"]
     par = "".join(f" {k}{r[k]}" for k in ("tp", "pp", "cp") if r.get(k, 1) > 1)
     fitting = [c for c in r["candidates"] if c["fits"]]
-    t = Table(title=f"overdrive plan — {m['name']} ({r['params_b']:.2f}B params) on {r['nodes']}x{r['gpus_per_node']} "
-                    f"{r['gpu']} ({r['capacity_gib']:.1f} GiB){par}, seq {r['seq']}"
-                    + (f", {r['stack']} stack" if r.get("stack", "pytorch") != "pytorch" else "")
-                    + (f", vpp {fitting[0]['vpp']}" if r.get("pp", 1) > 1 and fitting else "")
-                    + (f", global batch {r['global_batch']}" if r["global_batch"] else ""), title_justify="left")
+    # The model's name comes from the user's file: literal text, never console markup.
+    t = Table(title=escape(f"overdrive plan — {m['name']} ({r['params_b']:.2f}B params) on {r['nodes']}x"
+                           f"{r['gpus_per_node']} {r['gpu']} ({r['capacity_gib']:.1f} GiB){par}, seq {r['seq']}"
+                           + (f", {r['stack']} stack" if r.get("stack", "pytorch") != "pytorch" else "")
+                           + (f", vpp {fitting[0]['vpp']}" if r.get("pp", 1) > 1 and fitting else "")
+                           + (f", global batch {r['global_batch']}" if r["global_batch"] else "")),
+              title_justify="left")
     for col in ("#", "precision", "sharding", "checkpointing", "micro-batch", "memory/GPU", "headroom", "step s",
                 "tokens/s/GPU", "MFU"):
         t.add_column(col)
     fitting = [c for c in r["candidates"] if c["fits"]]
     for i, c in enumerate(fitting[:limit], 1):
-        t.add_row(str(i), c["label"], c["sharding"], c["checkpointing"], str(c["micro_batch"]),
+        t.add_row(str(i), escape(c["label"]), escape(c["sharding"]), escape(c["checkpointing"]),
+                  str(c["micro_batch"]),
                   f"{c['memory_gib']:.1f} GiB", f"{c['headroom_gib']:.1f} GiB", f"{c['step_s']:.3f}",
                   f"{c['tokens_per_s_per_gpu']:,.0f}", f"{100 * c['mfu']:.0f}%")
     console.print(t)
@@ -60,7 +63,7 @@ def render_sweep(rows: list[dict], console: Console) -> None:
     for col in _SWEEP_COLS:
         t.add_column(col)
     for r in rows:
-        t.add_row(*_fmt_row(r))
+        t.add_row(*(escape(str(v)) for v in _fmt_row(r)))
     console.print(t)
 
 

@@ -14,9 +14,16 @@ from overdrive.report.compare import LEGEND, compare_rows, relabelled, verdict
 __all__ = ["render_bench", "render_compare", "fmt_ms", "mfu_cell", "emulated_note"]
 
 
+def _e(v) -> str:
+    """Any value from results.json as literal console text: `[/b]` in a device name or path is not markup."""
+    return escape(str(v))
+
+
 def fmt_ms(s: dict | None) -> str:
     if not s or s.get("median") is None:
         return "-"
+    if s.get("p10") is None or s.get("p90") is None:  # too few steps for a spread
+        return f"{s['median']:.1f}"
     return f"{s['median']:.1f} [{s['p10']:.1f}–{s['p90']:.1f}]"
 
 
@@ -61,7 +68,7 @@ def render_bench(results: dict, console: Console | None = None) -> None:
     c = console or Console()
     suite = results["suite"]
     gpt = suite.get("task", "gpt") == "gpt"
-    t = Table(title=f"overdrive bench — {results['device']} — {suite_title(results)}", title_justify="left")
+    t = Table(title=_e(f"overdrive bench — {results['device']} — {suite_title(results)}"), title_justify="left")
     for col in ("config", "model", "step ms (median [p10–p90])", "tokens/s" if gpt else "examples/s",
                 "speedup vs baseline",
                 "MFU vs BF16 peak (CPU: achieved)" if gpt else "held-out AUC", "peak mem", "mem saved",
@@ -70,7 +77,7 @@ def render_bench(results: dict, console: Console | None = None) -> None:
     for cfg in results["configs"]:
         emu = " (emulated)" if cfg["emulated"] and "emulated" not in cfg.get("label", "") else ""
         if cfg["status"] in ("failed", "oom", "crashed", "unavailable"):
-            t.add_row(escape(cfg.get("label", cfg["name"])), "-", f"[red]{cfg['status']}[/]: {escape(cfg['reason'])}", "", "", "", "",
+            t.add_row(_e(cfg.get("label", cfg["name"])), "-", f"[red]{_e(cfg['status'])}[/]: {_e(cfg['reason'])}", "", "", "", "",
                       "", "", "[red]no[/]")
             continue
         mem = f"{cfg['peak_mb']:.0f} MB" if cfg.get("peak_mb") is not None else "-"
@@ -85,7 +92,7 @@ def render_bench(results: dict, console: Console | None = None) -> None:
             safe = ("not assessed" if cfg["safe"] is None else "[green]yes[/]" if cfg["safe"] else "[red]UNSAFE[/]") \
                 if i == 0 else ""
             name = cfg.get("label", cfg["name"]) + "".join(f" = {a['label']}" for a in cfg.get("also", []))
-            t.add_row(escape(name + emu) if i == 0 else "", role, fmt_ms(m["step_ms"]),
+            t.add_row(escape(name + emu) if i == 0 else "", _e(role), fmt_ms(m["step_ms"]),
                       f"{rate:,.0f}" if rate else "-", speed, quality, mem if i == 0 else "",
                       _pct(cfg.get("memory_saved_pct"))
                       if i == 0 else "", _pct(m["loss_delta_pct"]), safe)
@@ -104,11 +111,11 @@ def render_bench(results: dict, console: Console | None = None) -> None:
             mt.add_column(escape(col))
         for r in micro:
             rate = "-" if r.get("rate") is None else f"{r['rate']:.3f} {r['unit']}"
-            mt.add_row(r["group"], r["provider"], fmt_ms(r["ms"]), rate)
+            mt.add_row(_e(r["group"]), _e(r["provider"]), fmt_ms(r["ms"]), _e(rate))
         c.print(mt)
         skipped = [r for r in results.get("micro", []) if r["status"] != "ok"]
         if skipped:
-            c.print("  micro skipped: " + "; ".join(sorted({f"{r['provider']} ({escape(_clip(r['reason']))})"
+            c.print("  micro skipped: " + "; ".join(sorted({f"{_e(r['provider'])} ({_e(_clip(str(r['reason'])))})"
                                                             for r in skipped})))
     # The verdict without the file's own "Apply:", then the next step rebuilt from the winner's recipe
     # (bench.apply): said once, and whole even when an older writer's hint dropped part of it.
@@ -122,13 +129,14 @@ def render_bench(results: dict, console: Console | None = None) -> None:
 def render_compare(a: dict, b: dict, console: Console | None = None) -> None:
     """Two runs side by side, one row per (configuration, what ran, model): see report.compare."""
     c = console or Console()
-    t = Table(title=f"A: {a['device']} ({a['created']})  vs  B: {b['device']} ({b['created']})", title_justify="left")
+    t = Table(title=_e(f"A: {a.get('device')} ({a.get('created')})  vs  B: {b.get('device')} ({b.get('created')})"),
+              title_justify="left")
     for col in ("config", "ran as", "model", "A status", "B status", "A step ms", "B step ms", "B/A time", "A loss",
                 "B loss"):
         t.add_column(col, overflow="fold")
     rows = compare_rows(a, b)
     for r in rows:
-        t.add_row(escape(str(r["config"])), escape(r["ran"]), r["model"], r["a_status"], r["b_status"],
+        t.add_row(_e(r["config"]), _e(r["ran"]), _e(r["model"]), _e(r["a_status"]), _e(r["b_status"]),
                   fmt_ms(r["a_ms"]) if r["a_status"] != "absent" else "absent",
                   fmt_ms(r["b_ms"]) if r["b_status"] != "absent" else "absent",
                   f"{r['ratio']:.2f}" if r["ratio"] is not None else "-",

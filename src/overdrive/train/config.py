@@ -176,7 +176,10 @@ def load_config(path: str | None, overrides: list[str] = ()) -> TrainConfig:
         if not sep or "." not in key:
             raise ConfigError(f"--set {ov!r}: use section.key=value, e.g. --set train.steps=200")
         sec, k = key.split(".", 1)
-        raw.setdefault(sec, {})[k] = _parse_value(val)
+        if not isinstance(raw.setdefault(sec, {}), dict):  # `train = 3` in the file, then --set train.steps=...
+            raise ConfigError(f"--set {ov!r}: [{sec}] in {path} is {raw[sec]!r}, not a table of keys: write it as "
+                              f"a [{sec}] section (e.g. [{sec}] then {k} = ...)")
+        raw[sec][k] = _parse_value(val)
     unknown = set(raw) - set(_SECTIONS)
     if unknown:
         raise ConfigError(f"unknown section [{sorted(unknown)[0]}]: sections are {', '.join(_SECTIONS)}")
@@ -184,6 +187,39 @@ def load_config(path: str | None, overrides: list[str] = ()) -> TrainConfig:
     cfg = TrainConfig(**parts)
     _check(cfg)
     return cfg
+
+
+# Sizes past which a config is refused before anything is built: a 100,000-layer model took 258 s and
+# 3.2 GB of Python objects (even on the meta device) before the memory check refused it. The deepest
+# published dense models have ~126 layers and the widest ~16K; these bounds leave room for experiments.
+MAX_LAYERS, MAX_WIDTH, MAX_SEQ, MAX_VOCAB = 1024, 1 << 16, 1 << 20, 1 << 24
+MAX_PARAMS = 10 ** 12
+"""1e12 parameters need 16 TB for fp32 weights, gradients and AdamW's moments: beyond any run of this trainer."""
+MAX_GLOBAL_BATCH, MAX_BUILTIN_TOKENS = 1 << 20, 1 << 27
+
+
+def _check_sizes(cfg: TrainConfig) -> None:
+    """Bound the model and the batch from the dims alone (arithmetic, no module built)."""
+    from overdrive.models import GPT_SIZES
+
+    m, t, d = cfg.model, cfg.train, cfg.data
+    for key, v, top in (("model.n_layer", m.n_layer, MAX_LAYERS), ("model.n_embd", m.n_embd, MAX_WIDTH),
+                        ("train.seq_len", t.seq_len, MAX_SEQ), ("data.vocab_size", d.vocab_size, MAX_VOCAB),
+                        ("train.global_batch", t.global_batch, MAX_GLOBAL_BATCH),
+                        ("data.builtin_tokens", d.builtin_tokens, MAX_BUILTIN_TOKENS)):
+        if v is not None and v > top:
+            raise ConfigError(f"'{key}' = {v:,} is beyond what this trainer takes (at most {top:,}): pick a "
+                              "smaller value")
+    base = GPT_SIZES[m.size]
+    n_layer, n_embd = m.n_layer or base.n_layer, m.n_embd or base.n_embd
+    vocab = d.vocab_size or 256
+    tied = base.tie_embeddings if m.tie_embeddings is None else m.tie_embeddings
+    # (GPTConfig.n_params without biases and norms: 12·d² per block, the token and position tables, the head)
+    params = n_layer * 12 * n_embd * n_embd + (vocab + t.seq_len) * n_embd + (0 if tied else vocab * n_embd)
+    if params > MAX_PARAMS:
+        raise ConfigError(f"the model has about {params / 1e9:,.0f}B parameters (n_layer {n_layer}, n_embd {n_embd}, "
+                          f"vocab {vocab}, seq_len {t.seq_len}): beyond {MAX_PARAMS / 1e9:,.0f}B (16 TB of weights, "
+                          "gradients and AdamW state) this trainer refuses; lower model.n_layer or model.n_embd")
 
 
 def _check(cfg: TrainConfig) -> None:
@@ -245,6 +281,7 @@ def _check(cfg: TrainConfig) -> None:
     if width % heads:
         raise ConfigError(f"'model.n_embd' = {width} does not divide into {heads} heads: pick a multiple of the "
                           "head count")
+    _check_sizes(cfg)
     if m.norm is not None and m.norm not in ("layernorm", "rmsnorm"):
         raise ConfigError(f"'model.norm' = {m.norm!r}: allowed values are layernorm, rmsnorm")
     tc = cfg.teacher
