@@ -208,6 +208,7 @@ def _edit(d, path, value):
 @pytest.mark.parametrize("path,value,says", [
     (("configs", 0, "models", "student", "step_ms", "median"), "fast", "step_ms/median: 'fast' is not of type"),
     (("configs", 1, "models", "student", "speedup"), float("nan"), "speedup: nan is not a finite number"),
+    (("configs", 0, "models", "teacher", "step_ms", "median"), -1, "step_ms/median: -1 is less than or equal to"),
     (("configs", 1, "models", "student", "speedup_ci"), [1.0], "speedup_ci: [1.0] is too short"),
     (("configs", 1, "memory_saved_pct"), "x", "memory_saved_pct: 'x' is not of type"),
     (("configs", 1, "peak_mb"), float("inf"), "peak_mb: inf is not a finite number"),
