@@ -165,8 +165,8 @@ def test_report_next_step_of_a_bf16_click_winner_keeps_bf16():
     cfg = dict(d["configs"][1], name=win.name, recipe=win.recipe.to_dict(), options=dict(win.options),
                precision="bf16", baseline=False, label=win.name)
     # an older writer's hint, as the file holds it: no bf16
-    d["recommendation"] = {"name": win.name, "text": "fastest", "apply": {"code": 'DLRM(spec, embedding="embeddingbag", '
-                           'sparse=True); build_optimizers(model, "sparse-adam")', "train": None}}
+    old_code = 'DLRM(spec, embedding="embeddingbag", sparse=True); build_optimizers(model, "sparse-adam")'
+    d["recommendation"] = {"name": win.name, "text": "fastest", "apply": {"code": old_code, "train": None}}
     d["configs"] = [d["configs"][0], cfg]
     assert "amp_dtype=torch.bfloat16" in next_step(d).text
     assert RECSYS_SUITES["recsys"].candidates[4].name == win.name
@@ -306,3 +306,30 @@ def test_parameter_bound_counts_depth_and_width_together():
     cfg = load_config(None, ["model.n_layer=96", "model.n_embd=12288", "model.n_head=96"])  # GPT-3 175B passes
     assert cfg.model.n_layer == 96
 
+
+
+def _latency_doc() -> dict:
+    mode = {"status": "ok", "batches": {"1": {"p50": 0.5, "p99": 0.9}, "16": {"p50": 2.0, "p99": 12.0}},
+            "slo_batch": 1, "slo_throughput": 1100.0}
+    return {"schema": "overdrive.latency/1", "device": "CPU [/b]", "created": "2026-12-01", "slo_ms": 10.0,
+            "workloads": {"recsys": {"model": "DLRM", "unit": "examples/s", "modes": {"fp32": mode},
+                                     "best": {"text": "fp32 at batch 1", "mode": "fp32", "batch": 1}}}}
+
+
+@pytest.mark.parametrize("edit,says", [
+    (lambda d: d["workloads"]["recsys"]["modes"]["fp32"].pop("slo_throughput"), "'slo_throughput' is a required"),
+    (lambda d: d["workloads"]["recsys"]["modes"]["fp32"]["batches"].update(x={}), "'x' does not match"),
+    (lambda d: d["workloads"]["recsys"]["modes"]["fp32"]["batches"]["1"].update(p99=float("nan")),
+     "batches/1/p99: nan is not a finite number"),
+])
+def test_hand_edited_latency_results_field_is_named_in_one_line(tmp_path, capsys, monkeypatch, edit, says):
+    import overdrive.report.latency_view as lv
+
+    monkeypatch.setattr(lv, "_plot", lambda r, path: open(path, "wb").close())  # matplotlib is not the point
+    d = _latency_doc()
+    (tmp_path / "results.json").write_text(json.dumps(d))
+    assert main(["report", str(tmp_path)]) == 0 and "CPU [/b]" in capsys.readouterr().out
+    edit(d)
+    (tmp_path / "results.json").write_text(json.dumps(d))
+    err = _one_line_exit_2(capsys, ["report", str(tmp_path)])
+    assert says in err, err

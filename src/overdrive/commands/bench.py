@@ -84,7 +84,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                   f"judged after {suite.parity_steps} steps")
     if data_note:
         console.print(f"data: {escape(data_note)}")
-    with Progress(TextColumn("{task.description:<28}", markup=False), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+    with Progress(TextColumn("{task.description:<28}", markup=False), BarColumn(),
+                  TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), console=console, transient=not console.is_terminal) as progress:
         results = run_bench(suite, env=env, data=args.data, seed=args.seed, micro=not args.no_micro,
                             progress=progress)
@@ -105,7 +106,8 @@ def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
     if args.slo_ms <= 0:
         raise UserError(f"--slo-ms must be positive, got {args.slo_ms}")
     console = wide_console()
-    console.print(f"overdrive bench: inference latency, suite [bold]{escape(suite.name)}[/], SLO p99 <= {args.slo_ms:g} ms")
+    console.print(f"overdrive bench: inference latency, suite [bold]{escape(suite.name)}[/], SLO p99 <= "
+                  f"{args.slo_ms:g} ms")
     with Progress(console=console, transient=not console.is_terminal) as progress:
         r = workload.run(suite, env, slo_ms=args.slo_ms, seed=args.seed, progress=progress)
     render_latency(r, console)

@@ -43,7 +43,8 @@ class ProbeProgress:
         if self.console.is_terminal:
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
+                                      TimeElapsedColumn(),
                                       console=self.console, transient=True)
 
     def __enter__(self) -> ProbeProgress:

@@ -61,7 +61,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         from overdrive.report.latency_view import render_latency, write_latency_report
 
         if len(loaded) != 1:
-            raise UserError("comparing two inference results is not supported yet: pass one folder")
+            raise UserError("comparing inference results (with each other or with a bench result) is not supported "
+                            "yet: pass one folder")
         render_latency(loaded[0], console)
         _writable(out, flag, "the table")
         page = _written(lambda: write_latency_report(loaded[0], out))[-1]

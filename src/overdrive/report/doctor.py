@@ -32,11 +32,13 @@ def render_doctor(rep: EnvReport, console: Console | None = None) -> None:
     plat.add_column()
     plat.add_row("OS", _e(rep.platform["os"].get("platform", rep.platform["os"].get("system", "?"))))
     flags = [k for k, v in cpu.get("flags", {}).items() if v]
-    plat.add_row("CPU", _e(f"{cpu.get('model')} · {cpu.get('count')} cores · ISA used by torch: {cpu.get('isa') or '?'}"))
+    plat.add_row("CPU", _e(f"{cpu.get('model')} · {cpu.get('count')} cores · ISA used by torch: "
+                           f"{cpu.get('isa') or '?'}"))
     plat.add_row("CPU flags", _e(", ".join(flags) or "none of avx2/avx512/amx"))
     rates = cpu.get("matmul_gflops") or {}
     if rates:
-        plat.add_row("CPU matmul (1 core, best warm)", _e(" · ".join(f"{k} {v:.0f} GFLOP/s" for k, v in rates.items())))
+        plat.add_row("CPU matmul (1 core, best warm)",
+                     _e(" · ".join(f"{k} {v:.0f} GFLOP/s" for k, v in rates.items())))
     plat.add_row("RAM", _e(_gib(cpu.get("ram_bytes"))))
     plat.add_row("Python", _e(rep.platform["python"].get("version", "?")))
     build = {"cpu": "CPU-only build", "cuda": f"CUDA {t.get('cuda')} build", "rocm": f"ROCm {t.get('hip')} build"}
@@ -45,7 +47,8 @@ def render_doctor(rep: EnvReport, console: Console | None = None) -> None:
     plat.add_row("cuDNN / NCCL", _e(f"{t.get('cudnn') or '-'} / {t.get('nccl') or '-'}"))
     plat.add_row("nvcc", _e(f"{tc.get('nvcc')} (CUDA {tc.get('nvcc_version')})" if tc.get("nvcc") else
                  "not on PATH (needed to build Transformer Engine or Apex)"))
-    plat.add_row("cuDNN headers", _e(tc.get("cudnn_header") or "cudnn.h not found (needed to build Transformer Engine)"))
+    plat.add_row("cuDNN headers",
+                 _e(tc.get("cudnn_header") or "cudnn.h not found (needed to build Transformer Engine)"))
     plat.add_row("C++ compiler", _e(tc.get("c_compiler") or "none (torch.compile on CPU needs one)"))
     c.print(plat)
 

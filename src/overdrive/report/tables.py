@@ -77,7 +77,8 @@ def render_bench(results: dict, console: Console | None = None) -> None:
     for cfg in results["configs"]:
         emu = " (emulated)" if cfg["emulated"] and "emulated" not in cfg.get("label", "") else ""
         if cfg["status"] in ("failed", "oom", "crashed", "unavailable"):
-            t.add_row(_e(cfg.get("label", cfg["name"])), "-", f"[red]{_e(cfg['status'])}[/]: {_e(cfg['reason'])}", "", "", "", "",
+            t.add_row(_e(cfg.get("label", cfg["name"])), "-", f"[red]{_e(cfg['status'])}[/]: {_e(cfg['reason'])}",
+                      "", "", "", "",
                       "", "", "[red]no[/]")
             continue
         mem = f"{cfg['peak_mb']:.0f} MB" if cfg.get("peak_mb") is not None else "-"
