@@ -51,7 +51,10 @@ def save_state(path: str, acc) -> str:
     if rank == 0:  # the same on every rank: written once
         torch.save({"scheduler": acc.scheduler.state_dict() if acc.scheduler is not None else None,
                     "scaler": acc.scaler.state_dict() if acc.scaler is not None else None,
-                    "steps": acc.steps, "world": world}, os.path.join(tmp, "accelerate.pt"))
+                    "steps": acc.steps, "world": world,
+                    # the data position of each prepared DataLoader (epoch, samples consumed over all ranks)
+                    "dataloaders": [d.state_dict() for d in getattr(acc, "dataloaders", [])]},
+                   os.path.join(tmp, "accelerate.pt"))
     _barrier(world)
     if rank == 0:
         old = path + ".old"
@@ -86,3 +89,13 @@ def load_state(path: str, acc) -> None:
     if acc.scaler is not None and extra["scaler"] is not None:
         acc.scaler.load_state_dict(extra["scaler"])
     acc.steps = int(extra["steps"])
+    _load_positions(acc, extra.get("dataloaders") or [], path)
+
+
+def _load_positions(acc, saved: list, path: str) -> None:
+    loaders = getattr(acc, "dataloaders", [])
+    if saved and len(saved) != len(loaders):
+        raise UserError(f"{path} holds the positions of {len(saved)} prepared DataLoader(s), this run prepared "
+                        f"{len(loaders)}: prepare the same loaders, in the same order, before acc.load()")
+    for d, st in zip(loaders, saved):
+        d.load_state_dict(st)

@@ -43,12 +43,14 @@ class Accelerated:
                  betas: tuple[float, float] = (0.9, 0.95), grad_clip: float | None = 1.0,
                  module_filter_fn: Callable[[nn.Module, str], bool] | None = None, build_optimizer: bool = True,
                  optimizer: Optimizer | None = None, scheduler=None, grad_accum_steps: int = 1,
-                 distributed: str | None = None, autocast_forward: bool = True) -> None:
+                 distributed: str | None = None, autocast_forward: bool = True, dataloader=None) -> None:
         if grad_accum_steps < 1:
             raise UserError(f"grad_accum_steps={grad_accum_steps}: use an integer >= 1")
-        if distributed not in (None, "fsdp"):
-            raise UserError(f"distributed={distributed!r}: use None (one process) or 'fsdp' (under torchrun)")
-        world = _init_distributed() if distributed == "fsdp" else 1
+        if distributed not in (None, "fsdp", "ddp"):
+            raise UserError(f"distributed={distributed!r}: use None (one process), 'ddp' (a replica per rank) or "
+                            "'fsdp' (sharded), the last two under torchrun")
+        world = _init_distributed(distributed) if distributed else 1
+        self.distributed = distributed
         self.device = torch.device(resolved.device)
         self.grad_clip = grad_clip
         self.grad_accum_steps = grad_accum_steps
@@ -65,7 +67,7 @@ class Accelerated:
         if optimizer is not None:
             self.optimizer = optimizer(list(model.parameters())) if callable(optimizer) and \
                 not isinstance(optimizer, torch.optim.Optimizer) else _repoint(optimizer, names, model)
-            self._opt_note = f"your optimizer: {type(self.optimizer).__name__}"
+            self._opt_note = _describe_optimizer(self.optimizer)
         elif build_optimizer:
             self.optimizer = build_adamw(model, self.resolved.optimizer, lr=lr, betas=betas, weight_decay=weight_decay)
             self._opt_note = f"AdamW {self.resolved.optimizer}, lr {lr:g}, " + (
@@ -75,6 +77,17 @@ class Accelerated:
             self.optimizer = None
             self._opt_note = "none built (build_optimizer=False)"
         self.scheduler = scheduler
+        if distributed == "ddp":  # after the swaps and the optimizer: DDP shares the user's Parameters
+            from overdrive.distributed import BUCKET_MB, wrap_ddp
+
+            self.model = wrap_ddp(model, self.device)
+            self.resolved = dataclasses.replace(self.resolved, decisions=self.resolved.decisions + (Decision(
+                field="ddp", requested="ddp", chosen=f"DistributedDataParallel x{world}",
+                reason=f"a replica per rank, gradients averaged in {BUCKET_MB} MB buckets during the backward"
+                + (f"; no all-reduce on the first {grad_accum_steps - 1} of every {grad_accum_steps} micro-steps "
+                   "(no_sync)" if grad_accum_steps > 1 else "")),))
+        self.dataloaders: list = []
+        self.dataloader = self.prepare_dataloader(dataloader) if dataloader is not None else None
         self.scaler = self.applied.grad_scaler()
         self._flce = None
         self._micro = 0
@@ -101,7 +114,10 @@ class Accelerated:
             self.model.set_requires_gradient_sync(last)  # FSDP2: reduce-scatter only on the last micro-step
         if self.grad_accum_steps > 1:
             loss = loss / self.grad_accum_steps
-        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        # DDP: no all-reduce before the last micro-step (its hooks would fire on every backward)
+        ctx = self.model.no_sync() if self.distributed == "ddp" and not last else contextlib.nullcontext()
+        with ctx:
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
         self._micro += 1
 
     def step(self) -> dict:
@@ -147,6 +163,67 @@ class Accelerated:
             return self._flce(head_weight, h, targets.reshape(-1))
         return F.cross_entropy(F.linear(h, head_weight).float(), targets.reshape(-1))
 
+    # -- data and processes (Accelerate's prepare(dataloader), gather, reduce, print, ...) ------
+    def prepare_dataloader(self, loader, *, seed: int | None = None):
+        """`loader` sharded over the ranks (its batch_size is per rank), batches on acc.device, reshuffled
+        per epoch; its position is saved by acc.save and restored by acc.load (overdrive.dataloader)."""
+        from overdrive.dataloader import prepare_dataloader
+
+        rank, world = self._rank_world()
+        prepared = prepare_dataloader(loader, device=self.device, rank=rank, world=world, seed=seed)
+        self.dataloaders.append(prepared)
+        return prepared
+
+    def _rank_world(self) -> tuple[int, int]:
+        from overdrive.distributed import rank_world
+
+        return rank_world()  # the process group's, as Accelerate: torchrun without distributed= too
+
+    @property
+    def process_index(self) -> int:
+        return self._rank_world()[0]
+
+    @property
+    def num_processes(self) -> int:
+        return self._rank_world()[1]
+
+    @property
+    def is_main_process(self) -> bool:
+        return self._rank_world()[0] == 0
+
+    def gather(self, obj):
+        """Every rank's tensors concatenated on dim 0, in rank order (nested structures kept)."""
+        from overdrive.distributed import gather
+
+        return gather(obj, world=self.num_processes)
+
+    def reduce(self, obj, op: str = "mean"):
+        """A new tensor: the "mean" (default), "sum", "max" or "min" over ranks."""
+        from overdrive.distributed import reduce
+
+        return reduce(obj, op)
+
+    def main_print(self, *args, **kwargs) -> None:
+        """print on the main process only."""
+        if self.is_main_process:
+            print(*args, **kwargs)
+
+    def wait(self) -> None:
+        """Every rank waits here for the others (a barrier; nothing in one process)."""
+        from overdrive.distributed import wait
+
+        wait()
+
+    def unwrap(self, model: nn.Module | None = None) -> nn.Module:
+        """The user's module without the DDP wrapper (for save_pretrained, or attribute access)."""
+        from overdrive.distributed import unwrap
+
+        return unwrap(self.model if model is None else model)
+
+    # HF Accelerate's names for the same calls, so a script keeps its lines.
+    wait_for_everyone = wait
+    unwrap_model = unwrap
+
     # -- checkpoints (torch.distributed.checkpoint: sharded under FSDP, reshardable) ----------
     def save(self, path: str) -> str:
         """Model, optimizer, scheduler and scaler into the folder `path`, atomically (written to
@@ -184,6 +261,8 @@ class Accelerated:
                  + (f", autocast {r.autocast_dtype}" if r.autocast_dtype else "")
                  + (f", {type(self.scaler).__name__}" if self.scaler else "")]
         for d in r.decisions:
+            if d.field == "optimizer" and (self.user_optimizer or self.optimizer is None):
+                continue  # the recipe's AdamW choice: not what runs when the optimizer is the user's (or none)
             tag = "FALLBACK " if d.fallback else ""
             lines.append(f"  {tag}{d.field}: {d.chosen}  — {d.reason}")
         if r.emulated:
@@ -217,13 +296,33 @@ class Accelerated:
                 "optimizer": self._opt_note, "grad_clip": self.grad_clip, "grad_accum_steps": self.grad_accum_steps}
 
 
-def _init_distributed() -> int:
+def _describe_optimizer(opt: torch.optim.Optimizer) -> str:
+    """The user's optimizer as it will run: class, implementation flags, the first group's settings."""
+    g = opt.param_groups[0] if opt.param_groups else {}
+    parts = []
+    for k in ("lr", "momentum", "nesterov", "betas", "weight_decay", "eps"):
+        v = g.get(k)
+        if v is None or (k in ("momentum", "nesterov", "weight_decay") and not v):
+            continue  # SGD's momentum 0 / no weight decay: nothing to say
+        if isinstance(v, (tuple, list)):
+            parts.append(f"{k} ({', '.join(f'{float(b):g}' for b in v)})")
+        else:
+            parts.append(f"{k} {v}" if isinstance(v, bool) else f"{k} {float(v):g}")
+    impl = [k for k in ("fused", "foreach") if g.get(k)]
+    n = sum(p.numel() for gr in opt.param_groups for p in gr["params"])
+    groups = len(opt.param_groups)
+    return (f"your optimizer: {type(opt).__name__}" + (f" ({', '.join(impl)})" if impl else "")
+            + "".join(f", {p}" for p in parts) + f", {groups} param group{'s' * (groups != 1)} over {n:,} "
+            "parameters (the recipe's AdamW choice does not apply)")
+
+
+def _init_distributed(kind: str = "fsdp") -> int:
     """The world size under torchrun, initialising the default process group if needed."""
     import torch.distributed as dist
 
     if not dist.is_initialized():
         if "MASTER_ADDR" not in os.environ:
-            raise UserError("distributed='fsdp' needs torchrun (it sets MASTER_ADDR, RANK, WORLD_SIZE): "
+            raise UserError(f"distributed={kind!r} needs torchrun (it sets MASTER_ADDR, RANK, WORLD_SIZE): "
                             "torchrun --nproc_per_node=N your_script.py")
         cuda = torch.cuda.is_available()
         if cuda:
@@ -258,13 +357,16 @@ def accelerate(model: nn.Module, recipe: str | Recipe = "auto", *, lr: float = 3
                module_filter_fn: Callable[[nn.Module, str], bool] | None = None, env: EnvReport | None = None,
                build_optimizer: bool = True, optimizer: Optimizer | None = None, scheduler=None,
                grad_accum_steps: int = 1, distributed: str | None = None,
-               autocast_forward: bool = True) -> Accelerated:
+               autocast_forward: bool = True, dataloader=None) -> Accelerated:
     """Resolve `recipe` on this machine and apply it to `model` in place.
 
     optimizer: yours (an Optimizer over model.parameters(), or `lambda params: Optimizer`); else AdamW
     with lr/weight_decay/betas. scheduler: stepped by acc.step() after each optimizer step.
     grad_accum_steps=N: acc.backward divides the loss by N; acc.step() steps every N-th call.
-    distributed="fsdp": FSDP2 under torchrun (each repeated block, then the root).
+    distributed="fsdp": FSDP2 under torchrun (each repeated block, then the root); "ddp":
+    DistributedDataParallel (a replica per rank; no all-reduce on accumulation micro-steps).
+    dataloader: a torch DataLoader, prepared as acc.dataloader (sharded, on the device, resumable);
+    acc.prepare_dataloader(loader) prepares more.
     autocast_forward: acc.model's forward runs under the recipe's autocast (False: use acc.autocast()).
     recipe="tuned" applies the winner `overdrive tune` cached for this model (parameter names and
     shapes) on this machine; with none cached it runs "auto" and says so (a FALLBACK line in report()).
@@ -285,7 +387,7 @@ def accelerate(model: nn.Module, recipe: str | Recipe = "auto", *, lr: float = 3
     return Accelerated(model, resolved, lr=lr, weight_decay=weight_decay, betas=betas, grad_clip=grad_clip,
                        module_filter_fn=module_filter_fn, build_optimizer=build_optimizer, optimizer=optimizer,
                        scheduler=scheduler, grad_accum_steps=grad_accum_steps, distributed=distributed,
-                       autocast_forward=autocast_forward)
+                       autocast_forward=autocast_forward, dataloader=dataloader)
 
 
 def _tuned(model: nn.Module, env: EnvReport) -> tuple[str | Recipe, Decision]:
