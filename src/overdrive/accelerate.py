@@ -81,6 +81,8 @@ class Accelerated:
             from overdrive.distributed import BUCKET_MB, wrap_ddp
 
             self.model = wrap_ddp(model, self.device)
+            self._micro = 0
+            self._ddp_sync_next()
             self.resolved = dataclasses.replace(self.resolved, decisions=self.resolved.decisions + (Decision(
                 field="ddp", requested="ddp", chosen=f"DistributedDataParallel x{world}",
                 reason=f"a replica per rank, gradients averaged in {BUCKET_MB} MB buckets during the backward"
@@ -105,7 +107,8 @@ class Accelerated:
         return int(self._skipped)
 
     def backward(self, loss: torch.Tensor) -> None:
-        """loss / grad_accum_steps, scaled under fp16; under FSDP gradients sync on the last micro-step only."""
+        """loss / grad_accum_steps, scaled under fp16; under FSDP and DDP gradients sync on the last micro-step
+        only (DDP: one forward per backward, as it decides at the forward)."""
         if self.scaler is not None and self.optimizer is None:
             raise UserError("amp-fp16 scales the loss by the GradScaler's factor (65536 at first): pass your "
                             "optimizer to accelerate(..., optimizer=opt) so acc.step() unscales before stepping")
@@ -114,11 +117,15 @@ class Accelerated:
             self.model.set_requires_gradient_sync(last)  # FSDP2: reduce-scatter only on the last micro-step
         if self.grad_accum_steps > 1:
             loss = loss / self.grad_accum_steps
-        # DDP: no all-reduce before the last micro-step (its hooks would fire on every backward)
-        ctx = self.model.no_sync() if self.distributed == "ddp" and not last else contextlib.nullcontext()
-        with ctx:
-            (self.scaler.scale(loss) if self.scaler else loss).backward()
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
         self._micro += 1
+        self._ddp_sync_next()
+
+    def _ddp_sync_next(self) -> None:
+        """DDP decides in the forward whether the coming backward all-reduces: set what `no_sync()` sets
+        (require_backward_grad_sync) for the next micro-step's forward, True on the last one only."""
+        if self.distributed == "ddp":
+            self.model.require_backward_grad_sync = self._micro % self.grad_accum_steps == self.grad_accum_steps - 1
 
     def step(self) -> dict:
         """On the last micro-step: unscale (fp16), clip, optimizer step, scaler update, scheduler step,
