@@ -1,0 +1,116 @@
+"""The figures the README quotes come from committed files, not from memory.
+
+- The `make demo` sample: its caption names a committed run folder (results.json written by the bench,
+  sample.json by scripts/record_sample.py); every number in the README's table must be in the table the
+  project's own renderer draws from that results.json, and the caption's machine, CPU kind, load, wall
+  time and date must be sample.json's.
+- The "Three kinds of CPU" table: every figure in a row must be in docs/cpu-kinds.json under that kind.
+Each check is also run on a tampered README, so it is known to fail when a figure drifts.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import pathlib
+import re
+
+from rich.console import Console
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+NUM = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def _sample(text: str) -> tuple[str, str]:
+    """(caption paragraph, table block) of the README's ```text make demo sample."""
+    start = text.index("```text make demo\n")
+    block = text[start + len("```text make demo\n"):text.index("```", start + 10)]
+    caption = text[:start].rstrip().rsplit("\n\n", 1)[-1]
+    return caption, block
+
+
+def _run_folder(caption: str) -> pathlib.Path:
+    m = re.search(r"`(benchmarks/results/cpu/[^`]+?)/?`", caption)
+    assert m, "the sample's caption must name its committed run folder (`benchmarks/results/cpu/...`)"
+    return ROOT / m.group(1)
+
+
+def _rendered(results: dict, width: int) -> str:
+    from overdrive.report.tables import render_bench
+
+    buf = io.StringIO()
+    render_bench(results, Console(file=buf, width=width, color_system=None, force_terminal=False))
+    return buf.getvalue()
+
+
+def sample_problems(text: str) -> list[str]:
+    caption, block = _sample(text)
+    folder = _run_folder(caption)
+    if not (folder / "results.json").is_file() or not (folder / "sample.json").is_file():
+        return [f"{folder.relative_to(ROOT)} lacks results.json or sample.json"]
+    results = json.loads((folder / "results.json").read_text())
+    rec = json.loads((folder / "sample.json").read_text())
+    problems = []
+    real = set(NUM.findall(_rendered(results, max(len(ln) for ln in block.splitlines()))))
+    missing = sorted(set(NUM.findall(block)) - real, key=lambda s: (len(s), s))
+    if missing:
+        problems.append(f"numbers in the README's sample that its results.json does not give: {missing[:12]}")
+    wall = f"{int(rec['wall_s'] // 60)} min {round(rec['wall_s'] % 60)} s"
+    load = f"load {rec['load_1min']['min']:.0f}-{rec['load_1min']['max']:.0f}"
+    flags = results["env"]["platform"]["cpu"]["flags"]
+    kind = "AMX" if flags.get("amx_bf16") else "AVX-512 bf16" if flags.get("avx512_bf16") else "AVX2 only"
+    for what, want in (("wall time", wall), ("load", load), ("date", rec["started"][:10]), ("CPU kind", kind),
+                       ("CPU kind (sample.json)", rec["cpu_kind"]), ("cores", f"{rec['cores']}-core")):
+        if want not in caption:
+            problems.append(f"the sample's caption does not give its {what} as recorded: {want!r}")
+    return problems
+
+
+def _kinds_rows(text: str) -> dict[str, str]:
+    part = text[text.index("**Three kinds of CPU.**"):]
+    part = part[:part.index("\n\n", part.index("| kind |"))]
+    return {r.split("|")[1].strip(): r for r in part.splitlines() if r.startswith("| ") and "---" not in r
+            and not r.startswith("| kind ")}
+
+
+def kinds_problems(text: str) -> list[str]:
+    kinds = json.loads((ROOT / "docs" / "cpu-kinds.json").read_text())["kinds"]
+    rows, problems = _kinds_rows(text), []
+    if sorted(rows) != sorted(kinds):
+        problems.append(f"the README's CPU kinds {sorted(rows)} are not docs/cpu-kinds.json's {sorted(kinds)}")
+    for kind, row in rows.items():
+        source = json.dumps(kinds.get(kind, {}))
+        have = set(NUM.findall(source)) | {n.replace("-", "") for n in NUM.findall(source)}
+        missing = [n for n in NUM.findall(row.replace("-", " ")) if n not in have and n not in ("512",)]
+        if missing:
+            problems.append(f"{kind}: figures not in docs/cpu-kinds.json: {missing}")
+        if f"`auto` picks {kinds.get(kind, {}).get('auto')}" not in row:
+            problems.append(f"{kind}: the row's `auto` is not docs/cpu-kinds.json's")
+    return problems
+
+
+def test_the_sample_table_and_caption_are_the_committed_runs():
+    assert sample_problems(README.read_text()) == []
+
+
+def test_the_cpu_kinds_table_quotes_docs_cpu_kinds_json():
+    assert kinds_problems(README.read_text()) == []
+
+
+def _tamper_first_number(block: str) -> str:
+    m = re.search(r"│ baseline\s+│ \w+\s+│ (\d+\.\d)", block)
+    assert m, "the sample has a baseline row"
+    return block[:m.start(1)] + "9" + block[m.start(1):]
+
+
+def test_the_checks_fail_when_a_figure_drifts():
+    text = README.read_text()
+    caption, block = _sample(text)
+    drifted = text.replace(block, _tamper_first_number(block))
+    assert any("does not give" in p for p in sample_problems(drifted))
+    wall = re.search(r"\d+ min \d+ s", caption).group(0)
+    assert any("wall time" in p for p in sample_problems(text.replace(caption, caption.replace(wall, "1 min 2 s"))))
+    row = _kinds_rows(text)["AVX2 only"]
+    assert any("AVX2 only" in p for p in kinds_problems(text.replace(row, row.replace("93 GFLOP", "95 GFLOP"))))
+    assert any("`auto`" in p for p in kinds_problems(text.replace(row, row.replace("picks fp32", "picks bf16"))))
