@@ -300,7 +300,8 @@ class Accelerated:
         return {"resolved": self.resolved.to_dict(),
                 "conversions": {k: [vars(d) for d in v] for k, v in self.conversions.items()},
                 "checkpointed": self.checkpointed, "sharded": self.applied.sharded,
-                "optimizer": self._opt_note, "grad_clip": self.grad_clip, "grad_accum_steps": self.grad_accum_steps}
+                "optimizer": self._opt_note, "grad_clip": self.grad_clip, "grad_accum_steps": self.grad_accum_steps,
+                "distributed": self.distributed, "dataloaders": [d.state_dict() for d in self.dataloaders]}
 
 
 def _describe_optimizer(opt: torch.optim.Optimizer) -> str:
