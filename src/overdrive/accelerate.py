@@ -22,6 +22,7 @@ from torch import nn
 
 from overdrive.convert import Applied, LayerDecision, apply_recipe, wrap_forward_in
 from overdrive.convert.apply import _keep_state_dict_plain  # noqa: F401  (re-exported: older imports find it here)
+from overdrive.distributed import ProcessHelpers
 from overdrive.env import EnvReport, get_env
 from overdrive.errors import UserError
 from overdrive.optim import build_adamw
@@ -36,7 +37,7 @@ _DEFAULTS_NOTE = "weight decay 0.1, betas (0.9, 0.95) (GPT-3/Llama values; torch
 Optimizer = torch.optim.Optimizer | Callable[[list], torch.optim.Optimizer]
 
 
-class Accelerated:
+class Accelerated(ProcessHelpers):
     """A model converted per a ResolvedRecipe, with its optimizer, scheduler, scaler and autocast."""
 
     def __init__(self, model: nn.Module, resolved: ResolvedRecipe, *, lr: float = 3e-4, weight_decay: float = 0.1,
@@ -169,67 +170,6 @@ class Accelerated:
                 self._flce = LigerFusedLinearCrossEntropyLoss()
             return self._flce(head_weight, h, targets.reshape(-1))
         return F.cross_entropy(F.linear(h, head_weight).float(), targets.reshape(-1))
-
-    # -- data and processes (Accelerate's prepare(dataloader), gather, reduce, print, ...) ------
-    def prepare_dataloader(self, loader, *, seed: int | None = None):
-        """`loader` sharded over the ranks (its batch_size is per rank), batches on acc.device, reshuffled
-        per epoch; its position is saved by acc.save and restored by acc.load (overdrive.dataloader)."""
-        from overdrive.dataloader import prepare_dataloader
-
-        rank, world = self._rank_world()
-        prepared = prepare_dataloader(loader, device=self.device, rank=rank, world=world, seed=seed)
-        self.dataloaders.append(prepared)
-        return prepared
-
-    def _rank_world(self) -> tuple[int, int]:
-        from overdrive.distributed import rank_world
-
-        return rank_world()  # the process group's, as Accelerate: torchrun without distributed= too
-
-    @property
-    def process_index(self) -> int:
-        return self._rank_world()[0]
-
-    @property
-    def num_processes(self) -> int:
-        return self._rank_world()[1]
-
-    @property
-    def is_main_process(self) -> bool:
-        return self._rank_world()[0] == 0
-
-    def gather(self, obj):
-        """Every rank's tensors concatenated on dim 0, in rank order (nested structures kept)."""
-        from overdrive.distributed import gather
-
-        return gather(obj, world=self.num_processes)
-
-    def reduce(self, obj, op: str = "mean"):
-        """A new tensor: the "mean" (default), "sum", "max" or "min" over ranks."""
-        from overdrive.distributed import reduce
-
-        return reduce(obj, op)
-
-    def main_print(self, *args, **kwargs) -> None:
-        """print on the main process only."""
-        if self.is_main_process:
-            print(*args, **kwargs)
-
-    def wait(self) -> None:
-        """Every rank waits here for the others (a barrier; nothing in one process)."""
-        from overdrive.distributed import wait
-
-        wait()
-
-    def unwrap(self, model: nn.Module | None = None) -> nn.Module:
-        """The user's module without the DDP wrapper (for save_pretrained, or attribute access)."""
-        from overdrive.distributed import unwrap
-
-        return unwrap(self.model if model is None else model)
-
-    # HF Accelerate's names for the same calls, so a script keeps its lines.
-    wait_for_everyone = wait
-    unwrap_model = unwrap
 
     # -- checkpoints (torch.distributed.checkpoint: sharded under FSDP, reshardable) ----------
     def save(self, path: str) -> str:

@@ -22,7 +22,7 @@ from torch import nn
 
 from overdrive.errors import UserError
 
-__all__ = ["rank_world", "wrap_ddp", "unwrap", "gather", "reduce", "wait", "main_print", "is_ddp"]
+__all__ = ["rank_world", "wrap_ddp", "unwrap", "gather", "reduce", "wait", "main_print", "is_ddp", "ProcessHelpers"]
 
 # torch's default bucket size; said in the report so a user tuning overlap knows the starting point.
 BUCKET_MB = 25
@@ -142,3 +142,59 @@ def main_print(*args, **kwargs) -> None:
     """`print` on rank 0 only (Accelerate's `accelerator.print`)."""
     if rank_world()[0] == 0:
         builtins.print(*args, **kwargs)
+
+
+class ProcessHelpers:
+    """The methods `Accelerated` gets for data and processes (Accelerate's prepare(dataloader), gather,
+    reduce, print, is_main_process, wait_for_everyone, unwrap_model). Needs self.model, self.device,
+    self.dataloaders."""
+
+    def prepare_dataloader(self, loader, *, seed: int | None = None):
+        """`loader` sharded over the ranks (its batch_size is per rank), batches on acc.device, reshuffled
+        per epoch; its position is saved by acc.save and restored by acc.load (overdrive.dataloader)."""
+        from overdrive.dataloader import prepare_dataloader
+
+        rank, world = self._rank_world()
+        prepared = prepare_dataloader(loader, device=self.device, rank=rank, world=world, seed=seed)
+        self.dataloaders.append(prepared)
+        return prepared
+
+    def _rank_world(self) -> tuple[int, int]:
+        return rank_world()  # the process group's, as Accelerate: torchrun without distributed= too
+
+    @property
+    def process_index(self) -> int:
+        return self._rank_world()[0]
+
+    @property
+    def num_processes(self) -> int:
+        return self._rank_world()[1]
+
+    @property
+    def is_main_process(self) -> bool:
+        return self._rank_world()[0] == 0
+
+    def gather(self, obj):
+        """Every rank's tensors concatenated on dim 0, in rank order (nested structures kept)."""
+        return gather(obj, world=self.num_processes)
+
+    def reduce(self, obj, op: str = "mean"):
+        """A new tensor: the "mean" (default), "sum", "max" or "min" over ranks."""
+        return reduce(obj, op)
+
+    def main_print(self, *args, **kwargs) -> None:
+        """print on the main process only."""
+        if self.is_main_process:
+            print(*args, **kwargs)
+
+    def wait(self) -> None:
+        """Every rank waits here for the others (a barrier; nothing in one process)."""
+        wait()
+
+    def unwrap(self, model: nn.Module | None = None) -> nn.Module:
+        """The user's module without the DDP wrapper (for save_pretrained, or attribute access)."""
+        return unwrap(self.model if model is None else model)
+
+    # HF Accelerate's names for the same calls, so a script keeps its lines.
+    wait_for_everyone = wait
+    unwrap_model = unwrap
