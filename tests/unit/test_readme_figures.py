@@ -30,6 +30,12 @@ def _sample(text: str) -> tuple[str, str]:
     return caption, block
 
 
+def _commentary(text: str) -> str:
+    """The paragraph right after the sample, which reads its figures."""
+    end = text.index("```", text.index("```text make demo\n") + 10) + 3
+    return text[end:].strip().split("\n\n", 1)[0]
+
+
 def _run_folder(caption: str) -> pathlib.Path:
     m = re.search(r"`(benchmarks/results/cpu/[^`]+?)/?`", caption)
     assert m, "the sample's caption must name its committed run folder (`benchmarks/results/cpu/...`)"
@@ -56,6 +62,14 @@ def sample_problems(text: str) -> list[str]:
     missing = sorted(set(NUM.findall(block)) - real, key=lambda s: (len(s), s))
     if missing:
         problems.append(f"numbers in the README's sample that its results.json does not give: {missing[:12]}")
+    rendered = _rendered(results, 150)
+    for fig in re.findall(r"\d+\.\d+x \[\d+\.\d+-\d+\.\d+\]", _commentary(text)):
+        if fig.replace("-", "–") not in rendered:
+            problems.append(f"the commentary's {fig} is not in the sample's results.json")
+    cpu = results["env"]["platform"]["cpu"]["matmul_gflops"]
+    rates = f"{cpu['bf16']:.0f} vs {cpu['fp32']:.0f} GFLOP/s"
+    if rates not in _commentary(text):
+        problems.append(f"the commentary does not quote the doctor's matmul rates of that run ({rates})")
     wall = f"{int(rec['wall_s'] // 60)} min {round(rec['wall_s'] % 60)} s"
     load = f"load {rec['load_1min']['min']:.0f}-{rec['load_1min']['max']:.0f}"
     flags = results["env"]["platform"]["cpu"]["flags"]
@@ -64,6 +78,9 @@ def sample_problems(text: str) -> list[str]:
                        ("CPU kind (sample.json)", rec["cpu_kind"]), ("cores", f"{rec['cores']}-core")):
         if want not in caption:
             problems.append(f"the sample's caption does not give its {what} as recorded: {want!r}")
+    demo_row = next(ln for ln in text.splitlines() if ln.startswith("| `make demo` |"))
+    if f"{wall} at {load}" not in demo_row or str(folder.relative_to(ROOT)) not in demo_row:
+        problems.append(f"the time table's `make demo` row does not give the sample's {wall} at {load} and its folder")
     return problems
 
 
@@ -111,6 +128,20 @@ def test_the_checks_fail_when_a_figure_drifts():
     assert any("does not give" in p for p in sample_problems(drifted))
     wall = re.search(r"\d+ min \d+ s", caption).group(0)
     assert any("wall time" in p for p in sample_problems(text.replace(caption, caption.replace(wall, "1 min 2 s"))))
+    comm = _commentary(text)
+    fig = re.search(r"\d+\.\d+x \[\d+\.\d+-\d+\.\d+\]", comm).group(0)
+    assert any("commentary" in p for p in sample_problems(text.replace(comm, comm.replace(fig, "9" + fig))))
     row = _kinds_rows(text)["AVX2 only"]
     assert any("AVX2 only" in p for p in kinds_problems(text.replace(row, row.replace("93 GFLOP", "95 GFLOP"))))
     assert any("`auto`" in p for p in kinds_problems(text.replace(row, row.replace("picks fp32", "picks bf16"))))
+
+
+def test_record_sample_names_the_three_kinds_by_their_flags():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("record_sample", ROOT / "scripts" / "record_sample.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.cpu_kind({"avx2", "avx512f", "avx512_bf16", "amx_bf16"}) == "AMX"
+    assert mod.cpu_kind({"avx2", "avx512f", "avx512_bf16"}) == "AVX-512 bf16"
+    assert mod.cpu_kind({"avx2", "avx512f"}) == mod.cpu_kind({"avx2"}) == "AVX2 only"
