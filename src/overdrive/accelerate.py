@@ -192,6 +192,9 @@ class Accelerated(ProcessHelpers):
         undo the recipe (a precision flag that disagrees with it)."""
         from overdrive.hf_trainer import trainer_kwargs
 
+        if self.distributed == "ddp":
+            raise UserError("the HF Trainer wraps the model in DDP itself under torchrun: use accelerate(..., "
+                            "distributed=None) with the Trainer")
         return trainer_kwargs(self)
 
     def training_args_kwargs(self) -> dict:

@@ -69,11 +69,12 @@ def test_readme_accelerate_style_script_on_two_ranks_resumes_on_the_next_batch_a
 
 
 _FEATURES = r'''
-import os, torch, torch.nn.functional as F, overdrive
+import os, sys, torch, torch.nn.functional as F, overdrive
 from torch.utils.data import DataLoader, TensorDataset
 
-def say(*args):  # one write per line: the ranks share one stdout pipe, buffered chunks would interleave
-    print(*args, flush=True)
+def say(*args):  # one write per line: the ranks share one stdout pipe (print writes each part apart)
+    sys.stdout.write(" ".join(map(str, args)) + "\n")
+    sys.stdout.flush()
 
 
 torch.manual_seed(0)
@@ -110,7 +111,7 @@ say("GATHER", g["t"].tolist(), g["s"].tolist(), g["b"][0].tolist())
 r = torch.tensor([float(rank + 1)])
 say("REDUCE", [float(acc.reduce(r, op)) for op in ("mean", "sum", "max", "min")], float(r),
       float(acc.reduce(torch.tensor(rank + 2), "mean")))
-acc.main_print("MAIN", rank, acc.is_main_process, flush=True)
+acc.main_print(f"MAIN {rank} {acc.is_main_process}\n", end="", flush=True)  # one write
 acc.wait()
 say("UNWRAP", type(acc.model).__name__, type(acc.unwrap()).__name__, acc.unwrap_model() is acc.unwrap())
 '''

@@ -98,3 +98,10 @@ def test_report_describes_the_users_optimizer_and_lists_no_adamw_decision():
     assert "AdamW" not in rep.replace("the recipe's AdamW choice does not apply", "")
     ours = overdrive.accelerate(_net(), "fp32").report()
     assert "optimizer: AdamW" in ours and "  optimizer: torch" in ours  # our own AdamW: its decision is listed
+
+
+def test_trainer_kwargs_refused_under_ddp(tmp_path):
+    with _one_rank_group(tmp_path):
+        acc = overdrive.accelerate(_net(), "fp32", distributed="ddp")
+        with pytest.raises(UserError, match="wraps the model in DDP itself"):
+            acc.trainer_kwargs()
