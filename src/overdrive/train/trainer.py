@@ -419,7 +419,9 @@ def _loop(run: _Run) -> TrainResult:
                 _save(run, done)
             if run.hooks.on_step:
                 run.hooks.on_step(done)
-            if run.stop.seen and done < t.steps:  # every rank saw the same flag (one all-reduce with the loss)
+            # one rank: the flag as it is now; several: as every rank saw it in this step's all-reduce
+            stop = run.stop.requested if run.world == 1 else run.stop.seen
+            if stop and done < t.steps:
                 if not saved:
                     _save(run, done)
                 raise TrainingInterrupted(f"stopped by {run.stop.name} after step {done}: saved {run.last_good}; "
