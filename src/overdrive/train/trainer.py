@@ -427,7 +427,8 @@ def _loop(run: _Run) -> TrainResult:
                 raise TrainingInterrupted(f"stopped by {run.stop.name} after step {done}: saved {run.last_good}; "
                                           "continue with --resume", run.stop.signum)
         except RuntimeError as e:
-            if run.world > 1 and not isinstance(e, (TrainingDiverged, RankTimeout)) and is_timeout(e):
+            if run.world > 1 and not isinstance(e, (TrainingDiverged, TrainingInterrupted, RankTimeout)) \
+                    and is_timeout(e):
                 raise RankTimeout(run.heartbeat.blame(done, t.dist_timeout_s)) from None
             raise
     return TrainResult(losses=losses, val_losses=val_losses, final_val_loss=val_losses.get(t.steps),
