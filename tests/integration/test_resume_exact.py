@@ -71,6 +71,11 @@ def test_resume_with_other_settings_is_refused_naming_them(tmp_path):
         with pytest.raises(RunMismatch, match="--allow-changes") as e:
             train(_cfg(tmp_path / "r", "train.steps=3", change), resume=True, quiet=True)
         assert named in str(e.value) and "\n" not in str(e.value)
+    from overdrive.cli import main
+
+    args = [a for kv in TINY + [f"train.out_dir=\"{tmp_path / 'r'}\"", "train.steps=3", "train.seed=1"]
+            for a in ("--set", kv)]
+    assert main(["train", "examples/tiny.toml", *args, "--resume"]) == 2  # one line, exit 2
     # more steps is not another run; an allowed change is said
     res = train(_cfg(tmp_path / "r", "train.steps=3", "optimizer.lr=1e-2"), resume=True, quiet=True,
                 allow_changes=True)
