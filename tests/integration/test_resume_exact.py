@@ -134,3 +134,20 @@ def test_sigterm_to_the_cli_saves_and_exits_143(tmp_path):
     assert cp.returncode == 143, cp.stderr[-2000:]
     assert "stopped by SIGTERM after step 2" in cp.stderr and "Traceback" not in cp.stderr
     assert latest_checkpoint(str(run), verify=True).endswith("step_0000002")
+
+
+def test_a_checkpoint_of_the_earlier_format_still_resumes_under_fp16(tmp_path):
+    """Before this version extra_rank0.pt held `rng_cpu` and the bare `scale`, and no run identity."""
+    from overdrive.checkpoint import hash_files, load_tensors, read_manifest, save_tensors, write_manifest
+
+    run = tmp_path / "r"
+    train(_cfg(run, "train.steps=2", "train.recipe=\"amp-fp16\""), quiet=True)
+    ck = latest_checkpoint(str(run))
+    extra = load_tensors(os.path.join(ck, "extra_rank0.pt"))
+    save_tensors(os.path.join(ck, "extra_rank0.pt"), {"step": extra["step"], "rng_cpu": extra["rng"]["torch"],
+                                                      "scale": 1024.0, "world": 1})
+    info = {k: v for k, v in read_manifest(ck).items() if k not in ("format", "files", "identity")}
+    write_manifest(ck, hash_files(ck), **info)
+    res = train(_cfg(run, "train.steps=3", "train.recipe=\"amp-fp16\""), resume=True, quiet=True)
+    assert res.resumed_from == 2 and len(res.losses) == 1
+    assert any("records no run identity" in n for n in res.notes)
