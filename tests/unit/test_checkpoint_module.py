@@ -180,6 +180,15 @@ def test_acc_save_never_replaces_a_folder_it_did_not_write(tmp_path, monkeypatch
     second = acc.save("empty")  # its own folder: replaced
     assert first == second and read_manifest(first)["kind"] == "accelerate"
     assert sorted(os.listdir(work)) == ["empty", "notes.txt"]  # no .tmp or .old left
+    old = work / "older"  # what acc.save wrote before manifests: replaced too
+    old.mkdir()
+    for n in (".metadata", "__0_0.distcp", "accelerate.pt"):
+        (old / n).write_bytes(b"x")
+    assert read_manifest(acc.save("older"))["kind"] == "accelerate"
+    (old / "notes.txt").write_text("mine")  # ...but not once it holds anything else
+    os.remove(old / "manifest.json")
+    with pytest.raises(UserError, match="did not write"):
+        acc.save("older")
 
 
 def test_acc_load_of_a_missing_or_foreign_folder_is_one_line(tmp_path):

@@ -43,10 +43,20 @@ def _path(path: str) -> str:
     return p
 
 
+def _older_save(path: str) -> bool:
+    """A folder an earlier acc.save() wrote (before manifests): only DCP files and accelerate.pt."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        return False
+    names = os.listdir(path)
+    return "accelerate.pt" in names and ".metadata" in names and \
+        all(n in (".metadata", "accelerate.pt") or n.endswith(".distcp") for n in names)
+
+
 def save_state(path: str, acc) -> str:
     rank, world = _rank_world()
     path = _path(path)
-    if os.path.lexists(path) and not is_ours(path) and not (os.path.isdir(path) and not os.listdir(path)):
+    if os.path.lexists(path) and not is_ours(path) and not _older_save(path) and \
+            not (os.path.isdir(path) and not os.listdir(path)):
         raise UserError(f"acc.save({path}): that path holds files acc.save() did not write (no manifest.json): "
                         "refusing to replace it; pass a new folder or one an earlier acc.save() wrote")
     extra = {"scheduler": acc.scheduler.state_dict() if acc.scheduler is not None else None,
@@ -54,7 +64,8 @@ def save_state(path: str, acc) -> str:
              "steps": acc.steps, "micro": acc._micro, "skipped": int(acc._skipped), "world": world,
              "rng": rng_state()}
     try:
-        return save_folder(path, _states(acc), extra, rank=rank, world=world, info={"kind": "accelerate"})
+        return save_folder(path, _states(acc), extra, rank=rank, world=world, info={"kind": "accelerate"},
+                           also_ours=_older_save)
     except CheckpointError as e:
         raise UserError(str(e)) from None
 

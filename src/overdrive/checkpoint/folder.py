@@ -91,9 +91,10 @@ def _one_error(err: str | None, world: int) -> str | None:
 
 
 def save_folder(final: str, states: dict, extra: dict, *, rank: int, world: int, info: dict,
-                on_written: Callable[[str], None] | None = None) -> str:
+                on_written: Callable[[str], None] | None = None, also_ours: Callable[[str], bool] | None = None) -> str:
     """Write `states` (DCP: sharded per rank) and this rank's `extra` into `final`, atomically.
-    `final` may already exist only if it is ours (it is then replaced); `info` goes into the manifest.
+    `final` may already exist only if it is ours (it is then replaced; `also_ours(final)` may vouch for
+    a folder an earlier version wrote without a manifest); `info` goes into the manifest.
     `on_written(tmp)` runs once this rank's files are written, before the rename (tests kill a save there)."""
     tmp, old = final + ".tmp", final + ".old"
     err = None
@@ -103,7 +104,7 @@ def save_folder(final: str, states: dict, extra: dict, *, rank: int, world: int,
             remove_ours(old)
             if _empty_dir(final):
                 os.rmdir(final)  # an empty folder holds nothing to lose
-            elif os.path.lexists(final) and not is_ours(final):
+            elif os.path.lexists(final) and not is_ours(final) and not (also_ours and also_ours(final)):
                 remove_ours(final)  # raises: not ours, never replaced
             os.makedirs(os.path.dirname(final) or ".", exist_ok=True)
             mark_partial(tmp)
