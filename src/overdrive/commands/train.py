@@ -61,8 +61,8 @@ def register(sub) -> None:
     t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override, e.g. --set train.steps=200")
     t.add_argument("--resume", action="store_true", help="continue the run in train.out_dir from its newest "
                                                          "intact checkpoint")
-    t.add_argument("--overwrite", action="store_true", help="delete the run already in train.out_dir and start "
-                                                            "afresh there")
+    t.add_argument("--overwrite", action="store_true", help="delete the run already in train.out_dir (only what "
+                                                            "it wrote) and start afresh there")
     t.add_argument("--allow-changes", action="store_true", help="with --resume: continue even though the model, "
                    "recipe, seed, data, batch or optimizer settings differ from the checkpoint's run (they are named)")
     t.add_argument("--export", metavar="PATH", help="write the newest checkpoint as one plain state_dict and exit")
