@@ -206,6 +206,14 @@ def claim_for_ranks(out_dir: str, rank: int, world: int, *, resume: bool, overwr
         try:
             check_writable(out_dir, flag="train.out_dir")
             folder = claim_run_dir(out_dir, resume=resume, overwrite=overwrite, say=say)
+            try:
+                from overdrive.checkpoint import check_checkpoint_root
+
+                check_checkpoint_root(folder.path)  # a `latest` we could not write: said now, on every rank
+            except Exception:
+                folder.lock.release()
+                folder = None
+                raise
             payload = [(folder.path, folder.run_id, None)]
         except Exception as e:  # RunDirError, UserError (not writable), OSError: one line on every rank
             payload = [(None, None, str(e))]

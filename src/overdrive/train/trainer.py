@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from overdrive.checkpoint import (check_checkpoint_root, clean_partial_saves, latest_checkpoint, load_model_weights,
-                                  read_manifest, resume_checkpoint, rng_state, save_checkpoint, set_rng_state,
-                                  verify_checkpoint)
+from overdrive.checkpoint import (clean_partial_saves, latest_checkpoint, load_model_weights, read_manifest,
+                                  resume_checkpoint, rng_state, save_checkpoint, set_rng_state, verify_checkpoint)
 from overdrive.convert import Applied, apply_recipe
 from overdrive.data import TokenData, load_tokens
 from overdrive.env import get_env
@@ -230,7 +229,6 @@ def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hook
         log = MetricsLog(run_dir, rank, quiet)
         if rank == 0:
             check_writable(os.path.join(run_dir, "checkpoints"), flag="train.out_dir (its checkpoints/ folder)")
-            check_checkpoint_root(run_dir)
             for p in clean_partial_saves(run_dir):  # we hold the lock: no save of ours is under way
                 say(f"deleted {p}, left by an interrupted save")
         teacher = _teacher(cfg, run_dir, vocab, device, quiet) if cfg.teacher else None
