@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from overdrive.checkpoint import (clean_partial_saves, latest_checkpoint, load_model_weights, read_manifest,
-                                  resume_checkpoint, rng_state, save_checkpoint, set_rng_state, verify_checkpoint)
+from overdrive.checkpoint import (clean_partial_saves, latest_checkpoint, load_model_weights, resume_checkpoint,
+                                  rng_state, save_checkpoint, set_rng_state, verify_checkpoint)
 from overdrive.convert import Applied, apply_recipe
 from overdrive.data import TokenData, load_tokens
 from overdrive.env import get_env
@@ -36,6 +36,7 @@ from overdrive.models import GPT
 from overdrive.optim import build_adamw
 from overdrive.recipes import Recipe, get_recipe, resolve
 from overdrive.train.config import TrainConfig
+from overdrive.train.identity import RunMismatch, check_identity, run_identity
 from overdrive.train.memory import check_fits, estimate_bytes, free_bytes
 from overdrive.train.metrics import MetricsLog
 from overdrive.train.rundir import RunDir, claim_for_ranks
@@ -58,10 +59,6 @@ class TrainingInterrupted(RuntimeError):
     def __init__(self, message: str, signum: int) -> None:
         super().__init__(message)
         self.signum = signum
-
-
-class RunMismatch(ValueError):
-    """--resume with settings that differ from the checkpoint's run (and no --allow-changes)."""
 
 
 @dataclass
@@ -115,33 +112,6 @@ def _mean_and_stop(x: float, stop: bool, world: int, device: str) -> tuple[float
     t = torch.tensor([x, 1.0 if stop else 0.0], dtype=torch.float64, device=device)
     dist.all_reduce(t)
     return float(t[0]) / world, bool(t[1] > 0)
-
-
-def run_identity(cfg: TrainConfig, model: GPT) -> dict:
-    """What a resume must not change without saying so: the model's shape, the recipe, the seed, the
-    data, the batch and the optimizer settings (not the step count, the intervals or the micro-batch)."""
-    t = cfg.train
-    ident = {"model": dataclasses.asdict(model.config), "recipe": t.recipe, "seed": t.seed, "seq_len": t.seq_len,
-             "global_batch": t.global_batch, "data": dataclasses.asdict(cfg.data),
-             "optimizer": dataclasses.asdict(cfg.optimizer),
-             "teacher": dataclasses.asdict(cfg.teacher) if cfg.teacher else None}
-    return json.loads(json.dumps(ident))  # as the manifest stores it (tuples become lists)
-
-
-def _flat(d, prefix: str = "") -> dict:
-    if not isinstance(d, dict):
-        return {prefix: d}
-    out = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
-    return out
-
-
-def identity_changes(saved: dict, now: dict) -> list[str]:
-    """'key: saved -> now' for every field that differs."""
-    a, b = _flat(saved), _flat(now)
-    return [f"{k}: {a.get(k, '(unset)')!r} -> {b.get(k, '(unset)')!r}" for k in sorted(set(a) | set(b))
-            if a.get(k) != b.get(k)]
 
 
 def _prepare(model: GPT, recipe: Recipe, cfg: TrainConfig, world: int, device: str, fsdp: bool) -> Applied:
@@ -260,27 +230,8 @@ def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hook
         raise
 
 
-def _check_identity(run: _Run, say: Callable[[str], None]) -> None:
-    """Compare this run's identity with the newest checkpoint's before anything is loaded."""
-    newest = latest_checkpoint(run.run_dir, run_id=run.run_id)
-    saved = (read_manifest(newest) or {}).get("identity") if newest else None
-    if newest is None:
-        return
-    if not isinstance(saved, dict):
-        say(f"{newest} records no run identity (an older version's checkpoint): settings not compared")
-        return
-    changes = identity_changes(saved, run.identity)
-    if not changes:
-        return
-    listed = "; ".join(changes[:6]) + (f" and {len(changes) - 6} more" if len(changes) > 6 else "")
-    if not run.allow_changes:
-        raise RunMismatch(f"--resume with settings that differ from the checkpoint's run ({listed}): restore them, "
-                          "or pass --allow-changes to continue with the new ones")
-    say(f"resuming with changed settings (--allow-changes): {listed}")
-
-
 def _resume(run: _Run, say: Callable[[str], None]) -> None:
-    _check_identity(run, say)
+    check_identity(run.run_dir, run.run_id, run.identity, allow_changes=run.allow_changes, say=say)
     ck, extra = resume_checkpoint(run.run_dir, run.model, run.opt, run_id=run.run_id, rank=run.rank,
                                   world=run.world, say=say)
     if ck is None:
