@@ -27,6 +27,7 @@ from overdrive.env import EnvReport, get_env
 from overdrive.errors import UserError
 from overdrive.optim import build_adamw
 from overdrive.recipes import Decision, Recipe, ResolvedRecipe, resolve
+from overdrive.train.step import TrainStep
 
 __all__ = ["accelerate", "Accelerated"]
 
@@ -114,11 +115,7 @@ class Accelerated(ProcessHelpers):
             raise UserError("amp-fp16 scales the loss by the GradScaler's factor (65536 at first): pass your "
                             "optimizer to accelerate(..., optimizer=opt) so acc.step() unscales before stepping")
         last = self._micro % self.grad_accum_steps == self.grad_accum_steps - 1
-        if self.applied.fsdp and self.grad_accum_steps > 1:
-            self.model.set_requires_gradient_sync(last)  # FSDP2: reduce-scatter only on the last micro-step
-        if self.grad_accum_steps > 1:
-            loss = loss / self.grad_accum_steps
-        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        self._stepper().backward(loss, last=last)
         self._micro += 1
         self._ddp_sync_next()
 
@@ -128,6 +125,11 @@ class Accelerated(ProcessHelpers):
         if self.distributed == "ddp":
             self.model.require_backward_grad_sync = self._micro % self.grad_accum_steps == self.grad_accum_steps - 1
 
+    def _stepper(self) -> TrainStep:
+        """The one training step (train/step.py), over this object's current optimizer and scaler."""
+        return TrainStep(self.model, self.optimizer or [], scaler=self.scaler, applied=self.applied,
+                         grad_clip=self.grad_clip, accum=self.grad_accum_steps, fsdp=self.applied.fsdp)
+
     def step(self) -> dict:
         """On the last micro-step: unscale (fp16), clip, optimizer step, scaler update, scheduler step,
         zero_grad. Returns tensors, not floats (a float() per step is a host sync on GPU):
@@ -135,30 +137,15 @@ class Accelerated(ProcessHelpers):
         if self.optimizer is None:
             raise UserError("accelerate(..., build_optimizer=False) has no optimizer to step: pass yours with "
                             "accelerate(..., optimizer=opt) and call acc.step()")
-        info: dict = {"stepped": False, "skipped": False, "grad_norm": None, "scale": None}
         if self._micro % self.grad_accum_steps:
-            return info
-        info["stepped"] = True
-        if self.scaler:
-            self.scaler.unscale_(self.optimizer)
-        if self.grad_clip:
-            gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-            info["grad_norm"] = gn.full_tensor() if hasattr(gn, "full_tensor") else gn
-        if self.scaler:
-            before = self.scaler._scale.clone()  # the scale as a tensor: get_scale() would sync
-            self.scaler.step(self.optimizer)  # skipped internally when grads hold inf/nan
-            self.scaler.update()
-            info["scale"] = self.scaler._scale.detach().clone()
-            info["skipped"] = info["scale"] < before  # the scale backs off exactly when a step is skipped
-            self._skipped += info["skipped"].to(self._skipped.device, torch.int64)
-        else:
-            self.optimizer.step()
-        self.applied.after_optimizer_step()
+            return {"stepped": False, "skipped": False, "grad_norm": None, "scale": None}
+        s = self._stepper().step()
+        if self.scaler is not None:
+            self._skipped += s.skipped.to(self._skipped.device, torch.int64)
         if self.scheduler is not None:
             self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
         self.steps += 1
-        return info
+        return {"stepped": True, "skipped": s.skipped, "grad_norm": s.grad_norm, "scale": s.scale}
 
     def lm_loss(self, hidden: torch.Tensor, head_weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of `hidden @ head_weight.T` against targets; fused (Liger) when resolved so."""
@@ -173,17 +160,20 @@ class Accelerated(ProcessHelpers):
 
     # -- checkpoints (torch.distributed.checkpoint: sharded under FSDP, reshardable) ----------
     def save(self, path: str) -> str:
-        """Model, optimizer, scheduler and scaler into the folder `path`, atomically (written to
-        path.tmp and renamed only when every rank is done). Loads on any number of ranks."""
-        from overdrive.accel_io import save_state
+        """Model, optimizer, scheduler, scaler, step counters and each rank's RNG state into the folder
+        `path`, atomically (written to path.tmp and renamed only when every rank is done) with a SHA-256
+        manifest. Loads on any number of ranks. `path` is replaced only if an earlier save wrote it."""
+        from overdrive.checkpoint.accel import save_state
 
         return save_state(path, self)
 
     def load(self, path: str) -> None:
-        """Restore what `save` wrote (resharded to this run's ranks; a 2-rank save loads on 1)."""
-        from overdrive.accel_io import load_state
+        """Restore what `save` wrote, verified (resharded to this run's ranks; a 2-rank save loads on 1):
+        the next step continues bit-exactly where the saved run would have."""
+        from overdrive.checkpoint.accel import load_state
 
-        load_state(path, self)
+        for note in load_state(path, self):  # what could not be restored exactly (another world size)
+            logging.getLogger("overdrive").warning("acc.load(%s): %s", path, note)
 
     # -- Hugging Face Trainer --------------------------------------------------------------
     def trainer_kwargs(self) -> dict:

@@ -9,9 +9,9 @@ import subprocess
 import pytest
 import torch
 
-from overdrive.train.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, load_model_weights,
-                                        resume_checkpoint, save_checkpoint, verify_checkpoint)
-from overdrive.train.integrity import hash_files, write_manifest
+from overdrive.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, load_model_weights,
+                                  resume_checkpoint, save_checkpoint, verify_checkpoint)
+from overdrive.checkpoint import hash_files, write_manifest
 from overdrive.train.rundir import RunDirError, RunLock, claim_run_dir
 
 

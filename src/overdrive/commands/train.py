@@ -12,8 +12,8 @@ from overdrive.errors import UserError
 def _cmd_train(args: argparse.Namespace) -> int:
     from overdrive.data import DataError
     from overdrive.io import check_writable
-    from overdrive.train import (CheckpointError, ConfigError, RankTimeout, TrainingDiverged, export_weights,
-                                 load_config, train)
+    from overdrive.train import (CheckpointError, ConfigError, RankTimeout, TrainingDiverged, TrainingInterrupted,
+                                 export_weights, load_config, train)
 
     rank0 = int(os.environ.get("RANK", "0")) == 0
     try:
@@ -24,9 +24,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
             path = export_weights(args.from_dir or cfg.train.out_dir, cfg, args.export, say=say)
             print(f"exported {path}")
             return 0
-        res = train(cfg, resume=args.resume, overwrite=args.overwrite)
+        res = train(cfg, resume=args.resume, overwrite=args.overwrite, allow_changes=args.allow_changes)
     except (ConfigError, DataError, CheckpointError, ValueError) as e:
         raise UserError(str(e)) from None
+    except OSError as e:  # a full disk or a folder that went away mid-run: what and where, not a traceback
+        where = f" ({e.filename})" if e.filename else ""
+        raise UserError(f"training stopped: {e.strerror or type(e).__name__}{where}: free space or fix the path, "
+                        "then continue with --resume (the newest checkpoint is intact)") from None
+    except TrainingInterrupted as e:
+        if rank0:
+            print(f"overdrive: {e}", file=sys.stderr)
+        return 128 + e.signum
     except TrainingDiverged as e:
         print(f"overdrive: training stopped: {e}", file=sys.stderr)
         return 3
@@ -48,13 +56,15 @@ def register(sub) -> None:
                                    "and crash-safe; --resume continues from the newest intact one. A run folder "
                                    "holds one run: reusing one needs --resume or --overwrite, else the run goes to "
                                    "a fresh folder. Exit codes: 2 bad input, 3 training diverged, 4 a rank stopped "
-                                   "answering.")
+                                   "answering, 130/143 stopped by SIGINT/SIGTERM after saving a checkpoint.")
     t.add_argument("config", help="TOML config file")
     t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override, e.g. --set train.steps=200")
     t.add_argument("--resume", action="store_true", help="continue the run in train.out_dir from its newest "
                                                          "intact checkpoint")
-    t.add_argument("--overwrite", action="store_true", help="delete the run already in train.out_dir and start "
-                                                            "afresh there")
+    t.add_argument("--overwrite", action="store_true", help="delete the run already in train.out_dir (only what "
+                                                            "it wrote) and start afresh there")
+    t.add_argument("--allow-changes", action="store_true", help="with --resume: continue even though the model, "
+                   "recipe, seed, data, batch or optimizer settings differ from the checkpoint's run (they are named)")
     t.add_argument("--export", metavar="PATH", help="write the newest checkpoint as one plain state_dict and exit")
     t.add_argument("--from", dest="from_dir", metavar="DIR", help="with --export: a run folder or checkpoint "
                                                                   "(default train.out_dir)")

@@ -61,9 +61,10 @@ def load_tuned(model, env: EnvReport) -> tuple[Recipe | None, str]:
     """(the cached winner or None, a sentence saying which and why)."""
     sig, fp = model_signature(model), machine_fingerprint(env)
     p = tuned_path(sig, fp)
+    from overdrive.io import read_json
+
     try:
-        with open(p) as f:
-            d = json.load(f)
+        d = read_json(p, what="tuned recipe")  # the shared reader: one-line errors, deep nesting caught
         rec = Recipe(**d["recipe"])
     except FileNotFoundError:
         return None, (f"no tuned recipe for this model (signature {sig}) on this machine (fingerprint {fp}): "

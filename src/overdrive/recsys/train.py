@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from overdrive.recsys.data import ClickBatch
 from overdrive.recsys.model import DLRM
+from overdrive.train.step import TrainStep
 
 __all__ = ["OPTIMIZERS", "build_optimizers", "train_step", "evaluate", "auc"]
 
@@ -46,10 +47,9 @@ def train_step(model: DLRM, opts: list[torch.optim.Optimizer], b: ClickBatch, *,
     with ctx:
         logits = model(b)
     loss = F.binary_cross_entropy_with_logits(logits.float(), b.labels)
-    loss.backward()
-    for o in opts:
-        o.step()
-        o.zero_grad(set_to_none=True)
+    stepper = TrainStep(model, opts)  # the one training step: backward, every optimizer, zero_grad
+    stepper.backward(loss)
+    stepper.step()
     return float(loss.detach())
 
 

@@ -65,7 +65,9 @@ def _load_weights(model: nn.Module, weights: str, what: str, fits=None) -> None:
         raise ExportError(f"--weights {weights} is not a file: pass a state_dict .pt (e.g. from `overdrive train "
                           "CONFIG --export model.pt`)")
     try:
-        sd = torch.load(weights, map_location="cpu", weights_only=True)
+        from overdrive.checkpoint import load_tensors
+
+        sd = load_tensors(weights)  # weights_only: no code runs from the file
     except Exception as e:  # not a torch file, or not a plain state_dict
         raise ExportError(f"--weights {weights} does not fit: it is not a plain state_dict ({type(e).__name__}); write one with "
                           f"`overdrive train CONFIG --export {weights}`") from None

@@ -5,9 +5,9 @@ from overdrive.train.checkpoint import CheckpointError, latest_checkpoint, verif
 from overdrive.train.config import ConfigError, TrainConfig, load_config
 from overdrive.train.rundir import RunDirError
 from overdrive.train.runtime import RankTimeout
-from overdrive.train.trainer import TrainHooks, TrainingDiverged, TrainResult, train
+from overdrive.train.trainer import RunMismatch, TrainHooks, TrainingDiverged, TrainingInterrupted, TrainResult, train
 from overdrive.train.weights import export_weights, load_exported
 
 __all__ = ["train", "TrainConfig", "load_config", "ConfigError", "TrainingDiverged", "TrainResult", "TrainHooks",
            "CheckpointError", "latest_checkpoint", "verify_checkpoint", "export_weights", "load_exported",
-           "RunDirError", "RankTimeout"]
+           "RunDirError", "RankTimeout", "TrainingInterrupted", "RunMismatch"]

@@ -35,6 +35,8 @@ class ModelCfg:
     norm: str | None = None
     """"layernorm" or "rmsnorm"."""
     tie_embeddings: bool | None = None
+    dropout: float | None = None
+    """Attention dropout probability (default 0); a resumed run draws the masks the uninterrupted one would."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -282,6 +284,8 @@ def _check(cfg: TrainConfig) -> None:
         raise ConfigError(f"'model.n_embd' = {width} does not divide into {heads} heads: pick a multiple of the "
                           "head count")
     _check_sizes(cfg)
+    if m.dropout is not None and not 0 <= m.dropout < 1:
+        raise ConfigError(f"'model.dropout' must be in [0, 1), got {m.dropout}")
     if m.norm is not None and m.norm not in ("layernorm", "rmsnorm"):
         raise ConfigError(f"'model.norm' = {m.norm!r}: allowed values are layernorm, rmsnorm")
     tc = cfg.teacher

@@ -28,8 +28,9 @@ from overdrive.io import check_writable
 __all__ = ["RunDirError", "RunLock", "RunDir", "claim_run_dir", "claim_for_ranks", "LOCK_FILE"]
 
 LOCK_FILE = "run.lock"
-# What a run writes into its folder; --overwrite deletes these and nothing else.
-_RUN_FILES = ("checkpoints", "metrics.jsonl", "config.json", "recipe.json", "conversions.json", "tb", "teacher")
+# The files a run writes into its folder; --overwrite deletes these (and, inside checkpoints/, tb/ and
+# teacher/, only what carries our mark) and nothing else.
+_RUN_FILES = ("metrics.jsonl", "config.json", "recipe.json", "conversions.json")
 
 
 class RunDirError(ValueError):
@@ -104,6 +105,59 @@ def _contents(folder: str) -> list[str]:
     return [n for n in os.listdir(folder) if n != LOCK_FILE] if os.path.isdir(folder) else []
 
 
+def _delete_run(folder: str) -> list[str]:
+    """Delete the run in `folder` (whose config.json names a run id): its own files, the checkpoints
+    carrying our manifest, tensorboard event files and a teacher run of ours. Returns what was kept."""
+    from overdrive.checkpoint.runs import ckpt_root, clean_partial_saves
+    from overdrive.checkpoint.manifest import is_ours
+
+    kept = []
+    for n in _RUN_FILES:
+        p = os.path.join(folder, n)
+        if os.path.isfile(p) and not os.path.islink(p):
+            os.remove(p)
+    root = ckpt_root(folder)
+    if os.path.isdir(root) and not os.path.islink(root):
+        clean_partial_saves(folder)
+        for n in os.listdir(root):
+            p = os.path.join(root, n)
+            if n.startswith("step_") and is_ours(p):
+                shutil.rmtree(p)
+            elif n == "latest" and os.path.isfile(p) and not os.path.islink(p):
+                os.remove(p)
+            else:
+                kept.append(os.path.join("checkpoints", n))
+        _rmdir_if_empty(root)
+    tb = os.path.join(folder, "tb")
+    if os.path.isdir(tb) and not os.path.islink(tb):
+        for n in os.listdir(tb):
+            p = os.path.join(tb, n)
+            if n.startswith("events.out.tfevents.") and os.path.isfile(p):
+                os.remove(p)
+            else:
+                kept.append(os.path.join("tb", n))
+        _rmdir_if_empty(tb)
+    teacher = os.path.join(folder, "teacher")
+    if os.path.isdir(teacher) and not os.path.islink(teacher):
+        if _run_id_of(teacher) is not None:
+            kept += [os.path.join("teacher", k) for k in _delete_run(teacher)]
+            lock = os.path.join(teacher, LOCK_FILE)
+            if os.path.isfile(lock):
+                os.remove(lock)
+            _rmdir_if_empty(teacher)
+        else:
+            kept.append("teacher")
+    kept += [n for n in _contents(folder) if n not in ("checkpoints", "tb", "teacher") and n not in _RUN_FILES]
+    return sorted(set(kept))
+
+
+def _rmdir_if_empty(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
 def new_run_id() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
@@ -120,10 +174,15 @@ def claim_run_dir(out_dir: str, *, resume: bool, overwrite: bool, say: Callable[
         if resume or not stuff:
             return RunDir(out_dir, old or new_run_id(), lock)
         if overwrite:
-            for n in _RUN_FILES:
-                p = os.path.join(out_dir, n)
-                shutil.rmtree(p) if os.path.isdir(p) else (os.path.exists(p) and os.remove(p))
-            say(f"--overwrite: deleted run {old or '(unnamed)'} from {out_dir}")
+            if old is None:
+                raise RunDirError(f"--overwrite: {out_dir} holds no overdrive run (no config.json with a run id) but "
+                                  f"{len(stuff)} other entries ({', '.join(sorted(stuff)[:3])}"
+                                  f"{', ...' if len(stuff) > 3 else ''}): it deletes only a run's own files; pick "
+                                  "another train.out_dir or move those files away")
+            kept = _delete_run(out_dir)
+            say(f"--overwrite: deleted run {old} from {out_dir}"
+                + (f" (kept what it did not write: {', '.join(kept[:4])}{' ...' if len(kept) > 4 else ''})"
+                   if kept else ""))
             return RunDir(out_dir, new_run_id(), lock)
     except BaseException:
         lock.release()
@@ -147,6 +206,14 @@ def claim_for_ranks(out_dir: str, rank: int, world: int, *, resume: bool, overwr
         try:
             check_writable(out_dir, flag="train.out_dir")
             folder = claim_run_dir(out_dir, resume=resume, overwrite=overwrite, say=say)
+            try:
+                from overdrive.checkpoint import check_checkpoint_root
+
+                check_checkpoint_root(folder.path)  # a `latest` we could not write: said now, on every rank
+            except Exception:
+                folder.lock.release()
+                folder = None
+                raise
             payload = [(folder.path, folder.run_id, None)]
         except Exception as e:  # RunDirError, UserError (not writable), OSError: one line on every rank
             payload = [(None, None, str(e))]

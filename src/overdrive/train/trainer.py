@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from overdrive.checkpoint import (clean_partial_saves, latest_checkpoint, load_model_weights, resume_checkpoint,
+                                  rng_state, save_checkpoint, set_rng_state, verify_checkpoint)
 from overdrive.convert import Applied, apply_recipe
 from overdrive.data import TokenData, load_tokens
 from overdrive.env import get_env
@@ -33,21 +35,30 @@ from overdrive.losses import distill_loss
 from overdrive.models import GPT
 from overdrive.optim import build_adamw
 from overdrive.recipes import Recipe, get_recipe, resolve
-from overdrive.train.checkpoint import (latest_checkpoint, load_model_weights, resume_checkpoint, save_checkpoint,
-                                        verify_checkpoint)
 from overdrive.train.config import TrainConfig
+from overdrive.train.identity import RunMismatch, check_identity, run_identity
 from overdrive.train.memory import check_fits, estimate_bytes, free_bytes
 from overdrive.train.metrics import MetricsLog
 from overdrive.train.rundir import RunDir, claim_for_ranks
 from overdrive.train.runtime import Heartbeat, RankTimeout, dist_setup, is_timeout
+from overdrive.train.signals import StopRequest
+from overdrive.train.step import TrainStep
 from overdrive.train.weights import build_model, export_weights, load_exported
 
-__all__ = ["train", "TrainingDiverged", "TrainResult", "TrainHooks", "build_model", "export_weights",
-           "load_exported"]
+__all__ = ["train", "TrainingDiverged", "TrainingInterrupted", "RunMismatch", "TrainResult", "TrainHooks",
+           "build_model", "export_weights", "load_exported", "run_identity"]
 
 
 class TrainingDiverged(RuntimeError):
     """The loss or the gradient norm became NaN/inf outside fp16 (where the scaler would skip the step)."""
+
+
+class TrainingInterrupted(RuntimeError):
+    """SIGTERM/SIGINT: the run saved a checkpoint at the step boundary and stopped."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.signum = signum
 
 
 @dataclass
@@ -73,6 +84,9 @@ class TrainHooks:
     """(rank, step, seconds): that rank stops answering for that long at the start of that step."""
     on_checkpoint_written: Callable[[str], None] | None = None
     """Called with the .tmp folder once this rank's checkpoint files are written, before the rename."""
+    on_step: Callable[[int], None] | None = None
+    """Called with the step number (as logged) after each step's work, before the stop check (tests
+    send the process a signal there)."""
 
 
 def _lr_at(step: int, cfg: TrainConfig) -> float:
@@ -89,6 +103,15 @@ def _all_mean(x: float, world: int, device: str) -> float:
     t = torch.tensor([x], dtype=torch.float64, device=device)
     dist.all_reduce(t)
     return float(t) / world
+
+
+def _mean_and_stop(x: float, stop: bool, world: int, device: str) -> tuple[float, bool]:
+    """The mean loss over ranks and whether any rank was asked to stop, in one all-reduce."""
+    if world == 1:
+        return x, stop
+    t = torch.tensor([x, 1.0 if stop else 0.0], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return float(t[0]) / world, bool(t[1] > 0)
 
 
 def _prepare(model: GPT, recipe: Recipe, cfg: TrainConfig, world: int, device: str, fsdp: bool) -> Applied:
@@ -115,6 +138,8 @@ class _Run:
     model: GPT
     opt: torch.optim.Optimizer
     scaler: torch.amp.GradScaler | None
+    stepper: TrainStep
+    identity: dict
     applied: Applied  # the recipe as applied: forward context, post-step hook, what ran
     teacher: GPT | None
     hooks: TrainHooks
@@ -124,6 +149,8 @@ class _Run:
     start: int = 0
     resumed_from: int | None = None
     last_good: str | None = None  # the newest checkpoint this run saved or resumed from
+    allow_changes: bool = False
+    stop: StopRequest | None = None
 
     def close(self) -> None:
         if self.folder is not None:
@@ -140,7 +167,8 @@ def _sayer(rank: int, quiet: bool, notes: list[str]) -> Callable[[str], None]:
     return say
 
 
-def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hooks: TrainHooks) -> _Run:
+def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hooks: TrainHooks,
+           allow_changes: bool = False) -> _Run:
     t, o = cfg.train, cfg.optimizer
     rank, world, device = dist_setup(force=t.fsdp == "on", timeout_s=t.dist_timeout_s)
     fsdp = t.fsdp == "on" or (t.fsdp == "auto" and world > 1)
@@ -171,6 +199,8 @@ def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hook
         log = MetricsLog(run_dir, rank, quiet)
         if rank == 0:
             check_writable(os.path.join(run_dir, "checkpoints"), flag="train.out_dir (its checkpoints/ folder)")
+            for p in clean_partial_saves(run_dir):  # we hold the lock: no save of ours is under way
+                say(f"deleted {p}, left by an interrupted save")
         teacher = _teacher(cfg, run_dir, vocab, device, quiet) if cfg.teacher else None
         torch.manual_seed(t.seed)
         model = build_model(cfg, vocab)
@@ -178,9 +208,12 @@ def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hook
         res = applied.resolved
         opt = build_adamw(model, applied.optimizer, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
         scaler = applied.grad_scaler()
+        stepper = TrainStep(model, opt, scaler=scaler, applied=applied, grad_clip=o.grad_clip or None,
+                            measure_norm=True, accum=t.global_batch // world // t.micro_batch, fsdp=fsdp)
         run = _Run(cfg=cfg, rank=rank, world=world, device=device, run_dir=run_dir, run_id=run_id, folder=folder,
-                   log=log, data=data, model=model, opt=opt, scaler=scaler, applied=applied, teacher=teacher,
-                   hooks=hooks, heartbeat=Heartbeat(rank, world), quiet=quiet, notes=notes)
+                   log=log, data=data, model=model, opt=opt, scaler=scaler, stepper=stepper,
+                   identity=run_identity(cfg, model), applied=applied, teacher=teacher, hooks=hooks,
+                   heartbeat=Heartbeat(rank, world), quiet=quiet, notes=notes, allow_changes=allow_changes)
         if resume:
             _resume(run, say)
         if rank == 0:
@@ -198,6 +231,7 @@ def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hook
 
 
 def _resume(run: _Run, say: Callable[[str], None]) -> None:
+    check_identity(run.run_dir, run.run_id, run.identity, allow_changes=run.allow_changes, say=say)
     ck, extra = resume_checkpoint(run.run_dir, run.model, run.opt, run_id=run.run_id, rank=run.rank,
                                   world=run.world, say=say)
     if ck is None:
@@ -207,9 +241,17 @@ def _resume(run: _Run, say: Callable[[str], None]) -> None:
         return
     run.start = run.resumed_from = int(extra["step"])
     run.last_good = ck
-    torch.set_rng_state(extra["rng_cpu"])
-    if run.scaler and extra.get("scale") is not None:
-        run.scaler.update(float(extra["scale"]))
+    if "rng" in extra:
+        for what in set_rng_state(extra["rng"]):
+            say(f"{ck}: {what} not restored (another device count): dropout masks differ from the saved run's")
+    else:  # an older checkpoint: the CPU generator only
+        torch.set_rng_state(extra["rng_cpu"])
+    if run.scaler is not None:
+        if isinstance(extra.get("scaler"), dict) and extra["scaler"]:
+            run.scaler.load_state_dict(extra["scaler"])
+        elif extra.get("scale") is not None:  # an older checkpoint: the scale only, the growth count restarts
+            run.scaler.load_state_dict({**run.scaler.state_dict(), "scale": float(extra["scale"]),
+                                        "_growth_tracker": 0})
     if run.rank == 0 and not run.quiet:
         print(f"resumed from {ck} at step {run.start}", flush=True)
 
@@ -240,11 +282,8 @@ def _step(run: _Run, step: int) -> tuple[float, float, float]:
         g["lr"] = lr
     micro = run.data.rank_micro_batches(step, t.global_batch, run.rank, run.world, t.micro_batch)
     total = torch.zeros((), device=run.device)  # summed on device: one host sync per step, not per micro-batch
-    sync = getattr(run.model, "set_requires_gradient_sync", None) if len(micro) > 1 else None
     for i, (x, y) in enumerate(micro):
         x, y = x.to(run.device), y.to(run.device)
-        if sync is not None:  # FSDP2: reduce-scatter the gradients after the last micro-batch only
-            sync(i == len(micro) - 1)
         with _autocast(run):
             logits, loss = run.model(x, y)
             if run.teacher is not None:
@@ -253,29 +292,23 @@ def _step(run: _Run, step: int) -> tuple[float, float, float]:
                 loss = distill_loss(logits, t_logits, y, alpha=cfg.teacher.alpha, temperature=cfg.teacher.temperature)
         if done == h.nan_loss_at:
             loss = loss * float("nan")
-        scaled = loss / len(micro)
-        (run.scaler.scale(scaled) if run.scaler else scaled).backward()
+        run.stepper.backward(loss, last=i == len(micro) - 1, accum=len(micro))
         total += loss.detach().float() / len(micro)
     if done == h.nan_grad_at:
         next(p for p in run.model.parameters() if p.grad is not None).grad.mul_(float("nan"))
-    step_loss = _all_mean(float(total), run.world, run.device)
-    if run.scaler:
-        run.scaler.unscale_(run.opt)
-    clip = cfg.optimizer.grad_clip or float("inf")  # inf: measure the norm, scale nothing
-    gn = torch.nn.utils.clip_grad_norm_(run.model.parameters(), clip)
-    gnorm = float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)
-    if not run.scaler and not (math.isfinite(step_loss) and math.isfinite(gnorm)):
-        what = f"loss became {step_loss} at step {done}" if not math.isfinite(step_loss) else \
-            f"the gradient norm became {gnorm} at step {done} (loss {step_loss:.4g})"
-        raise TrainingDiverged(f"{what}; stopped before the optimizer step, nothing saved. Last good "
-                               f"checkpoint: {_last_good(run)}. Lower optimizer.lr or use grad clipping.")
-    if run.scaler:  # under fp16 the scaler skips a non-finite step itself
-        run.scaler.step(run.opt)
-        run.scaler.update()
-    else:
-        run.opt.step()
-    run.applied.after_optimizer_step()
-    run.opt.zero_grad(set_to_none=True)
+    step_loss, run.stop.seen = _mean_and_stop(float(total), run.stop.requested, run.world, run.device)
+    gnorm = math.nan
+
+    def guard(gn: torch.Tensor | None) -> None:  # before the optimizer step: nothing has changed yet
+        nonlocal gnorm
+        gnorm = float(gn)
+        if not run.scaler and not (math.isfinite(step_loss) and math.isfinite(gnorm)):
+            what = f"loss became {step_loss} at step {done}" if not math.isfinite(step_loss) else \
+                f"the gradient norm became {gnorm} at step {done} (loss {step_loss:.4g})"
+            raise TrainingDiverged(f"{what}; stopped before the optimizer step, nothing saved. Last good "
+                                   f"checkpoint: {_last_good(run)}. Lower optimizer.lr or use grad clipping.")
+
+    run.stepper.step(guard=guard)  # under fp16 the scaler skips a non-finite step itself
     return step_loss, gnorm, lr
 
 
@@ -307,11 +340,11 @@ def _save(run: _Run, done: int) -> None:
     if not _params_finite(run):  # never write a poisoned checkpoint that a resume would trust
         raise TrainingDiverged(f"the parameters hold NaN/inf after step {done}; not saved. Last good checkpoint: "
                                f"{_last_good(run)}. Lower optimizer.lr or use grad clipping.")
-    extra = {"step": done, "rng_cpu": torch.get_rng_state(),
-             "scale": run.scaler.get_scale() if run.scaler else None, "world": run.world}
+    extra = {"step": done, "rng": rng_state(), "scaler": run.scaler.state_dict() if run.scaler else None,
+             "world": run.world}
     run.last_good = save_checkpoint(run.run_dir, done, run.model, run.opt, extra, rank=run.rank, world=run.world,
                                     keep_last=run.cfg.train.keep_last, run_id=run.run_id,
-                                    on_written=run.hooks.on_checkpoint_written)
+                                    on_written=run.hooks.on_checkpoint_written, identity=run.identity)
 
 
 def _loop(run: _Run) -> TrainResult:
@@ -330,10 +363,21 @@ def _loop(run: _Run) -> TrainResult:
             if t.eval_every and (done % t.eval_every == 0 or done == t.steps):
                 val_losses[done] = _evaluate(run)
                 run.log({"step": done, "val_loss": val_losses[done]})
-            if (t.checkpoint_every and done % t.checkpoint_every == 0) or done == t.steps:
+            saved = (t.checkpoint_every and done % t.checkpoint_every == 0) or done == t.steps
+            if saved:
                 _save(run, done)
+            if run.hooks.on_step:
+                run.hooks.on_step(done)
+            # one rank: the flag as it is now; several: as every rank saw it in this step's all-reduce
+            stop = run.stop.requested if run.world == 1 else run.stop.seen
+            if stop and done < t.steps:
+                if not saved:
+                    _save(run, done)
+                raise TrainingInterrupted(f"stopped by {run.stop.name} after step {done}: saved {run.last_good}; "
+                                          "continue with --resume", run.stop.signum)
         except RuntimeError as e:
-            if run.world > 1 and not isinstance(e, (TrainingDiverged, RankTimeout)) and is_timeout(e):
+            if run.world > 1 and not isinstance(e, (TrainingDiverged, TrainingInterrupted, RankTimeout)) \
+                    and is_timeout(e):
                 raise RankTimeout(run.heartbeat.blame(done, t.dist_timeout_s)) from None
             raise
     return TrainResult(losses=losses, val_losses=val_losses, final_val_loss=val_losses.get(t.steps),
@@ -341,12 +385,18 @@ def _loop(run: _Run) -> TrainResult:
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, quiet: bool = False,
-          hooks: TrainHooks | None = None) -> TrainResult:
+          hooks: TrainHooks | None = None, allow_changes: bool = False) -> TrainResult:
     """Train per `cfg` in `cfg.train.out_dir` (or a fresh folder next to it when that one holds another run
-    and neither `resume` nor `overwrite` is given: the result's run_dir and notes say which)."""
-    run = _setup(cfg, resume=resume, overwrite=overwrite, quiet=quiet, hooks=hooks or TrainHooks())
+    and neither `resume` nor `overwrite` is given: the result's run_dir and notes say which).
+
+    resume: continue from the newest intact checkpoint; settings that differ from the checkpoint's run
+    (model shape, recipe, seed, data, batch, optimizer) raise RunMismatch unless `allow_changes`.
+    SIGTERM/SIGINT save a checkpoint at the next step boundary and raise TrainingInterrupted."""
+    run = _setup(cfg, resume=resume, overwrite=overwrite, quiet=quiet, hooks=hooks or TrainHooks(),
+                 allow_changes=allow_changes)
     try:
-        return _loop(run)
+        with StopRequest() as run.stop:
+            return _loop(run)
     finally:
         run.close()
 

@@ -3,16 +3,15 @@ and its weights_only loader (no code runs from the file)."""
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Callable
 
 import torch
 
 from overdrive.data import VOCAB_SIZE, load_tokens
-from overdrive.io import write_atomic
 from overdrive.models import GPT, gpt_config
-from overdrive.train.checkpoint import CheckpointError, latest_checkpoint, load_model_weights, verify_checkpoint
+from overdrive.checkpoint import (CheckpointError, latest_checkpoint, load_model_weights, load_tensors, save_tensors,
+                                  verify_checkpoint)
 from overdrive.train.config import TrainConfig
 
 __all__ = ["build_model", "export_weights", "load_exported", "vocab_of"]
@@ -20,7 +19,7 @@ __all__ = ["build_model", "export_weights", "load_exported", "vocab_of"]
 
 def build_model(cfg: TrainConfig, vocab: int, size: str | None = None) -> GPT:
     m = cfg.model
-    over = {k: getattr(m, k) for k in ("n_layer", "n_head", "n_embd", "norm", "tie_embeddings")
+    over = {k: getattr(m, k) for k in ("n_layer", "n_head", "n_embd", "norm", "tie_embeddings", "dropout")
             if getattr(m, k) is not None and size is None}
     return GPT(gpt_config(size or m.size, vocab_size=vocab, block_size=cfg.train.seq_len, **over))
 
@@ -62,9 +61,7 @@ def export_weights(run_dir_or_ckpt: str, cfg: TrainConfig, out_path: str,
     ck = _export_source(run_dir_or_ckpt, say)
     model = build_model(cfg, vocab_of(cfg))
     load_model_weights(ck, model)
-    buf = io.BytesIO()
-    torch.save(model.state_dict(), buf)
-    write_atomic(out_path, buf.getvalue())
+    save_tensors(out_path, model.state_dict())
     load_exported(out_path, build_model(cfg, vocab_of(cfg)))
     return out_path
 
@@ -74,7 +71,7 @@ def load_exported(path: str, model: torch.nn.Module) -> torch.nn.Module:
     if not os.path.isfile(path):
         raise CheckpointError(f"{path} not found: export one with `overdrive train CONFIG --export PATH`")
     try:
-        sd = torch.load(path, map_location="cpu", weights_only=True)
+        sd = load_tensors(path)
         model.load_state_dict(sd)
     except Exception as e:
         raise CheckpointError(f"cannot load {path} into {type(model).__name__}: {str(e).splitlines()[0][:200]}") \

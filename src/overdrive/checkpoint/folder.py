@@ -1,0 +1,183 @@
+"""One checkpoint folder, written atomically and read back verified: the only place that calls
+DCP's save and load.
+
+A save writes into DIR.tmp (marked partial first), every rank its shards and its own extra file
+(`extra_rankN.pt`: the step, RNG, scaler, ...). Once every rank has finished, the ranks hash the files
+in parallel, rank 0 writes the manifest (last, atomically) and renames the folder into place. A crash
+(even SIGKILL) mid-save leaves a marked .tmp folder that is ignored and cleaned later, and the previous
+checkpoint stays loadable. A write that fails (a full disk) removes its .tmp and is one line.
+
+A load verifies the manifest (sizes + SHA-256: a bit flip is caught), reads `.metadata` through the
+allow-list reader (a tampered one never runs code) and the extra file weights_only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+
+from overdrive.checkpoint.manifest import PARTIAL, is_ours, mark_partial, verify_manifest, write_manifest, hash_files
+from overdrive.checkpoint.safe import SafeReader, UnsafeCheckpoint, load_tensors
+
+__all__ = ["CheckpointError", "save_folder", "load_folder", "verify_folder", "remove_ours", "gather", "barrier"]
+
+REQUIRED = (".metadata", "extra_rank0.pt", "manifest.json")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used or written; the message says which and what to do."""
+
+
+def barrier(world: int) -> None:
+    if world > 1:
+        dist.barrier()
+
+
+def gather(obj, world: int) -> list:
+    if world == 1:
+        return [obj]
+    out = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+class _quiet:  # DCP warns "torch.distributed is disabled ... single process": it is, on purpose
+    def __enter__(self):
+        self._w = warnings.catch_warnings()
+        self._w.__enter__()
+        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+
+    def __exit__(self, *exc):
+        self._w.__exit__(*exc)
+
+
+def _why(e: BaseException) -> str:
+    # DCP's CheckpointException derives from BaseException and carries each rank's failure.
+    if isinstance(e, CheckpointException) and getattr(e, "failures", None):
+        e = next(iter(e.failures.values()))
+        e = getattr(e, "exception", e)
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.strerror}" + (f" ({e.filename})" if e.filename else "")
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {(text[0] if text else '')[:200]}"
+
+
+def remove_ours(path: str) -> bool:
+    """Delete `path` if it is a folder we wrote (manifest or partial marker); False if absent."""
+    if not os.path.lexists(path):
+        return False
+    if not is_ours(path):
+        kind = "a file" if os.path.isfile(path) else "a link" if os.path.islink(path) else "a folder"
+        raise CheckpointError(f"{path} is {kind} overdrive did not write (no manifest.json or {PARTIAL}): refusing "
+                              "to replace it; move it away or pick another path")
+    shutil.rmtree(path)
+    return True
+
+
+def _empty_dir(path: str) -> bool:
+    return os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path)
+
+
+def _one_error(err: str | None, world: int) -> str | None:
+    errs = [e for e in gather(err, world) if e]
+    return errs[0] if errs else None
+
+
+def save_folder(final: str, states: dict, extra: dict, *, rank: int, world: int, info: dict,
+                on_written: Callable[[str], None] | None = None, also_ours: Callable[[str], bool] | None = None) -> str:
+    """Write `states` (DCP: sharded per rank) and this rank's `extra` into `final`, atomically.
+    `final` may already exist only if it is ours (it is then replaced; `also_ours(final)` may vouch for
+    a folder an earlier version wrote without a manifest); `info` goes into the manifest.
+    `on_written(tmp)` runs once this rank's files are written, before the rename (tests kill a save there)."""
+    tmp, old = final + ".tmp", final + ".old"
+    err = None
+    if rank == 0:
+        try:
+            remove_ours(tmp)  # a stale partial save of ours (an earlier crash)
+            remove_ours(old)
+            if _empty_dir(final):
+                os.rmdir(final)  # an empty folder holds nothing to lose
+            elif os.path.lexists(final) and not is_ours(final) and not (also_ours and also_ours(final)):
+                remove_ours(final)  # raises: not ours, never replaced
+            os.makedirs(os.path.dirname(final) or ".", exist_ok=True)
+            mark_partial(tmp)
+        except CheckpointError as e:
+            err = str(e)
+        except OSError as e:
+            err = f"cannot write checkpoint {final}: {_why(e)}: free space or pick another folder"
+    err = _one_error(err, world)
+    if err:
+        raise CheckpointError(err)
+    try:
+        with _quiet():
+            dcp.save(states, checkpoint_id=tmp, no_dist=world == 1)
+        torch.save(extra, os.path.join(tmp, f"extra_rank{rank}.pt"))
+        err = None
+    except (OSError, CheckpointException) as e:
+        err = (f"cannot write checkpoint {final}: {_why(e)}: free space (or pick another folder) and resume; "
+               "the previous checkpoint is intact")
+    if on_written and err is None:
+        on_written(tmp)
+    err = _one_error(err, world)
+    if err:
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)  # never leave a half-written folder filling the disk
+        barrier(world)
+        raise CheckpointError(err)
+    parts = gather(hash_files(tmp, rank=rank, world=world), world)
+    err = None
+    if rank == 0:
+        try:
+            write_manifest(tmp, {k: v for p in parts for k, v in p.items()}, world=world, **info)
+            os.remove(os.path.join(tmp, PARTIAL))
+            if os.path.lexists(final):
+                os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        except OSError as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            err = f"cannot write checkpoint {final}: {_why(e)}: free space (or pick another folder) and resume"
+    err = _one_error(err, world)
+    if err:
+        raise CheckpointError(err)
+    return final
+
+
+def verify_folder(path: str, *, rank: int = 0, world: int = 1) -> str | None:
+    """None if the folder is a complete, intact checkpoint, else the first problem (collective when world > 1)."""
+    if not os.path.isdir(path):
+        err = "not a folder" if os.path.lexists(path) else "missing"
+    elif not all(os.path.isfile(os.path.join(path, f)) for f in REQUIRED):
+        err = "incomplete (.metadata, extra_rank0.pt or manifest.json missing)"
+    else:
+        err = verify_manifest(path, rank=rank, world=world)
+    return _one_error(err, world)
+
+
+def load_folder(path: str, states: dict, *, rank: int, world: int) -> dict:
+    """Verify, then fill `states` in place (resharded to this world size); returns this rank's extra
+    (rank 0's when the folder was saved on fewer ranks). Any failure is a one-line CheckpointError."""
+    bad = verify_folder(path, rank=rank, world=world)
+    if bad:
+        raise CheckpointError(f"{path} is damaged: {bad}")
+    try:
+        SafeReader(path).read_metadata()  # the trust check first, in our words, before DCP sees the folder
+        with _quiet():
+            dcp.load(states, storage_reader=SafeReader(path), no_dist=world == 1)
+        mine = os.path.join(path, f"extra_rank{rank}.pt")
+        extra = load_tensors(mine if os.path.exists(mine) else os.path.join(path, "extra_rank0.pt"))
+    except UnsafeCheckpoint as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    except (Exception, CheckpointException) as e:
+        raise CheckpointError(f"cannot load {path}: {_why(e)} (was it written for another model, or with an "
+                              "optimizer when this run has none?)") from None
+    if not isinstance(extra, dict):
+        raise CheckpointError(f"cannot load {path}: extra_rank{rank}.pt holds a {type(extra).__name__}, not a dict")
+    return extra
