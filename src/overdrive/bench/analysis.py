@@ -1,18 +1,17 @@
-"""From raw runs to the numbers people read: speedups with intervals, MFU, memory, quality parity,
-safety, and a recommendation that needs evidence (the whole interval above 1.0)."""
+"""From raw runs to the numbers people read: speedups with intervals (paired per-round ratios,
+bootstrap over rounds), MFU, memory, quality parity, safety, the A/A noise floor, and a
+recommendation that needs evidence (the whole interval above the floor, on a host quiet enough)."""
 
 from __future__ import annotations
 
-import zlib
-
 from overdrive.bench.apply import apply_hint
 from overdrive.bench.flops import achieved_tflops, flops_per_token, mfu
-from overdrive.bench.runner import ConfigRun, Schedule
-from overdrive.bench.stats import speedup_ci, summarize
+from overdrive.bench.runner import ConfigRun, Schedule, ci_seed
 from overdrive.bench.suites import Suite
 from overdrive.bench.workloads import workload_for_task
-from overdrive.bench.workloads.gpt import LOSS_TOLERANCE, loss_tolerance
 from overdrive.env import EnvReport
+from overdrive.measure.quality import LOSS_TOLERANCE, loss_tolerance
+from overdrive.measure.stats import compare, host_too_busy, noise_floor, paired_ci, round_medians, summarize
 from overdrive.models import gpt_config
 
 __all__ = ["analyze", "LOSS_TOLERANCE", "loss_tolerance", "recommend", "apply_hint"]
@@ -40,8 +39,20 @@ def _safe(run: ConfigRun, rows: dict[str, dict]) -> tuple[bool | None, str | Non
     return True, None
 
 
+def _role_rounds(run: ConfigRun, role: str) -> list[float]:
+    """Per-round medians of one role's step times (the rounds' lengths come from rounds_ms)."""
+    out, i = [], 0
+    for r in run.rounds_ms:
+        out.append(run.ms[role][i:i + len(r)])
+        i += len(r)
+    return round_medians(out)
+
+
 def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport, sched: Schedule | None = None) -> dict:
     base = next((r for r in runs if r.cand.baseline), None)
+    twin = sched.twin if sched is not None else None
+    base_rounds = round_medians(base.rounds_ms) if base else []
+    floor = noise_floor(base_rounds, round_medians(twin.rounds_ms)) if (twin is not None and base) else None
     spec = env.gpus[0].spec if env.gpus else None
     gpt = suite.task == "gpt"
     workload = workload_for_task(suite.task)
@@ -89,7 +100,7 @@ def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport, sched: Schedule
                             m["mfu_fp8_peak"] = mfu(rate, fpt, spec.fp8_tflops)
             bms = base.ms[role] if base else []
             if not emulated and bms and ms and not run.cand.baseline:
-                ci = speedup_ci(bms, ms, seed=zlib.crc32(run.cand.name.encode()))
+                ci = paired_ci(_role_rounds(base, role), _role_rounds(run, role), seed=ci_seed(run.cand.name))
                 if ci:
                     m["speedup"], m["speedup_ci"] = ci[0], [ci[1], ci[2]]
             elif run.cand.baseline and ms:
@@ -97,10 +108,13 @@ def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport, sched: Schedule
             m.update(quality[role])
             c["models"][role] = m
         if not run.cand.baseline and base and base.step_ms() and run.step_ms() and not emulated:
-            ci = speedup_ci(base.step_ms(), run.step_ms(), seed=7)
-            c["speedup"], c["speedup_ci"] = (ci[0], [ci[1], ci[2]]) if ci else (None, None)
+            cmp = compare(base_rounds, round_medians(run.rounds_ms), floor, seed=ci_seed(run.cand.name))
+            c["speedup"], c["speedup_ci"] = (cmp.speedup, list(cmp.ci)) if cmp.ci else (None, None)
+            c["verdict"], c["verdict_why"], c["rounds"] = cmp.verdict, cmp.why, cmp.rounds
         else:
             c["speedup"], c["speedup_ci"] = (1.0, [1.0, 1.0]) if run.cand.baseline else (None, None)
+            c["verdict"] = "baseline" if run.cand.baseline else None
+            c["rounds"] = len(run.rounds_ms)
         bm = (base.memory or {}).get("peak_mb") if base else None
         pm = (run.memory or {}).get("peak_mb")
         c["peak_mb"] = pm
@@ -115,8 +129,27 @@ def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport, sched: Schedule
     sched = sched or Schedule(rounds_planned=suite.rounds, rounds_run=suite.rounds)
     schedule = {"rounds_planned": sched.rounds_planned, "rounds_run": sched.rounds_run,
                 "cut_by_budget": sched.cut_by_budget, "budget_s": sched.budget_s,
-                "parity_steps": suite.parity_steps}
+                "parity_steps": suite.parity_steps,
+                "threads": sched.threads.to_dict() if sched.threads else None, "load_1min": list(sched.load),
+                "noise": noise_record(floor, twin, sched)}
     return {"configs": configs, "recommendation": recommend(configs, schedule, suite.task), "schedule": schedule}
+
+
+def noise_record(floor, twin: ConfigRun | None, sched: Schedule) -> dict:
+    """The A/A control as the results record it: the twin's interval, and whether the host was too
+    busy to judge (with the figures that say so)."""
+    cores = sched.threads.cores if sched.threads else None
+    load = max((x for x in sched.load if x is not None), default=None)
+    if floor is None:
+        why = ("no A/A control (no baseline twin)" if twin is None else
+               f"the A/A twin {twin.status}: {twin.reason}" if twin.status not in ("ok", "pending") else
+               "too few rounds for an A/A interval")
+        return {"aa": None, "too_busy": False, "load_1min": load, "cores": cores, "note": why}
+    busy = host_too_busy(floor)
+    return {"aa": floor.to_dict(), "too_busy": busy, "load_1min": load, "cores": cores,
+            "note": (f"A/A (baseline vs its twin, {floor.rounds} rounds): {floor.ratio:.3f}x [{floor.lo:.2f}–"
+                     f"{floor.hi:.2f}], noise floor ±{floor.spread_pct:.1f}%"
+                     + (f"; load {load:.1f} on {cores} cores" if load is not None and cores else ""))}
 
 
 def _loss_words(c: dict) -> str:
@@ -134,9 +167,9 @@ def _why_no_evidence(best: dict | None, schedule: dict, configs: list[dict]) -> 
     why = []
     if schedule.get("cut_by_budget"):
         why.append(f"the time budget cut the timed rounds to {schedule['rounds_run']} of {schedule['rounds_planned']}")
-    n = (base or {}).get("step_ms", {}).get("n") or 0
-    if n and n < 12:
-        why.append(f"only {n} timed steps per configuration")
+    n = (base or {}).get("rounds") or 0
+    if n and n < 6:
+        why.append(f"only {n} timed rounds per configuration")
     s = (base or {}).get("step_ms") or {}
     if s.get("median") and s.get("p90") and s.get("p10") and (s["p90"] - s["p10"]) / s["median"] > 0.2:
         why.append(f"a noisy host (baseline steps vary {100 * (s['p90'] - s['p10']) / s['median']:.0f}% p10–p90)")
@@ -155,7 +188,17 @@ def recommend(configs: list[dict], schedule: dict, task: str = "gpt") -> dict:
     unjudged = [c["label"] for c in configs if c["safe"] is None and c["status"] == "ok" and not c["baseline"]]
     if unjudged:
         tail += f" (quality not assessed: {', '.join(unjudged)})"
-    faster = [c for c in measured if c["speedup_ci"][0] > 1.0]
+    noise = schedule.get("noise") or {}
+    if noise.get("too_busy"):
+        aa = noise["aa"]
+        load = f", load average {noise['load_1min']:.1f} on {noise['cores']} cores" if noise.get("load_1min") else ""
+        text = (f"the host was too busy to judge: the baseline against its own twin (A/A) measured {aa['ratio']:.2f}x "
+                f"[{aa['ci'][0]:.2f}–{aa['ci'][1]:.2f}] over {aa['rounds']} rounds (noise ±{aa['spread_pct']:.0f}%)"
+                f"{load}. No recommendation: re-run on a quieter machine (or with more rounds, --steps){tail}")
+        return {"name": None, "label": None, "text": text, "speedup": None, "speedup_ci": None, "apply": None,
+                "evidence": False, "too_busy": True}
+    # "faster" needs the whole paired interval above the A/A floor (above 1.0 without a twin).
+    faster = [c for c in measured if c.get("verdict", "faster" if c["speedup_ci"][0] > 1.0 else "same") == "faster"]
     if faster:
         best = max(faster, key=lambda c: c["speedup"])
         lo, hi = best["speedup_ci"]
@@ -173,7 +216,9 @@ def recommend(configs: list[dict], schedule: dict, task: str = "gpt") -> dict:
     else:
         lead = (f"; the best, {best['label']}, measured {best['speedup']:.2f}x [{best['speedup_ci'][0]:.2f}–"
                 f"{best['speedup_ci'][1]:.2f}]" if best else "")
-        text = (f"no recipe was measurably faster than the baseline here{lead} (the interval must lie above 1.0): "
+        floor = (noise.get("aa") or {}).get("spread_pct")
+        need = f"above the A/A noise floor ±{floor:.1f}%" if floor is not None else "above 1.0"
+        text = (f"no recipe was measurably faster than the baseline here{lead} (the interval must lie {need}): "
                 f"{_why_no_evidence(best, schedule, configs)}. Keep plain PyTorch, or re-run with more rounds "
                 f"(--steps) on a quiet machine{tail}")
     return {"name": None, "label": None, "text": text, "speedup": None, "speedup_ci": None, "apply": None,

@@ -12,8 +12,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from overdrive.bench.stats import summarize
-from overdrive.bench.timing import interleaved_rounds, time_fn
+from overdrive.measure.stats import summarize
+from overdrive.measure.rounds import interleaved_rounds, time_fn
 from overdrive.env import EnvReport
 
 __all__ = ["run_micro", "MICRO_SIZES"]

@@ -2,10 +2,13 @@
 interleaved rounds (the one scheduler, `timing.interleaved_rounds`) so machine drift hits all alike.
 
 Two things are kept apart, so the host's load can change the timing but never the verdict on quality:
-- timing: warm-up (untimed), then timed rounds that a wall-clock budget may cut (never below
-  `min_rounds`); a configuration stops early only when its whole speedup interval over those timed
-  rounds says it is more than `slow_factor` times slower than the baseline (never an emulated format:
-  it runs for its quality alone);
+- timing: every worker set up and warmed up first (no timed step while any worker compiles or warms
+  up), then timed rounds that a wall-clock budget may cut (never below `min_rounds`). A twin of the
+  baseline runs in the same rounds: the A/A control that measures this host's noise now. A
+  configuration stops early only when its paired per-round interval over at least 3 rounds says it is
+  more than `slow_factor` times slower than the baseline (never an emulated format: it runs for its
+  quality alone). Threads per worker come from the cores, the workers stepping at once and the load
+  (`overdrive.measure.threads`), and are recorded;
 - quality: every configuration still running trains exactly `parity_steps` steps (untimed top-up
   after the rounds if needed), and is judged on those.
 Candidates that resolve to the same effective recipe here are measured once, under both names.
@@ -13,6 +16,7 @@ Candidates that resolve to the same effective recipe here are measured once, und
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import time
@@ -21,9 +25,12 @@ from dataclasses import dataclass, field
 
 from overdrive.bench.labels import effective_key, ran_label
 from overdrive.bench.suites import Candidate, Suite
-from overdrive.bench.timing import interleaved_rounds, speedup_ci
 from overdrive.bench.worker import LocalConn, worker_main
 from overdrive.env import EnvReport
+from overdrive.measure.procs import bound_to_parent, stop_process
+from overdrive.measure.rounds import interleaved_rounds
+from overdrive.measure.stats import evidence_of_slowdown, noise_floor, round_medians
+from overdrive.measure.threads import ThreadPlan, host_load, plan_threads
 from overdrive.recipes import ResolvedRecipe, resolve
 
 __all__ = ["ConfigRun", "Schedule", "run_e2e"]
@@ -53,6 +60,10 @@ class ConfigRun:
     """Per step: the optimizer step was skipped (GradScaler found inf/nan)."""
     rounds_ms: list[list[float]] = field(default_factory=list)
     """Per round: the combined step times (all roles), for paired comparisons."""
+    round_t: list[float] = field(default_factory=list)
+    """When each of this run's timed rounds started (s since the first), for the record."""
+    twin: bool = False
+    """The baseline's A/A twin: timed in the rounds, never a result of its own."""
     memory: dict | None = None
     parity_skipped: str | None = None
     """Why this run's quality was not assessed though it ran (far slower than the baseline here)."""
@@ -88,6 +99,10 @@ class Schedule:
     budget_s: float = 0.0
     parity_steps: int = 0
     cut_by_budget: bool = False
+    threads: ThreadPlan | None = None
+    load: list[float | None] = field(default_factory=list)
+    """The host's 1-minute load average at the start and at the end of the timed rounds."""
+    twin: ConfigRun | None = None
 
 
 def _record(run: ConfigRun, steps: list[dict], *, kind: str) -> None:
@@ -165,10 +180,7 @@ def _slowdown(run: ConfigRun, baseline: ConfigRun | None) -> float | None:
 
 
 def _kill(run: ConfigRun) -> None:
-    if run.proc is not None and run.proc.is_alive():
-        run.proc.join(timeout=2)
-        if run.proc.is_alive():
-            run.proc.kill()
+    stop_process(run.proc, grace_s=2)
     run.conn = None
 
 
@@ -215,7 +227,8 @@ def _start(run: ConfigRun, spec: dict, ctx, isolate: bool, compile_threads: int)
         run.conn = LocalConn()
     else:
         parent, child = ctx.Pipe()
-        run.proc = ctx.Process(target=worker_main, args=(child, compile_threads), daemon=True)
+        run.proc = ctx.Process(target=bound_to_parent, args=(worker_main, os.getpid(), child, compile_threads),
+                               daemon=True)
         run.proc.start()
         child.close()  # only the worker holds its end: if it dies, recv() sees EOF at once
         run.conn = parent
@@ -229,19 +242,44 @@ def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int 
     step. `inject` (tests only): candidate name -> faults/settings its worker applies
     (fail_at_step, lr_scale, alloc_mb, slow, noise_ms). `isolate=False` runs the workers in this
     process, one after the other (tests; no per-process memory)."""
-    inject = inject or {}
+    runs: list[ConfigRun] = []
+    try:
+        return _run_e2e(runs, suite, env, data=data, seed=seed, threads=threads, progress=progress,
+                        step_timeout=step_timeout, inject=inject or {}, isolate=isolate)
+    finally:  # SIGTERM (SystemExit), Ctrl-C or a crash here: no worker outlives the bench
+        for run in runs:
+            if run.proc is not None:
+                stop_process(run.proc, grace_s=0.2)
+
+
+def _twin_of(baseline: ConfigRun | None) -> ConfigRun | None:
+    if baseline is None or baseline.status != "pending":
+        return None
+    cand = dataclasses.replace(baseline.cand, name=f"{baseline.cand.name} (A/A twin)", baseline=False)
+    return ConfigRun(cand=cand, roles=baseline.roles, resolved=baseline.resolved, label=cand.name, twin=True)
+
+
+def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed, threads, progress, step_timeout,
+             inject, isolate) -> tuple[list[ConfigRun], Schedule]:
     ctx = mp.get_context("spawn")  # a fresh interpreter per configuration: no shared allocator or caches
-    runs = _plan(suite, env, inject)
+    runs.extend(_plan(suite, env, inject))
     sched = Schedule(rounds_planned=suite.rounds, budget_s=suite.budget_s, parity_steps=suite.parity_steps)
+    baseline = next((r for r in runs if r.cand.baseline), None)
+    twin = _twin_of(baseline)
+    sched.twin = twin
+    # Timed rounds step one worker at a time; the load counts the other tenants (and our parent).
+    plan = plan_threads(active=1, user=threads, own_running=1)
+    sched.threads = plan
     base = dict(task=suite.task, teacher=suite.teacher, student=suite.student, batch=suite.batch, seq=suite.seq,
-                data_tokens=suite.data_tokens, data=data, seed=seed, lr=suite.lr, threads=threads,
+                data_tokens=suite.data_tokens, data=data, seed=seed, lr=suite.lr, threads=plan.threads,
                 env_facts=env.facts, options=dict(suite.options), parity_steps=suite.parity_steps)
-    n_workers = max(1, sum(r.status == "pending" for r in runs))
-    compile_threads = max(1, (os.cpu_count() or 1) // n_workers)
-    for run in runs:
+    for run in runs + ([twin] if twin else []):
         if run.status == "pending":
+            name = baseline.cand.name if run.twin else run.cand.name
             _start(run, dict(base, resolved=run.resolved, cand_options=dict(run.cand.options),
-                             inject=dict(inject.get(run.cand.name) or {})), ctx, isolate, compile_threads)
+                             inject=dict(inject.get(name) or {})), ctx, isolate, plan.compile_threads)
+    if twin:
+        runs.append(twin)  # in the schedule like any other; taken out again before the results
     total = len(runs) * 3 + suite.rounds
     task = progress.add_task("bench", total=total) if progress else None
 
@@ -281,16 +319,19 @@ def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int 
                     _record(run, reply["steps"], kind="warmup")
         tick(f"warm up {run.cand.name}")
 
-    baseline = next((r for r in runs if r.cand.baseline), None)
+    t_rounds = time.perf_counter()
+    sched.load.append(host_load())
 
     def run_one(run: ConfigRun, k: int) -> bool:
         if not run.live:
             return False
+        t = time.perf_counter() - t_rounds
         reply = _call(run, ("run", suite.steps_per_round), step_timeout)
         if not reply:
             return False
         _record(run, reply["steps"], kind="timed")
-        if _too_slow(run, baseline, suite):
+        run.round_t.append(t)
+        if _too_slow(run, baseline, twin, suite):
             _finish(run)
             return False
         return True
@@ -299,6 +340,12 @@ def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int 
         [r for r in runs if r.live], run_one, rounds=suite.rounds, budget_s=suite.budget_s,
         min_rounds=suite.min_rounds, on_round=lambda done, n: tick(f"round {done}/{n}"), charge_dropped=False)
     sched.cut_by_budget = sched.rounds_run < suite.rounds and any(r.live for r in runs)
+    sched.load.append(host_load())
+    if twin is not None:  # the A/A control has done its work: no parity top-up, not a result
+        runs.remove(twin)
+        if twin.live:
+            _finish(twin)
+            twin.status = "ok" if twin.status == "pending" else twin.status
 
     # Quality: every configuration still running completes the same number of steps, all at once
     # (untimed, so they may share the cores). One far slower than the baseline over the timed rounds
@@ -329,19 +376,24 @@ def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int 
     return runs, sched
 
 
-def _too_slow(run: ConfigRun, baseline: ConfigRun | None, suite: Suite) -> bool:
-    """Stop when the whole interval over the timed rounds says slower than 1/slow_factor. Needs at
-    least 4 timed samples on each side: an interval from 1-3 samples is no evidence."""
-    if run is baseline or baseline is None or _emulated(run):
+def ci_seed(name: str) -> int:
+    """The bootstrap seed of a configuration: the same in the early stop and in the analysis, so a
+    stopped configuration's reported interval is the one it was stopped on."""
+    return zlib.crc32(name.encode())
+
+
+def _too_slow(run: ConfigRun, baseline: ConfigRun | None, twin: ConfigRun | None, suite: Suite) -> bool:
+    """Stop when the paired per-round interval over at least 3 rounds lies wholly below
+    1/slow_factor (and beyond the A/A floor so far): never from the steps of one moment."""
+    if run is baseline or run.twin or baseline is None or _emulated(run):
         return False
-    b, c = baseline.step_ms(), run.step_ms()
-    if min(len(b), len(c)) < 4:
-        return False
-    ci = speedup_ci(b, c, seed=zlib.crc32(run.cand.name.encode()))
-    if ci is None or ci[2] >= 1 / suite.slow_factor:
+    b, c = round_medians(baseline.rounds_ms), round_medians(run.rounds_ms)
+    floor = noise_floor(b, round_medians(twin.rounds_ms)) if twin is not None else None
+    ci = evidence_of_slowdown(b, c, suite.slow_factor, seed=ci_seed(run.cand.name), floor=floor)
+    if ci is None:
         return False
     run.status = "stopped"
-    run.reason = (f"{1 / ci[0]:.1f}x slower than the baseline over {len(c)} timed steps (speedup {ci[0]:.2f}x, "
+    run.reason = (f"{1 / ci[0]:.1f}x slower than the baseline over {len(c)} paired rounds (speedup {ci[0]:.2f}x, "
                   f"interval [{ci[1]:.2f}–{ci[2]:.2f}] entirely below 1/{suite.slow_factor:g}): not measured "
                   "further; quality not assessed")
     return True

@@ -72,7 +72,9 @@ class Suite:
     parity_steps: int
     """Training steps every configuration completes before its quality is judged (loss curve, or
     held-out AUC), whatever the time budget: the safety verdict must not depend on the host's load."""
-    min_rounds: int = 2
+    min_rounds: int = 3
+    """A budget never cuts the timed rounds below this: a verdict and an early stop need rounds at
+    3 different moments (`overdrive.measure.MIN_EVIDENCE_ROUNDS`)."""
     slow_factor: float = 3.0
     """Stop measuring a configuration once its whole speedup interval (timed rounds, never warm-up)
     says it is more than this many times slower than the baseline."""
@@ -97,7 +99,7 @@ def _cands(*names: str) -> tuple[Candidate, ...]:
 
 SUITES: dict[str, Suite] = {
     "cpu-quick": Suite(name="cpu-quick", teacher="cpu-teacher", student="cpu-student", batch=8, seq=64, warmup=2,
-                       rounds=4, steps_per_round=3, budget_s=25, parity_steps=24, micro="cpu-quick",
+                       rounds=8, steps_per_round=2, budget_s=30, parity_steps=24, micro="cpu-quick", min_rounds=4,
                        candidates=_cands("fp32-fused", "amp-bf16", "amp-fp16", "fp8")),
     "cpu": Suite(name="cpu", teacher="cpu-teacher", student="cpu-student", batch=8, seq=128, warmup=3, rounds=8,
                  steps_per_round=4, budget_s=90, parity_steps=40, micro="cpu",

@@ -110,8 +110,8 @@ def bench_linear(tokens: int, k: int, n: int, fp8: bool, *, backend: str, scalin
 
     import torch
 
-    from overdrive.bench.timing import time_fn
     from overdrive.convert.fp8 import convert_fp8, te_autocast, te_fp8_recipe
+    from overdrive.measure.rounds import time_fn
 
     torch.manual_seed(0)
     mod: nn.Module = nn.Sequential(nn.Linear(k, n, device=device))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import resource
 from typing import Any
 
-from overdrive.bench.timing import Clock
+from overdrive.measure.rounds import Clock
 
 __all__ = ["Workload", "Task", "process_memory", "rss_mb"]
 

@@ -8,23 +8,10 @@ steps each run really took (GradScaler skips steps under fp16).
 
 from __future__ import annotations
 
-import math
-
 from overdrive.bench.workloads.base import Task, Workload
+from overdrive.measure.quality import LOSS_TOLERANCE, loss_parity, loss_tolerance
 
 __all__ = ["GPTWorkload", "GPTTask", "loss_parity", "LOSS_TOLERANCE", "loss_tolerance"]
-
-# Tail-mean loss relative difference vs the baseline (same data order, same seed) beyond which a
-# recipe is flagged unsafe. fp32 variants differ only by summation order; bf16 keeps 8 mantissa
-# bits; FP8 (e4m3) 3 bits with per-tensor scales.
-# fp4 (NVFP4) is allowed twice FP8's gap: it costs loss by design (+0.05 nats at 16B in torchao's
-# DeepSeek-V3 run against +0.01 for MXFP8).
-LOSS_TOLERANCE = {"fp32": 0.01, "bf16": 0.03, "fp16": 0.03, "fp8": 0.05, "fp4": 0.10}
-
-
-def loss_tolerance(precision: str) -> float:
-    return LOSS_TOLERANCE.get(precision, 0.03)
-
 
 class GPTTask(Task):
     def __init__(self, spec: dict) -> None:
@@ -76,51 +63,6 @@ class GPTTask(Task):
         return {"teacher_ms": clock.elapsed_ms(e0, e1), "student_ms": clock.elapsed_ms(e1, e2),
                 "teacher_loss": t_loss.item(), "student_loss": loss.item(),
                 "teacher_skipped": bool(t_info["skipped"]), "student_skipped": bool(s_info["skipped"])}
-
-
-def _updates_before(skipped: list[bool]) -> list[int]:
-    """Optimizer updates applied before each step: step i follows i updates minus the skipped ones."""
-    out, u = [], 0
-    for s in skipped:
-        out.append(u)
-        u += 0 if s else 1
-    return out
-
-
-def loss_parity(losses: list[float], skipped: list[bool], base_losses: list[float], base_skipped: list[bool],
-                *, steps: int, precision: str) -> dict:
-    """Compare the first `steps` losses with the baseline's, on the tail of the curves.
-
-    Each loss is paired with the baseline's loss after the same number of optimizer updates (a
-    GradScaler-skipped step would otherwise make the run lag one step behind on a falling curve),
-    and the tail (last quarter, at least 3 points) is averaged on both sides: one noisy point
-    never decides. Fewer than `steps` losses on either side: not assessed.
-    """
-    tol = loss_tolerance(precision)
-    out = {"final_loss": None, "loss_delta_pct": None, "unsafe_reason": None, "loss_tolerance_pct": 100 * tol,
-           "parity_steps": steps, "skipped_steps": sum(bool(s) for s in skipped[:steps]), "assessed": False}
-    cand, cs = losses[:steps], (list(skipped) + [False] * steps)[:len(losses[:steps])]
-    if any(not math.isfinite(v) for v in cand):
-        out.update(assessed=True, unsafe_reason="loss became NaN/inf")
-        return out
-    if len(cand) < steps or len(base_losses) < steps:
-        return out
-    bs = (list(base_skipped) + [False] * steps)[:steps]
-    base_at: dict[int, float] = {}
-    for u, v in zip(_updates_before(bs), base_losses[:steps]):
-        base_at.setdefault(u, v)
-    pairs = [(v, base_at[u]) for u, v in zip(_updates_before(cs), cand) if u in base_at]
-    tail = pairs[-max(3, steps // 4):]
-    final = sum(p[0] for p in tail) / len(tail)
-    ref = sum(p[1] for p in tail) / len(tail)
-    delta = (final - ref) / abs(ref)
-    out.update(final_loss=final, baseline_loss=ref, loss_delta_pct=100 * delta, assessed=True,
-               tail_steps=len(tail))
-    if abs(delta) > tol:
-        skips = f", {out['skipped_steps']} skipped steps aligned" if out["skipped_steps"] else ""
-        out["unsafe_reason"] = (f"loss over the last {len(tail)} of {steps} steps {final:.3f} vs baseline {ref:.3f} "
-                                f"({100 * delta:+.1f}%, tolerance ±{100 * tol:.0f}% for {precision}{skips})")
-    return out
 
 
 class GPTWorkload(Workload):

@@ -1,0 +1,57 @@
+"""How many samples a percentile needs, and its distribution-free interval (or "not estimable").
+
+A p99 from 21 samples is the largest sample, not a p99. The order-statistic interval makes that
+exact: for quantile q and n samples, the number of samples below the true quantile is Binomial(n, q),
+so ranks (lo, hi) bracket it with the stated confidence; when no rank above the estimate exists
+inside the samples (n < ~300 for a 95% p99), the percentile is not estimable from them.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["samples_needed", "quantile_ci", "estimable"]
+
+
+def _binom_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k), X ~ Binomial(n, p), summed in log space (n up to ~1e6 without overflow)."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    lp, lq = math.log(p), math.log1p(-p)
+    total = 0.0
+    for i in range(k + 1):
+        total += math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq)
+    return min(1.0, total)
+
+
+def samples_needed(q: float, *, level: float = 0.95) -> int:
+    """The fewest samples for which the q-quantile has an upper confidence bound inside the samples:
+    1 - q**n >= level (the largest sample then lies above the quantile with that confidence).
+    p50: 5, p90: 29, p99: 299, p99.9: 2995 at 95%."""
+    if not 0 < q < 1:
+        raise ValueError(f"quantile must be in (0, 1), got {q}")
+    return math.ceil(math.log(1 - level) / math.log(q))
+
+
+def estimable(n: int, q: float, *, level: float = 0.95) -> bool:
+    return n >= samples_needed(q, level=level)
+
+
+def quantile_ci(samples: list[float], q: float, *, level: float = 0.95) -> dict:
+    """{"value", "lo", "hi", "n", "estimable", "needed"}: the q-quantile (nearest rank) with a
+    distribution-free interval from order statistics; value/lo/hi are None when not estimable."""
+    xs = sorted(samples)
+    n = len(xs)
+    need = samples_needed(q, level=level)
+    out = {"value": None, "lo": None, "hi": None, "n": n, "estimable": False, "needed": need, "q": q}
+    if n < need:
+        return out
+    alpha = (1 - level) / 2
+    # hi: the smallest rank j with P(X <= j-1) >= 1 - alpha; lo: the largest i with P(X <= i-1) <= alpha.
+    hi_rank = next((j for j in range(1, n + 1) if _binom_cdf(j - 1, n, q) >= 1 - alpha), n)
+    lo_rank = max([i for i in range(1, n + 1) if _binom_cdf(i - 1, n, q) <= alpha] or [1])
+    rank = min(n, max(1, math.ceil(q * n)))
+    out.update(value=xs[rank - 1], lo=xs[lo_rank - 1], hi=xs[hi_rank - 1], estimable=True)
+    return out

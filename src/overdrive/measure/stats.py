@@ -1,0 +1,181 @@
+"""Statistics a busy host cannot fool: paired per-round ratios, a bootstrap over rounds, an A/A noise
+floor measured in the same run, and the verdict that needs to clear it.
+
+Why rounds and not steps: the steps of one turn share that moment's contention (another process on
+the core, a frequency drop), so they are not independent samples. Resampling steps gives an interval
+as narrow as if they were, and two runs of the same comparison then "prove" opposite things. The unit
+of evidence is the round: in round k every contender runs one turn, close together in time; the
+per-round ratio baseline_k / candidate_k is one sample, and the bootstrap resamples those.
+
+The A/A control is the baseline against itself (a twin worker measured in the same rounds). Its
+interval is what noise alone produces here and now; a difference is called only when the candidate's
+interval clears it, so a host whose A/A spread is wide says "too busy to judge", not a false verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["summarize", "speedup_ci", "round_medians", "round_ratios", "paired_ci", "NoiseFloor", "noise_floor",
+           "Comparison", "compare", "MIN_EVIDENCE_ROUNDS", "BUSY_FLOOR", "host_too_busy", "evidence_of_slowdown"]
+
+MIN_EVIDENCE_ROUNDS = 3
+"""An early stop or a verdict rests on at least this many rounds, each a different moment."""
+BUSY_FLOOR = 1.15
+"""An A/A interval wider than [1/1.15, 1.15] means the host's noise alone moves timings by more than
+15%: no recommendation is made, the figures are shown instead."""
+
+
+def summarize(xs: list[float]) -> dict:
+    """median, p10, p90, mean, n of a list of samples (e.g. step times in ms)."""
+    if not xs:
+        return {"median": None, "p10": None, "p90": None, "mean": None, "n": 0}
+    a = np.asarray(xs, dtype=float)
+    return {"median": float(np.median(a)), "p10": float(np.percentile(a, 10)), "p90": float(np.percentile(a, 90)),
+            "mean": float(a.mean()), "n": int(a.size)}
+
+
+def speedup_ci(baseline: list[float], candidate: list[float], *, level: float = 0.95, resamples: int = 2000,
+               seed: int = 0) -> tuple[float, float, float] | None:
+    """median(baseline) / median(candidate) with a bootstrap over *independent* samples.
+
+    Only for samples that really are independent (micro-benchmark repeats, each its own timing
+    window); timed training steps come in rounds: use `paired_ci` on `round_medians`."""
+    if len(baseline) < 2 or len(candidate) < 2:
+        return None
+    b, c = np.asarray(baseline, dtype=float), np.asarray(candidate, dtype=float)
+    rng = np.random.default_rng(seed)
+    bi = rng.integers(0, b.size, size=(resamples, b.size))
+    ci = rng.integers(0, c.size, size=(resamples, c.size))
+    ratios = np.median(b[bi], axis=1) / np.median(c[ci], axis=1)
+    alpha = (1 - level) / 2
+    return (float(np.median(b) / np.median(c)), float(np.quantile(ratios, alpha)),
+            float(np.quantile(ratios, 1 - alpha)))
+
+
+def round_medians(rounds: list[list[float]]) -> list[float]:
+    """One number per round (the median of that turn's step times): the unit of evidence."""
+    return [float(np.median(r)) for r in rounds if len(r)]
+
+
+def round_ratios(base: list[float], cand: list[float]) -> list[float]:
+    """Per round k: base_k / cand_k (> 1: the candidate was faster in that round). Only the rounds
+    both ran are paired: a stopped candidate is compared on the rounds it took part in."""
+    n = min(len(base), len(cand))
+    return [base[k] / cand[k] for k in range(n) if base[k] > 0 and cand[k] > 0]
+
+
+def paired_ci(base: list[float], cand: list[float], *, level: float = 0.95, resamples: int = 4000,
+              seed: int = 0) -> tuple[float, float, float] | None:
+    """Speedup (base/cand) as the geometric mean of the per-round ratios, with a percentile bootstrap
+    over rounds. `base`, `cand`: per-round medians (`round_medians`). None below 2 paired rounds."""
+    r = np.log(np.asarray(round_ratios(base, cand), dtype=float))
+    if r.size < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    means = r[rng.integers(0, r.size, size=(resamples, r.size))].mean(axis=1)
+    alpha = (1 - level) / 2
+    m = float(r.mean())
+    # A percentile bootstrap over few rounds is too narrow (it spreads like s*sqrt((n-1)/n)/sqrt(n)
+    # with normal quantiles); widen its deviations to Student's t with n-1 degrees of freedom.
+    widen = _t975(r.size - 1) / 1.959964 * math.sqrt(r.size / (r.size - 1)) if level == 0.95 else 1.0
+    lo, hi = float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
+    return (math.exp(m), math.exp(m - widen * (m - lo)), math.exp(m + widen * (hi - m)))
+
+
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045,
+         2.042]
+
+
+def _t975(df: int) -> float:
+    """Student's t 97.5% quantile (two-sided 95%)."""
+    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96 + 2.4 / max(df, 1)
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """The A/A control: the baseline against its twin, over the same rounds."""
+    ratio: float
+    """The A/A 'speedup' (1.0 on a perfect host)."""
+    lo: float
+    hi: float
+    rounds: int
+    spread_pct: float
+    """Half-width of the A/A interval in percent (log scale): what noise alone does here."""
+
+    @property
+    def factor(self) -> float:
+        """exp(half-width): a candidate must beat this factor beyond its own interval."""
+        return math.exp(self.spread_pct / 100)
+
+    def to_dict(self) -> dict:
+        return {"ratio": self.ratio, "ci": [self.lo, self.hi], "rounds": self.rounds, "spread_pct": self.spread_pct}
+
+
+def noise_floor(base: list[float], twin: list[float], *, seed: int = 12345) -> NoiseFloor | None:
+    """The A/A floor from the baseline's and its twin's per-round medians (None below 2 rounds)."""
+    ci = paired_ci(base, twin, seed=seed)
+    if ci is None:
+        return None
+    half = max(abs(math.log(ci[1])), abs(math.log(ci[2])))
+    return NoiseFloor(ratio=ci[0], lo=ci[1], hi=ci[2], rounds=min(len(base), len(twin)), spread_pct=100 * half)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    verdict: str
+    """faster | slower | same (within noise or the A/A floor) | unknown (too few rounds)"""
+    speedup: float | None
+    ci: tuple[float, float] | None
+    rounds: int
+    why: str
+
+    def to_dict(self) -> dict:
+        return {"verdict": self.verdict, "speedup": self.speedup, "ci": list(self.ci) if self.ci else None,
+                "rounds": self.rounds, "why": self.why}
+
+
+def compare(base: list[float], cand: list[float], floor: NoiseFloor | None = None, *, seed: int = 0,
+            min_rounds: int = MIN_EVIDENCE_ROUNDS) -> Comparison:
+    """The verdict on per-round medians: 'faster' only when the whole paired interval lies above 1.0
+    and the speedup itself exceeds what the A/A control (baseline vs its twin, same rounds) produced
+    from noise alone; 'slower' likewise below. Fewer than `min_rounds` paired rounds: 'unknown'."""
+    n = len(round_ratios(base, cand))
+    ci = paired_ci(base, cand, seed=seed)
+    if ci is None or n < min_rounds:
+        return Comparison("unknown", ci[0] if ci else None, (ci[1], ci[2]) if ci else None, n,
+                          f"{n} paired round(s); a verdict needs {min_rounds}")
+    f = floor.factor if floor else 1.0
+    s, lo, hi = ci
+    floor_txt = f", beyond the A/A noise floor ±{floor.spread_pct:.1f}%" if floor else ""
+    if lo > 1.0 and s > f:
+        return Comparison("faster", s, (lo, hi), n, f"interval above 1.0{floor_txt}")
+    if hi < 1.0 and s < 1 / f:
+        return Comparison("slower", s, (lo, hi), n, f"interval below 1.0{floor_txt}")
+    if floor and (lo > 1.0 or hi < 1.0):
+        return Comparison("same", s, (lo, hi), n, f"{s:.2f}x is within the A/A noise floor ±{floor.spread_pct:.1f}%")
+    return Comparison("same", s, (lo, hi), n, "interval includes 1.0")
+
+
+def host_too_busy(floor: NoiseFloor | None, *, limit: float = BUSY_FLOOR) -> bool:
+    """True when the A/A interval is wider than [1/limit, limit]: the host's own noise exceeds what a
+    recommendation may rest on. No floor (too few rounds) is not 'busy': the verdicts say 'unknown'."""
+    return floor is not None and floor.factor > limit
+
+
+def evidence_of_slowdown(base: list[float], cand: list[float], factor: float, *, seed: int = 0,
+                         floor: NoiseFloor | None = None) -> tuple[float, float, float] | None:
+    """The paired interval when it says `cand` is more than `factor` times slower on at least
+    MIN_EVIDENCE_ROUNDS rounds (the whole interval below 1/factor, and below the floor); else None.
+    This is the only early stop: never from the steps of one moment."""
+    if len(round_ratios(base, cand)) < MIN_EVIDENCE_ROUNDS:
+        return None
+    ci = paired_ci(base, cand, seed=seed)
+    f = floor.factor if floor else 1.0
+    if ci is None or ci[2] >= 1 / factor or ci[2] >= 1 / f:
+        return None
+    return ci
