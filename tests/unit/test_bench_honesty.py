@@ -66,23 +66,36 @@ def test_configs_take_any_registered_recipe_name():
         candidates_from_names(get_suite("recsys-quick"), ["fp8"])
 
 
-def _run(samples: list[float], name="x") -> ConfigRun:
+def _run(samples: list[float], name="x", per_round: int = 2) -> ConfigRun:
     run = ConfigRun(cand=Candidate.preset("fp32-fused") if name != "baseline" else B, roles=("m",))
     run.ms["m"] = list(samples)
+    run.rounds_ms = [list(samples[k:k + per_round]) for k in range(0, len(samples), per_round)]
     run.status = "pending"
     return run
 
 
-def test_early_stop_needs_an_interval_from_timed_rounds():
+def test_early_stop_needs_three_rounds_of_evidence():
     base = _run([10.0] * 8, "baseline")
-    # 3 samples 20x slower: no interval yet from 3 samples, so no stop.
-    assert not _too_slow(_run([200.0] * 3), base, TINY)
-    # Clearly and consistently slower over 6 timed steps: stopped, with the interval in the reason.
+    # 20x slower in two rounds (two moments): no stop, however clear.
+    assert not _too_slow(_run([200.0] * 4), base, None, TINY)
+    # Clearly and consistently slower over 3 rounds: stopped, with the interval in the reason.
     slow = _run([200.0, 210.0, 190.0, 205.0, 195.0, 200.0])
-    assert _too_slow(slow, base, TINY) and slow.status == "stopped" and "interval" in slow.reason
-    # Noisy: some samples as fast as the baseline. The interval overlaps: never stopped.
-    noisy = _run([200.0, 9.0, 190.0, 11.0, 195.0, 10.0])
-    assert not _too_slow(noisy, base, TINY) and noisy.status == "pending"
+    assert _too_slow(slow, base, None, TINY) and slow.status == "stopped" and "interval" in slow.reason
+    assert "3 paired rounds" in slow.reason
+    # One slow round among fast ones: the interval reaches above 1/3, never stopped.
+    noisy = _run([200.0, 210.0, 9.0, 11.0, 195.0, 190.0, 10.0, 10.0])
+    assert not _too_slow(noisy, base, None, TINY) and noisy.status == "pending"
+
+
+def test_a_stopped_configuration_reports_the_interval_it_was_stopped_on():
+    """The reason's interval lies wholly below 1/slow_factor, so it never includes 1.0."""
+    import re
+
+    base = _run([10.0] * 8, "baseline")
+    slow = _run([40.0, 45.0, 35.0, 60.0, 38.0, 42.0])
+    assert _too_slow(slow, base, None, TINY)
+    lo, hi = map(float, re.search(r"interval \[([0-9.]+)–([0-9.]+)\]", slow.reason).groups())
+    assert hi < 1 / TINY.slow_factor and lo <= hi < 1.0
 
 
 def test_a_skipped_fp16_step_is_aligned_not_a_loss_gap():
@@ -132,7 +145,7 @@ def test_recommendation_needs_the_whole_interval_above_one():
 def test_quality_verdict_does_not_move_with_load():
     cands = (B, Candidate.preset("fp32-fused"),
              dataclasses.replace(Candidate.preset("fp32-fused"), name="diverging"))
-    suite = dataclasses.replace(TINY, batch=2, seq=16, rounds=3, parity_steps=6).with_candidates(cands)
+    suite = dataclasses.replace(TINY, batch=2, seq=16, rounds=4, parity_steps=8).with_candidates(cands)
     quiet = run_bench(suite, env=EMU, micro=False, isolate=False, threads=1, inject={"diverging": {"lr_scale": 300.0}})
     # A busy host: every step reported 5x slower plus exponential noise, and a budget that lets only
     # the minimum rounds run.
@@ -196,11 +209,11 @@ def test_compare_never_puts_two_different_fallbacks_in_one_row():
 
 
 def test_a_far_slower_candidate_is_not_topped_up_and_says_why():
-    # Too few timed samples for the early stop (3 < 4), but its median is 10x the baseline's: its
+    # Too few timed rounds for the early stop (2 < 3), but its median is 10x the baseline's: its
     # parity steps would cost 10x the baseline's (bf16 on an AVX2 CPU took 25 minutes this way), so it
     # is not topped up, and its quality is "not assessed" with the reason, never judged from 3 steps.
     cands = (B, Candidate.preset("fp32-fused"))
-    suite = dataclasses.replace(TINY, rounds=3, steps_per_round=1, parity_steps=8)
+    suite = dataclasses.replace(TINY, rounds=2, steps_per_round=1, parity_steps=8)
     res = run_bench(suite.with_candidates(cands), env=AVX2, micro=False, isolate=False, threads=1,
                     inject={"fp32-fused": {"slow": 10.0}})
     c = next(c for c in res["configs"] if c["name"] == "fp32-fused")
@@ -222,7 +235,7 @@ def test_an_emulated_format_is_judged_on_quality_however_slow():
     assert c["loss_delta_pct"] is not None and c["safe"] is not None and c["speedup"] is None
     emu = _run([200.0] * 8)
     emu.resolved = {"emulated": True}
-    assert not _too_slow(emu, _run([10.0] * 8, "baseline"), TINY) and emu.status == "pending"
+    assert not _too_slow(emu, _run([10.0] * 8, "baseline"), None, TINY) and emu.status == "pending"
 
 
 @pytest.mark.parametrize("fmt", ["mxfp8", "nvfp4"])

@@ -276,7 +276,7 @@ def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed,
     for run in runs + ([twin] if twin else []):
         if run.status == "pending":
             name = baseline.cand.name if run.twin else run.cand.name
-            _start(run, dict(base, resolved=run.resolved, cand_options=dict(run.cand.options),
+            _start(run, dict(base, name=run.cand.name, resolved=run.resolved, cand_options=dict(run.cand.options),
                              inject=dict(inject.get(name) or {})), ctx, isolate, plan.compile_threads)
     if twin:
         runs.append(twin)  # in the schedule like any other; taken out again before the results

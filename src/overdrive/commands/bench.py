@@ -28,6 +28,26 @@ def _refuse_gpu_suite_without_gpu(args: argparse.Namespace, env) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    from overdrive.measure.procs import parent_ends_on_sigterm
+
+    held: list = []
+    try:
+        with parent_ends_on_sigterm():  # SIGTERM: the workers end with us and the lock is released
+            return _bench(args, held)
+    finally:
+        for lock in held:
+            lock.release()
+
+
+def _claim(args: argparse.Namespace, held: list) -> None:
+    """Lock the results folder for the whole run (a second bench on it fails now, in one line) and
+    refuse a folder that holds files not ours."""
+    from overdrive.measure.lock import claim_results_dir
+
+    held.append(claim_results_dir(args.out, what="overdrive bench"))
+
+
+def _bench(args: argparse.Namespace, held: list) -> int:
     import dataclasses
 
     from rich.markup import escape
@@ -56,6 +76,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from overdrive.io import check_writable
 
         check_writable(args.out, flag="--out")  # now, not after the whole bench has run
+        _claim(args, held)
     env = get_env()
     _refuse_gpu_suite_without_gpu(args, env)
     name = args.suite or workload.default_suite(has_gpu=env.has_gpu, quick=args.quick)

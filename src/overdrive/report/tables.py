@@ -64,6 +64,14 @@ def emulated_note(cfg: dict) -> str:
     return f"{cfg['name']}: FP8 is emulated here (no FP8 tensor cores): loss parity only, never a speedup"
 
 
+def _threads_note(t: dict | None) -> str | None:
+    if not t:
+        return None
+    load = f", load {t['load_1min']:.1f}" if t.get("load_1min") is not None else ""
+    how = "--threads" if t.get("source") == "user" else f"{t['cores']} cores, {t['active_workers']} stepping at once{load}"
+    return f"{t['threads']} torch thread(s) per worker ({how})"
+
+
 def render_bench(results: dict, console: Console | None = None) -> None:
     c = console or Console()
     suite = results["suite"]
@@ -118,6 +126,11 @@ def render_bench(results: dict, console: Console | None = None) -> None:
         if skipped:
             c.print("  micro skipped: " + "; ".join(sorted({f"{_e(r['provider'])} ({_e(_clip(str(r['reason'])))})"
                                                             for r in skipped})))
+    sched = results.get("schedule") or {}
+    meas = [x for x in ((sched.get("noise") or {}).get("note"),
+                        _threads_note(sched.get("threads"))) if x]
+    if meas:
+        c.print("  measured: " + escape("; ".join(meas)))
     # The verdict without the file's own "Apply:", then the next step rebuilt from the winner's recipe
     # (bench.apply): said once, and whole even when an older writer's hint dropped part of it.
     c.print(f"[bold]{escape(verdict_text(results))}[/]")

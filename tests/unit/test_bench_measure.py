@@ -1,0 +1,105 @@
+"""bench on the measurement core: the A/A twin, threads recorded, no verdict on a too-busy host,
+results folders locked and ours, workers that end with their parent."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from fakes import machine
+from overdrive.bench import Candidate, Suite, run_bench
+from overdrive.env import build_report
+from overdrive.errors import UserError
+from overdrive.measure.lock import MARKER, claim_results_dir
+
+AVX2 = build_report(machine(None))
+B = Candidate.preset("baseline", baseline=True)
+TINY = Suite(name="test", teacher="tiny", student="tiny", batch=2, seq=16, warmup=1, rounds=4, steps_per_round=2,
+             budget_s=60, parity_steps=8, micro="none", candidates=(B, Candidate.preset("fp32-fused")))
+
+
+def test_the_baseline_twin_gives_the_noise_floor_and_is_not_a_result():
+    res = run_bench(TINY, env=AVX2, micro=False, isolate=False, threads=1)
+    names = [c["name"] for c in res["configs"]]
+    assert names == ["baseline", "fp32-fused"]  # the twin is the control, not a row
+    noise = res["schedule"]["noise"]
+    assert noise["aa"] is not None and noise["aa"]["rounds"] == 4 and "A/A" in noise["note"]
+    t = res["schedule"]["threads"]
+    assert t["threads"] == 1 and t["source"] == "user"
+    c = res["configs"][1]
+    assert c["verdict"] in ("faster", "slower", "same") and c["rounds"] == 4
+
+
+def test_a_too_busy_host_recommends_nothing_and_says_why():
+    # Every step of the baseline and its twin gets ~200 ms of random extra time (exponential): the
+    # A/A interval is wide, so even a candidate reported 10x faster is not recommended.
+    noisy = {"noise_ms": 200.0}
+    res = run_bench(TINY, env=AVX2, micro=False, isolate=False, threads=1,
+                    inject={"baseline": noisy, "fp32-fused": {"slow": 0.01}})
+    rec = res["recommendation"]
+    assert res["schedule"]["noise"]["too_busy"], res["schedule"]["noise"]
+    assert rec["name"] is None and rec.get("too_busy") and "too busy to judge" in rec["text"]
+    assert "A/A" in rec["text"]
+
+
+def test_results_folders_are_locked_and_ours(tmp_path):
+    out = tmp_path / "res"
+    with claim_results_dir(str(out)):
+        assert (out / MARKER).exists()
+        with pytest.raises(UserError, match="in use by another overdrive run"):
+            claim_results_dir(str(out))
+    claim_results_dir(str(out)).release()  # released: ours again, claimable
+    foreign = tmp_path / "theirs"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="did not write"):
+        claim_results_dir(str(foreign))
+    assert (foreign / "notes.txt").read_text() == "mine" and not (foreign / MARKER).exists()
+
+
+def test_two_benches_on_one_out_the_second_refused_in_one_line(tmp_path):
+    out = tmp_path / "res"
+    held = claim_results_dir(str(out))
+    try:
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        p = subprocess.run([sys.executable, "-m", "overdrive", "bench", "--quick", "--out", str(out)],
+                           capture_output=True, text=True, env=env, timeout=120)
+    finally:
+        held.release()
+    assert p.returncode == 2 and "in use by another overdrive run" in p.stderr + p.stdout
+    assert len((p.stderr + p.stdout).strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_worker_ends_with_its_parent():
+    script = textwrap.dedent("""
+        import multiprocessing as mp, os, sys, time
+        from overdrive.measure.procs import bound_to_parent
+        if __name__ == "__main__":
+            ctx = mp.get_context("spawn")
+            p = ctx.Process(target=bound_to_parent, args=(time.sleep, os.getpid(), 60), daemon=True)
+            p.start()
+            print(p.pid, flush=True)
+            time.sleep(60)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    time.sleep(0.5)  # the child sets its guard first thing
+    parent.send_signal(signal.SIGKILL)  # no cleanup at all in the parent: the kernel's guard must act
+    parent.wait(timeout=10)
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the worker outlived its parent")
