@@ -3,7 +3,6 @@ results folders locked and ours, workers that end with their parent."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import subprocess

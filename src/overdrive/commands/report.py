@@ -49,6 +49,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if len(args.dirs) > 2:
         raise UserError(f"overdrive report takes one folder (re-render) or two (compare), got {len(args.dirs)}")
     console = wide_console()
+    tune_doc = _tune_result(args.dirs[0]) if len(args.dirs) == 1 else None
+    if tune_doc is not None:
+        from overdrive.report.tune_view import render_tune, write_report
+
+        render_tune(tune_doc, console)
+        page = write_report(tune_doc, _folder_of(args.dirs[0]))
+        console.print(f"re-rendered {page}")
+        _screenshots(args, page, console)
+        return 0
     try:
         loaded = [load_results(d) for d in args.dirs]
     except (FileNotFoundError, ValueError) as e:
@@ -95,6 +104,27 @@ def _cmd_report(args: argparse.Namespace) -> int:
             console.print(f"wrote {escape(page)}")
     _screenshots(args, page, console)
     return 0
+
+
+def _tune_result(path: str) -> dict | None:
+    """A tune folder's results.json (schema overdrive.tune/1), checked for what the renderer reads;
+    None when the file is not a tune result."""
+    from overdrive.io import read_json
+
+    p = os.path.join(path, "results.json") if os.path.isdir(path) else path
+    try:
+        doc = read_json(p)
+    except (FileNotFoundError, ValueError):
+        return None  # load_results says what is wrong, in its own words
+    if not (isinstance(doc, dict) and doc.get("schema") == "overdrive.tune/1"):
+        return None
+    need = ("best", "summary", "candidates", "workload", "budget_s", "elapsed_s", "rounds", "tolerance", "created",
+            "baseline")
+    missing = [k for k in need if k not in doc]
+    if missing or not isinstance(doc["candidates"], list):
+        raise UserError(f"{p} is not a valid overdrive tune result (missing {', '.join(missing) or 'candidates'}): "
+                        "re-run `overdrive tune --out DIR`")
+    return doc
 
 
 def _screenshots(args: argparse.Namespace, page: str | None, console) -> None:

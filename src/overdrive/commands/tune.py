@@ -10,14 +10,21 @@ from overdrive.errors import UserError
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from overdrive.tune import tune
-
     if not args.factory and not args.hf:
         raise UserError("pass the model as FILE.py:FACTORY (a function returning a fresh nn.Module), or --hf CONFIG")
     if args.factory and args.hf:
         raise UserError("pass either FILE.py:FACTORY or --hf CONFIG, not both")
     if args.budget_s <= 0:
         raise UserError(f"--budget-s must be a positive number of seconds, got {args.budget_s:g}")
+    from overdrive.measure.procs import parent_ends_on_sigterm
+
+    with parent_ends_on_sigterm():  # SIGTERM: the workers end with us, the --out lock is released
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from overdrive.tune import tune
+
     kw = dict(loss_fn=args.loss, hf=args.hf, budget_s=args.budget_s, candidates=args.candidates, out=args.out,
               seed=args.seed, lr=args.lr, threads=args.threads)
     if args.json:
@@ -49,34 +56,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _print(res) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+    from overdrive.report.tune_view import render_tune
 
-    from overdrive.tune.api import speedup_text
-
-    e = lambda v: escape(str(v))  # noqa: E731 — the user's factory, paths and error text are not markup
-
-    t = Table(title=e(f"overdrive tune — {res.meta['workload']} on {res.meta['gpu'] or res.meta['cpu']} "
-                      f"({res.meta['elapsed_s']:.0f} of {res.meta['budget_s']:g} s, {res.meta['rounds']} rounds)"))
-    for col in ("candidate", "status", "step ms", "speedup [95% CI]", "warm-up ms", "loss Δ", "safe", "what ran / why"):
-        t.add_column(col, overflow="fold")
-    for r in res.rows:
-        step = "-" if r["step_ms"] is None else f"{r['step_ms']:.1f}"
-        warm = "-" if r["warmup_first_step_ms"] is None else f"{r['warmup_first_step_ms']:.0f}"
-        dl = "-" if r["loss_delta_pct"] is None else f"{r['loss_delta_pct']:+.2f}%"
-        safe = {True: "yes", False: "[red]UNSAFE[/]", None: "-"}[r["safe"]]
-        why = r["ran"] + (f" — {r['reason']}" if r["reason"] else "")
-        name = ("[bold green]" + e(r["label"]) + "[/]") if r["name"] == res.best.name else e(r["label"])
-        t.add_row(name, e(r["status"]), step, e(speedup_text(r)), warm, dl, safe, e(why))
-    c = Console(width=max(120, Console().width))
-    c.print(t)
-    c.print(e(res.summary))
-    if res.meta.get("memory_limit"):
-        c.print(e(f"Memory was the limit ({res.meta['memory_limit']}): activation checkpointing was tried."))
-    c.print(e(f"Safety rule: {res.meta['tolerance']}."))
-    if res.meta.get("cached_at"):
-        c.print(e(f"Cached for accelerate(model, recipe=\"tuned\") on this machine: {res.meta['cached_at']}"))
+    render_tune(res.to_dict())
 
 
 def register(sub) -> None:
@@ -84,8 +66,9 @@ def register(sub) -> None:
                        description="Each candidate recipe (every preset distinct on this machine, then compile, "
                                    "optimizer and, where memory is the limit, checkpointing; FP8 with a measured "
                                    "per-layer filter on FP8 GPUs) trains your model in its own process. Interleaved "
-                                   "timed rounds, successive halving, bootstrap intervals; every loss curve checked "
-                                   "against an fp32 shadow. A winner needs its interval above 1.0.")
+                                   "timed rounds with an A/A twin of the baseline, successive halving, paired per-round "
+                                   "intervals; every loss curve checked against the fp32 baseline. A winner needs "
+                                   "its interval above 1.0 and beyond the A/A noise floor.")
     p.add_argument("factory", nargs="?", metavar="FILE.py:FACTORY",
                    help="a function returning a fresh nn.Module (same weights each call)")
     p.add_argument("--batch", metavar="FILE.py:FN", help="FN(step) returns a batch: a tensor, tuple or dict")
@@ -101,5 +84,6 @@ def register(sub) -> None:
     p.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate for the measured steps")
     p.add_argument("--seed", type=int, default=0, help="torch seed for the initial weights, batches and dropout "
                    "(the same in every candidate)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: torch's)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: from the cores, the "
+                   "workers stepping at once and the host's load; recorded in the results)")
     p.set_defaults(func=_cmd_tune)

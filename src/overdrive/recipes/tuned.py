@@ -43,24 +43,53 @@ def _root() -> str:
     return os.path.join(root, "overdrive", "tuned")
 
 
-def tuned_path(signature: str, fingerprint: str) -> str:
-    return os.path.join(_root(), fingerprint, f"{signature}.json")
+def tuned_path(signature: str, fingerprint: str, threads: int | None = None) -> str:
+    """One entry per model, machine (torch version included in the fingerprint) and thread count: a
+    recipe measured with 1 thread on a busy host says little about 16 threads on a quiet one."""
+    return os.path.join(_root(), fingerprint, f"{signature}.json" if not threads else f"{signature}-t{threads}.json")
 
 
-def save_tuned(recipe: Recipe, *, signature: str, fingerprint: str, summary: str) -> str:
-    """Record `recipe` as the tuned winner for this model and machine; returns the path."""
+def _read(p: str) -> dict | None:
+    try:
+        with open(p) as f:
+            d = json.load(f)
+        return d if isinstance(d, dict) else None
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def save_tuned(recipe: Recipe, *, signature: str, fingerprint: str, summary: str, threads: int | None = None,
+               confident: bool = True) -> tuple[str, bool]:
+    """Record `recipe` as the tuned winner for this model, machine and thread count; returns (path,
+    written). An inconclusive run (`confident=False`: nothing beat the baseline with evidence, or
+    the host was too busy to judge) never replaces a confident winner already cached."""
     from overdrive.io import write_atomic
 
-    p = tuned_path(signature, fingerprint)
+    p = tuned_path(signature, fingerprint, threads)
+    old = _read(p)
+    if not confident and old is not None and old.get("confident", True):
+        return p, False
     write_atomic(p, json.dumps({"recipe": recipe.to_dict(), "signature": signature, "fingerprint": fingerprint,
-                                "summary": summary}, indent=2) + "\n")
-    return p
+                                "threads": threads, "confident": confident, "summary": summary}, indent=2) + "\n")
+    return p, True
 
 
 def load_tuned(model, env: EnvReport) -> tuple[Recipe | None, str]:
     """(the cached winner or None, a sentence saying which and why)."""
+    import glob
+
+    import torch
+
     sig, fp = model_signature(model), machine_fingerprint(env)
-    p = tuned_path(sig, fp)
+    threads = torch.get_num_threads()
+    p = tuned_path(sig, fp, threads)
+    note = ""
+    if not os.path.exists(p):  # tuned with another thread count (or before threads were in the key)
+        others = sorted(glob.glob(tuned_path(sig, fp, 0)[:-len(".json")] + "*.json"))
+        if others:
+            p = others[0]
+            t = (_read(p) or {}).get("threads")
+            note = f"; tuned with {t} thread(s), this process uses {threads}" if t else ""
     from overdrive.io import read_json
 
     try:
@@ -71,4 +100,4 @@ def load_tuned(model, env: EnvReport) -> tuple[Recipe | None, str]:
                       "run `overdrive tune` or overdrive.tune() first")
     except (OSError, ValueError, TypeError, KeyError) as e:
         return None, f"the tuned recipe at {p} is unreadable ({e}): run `overdrive tune` again"
-    return rec, f"tuned winner for this model on this machine ({d.get('summary', '')})".replace(" ()", "")
+    return rec, (f"tuned winner for this model on this machine ({d.get('summary', '')})".replace(" ()", "") + note)

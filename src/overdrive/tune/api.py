@@ -6,8 +6,10 @@
     # later, anywhere on this machine:
     acc = overdrive.accelerate(make_model(), recipe="tuned")
 
-A winner needs the lower end of its 95% bootstrap interval above 1.0 against the baseline (plain
-fp32 PyTorch), and a safe loss curve; otherwise the baseline is kept, and the summary says so.
+A winner needs its paired per-round interval (bootstrap over rounds) wholly above 1.0 against the
+baseline (plain fp32 PyTorch) and a speedup beyond the A/A noise floor (the baseline against its own
+twin, same rounds), and a safe loss curve; otherwise the baseline is kept, and the summary says so.
+On a host too busy to judge (A/A spread over 15%) nothing is recommended, with the figures.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from overdrive.bench.labels import ran_label
-from overdrive.bench.timing import speedup_ci, summarize, verdict
 from overdrive.env import EnvReport, get_env
 from overdrive.errors import UserError
+from overdrive.measure.stats import compare, host_too_busy, round_medians, summarize
 from overdrive.recipes import Recipe
 from overdrive.recipes.tuned import machine_fingerprint, save_tuned
 from overdrive.tune.candidates import baseline_recipe, describe, parse_name
@@ -30,7 +32,9 @@ from overdrive.tune.measure import Run, measure
 from overdrive.tune.safety import Tolerance
 from overdrive.tune.workload import FileFn, Workload, hf_workload
 
-__all__ = ["tune", "TuneResult"]
+__all__ = ["tune", "TuneResult", "TUNE_SCHEMA"]
+
+TUNE_SCHEMA = "overdrive.tune/1"
 
 
 @dataclass(kw_only=True)
@@ -42,23 +46,29 @@ class TuneResult:
     summary: str
     """The winner's line: why it won, by how much, with the interval (or why the baseline stays)."""
     meta: dict = field(default_factory=dict)
+    _lock: object = field(default=None, repr=False)
 
     @property
     def best_row(self) -> dict:
         return next(r for r in self.rows if r["name"] == self.best.name)
 
     def to_dict(self) -> dict:
-        return {"best": self.best.name, "summary": self.summary, "recipe": self.best.to_dict(),
+        return {"schema": TUNE_SCHEMA, "best": self.best.name, "summary": self.summary, "recipe": self.best.to_dict(),
                 "candidates": self.rows, **self.meta}
 
     def save(self, out: str) -> str:
         """Write results.json, recipe.json (the winner, for Recipe.load) and report.html into `out`."""
-        from overdrive.io import write_atomic
-        from overdrive.tune.report import write_report
+        from overdrive.measure.lock import claim_results_dir
 
-        if os.path.exists(out) and not os.path.isdir(out):
-            raise UserError(f"--out {out} is a file: pass a folder (it is created if missing)")
-        os.makedirs(out, exist_ok=True)
+        if self._lock is None:
+            with claim_results_dir(out, what="overdrive tune"):
+                return self._write(out)
+        return self._write(out)
+
+    def _write(self, out: str) -> str:
+        from overdrive.io import write_atomic
+        from overdrive.report.tune_view import write_report
+
         write_atomic(os.path.join(out, "results.json"), json.dumps(self.to_dict(), indent=2) + "\n")
         self.best.save(os.path.join(out, "recipe.json"))
         write_report(self.to_dict(), out)
@@ -115,6 +125,22 @@ def tune(model_fn: Callable | str | None = None, batch_fn: Callable | str | None
     t0 = time.perf_counter()
     if not (budget_s and budget_s > 0):
         raise UserError(f"--budget-s must be a positive number of seconds, got {budget_s}")
+    lock = None
+    if out:
+        from overdrive.measure.lock import claim_results_dir
+
+        lock = claim_results_dir(out, what="overdrive tune")  # now, not after the whole run
+    try:
+        return _tune(model_fn, batch_fn, loss_fn=loss_fn, hf=hf, budget_s=budget_s, candidates=candidates, out=out,
+                     lr=lr, seed=seed, threads=threads, tolerance=tolerance, progress=progress, env=env, cache=cache,
+                     t0=t0, lock=lock)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, seed, threads, tolerance, progress, env,
+          cache, t0, lock) -> TuneResult:
     bf, lf = _fn(batch_fn, "--batch"), _fn(loss_fn, "--loss")
     if hf:
         wl = hf_workload(hf, batch_fn=bf, loss_fn=lf)
@@ -143,27 +169,37 @@ def tune(model_fn: Callable | str | None = None, batch_fn: Callable | str | None
     s = measure(wl, env, budget_s=budget_s - spent, names=names, seed=seed, lr=lr, threads=threads, tol=tolerance,
                 progress=progress, total_budget_s=budget_s)
     base = s.runs[0]
-    rows = [_row(r, base, env) for r in s.runs]
-    best, summary = _pick(rows, s.runs)
+    floor = s.floor(base)
+    rows = [_row(r, base, env, floor) for r in s.runs]
+    busy = host_too_busy(floor)
+    best, summary, confident = _pick(rows, s.runs, floor=floor, busy=busy, load=s.load, cores=s.plan.cores)
     meta = {"device": env.device, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "workload": wl.label, "budget_s": budget_s, "elapsed_s": round(time.perf_counter() - t0, 2),
             "rounds": s.rounds, "baseline": base.cand.name, "signature": base.signature,
             "fingerprint": machine_fingerprint(env), "tolerance": tolerance.describe(),
             "memory_limit": s.memory_note, "cpu": env.platform.get("cpu", {}).get("model"),
-            "gpu": env.gpus[0].name if env.gpus else None}
-    res = TuneResult(best=best, rows=rows, summary=summary, meta=meta)
+            "gpu": env.gpus[0].name if env.gpus else None, "threads": s.plan.to_dict(),
+            "torch": env.torch.get("version"), "confident": confident,
+            "noise": {"aa": floor.to_dict() if floor else None, "too_busy": busy,
+                      "load_1min": max((x for x in s.load if x is not None), default=None), "cores": s.plan.cores,
+                      "twin": None if s.twin is None else {"status": s.twin.status, "reason": s.twin.reason}}}
+    res = TuneResult(best=best, rows=rows, summary=summary, meta=meta, _lock=lock)
     if cache and base.signature:
-        meta["cached_at"] = save_tuned(best, signature=base.signature, fingerprint=meta["fingerprint"],
-                                       summary=summary)
+        path, written = save_tuned(best, signature=base.signature, fingerprint=meta["fingerprint"], summary=summary,
+                                   threads=s.plan.threads, confident=confident)
+        meta["cached_at"] = path
+        if not written:
+            meta["cache_note"] = (f"this run was inconclusive: the confident winner cached at {path} was kept")
     if out:
         res.save(out)
     return res
 
 
-def _row(r: Run, base: Run, env: EnvReport) -> dict:
+def _row(r: Run, base: Run, env: EnvReport, floor=None) -> dict:
     c = r.cand
     st = summarize(r.ms)
-    ci = speedup_ci(base.ms, r.ms) if r is not base else None
+    cmp = compare(round_medians(base.rounds_ms), round_medians(r.rounds_ms), floor) if r is not base else None
+    ci = (cmp.speedup, *cmp.ci) if cmp is not None and cmp.ci else None
     emu = c.emulated
     speed = 1.0 if r is base else (ci[0] if ci else None)
     sf = r.safety
@@ -174,11 +210,11 @@ def _row(r: Run, base: Run, env: EnvReport) -> dict:
         "step_ms": None if emu else st["median"], "step_ms_p10": None if emu else st["p10"],
         "step_ms_p90": None if emu else st["p90"], "n": st["n"],
         "speedup": None if emu else speed, "speedup_ci": None if (emu or not ci) else [ci[1], ci[2]],
-        "verdict": "baseline" if r is base else ("emulated" if emu else verdict(ci)),
+        "verdict": "baseline" if r is base else ("emulated" if emu else cmp.verdict), "rounds": len(r.rounds_ms),
         "warmup_first_step_ms": r.warmup_ms[0] if r.warmup_ms else None,
         "warmup_steps_ms": list(r.warmup_ms), "setup_s": r.setup_s,
-        "safe": True if r is base else (sf.safe if sf else None),
-        "safety": "the fp32 shadow itself" if r is base else (sf.reason if sf else "not checked"),
+        "safe": sf.safe if sf else None,
+        "safety": sf.reason if sf else "not checked",
         "loss_delta_pct": 0.0 if r is base else (sf.delta_pct if sf else None),
         "loss_delta_nats": 0.0 if r is base else (sf.delta_nats if sf else None),
         "losses": list(r.loss), "resolved": c.resolved.to_dict(), "recipe": c.recipe.to_dict(),
@@ -186,11 +222,22 @@ def _row(r: Run, base: Run, env: EnvReport) -> dict:
     }
 
 
-def _pick(rows: list[dict], runs: list[Run]) -> tuple[Recipe, str]:
+def _pick(rows: list[dict], runs: list[Run], *, floor=None, busy: bool = False, load: list | None = None,
+          cores: int | None = None) -> tuple[Recipe, str, bool]:
+    """(the recipe, the summary, whether it is a confident result): a winner, or a baseline kept
+    because nothing was measurably faster on a host quiet enough to say so."""
     base = rows[0]
+    if busy:
+        peak = max((x for x in (load or []) if x is not None), default=None)
+        at = f", load average {peak:.1f} on {cores} cores" if peak is not None and cores else ""
+        return baseline_recipe(), (
+            f"The host was too busy to judge: the baseline against its own twin (A/A) measured {floor.ratio:.2f}x "
+            f"(95% CI {floor.lo:.2f}-{floor.hi:.2f}, noise ±{floor.spread_pct:.0f}%) over {floor.rounds} rounds{at}. "
+            f"No recommendation; keeping the baseline ({base['name']}). Re-run on a quieter machine."), False
     ok = [r for r in rows[1:] if r["status"] in ("ok", "eliminated") and r["safe"] and not r["emulated"]
           and r["speedup_ci"] is not None]
-    winners = [r for r in ok if r["speedup_ci"][0] > 1.0]
+    winners = [r for r in ok if r["verdict"] == "faster"]
+    floor_txt = f", beyond the A/A noise floor ±{floor.spread_pct:.1f}%" if floor else ""
     n_base = base["n"]
     if winners:
         w = max(winners, key=lambda r: r["speedup"])
@@ -198,17 +245,20 @@ def _pick(rows: list[dict], runs: list[Run]) -> tuple[Recipe, str]:
         run = next(x for x in runs if x.cand.name == w["name"])
         also = f" (also named {', '.join(w['names'][1:])})" if len(w["names"]) > 1 else ""
         text = (f"Winner: {w['name']}{also}: {w['speedup']:.2f}x the baseline ({base['name']}, plain fp32 PyTorch), "
-                f"95% CI {lo:.2f}-{hi:.2f}, over {w['n']} vs {n_base} interleaved timed steps "
+                f"95% CI {lo:.2f}-{hi:.2f}{floor_txt}, over {w['rounds']} paired rounds ({w['n']} vs {n_base} "
+                f"timed steps) "
                 f"({w['step_ms']:.1f} vs {base['step_ms']:.1f} ms/step); it runs {w['ran']}; loss "
                 f"{w['loss_delta_pct']:+.2f}% ({w['loss_delta_nats']:+.4f} nats) vs the fp32 shadow.")
-        return run.cand.recipe, text
+        return run.cand.recipe, text, True
     if ok:
         b = max(ok, key=lambda r: r["speedup"])
         lo, hi = b["speedup_ci"]
         text = (f"Nothing beat the baseline with confidence: the best, {b['name']}, ran {b['speedup']:.2f}x "
-                f"(95% CI {lo:.2f}-{hi:.2f}, which includes or falls below 1.0). Keeping the baseline "
+                f"(95% CI {lo:.2f}-{hi:.2f}{floor_txt}: {b['verdict']}). Keeping the baseline "
                 f"({base['name']}: {base['ran']}).")
     else:
         text = (f"No other candidate finished a safe timed measurement: keeping the baseline ({base['name']}: "
                 f"{base['ran']}).")
-    return baseline_recipe(), text
+    # Confident only when every rival was judged on enough rounds (a "same" or "slower" verdict).
+    confident = bool(ok) and all(r["verdict"] in ("same", "slower") for r in ok)
+    return baseline_recipe(), text, confident

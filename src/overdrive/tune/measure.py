@@ -11,9 +11,13 @@ The schedule, and why:
    units runs ~70x slower): stopped at once. Emulated FP8: checked for safety, then stopped.
 3. Stage 2 adds the knobs (compile, optimizer) on the precisions that survived; stage 3 adds
    activation checkpointing only when memory is the limit (an OOM, or > 85% of GPU memory).
-4. Timed rounds through `bench.timing.interleaved_rounds` (rotating order, so a noisy shared host
-   drifts on all alike); after rounds 2, 4, 8, ... the slower half is dropped (successive
-   halving) when the leader is surely faster, or unconditionally from round 8 on.
+4. Timed rounds through `measure.rounds.interleaved_rounds` (rotating order, so a noisy shared host
+   drifts on all alike), a twin of the baseline among them (the A/A control: this host's noise,
+   measured now); after rounds 2, 4, 8, ... the slower half is dropped (successive halving) when the
+   leader is surely faster on paired per-round ratios, or unconditionally from round 8 on. An early
+   stop for slowness needs at least 3 rounds (`measure.stats.evidence_of_slowdown`); during the
+   warm-ups only a gross slowdown (over 10x, bf16 on a CPU without bf16 units runs ~70x) stops one.
+Threads per worker come from the cores, the workers stepping at once and the load (recorded).
 Every call to a worker has a timeout that ends at the deadline, so the budget holds.
 """
 
@@ -21,15 +25,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from overdrive.bench.labels import low_precision_format
-from overdrive.bench.timing import interleaved_rounds, speedup_ci, verdict
 from overdrive.env import EnvReport
 from overdrive.errors import UserError
+from overdrive.measure.procs import bound_to_parent, stop_process
+from overdrive.measure.rounds import interleaved_rounds
+from overdrive.measure.stats import compare, evidence_of_slowdown, noise_floor, round_medians
+from overdrive.measure.threads import host_load, plan_threads
 from overdrive.recipes import resolve
 from overdrive.tune.candidates import (Candidate, checkpointing_candidates, knob_candidates, named_candidates,
                                        preset_candidates)
@@ -38,7 +46,10 @@ from overdrive.tune.safety import SafetyResult, Tolerance, check_safety
 from overdrive.tune.worker import worker_main
 from overdrive.tune.workload import Workload
 
-__all__ = ["Run", "Session", "measure"]
+__all__ = ["Run", "Session", "measure", "GROSS_SLOWDOWN"]
+
+GROSS_SLOWDOWN = 10.0
+"""During the warm-ups, a candidate this many times slower on every step is stopped at once."""
 
 
 @dataclass(eq=False)
@@ -51,6 +62,8 @@ class Run:
     setup_s: float | None = None
     warmup_ms: list[float] = field(default_factory=list)
     ms: list[float] = field(default_factory=list)
+    rounds_ms: list[list[float]] = field(default_factory=list)
+    """The timed steps per round (paired with the baseline's round by round)."""
     loss: list[float] = field(default_factory=list)
     gnorm: list[float | None] = field(default_factory=list)
     conversions: dict = field(default_factory=dict)
@@ -89,6 +102,12 @@ class Session:
         self.memory_note: str | None = None
         """Why activation checkpointing was tried (memory was the limit), or None."""
         self._ctx = worker_context()
+        # Warm-ups and timed turns step one worker at a time; the load counts the other tenants.
+        self.plan = plan_threads(active=1, user=threads, own_running=1)
+        self.threads = self.plan.threads
+        self.twin: Run | None = None
+        """The baseline's A/A twin: in the timed rounds, never a candidate."""
+        self.load: list[float | None] = []
 
     def left(self, until: float | None = None) -> float:
         return (until or self.deadline) - time.perf_counter()
@@ -96,7 +115,8 @@ class Session:
     # -- worker plumbing ------------------------------------------------------------------
     def _start(self, msg: tuple):
         parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=worker_main, args=(child,), daemon=True)
+        proc = self._ctx.Process(target=bound_to_parent, args=(worker_main, os.getpid(), child,
+                                                               self.plan.compile_threads), daemon=True)
         with main_not_rerun(self.wl):
             proc.start()
         child.close()  # only the worker holds its end: if it dies, recv() sees EOF at once
@@ -129,15 +149,11 @@ class Session:
             except (EOFError, OSError):
                 pass
         run.status, run.reason = status, reason
-        if run.proc is not None:
-            run.proc.join(timeout=0.5)
-            if run.proc.is_alive():
-                run.proc.kill()
-                run.proc.join(timeout=2)
+        stop_process(run.proc)
         run.conn = None
 
     def close(self) -> None:
-        for r in self.runs:
+        for r in self.runs + ([self.twin] if self.twin else []):
             if r.conn is not None or (r.proc is not None and r.proc.is_alive()):
                 self._end(r, r.status if r.status != "pending" else "stopped", r.reason or "tune ended")
 
@@ -163,9 +179,7 @@ class Session:
                     {"error": "the per-layer FP8 timing did not finish within the budget"}
             except (EOFError, OSError):
                 reply = {"error": f"the per-layer FP8 timing process died (exit code {proc.exitcode})"}
-            proc.join(timeout=1)
-            if proc.is_alive():
-                proc.kill()
+            stop_process(proc, grace_s=1)
             self.filters[key] = reply
         f = self.filters[key]
         if "error" in f:
@@ -270,13 +284,17 @@ class Session:
             self._record(base, reply["steps"], timed=False)
             ref = statistics.median(s["ms"] for s in reply["steps"])
             mine = statistics.median(run.warmup_ms[1:])
-            if mine > self.slow_factor * ref:
-                self._end(run, "stopped", f"{mine / ref:.1f}x slower than the baseline after warm-up ({mine:.1f} vs "
-                          f"{ref:.1f} ms, measured back to back): not measured further", collect=True)
+            # Only a gross slowdown stops a candidate here, before any timed round: a shared host
+            # swings 5-10x from one moment to the next, so 3x from one window is no evidence.
+            if mine > GROSS_SLOWDOWN * ref and run.warmup_ms[0] > GROSS_SLOWDOWN * ref:
+                self._end(run, "stopped", f"{mine / ref:.0f}x slower than the baseline on every warm-up step ({mine:.1f} "
+                          f"vs {ref:.1f} ms, measured back to back; over {GROSS_SLOWDOWN:g}x): not measured further",
+                          collect=True)
 
     def _safety(self, run: Run, base: Run) -> SafetyResult:
         return check_safety(run.loss, base.loss, gnorm=run.gnorm, ref_gnorm=base.gnorm,
-                            scaler=run.cand.resolved.grad_scaler, tol=self.tol)
+                            scaler=run.cand.resolved.grad_scaler, tol=self.tol,
+                            precision=run.cand.resolved.precision, is_baseline=run is base)
 
     def _memory_limited(self) -> str | None:
         if any(r.status == "oom" for r in self.runs):
@@ -288,14 +306,24 @@ class Session:
         return None
 
     # -- timed rounds ---------------------------------------------------------------------
+    def floor(self, base: Run):
+        """The A/A noise floor so far (None without a twin or before 2 rounds)."""
+        if self.twin is None:
+            return None
+        return noise_floor(round_medians(base.rounds_ms), round_medians(self.twin.rounds_ms))
+
     def _timed(self, base: Run, reserve_s: float) -> None:
-        live = [r for r in self.runs if r.live]
+        live = [r for r in self.runs if r.live] + ([self.twin] if self.twin is not None and self.twin.live else [])
         step_s = {id(r): (r.steady_ms() or 1.0) / 1e3 for r in live}
         spr = max(1, min(8, round(0.6 / max(1e-3, step_s[id(base)]))))  # ~0.6 s of baseline per turn
         budget = self.left() - reserve_s
         # What cannot fit twice in the time left is dropped now, slowest first (the baseline stays).
         while len(live) > 1 and 2 * spr * sum(step_s[id(r)] for r in live) > budget:
-            worst = max((r for r in live if r is not base), key=lambda r: step_s[id(r)])
+            rivals = [r for r in live if r is not base and r is not self.twin]
+            if not rivals:  # only the baseline and its twin left: the twin goes last
+                worst = self.twin
+            else:
+                worst = max(rivals, key=lambda r: step_s[id(r)])
             self._end(worst, "skipped", "too little budget left for timed rounds after the warm-ups", collect=True)
             live.remove(worst)
         by_id = {id(r): r for r in live}
@@ -309,6 +337,15 @@ class Session:
             if reply is None:
                 return False
             self._record(run, reply["steps"], timed=True)
+            run.rounds_ms.append([s["ms"] for s in reply["steps"]])
+            if run is not base and run is not self.twin:
+                ci = evidence_of_slowdown(round_medians(base.rounds_ms), round_medians(run.rounds_ms),
+                                          self.slow_factor, floor=self.floor(base))
+                if ci is not None:
+                    self._end(run, "stopped", f"{1 / ci[0]:.1f}x slower than the baseline over "
+                              f"{len(run.rounds_ms)} paired rounds (interval [{ci[1]:.2f}–{ci[2]:.2f}] entirely "
+                              f"below 1/{self.slow_factor:g}): not measured further", collect=True)
+                    return False
             return True
 
         def halve(done: int, _total: int) -> None:
@@ -317,19 +354,23 @@ class Session:
                                                     for r in live if r.live and r.ms))
             if done & (done - 1):  # rungs at rounds 2, 4, 8, ...
                 return
-            rivals = sorted((r for r in live if r.live and r is not base and r.ms), key=lambda r: statistics.median(r.ms))
+            rivals = sorted((r for r in live if r.live and r is not base and r is not self.twin and r.ms),
+                            key=lambda r: statistics.median(r.ms))
             if len(rivals) < 2 or done < 2:
                 return
             leader, keep = rivals[0], math.ceil(len(rivals) / 2)
             for r in rivals[keep:]:
-                sure = verdict(speedup_ci(r.ms, leader.ms)) == "faster"
+                sure = compare(round_medians(r.rounds_ms), round_medians(leader.rounds_ms),
+                               self.floor(base)).verdict == "faster"
                 if sure or done >= 8:
                     self._end(r, "eliminated", f"successive halving after round {done}: median "
                               f"{statistics.median(r.ms):.1f} ms vs {leader.cand.name} {statistics.median(leader.ms):.1f}"
                               " ms" + (" (surely slower)" if sure else ""), collect=True)
 
+        self.load.append(host_load())
         interleaved_rounds([id(r) for r in live], run_one, rounds=100_000, budget_s=budget, min_rounds=1,
                            on_round=halve)
+        self.load.append(host_load())
 
 
 def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[str] | None = None,
@@ -349,8 +390,28 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
                 raise UserError(_too_small(s, base))
             raise UserError(base.reason if base.status == "user" else
                             f"the baseline (plain fp32 PyTorch) fails on this model: {base.reason}")
+        bad = [v for v in base.loss if not math.isfinite(v)]
+        if bad:
+            raise UserError(f"the baseline (plain fp32 PyTorch) gives a non-finite loss ({bad[0]} in "
+                            f"{len(bad)} of {len(base.loss)} warm-up steps): nothing can be judged safe against it; "
+                            "check the model, the batches and the loss function")
         if s.left() < 2 * 3 * (base.steady_ms() or 0) / 1e3 + 2:
             raise UserError(_too_small(s, base))
+        # The A/A twin: the baseline once more, in its own worker, timed in the same rounds.
+        twin_cand = dataclasses.replace(base.cand, name=f"{base.cand.name} (A/A twin)")
+        s.twin = Run(cand=twin_cand)
+        s.twin.conn, s.twin.proc = s._start(("setup", s._spec(twin_cand)))
+        if s.twin.conn.poll(max(0.05, s.left())):
+            try:
+                reply = s.twin.conn.recv()
+            except (EOFError, OSError):
+                reply = {"error": "worker died during set-up", "kind": "backend"}
+            if "error" in reply:
+                s._end(s.twin, "failed", reply["error"])
+            else:
+                s._warm(s.twin, None)
+        else:
+            s._end(s.twin, "stopped", "set-up did not finish within the budget")
         # Emulated FP8 is checked for safety only, after everything that can win has warmed up.
         emulated = [c for c in first[1:] if c.emulated]
         for r in s._spawn([c for c in first[1:] if not c.emulated]):
@@ -372,10 +433,11 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
         for r in s._spawn(emulated):
             s._warm(r, base)
         s._timed(base, reserve_s=min(5.0, 0.05 * budget_s) + 0.2 * sum(1 for r in s.runs if r.live))
+        if s.twin is not None and s.twin.live:
+            s._end(s.twin, "ok", "", collect=False)
         for r in s.runs:
             if r.live:
-                if r is not base:
-                    r.safety = s._safety(r, base)
+                r.safety = s._safety(r, base)
                 if r.safety is not None and r.safety.safe is False:
                     s._end(r, "unsafe", r.safety.reason, collect=True)
                 else:

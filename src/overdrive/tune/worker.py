@@ -125,14 +125,19 @@ def _fp8_filter(spec: dict) -> dict:
 
 
 def _classify(e: BaseException) -> str:
+    """user | oom (CUDA's "out of memory" and the CPU allocator's "can't allocate memory", as in
+    bench's worker) | backend."""
+    from overdrive.bench.worker import _classify as classify_failure
+
     if isinstance(e, (UserError, _UserCode)):
         return "user"
-    msg = str(e).lower()
-    return "oom" if ("out of memory" in msg or isinstance(e, MemoryError)) else "backend"
+    return classify_failure(e)
 
 
-def worker_main(conn) -> None:
-    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+def worker_main(conn, compile_threads: int = 1) -> None:
+    # Inductor's compile workers: the cores the parent gives this worker (measure.threads), not 1
+    # everywhere (that serialises Triton compiles on a GPU box).
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(1, compile_threads))
     task = None
     while True:
         try:

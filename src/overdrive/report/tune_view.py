@@ -1,5 +1,5 @@
 """report.html for a tune run: the winner's line, the table of what ran, two plots (speedup with
-its interval; loss curves against the fp32 shadow), and the per-layer FP8 decisions if any."""
+its interval; loss curves against the fp32 baseline), and the per-layer FP8 decisions if any."""
 
 from __future__ import annotations
 
@@ -8,7 +8,61 @@ import html
 import io
 import os
 
-__all__ = ["write_report"]
+__all__ = ["write_report", "render_tune", "measured_line"]
+
+
+def measured_line(res: dict) -> str:
+    """How it was measured: the A/A noise floor, the load and the threads per worker."""
+    bits = []
+    n = res.get("noise") or {}
+    aa = n.get("aa")
+    if aa:
+        bits.append(f"A/A (baseline vs its twin, {aa['rounds']} rounds) {aa['ratio']:.3f}x [{aa['ci'][0]:.2f}–"
+                    f"{aa['ci'][1]:.2f}], noise floor ±{aa['spread_pct']:.1f}%" + (" — too busy to judge" if
+                                                                                   n.get("too_busy") else ""))
+    elif n:
+        bits.append("no A/A noise floor (too few rounds or no twin)")
+    if n.get("load_1min") is not None:
+        bits.append(f"load {n['load_1min']:.1f} on {n.get('cores')} cores")
+    t = res.get("threads") or {}
+    if t:
+        bits.append(f"{t['threads']} torch thread(s) per worker ({'--threads' if t.get('source') == 'user' else 'auto'})")
+    return "; ".join(bits)
+
+
+def render_tune(res: dict, console=None) -> None:
+    """The console table of a tune result (a TuneResult.to_dict() or a tune folder's results.json)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from overdrive.tune.api import speedup_text
+
+    t = Table(title=escape(f"overdrive tune — {res.get('workload')} on {res.get('gpu') or res.get('cpu')} "
+                           f"({res['elapsed_s']:.0f} of {res['budget_s']:g} s, {res['rounds']} rounds)"))
+    for col in ("candidate", "status", "step ms", "speedup [95% CI]", "warm-up ms", "loss Δ", "safe", "what ran / why"):
+        t.add_column(col, overflow="fold")
+    for r in res["candidates"]:
+        step = "-" if r["step_ms"] is None else f"{r['step_ms']:.1f}"
+        warm = "-" if r["warmup_first_step_ms"] is None else f"{r['warmup_first_step_ms']:.0f}"
+        dl = "-" if r["loss_delta_pct"] is None else f"{r['loss_delta_pct']:+.2f}%"
+        safe = {True: "yes", False: "[red]UNSAFE[/]", None: "-"}[r["safe"]]
+        why = escape(r["ran"] + (f" — {r['reason']}" if r["reason"] else ""))
+        name = ("[bold green]" + escape(r["label"]) + "[/]") if r["name"] == res["best"] else escape(r["label"])
+        t.add_row(name, escape(r["status"]), step, escape(speedup_text(r)), warm, dl, safe, why)
+    c = console or Console(width=max(120, Console().width))
+    c.print(t)
+    c.print(escape(res["summary"]))
+    m = measured_line(res)
+    if m:
+        c.print(escape(f"Measured: {m}."))
+    if res.get("memory_limit"):
+        c.print(escape(f"Memory was the limit ({res['memory_limit']}): activation checkpointing was tried."))
+    c.print(escape(f"Safety rule: {res['tolerance']}."))
+    if res.get("cache_note"):
+        c.print(escape(res["cache_note"]))
+    elif res.get("cached_at"):
+        c.print(escape(f"Cached for accelerate(model, recipe=\"tuned\") on this machine: {res['cached_at']}"))
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1150px;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left}
@@ -65,6 +119,7 @@ def write_report(res: dict, out_dir: str) -> str:
              f"<p>{e(str(res.get('workload')))} on {e(str(res.get('gpu') or res.get('cpu')))} · {e(res['created'])}"
              f" · budget {res['budget_s']:g} s, took {res['elapsed_s']:.0f} s, {res['rounds']} timed rounds</p>",
              f"<p class='rec'>{e(res['summary'])}</p>",
+             f"<p class='note'>Measured: {e(measured_line(res) or '-')}.</p>",
              f"<p class='note'>Safety: {e(res['tolerance'])}. Speedups are against the baseline "
              f"({e(res['baseline'])}); emulated FP8 is checked for safety only.</p>",
              "<table><tr><th>candidate</th><th>status</th><th>step ms</th><th>speedup [95% CI]</th><th>warm-up "
