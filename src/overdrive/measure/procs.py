@@ -38,7 +38,9 @@ def bind_to_parent(parent_pid: int | None = None) -> bool:
 
 
 def bound_to_parent(target, parent_pid, *args) -> None:
-    """A Process target: bind to the parent, then run `target(*args)` (picklable for spawn)."""
+    """A Process target: bind to the parent, then run `target(*args)` (picklable for spawn).
+    `parent_pid`: the pid expected as our parent (spawn), or None when a fork server is the parent
+    (it exits when its client does, and the kernel then ends us)."""
     bind_to_parent(parent_pid)
     target(*args)
 

@@ -115,7 +115,9 @@ class Session:
     # -- worker plumbing ------------------------------------------------------------------
     def _start(self, msg: tuple):
         parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=bound_to_parent, args=(worker_main, os.getpid(), child,
+        # Forked by the fork server, a worker's parent is the server (which exits with us): no pid check.
+        ppid = os.getpid() if self._ctx.get_start_method() == "spawn" else None
+        proc = self._ctx.Process(target=bound_to_parent, args=(worker_main, ppid, child,
                                                                self.plan.compile_threads), daemon=True)
         with main_not_rerun(self.wl):
             proc.start()
