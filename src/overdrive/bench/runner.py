@@ -23,7 +23,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 
-from overdrive.bench.labels import effective_key, ran_label
+from overdrive.recipes.labels import effective_key, ran_label
 from overdrive.bench.suites import Candidate, Suite
 from overdrive.bench.worker import LocalConn, worker_main
 from overdrive.env import EnvReport

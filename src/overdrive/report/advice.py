@@ -90,6 +90,8 @@ def precision_note(results: dict) -> str | None:
     w = winner(results)
     if not bp or w is None or w.get("precision") == bp:
         return None
+    if (results.get("recommendation") or {}).get("too_busy"):
+        return None  # nothing was recommended: there is no choice of precision to explain
     same = [c for c in results.get("configs", []) if c.get("precision") == bp and not c.get("baseline")]
     ev = []
     for c in same:

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from overdrive.bench.labels import low_precision_format
+from overdrive.recipes.labels import low_precision_format
 from overdrive.bench.results import suite_title, throughput
 from overdrive.report.advice import next_step, precision_note, role_order, verdict_text
 from overdrive.report.compare import LEGEND, compare_rows, relabelled, verdict

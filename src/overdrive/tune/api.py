@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from overdrive.bench.labels import ran_label
+from overdrive.recipes.labels import ran_label
 from overdrive.env import EnvReport, get_env
 from overdrive.errors import UserError
 from overdrive.measure.stats import compare, host_too_busy, round_medians, summarize

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from overdrive.bench.labels import effective_key as _bench_key
+from overdrive.recipes.labels import effective_key as _bench_key
 from overdrive.env import EnvReport
 from overdrive.recipes import PRESETS, Recipe, ResolvedRecipe, get_recipe, resolve
 

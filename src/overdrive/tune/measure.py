@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from overdrive.bench.labels import low_precision_format
+from overdrive.recipes.labels import low_precision_format
 from overdrive.env import EnvReport
 from overdrive.errors import UserError
 from overdrive.measure.procs import bound_to_parent, stop_process
@@ -241,7 +241,7 @@ class Session:
         ref_s = (base.steady_ms() or 0) / 1e3 if base else 0.0
         t = self.left(self.warm_deadline if base else self.deadline)
         if base is not None and eager:
-            t, why = min(t, max(5.0, 30 * ref_s)), f"over 30x the baseline's step"
+            t, why = min(t, max(5.0, 30 * ref_s)), "over 30x the baseline's step"
         elif base is not None:
             # Compilation is paid from the budget: at most a third of it for one candidate.
             t, why = min(t, self.budget_s / 3), f"a third of the {self.total_budget_s:.0f} s budget"

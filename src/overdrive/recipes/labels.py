@@ -1,0 +1,78 @@
+"""Say what ran, not what was asked: a candidate's label carries its fallbacks, and candidates that
+resolve to the same effective recipe are one measurement.
+
+    fp8 → bf16 (fallback: torchao missing)       no FP8 engine here, so bf16 autocast ran
+    fp8 → fp8 emulated (fallback: no FP8 GPU)    torchao emulation: numerics only, never a speed
+    nvfp4 → nvfp4 emulated (fallback: no SM 10.x GPU)
+"""
+
+from __future__ import annotations
+
+import json
+
+from overdrive.env import EnvReport
+from overdrive.recipes.resolve import ResolvedRecipe
+
+__all__ = ["ran_label", "what_runs", "effective_key", "low_precision_format"]
+
+
+def low_precision_format(fp8_scaling: str | None, precision: str = "fp8") -> str:
+    """The format's own name: "mxfp8"/"nvfp4" for the block-scaled formats, else the precision."""
+    return fp8_scaling if fp8_scaling in ("mxfp8", "nvfp4") else precision
+
+
+def _engines(env: EnvReport) -> str:
+    ao, te = env.engine("torchao"), env.engine("transformer_engine")
+    return f"transformer_engine {te.status}, torchao {ao.status}"
+
+
+def what_runs(r: ResolvedRecipe) -> str:
+    """The precision that runs, in a word or two: fp32, bf16, fp16, fp8 (torchao, tensorwise),
+    fp8 emulated, mxfp8 (transformer_engine), nvfp4 emulated."""
+    if r.precision in ("fp8", "fp4"):
+        fmt = low_precision_format(r.fp8_scaling, r.precision)
+        if r.emulated:
+            return f"{fmt} emulated"
+        return f"{fmt} ({r.fp8_backend})" if fmt != r.precision else f"{fmt} ({r.fp8_backend}, {r.fp8_scaling})"
+    return r.precision
+
+
+def _short(d, env: EnvReport) -> str:
+    """A fallback's cause in a few words (the full reason stays in the resolved recipe)."""
+    if d.field == "fp8":
+        ao, te = env.engine("torchao"), env.engine("transformer_engine")
+        if not any(g.capabilities.get("fp8") for g in env.gpus):
+            causes = ["no FP8 GPU"]
+            if d.chosen.startswith("none"):
+                causes.append(f"torchao {ao.status}" if not ao.ok else "torchao cannot emulate")
+            return ", ".join(causes)
+        if not te.ok and not ao.ok:
+            return _engines(env)
+        return f"{d.requested} → {d.chosen}"
+    if d.field in ("mxfp8", "nvfp4"):
+        if not any(g.capabilities.get("mxfp8") for g in env.gpus):
+            return "no SM 10.x GPU"
+        if d.chosen == "emulated":
+            return _engines(env)
+        return f"{d.requested} → {d.chosen}"
+    return f"{d.field} {d.requested} → {d.chosen}"
+
+
+def ran_label(name: str, r: ResolvedRecipe, env: EnvReport) -> str:
+    """`name` when it ran as asked, else `name → what ran (fallback: cause)`."""
+    falls = r.fallbacks
+    if not falls:
+        return name
+    asked = r.recipe.precision
+    ran = what_runs(r)
+    head = f"{name} → {ran}" if ran != asked else f"{name} → " + ", ".join(f"{d.field} {d.chosen}" for d in falls)
+    return f"{head} (fallback: {'; '.join(_short(d, env) for d in falls)})"
+
+
+def effective_key(r: ResolvedRecipe, options: dict | None = None, extra: dict | None = None) -> str:
+    """Equal for two candidates that run the same thing here: the resolved fields without the
+    requested recipe and the decision log, plus task options (and any test injection)."""
+    d = r.to_dict()
+    d.pop("recipe")
+    d.pop("decisions")
+    return json.dumps([d, options or {}, extra or {}], sort_keys=True, default=str)
