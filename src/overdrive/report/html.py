@@ -73,6 +73,12 @@ def _notes(results: dict) -> list[str]:
                 out.append(f"{c['name']}: {why}")
         if c.get("emulated"):
             out.append(emulated_note(c))
+    from overdrive.report.tables import _threads_note
+
+    sched = results.get("schedule") or {}
+    meas = [x for x in ((sched.get("noise") or {}).get("note"), _threads_note(sched.get("threads"))) if x]
+    if meas:
+        out.append("measured: " + "; ".join(meas))
     return out
 
 
