@@ -247,9 +247,8 @@ def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int 
         return _run_e2e(runs, suite, env, data=data, seed=seed, threads=threads, progress=progress,
                         step_timeout=step_timeout, inject=inject or {}, isolate=isolate)
     finally:  # SIGTERM (SystemExit), Ctrl-C or a crash here: no worker outlives the bench
-        for run in runs:
-            if run.proc is not None:
-                stop_process(run.proc, grace_s=0.2)
+        for run in runs:  # every worker still alive here is killed at once, then reaped
+            stop_process(run.proc, grace_s=0)
 
 
 def _twin_of(baseline: ConfigRun | None) -> ConfigRun | None:

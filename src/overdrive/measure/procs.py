@@ -68,6 +68,8 @@ def stop_process(proc, *, grace_s: float = 0.5) -> None:
     if proc is None:
         return
     try:
+        if grace_s <= 0 and proc.is_alive():
+            proc.kill()  # no grace: the parent is going away (SIGTERM, an error)
         proc.join(timeout=grace_s)
         if proc.is_alive():
             proc.kill()
