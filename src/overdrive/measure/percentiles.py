@@ -13,17 +13,14 @@ import math
 __all__ = ["samples_needed", "quantile_ci", "estimable"]
 
 
-def _binom_cdf(k: int, n: int, p: float) -> float:
-    """P(X <= k), X ~ Binomial(n, p), summed in log space (n up to ~1e6 without overflow)."""
-    if k < 0:
-        return 0.0
-    if k >= n:
-        return 1.0
-    lp, lq = math.log(p), math.log1p(-p)
-    total = 0.0
-    for i in range(k + 1):
-        total += math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq)
-    return min(1.0, total)
+def _binom_cdfs(n: int, p: float) -> list[float]:
+    """[P(X <= k) for k in 0..n], X ~ Binomial(n, p), in one pass (pmf terms in log space)."""
+    lp, lq, lg = math.log(p), math.log1p(-p), math.lgamma(n + 1)
+    out, total = [], 0.0
+    for i in range(n + 1):
+        total += math.exp(lg - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq)
+        out.append(min(1.0, total))
+    return out
 
 
 def samples_needed(q: float, *, level: float = 0.95) -> int:
@@ -49,9 +46,10 @@ def quantile_ci(samples: list[float], q: float, *, level: float = 0.95) -> dict:
     if n < need:
         return out
     alpha = (1 - level) / 2
+    cdf = _binom_cdfs(n, q)  # cdf[k] = P(X <= k)
     # hi: the smallest rank j with P(X <= j-1) >= 1 - alpha; lo: the largest i with P(X <= i-1) <= alpha.
-    hi_rank = next((j for j in range(1, n + 1) if _binom_cdf(j - 1, n, q) >= 1 - alpha), n)
-    lo_rank = max([i for i in range(1, n + 1) if _binom_cdf(i - 1, n, q) <= alpha] or [1])
+    hi_rank = next((j for j in range(1, n + 1) if cdf[j - 1] >= 1 - alpha), n)
+    lo_rank = max([i for i in range(1, n + 1) if cdf[i - 1] <= alpha] or [1])
     rank = min(n, max(1, math.ceil(q * n)))
     out.update(value=xs[rank - 1], lo=xs[lo_rank - 1], hi=xs[hi_rank - 1], estimable=True)
     return out
