@@ -42,7 +42,7 @@ def test_aa_with_round_level_contention_is_same_in_95pct_of_200_seeds():
     assert same >= 190, same
 
 
-@pytest.mark.parametrize("rounds,at_least", [(16, 190), (8, 140)])
+@pytest.mark.parametrize("rounds,at_least", [(16, 190), (8, 120)])
 def test_a_real_1_3x_difference_is_still_found(rounds, at_least):
     """Found in >= 95% of seeds with 16 rounds of this much contention (12% per turn), in most with 8;
     never called the wrong way."""
@@ -99,3 +99,36 @@ def test_threads_follow_cores_workers_and_load():
     assert plan_threads(active=6, cores=2, load=0.0).threads == 1
     p = plan_threads(active=1, cores=2, load=9.0, user=2)
     assert p.threads == 2 and p.to_dict()["source"] == "user"
+
+
+def _bursty(true_ms: dict[str, float], *, rounds: int, seed: int) -> dict[str, list[list[float]]]:
+    """The busy host plus bursts: in one turn of 8, another tenant takes the core for 2-6x the step."""
+    out = _busy_host(true_ms, rounds=rounds, steps=3, seed=seed)
+    rng = random.Random(seed + 10_000)
+    for turns in out.values():
+        for k in range(rounds):
+            if rng.random() < 1 / 8:
+                f = rng.uniform(2, 6)
+                turns[k] = [x * f for x in turns[k]]
+    return out
+
+
+def test_bursts_in_single_turns_never_fake_a_difference():
+    """One turn in 8 hit by a 2-6x burst: the A/A control stays "same", a real 1.3x is never called
+    slower, and where the bursts swamp the floor the host is said to be too busy (no false verdict)."""
+    aa = [_verdict(_bursty({"baseline": 100, "twin": 100, "copy": 100}, rounds=16, seed=s), "copy")
+          for s in range(200)]
+    assert aa.count("same") >= 190
+    real = [_verdict(_bursty({"baseline": 100, "twin": 100, "fast": 100 / 1.3}, rounds=16, seed=s), "fast")
+            for s in range(200)]
+    assert real.count("slower") == 0
+    said_busy = sum(host_too_busy(noise_floor(round_medians(r["baseline"]), round_medians(r["twin"])))
+                    for r in (_bursty({"baseline": 100, "twin": 100}, rounds=16, seed=s) for s in range(200)))
+    assert said_busy + real.count("faster") >= 190
+
+
+def test_trimming_keeps_one_wild_round_from_deciding():
+    base = [100.0] * 10
+    cand = [80.0, 81.0, 79.0, 80.5, 80.0, 79.5, 80.2, 80.8, 79.9, 400.0]  # one burst round
+    s, lo, hi = paired_ci(base, cand)
+    assert 1.2 < s < 1.3 and lo > 1.15  # the burst is trimmed, not averaged in

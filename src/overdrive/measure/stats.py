@@ -5,7 +5,9 @@ Why rounds and not steps: the steps of one turn share that moment's contention (
 the core, a frequency drop), so they are not independent samples. Resampling steps gives an interval
 as narrow as if they were, and two runs of the same comparison then "prove" opposite things. The unit
 of evidence is the round: in round k every contender runs one turn, close together in time; the
-per-round ratio baseline_k / candidate_k is one sample, and the bootstrap resamples those.
+per-round ratio baseline_k / candidate_k is one sample, and the bootstrap resamples those. From 8
+rounds the wildest 20% at each end are winsorized (a turn hit by another tenant's burst gives one
+wild ratio), and the interval is widened to Student's t with Yuen's correction for the clipping.
 
 The A/A control is the baseline against itself (a twin worker measured in the same rounds). Its
 interval is what noise alone produces here and now; a difference is called only when the candidate's
@@ -68,21 +70,34 @@ def round_ratios(base: list[float], cand: list[float]) -> list[float]:
     return [base[k] / cand[k] for k in range(n) if base[k] > 0 and cand[k] > 0]
 
 
+def _trim(n: int) -> int:
+    """Rounds clipped at each end of the sorted per-round log ratios: 20% from 8 rounds on, none below
+    (a turn hit by a burst of another tenant gives one wild ratio; with few rounds every one counts)."""
+    return n // 5 if n >= 8 else 0
+
+
 def paired_ci(base: list[float], cand: list[float], *, level: float = 0.95, resamples: int = 4000,
               seed: int = 0) -> tuple[float, float, float] | None:
-    """Speedup (base/cand) as the geometric mean of the per-round ratios, with a percentile bootstrap
-    over rounds. `base`, `cand`: per-round medians (`round_medians`). None below 2 paired rounds."""
-    r = np.log(np.asarray(round_ratios(base, cand), dtype=float))
-    if r.size < 2:
+    """Speedup (base/cand) as the geometric mean of the per-round ratios (20%-winsorized from 8
+    rounds), with a percentile bootstrap over rounds. `base`, `cand`: per-round medians
+    (`round_medians`). None below 2 paired rounds."""
+    r = np.sort(np.log(np.asarray(round_ratios(base, cand), dtype=float)))
+    n = r.size
+    if n < 2:
         return None
+    g = _trim(n)
+    if g:  # winsorize: the g wildest rounds at each end count as the nearest kept one, so a burst
+        r = np.clip(r, r[g], r[n - 1 - g])  # resampled twice cannot come back in either
     rng = np.random.default_rng(seed)
-    means = r[rng.integers(0, r.size, size=(resamples, r.size))].mean(axis=1)
+    boot = r[rng.integers(0, n, size=(resamples, n))].mean(axis=1)
     alpha = (1 - level) / 2
     m = float(r.mean())
     # A percentile bootstrap over few rounds is too narrow (it spreads like s*sqrt((n-1)/n)/sqrt(n)
-    # with normal quantiles); widen its deviations to Student's t with n-1 degrees of freedom.
-    widen = _t975(r.size - 1) / 1.959964 * math.sqrt(r.size / (r.size - 1)) if level == 0.95 else 1.0
-    lo, hi = float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
+    # with normal quantiles); widen its deviations to Student's t with the kept rounds' freedom.
+    # Winsorizing shrinks the spread it resamples: scale back by n/(n-2g) (Yuen's trimmed-mean error).
+    h = n - 2 * g
+    widen = (_t975(max(1, h - 1)) / 1.959964 * math.sqrt(n / (n - 1)) if level == 0.95 else 1.0) * n / h
+    lo, hi = float(np.quantile(boot, alpha)), float(np.quantile(boot, 1 - alpha))
     return (math.exp(m), math.exp(m - widen * (m - lo)), math.exp(m + widen * (hi - m)))
 
 
