@@ -102,3 +102,12 @@ def test_a_worker_ends_with_its_parent():
     else:
         os.kill(child, signal.SIGKILL)
         pytest.fail("the worker outlived its parent")
+
+
+def test_a_too_busy_verdict_says_re_run_not_keep_the_baseline():
+    from overdrive.report.advice import next_step
+
+    res = run_bench(TINY, env=AVX2, micro=False, isolate=False, threads=1, inject={"baseline": {"noise_ms": 200.0}})
+    assert res["recommendation"].get("too_busy")
+    text = next_step(res).text
+    assert "too busy" in text and "keep" not in text

@@ -66,6 +66,9 @@ def next_step(results: dict) -> Step:
     if w is None:
         return Step("Next step: nothing to apply yet — no configuration completed safely; read the statuses and "
                     "notes below, then re-run `overdrive bench`.")
+    if (results.get("recommendation") or {}).get("too_busy"):
+        return Step("Next step: re-run `overdrive bench --out DIR` when the machine is quieter (or with more rounds, "
+                    "--steps): this host was too busy to tell the recipes apart, so nothing was judged.")
     if w.get("baseline"):
         what = "your plain fp32 PyTorch loop" if task == "gpt" else "the baseline (nn.Embedding, dense AdamW)"
         return Step(f"Next step: keep {what} — no candidate was measurably faster here. Re-run `overdrive bench --out DIR` on "
