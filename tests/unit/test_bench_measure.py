@@ -37,11 +37,11 @@ def test_the_baseline_twin_gives_the_noise_floor_and_is_not_a_result():
 
 
 def test_a_too_busy_host_recommends_nothing_and_says_why():
-    # Every step of the baseline and its twin gets ~200 ms of random extra time (exponential): the
-    # A/A interval is wide, so even a candidate reported 10x faster is not recommended.
+    # Every step gets ~200 ms of random extra time (exponential), the baseline's twin's too: the A/A
+    # interval is wide, and no difference clears it, so nothing is recommended.
     noisy = {"noise_ms": 200.0}
     res = run_bench(TINY, env=AVX2, micro=False, isolate=False, threads=1,
-                    inject={"baseline": noisy, "fp32-fused": {"slow": 0.01}})
+                    inject={"baseline": noisy, "fp32-fused": noisy})
     rec = res["recommendation"]
     assert res["schedule"]["noise"]["too_busy"], res["schedule"]["noise"]
     assert rec["name"] is None and rec.get("too_busy") and "too busy to judge" in rec["text"]
@@ -107,7 +107,27 @@ def test_a_worker_ends_with_its_parent():
 def test_a_too_busy_verdict_says_re_run_not_keep_the_baseline():
     from overdrive.report.advice import next_step
 
-    res = run_bench(TINY, env=AVX2, micro=False, isolate=False, threads=1, inject={"baseline": {"noise_ms": 200.0}})
+    noisy = {"noise_ms": 200.0}
+    res = run_bench(TINY, env=AVX2, micro=False, isolate=False, threads=1,
+                    inject={"baseline": noisy, "fp32-fused": noisy})
     assert res["recommendation"].get("too_busy")
     text = next_step(res).text
     assert "too busy" in text and "keep" not in text
+
+
+def test_on_a_busy_host_only_a_difference_beyond_the_noise_is_called():
+    from overdrive.bench.analysis import recommend
+
+    def cfg(name, speedup, ci, verdict, baseline=False):
+        return {"name": name, "label": name, "status": "ok", "safe": True, "emulated": False, "baseline": baseline,
+                "speedup": speedup, "speedup_ci": ci, "verdict": verdict, "also": [], "options": {},
+                "models": {"teacher": {"loss_delta_pct": 0.1}}, "step_ms": {"median": 10.0, "n": 8}, "rounds": 8}
+
+    noise = {"aa": {"ratio": 1.1, "ci": [0.8, 1.4], "rounds": 8, "spread_pct": 40.0}, "too_busy": True,
+             "load_1min": 12.0, "cores": 2}
+    sched = {"noise": noise, "rounds_run": 8, "rounds_planned": 8}
+    base = cfg("baseline", 1.0, [1.0, 1.0], "baseline", baseline=True)
+    within = recommend([base, cfg("amp-bf16", 1.3, [1.05, 1.6], "same")], sched)
+    assert within["name"] is None and within["too_busy"] and "too busy to judge" in within["text"]
+    beyond = recommend([base, cfg("amp-bf16", 2.0, [1.6, 2.4], "faster")], sched)
+    assert beyond["name"] == "amp-bf16" and "busy host" in beyond["text"]

@@ -387,3 +387,19 @@ def test_warm_up_stops_the_far_slower_flags_the_unsafe_and_never_times_emulation
     assert runs["amp-fp16"].status == "unsafe" and "+50.00%" in runs["amp-fp16"].reason
     assert runs["fp8"].status == "emulated" and runs["fp8"].safety.safe and not runs["fp8"].ms
     assert len(runs["fp8"].loss) == 6  # emulation gets extra safety steps, and no timed ones
+
+
+def test_a_busy_host_keeps_the_baseline_unless_a_difference_clears_its_noise():
+    from overdrive.measure.stats import NoiseFloor
+    from overdrive.tune.measure import Run
+
+    cands = named_candidates(["fp32", "amp-bf16"], CPU)
+    runs = [Run(cand=c) for c in cands]
+    floor = NoiseFloor(ratio=1.2, lo=0.95, hi=1.5, rounds=20, spread_pct=41.0)
+    rows = [_rowd("baseline", 1.0, None), _rowd("fp32", 1.3, [1.05, 1.6])]
+    rows[1]["verdict"] = "same"  # inside the floor
+    best, text, confident = _pick(rows, runs, floor=floor, busy=True, load=[12.0], cores=2)
+    assert best.name == "baseline" and "too busy to judge" in text and "load average 12.0" in text and not confident
+    rows[1].update(speedup=1.9, speedup_ci=[1.5, 2.4], verdict="faster")
+    best, text, confident = _pick(rows, runs, floor=floor, busy=True)
+    assert best.name == "fp32" and "busy" in text and not confident  # never cached over a quiet run's winner

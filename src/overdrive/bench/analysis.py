@@ -189,7 +189,9 @@ def recommend(configs: list[dict], schedule: dict, task: str = "gpt") -> dict:
     if unjudged:
         tail += f" (quality not assessed: {', '.join(unjudged)})"
     noise = schedule.get("noise") or {}
-    if noise.get("too_busy"):
+    # "faster" needs the whole paired interval above 1.0 and a speedup beyond the A/A floor.
+    faster = [c for c in measured if c.get("verdict", "faster" if c["speedup_ci"][0] > 1.0 else "same") == "faster"]
+    if noise.get("too_busy") and not faster:  # nothing cleared the host's own noise: no verdict at all
         aa = noise["aa"]
         load = f", load average {noise['load_1min']:.1f} on {noise['cores']} cores" if noise.get("load_1min") else ""
         text = (f"the host was too busy to judge: the baseline against its own twin (A/A) measured {aa['ratio']:.2f}x "
@@ -197,8 +199,6 @@ def recommend(configs: list[dict], schedule: dict, task: str = "gpt") -> dict:
                 f"{load}. No recommendation: re-run on a quieter machine (or with more rounds, --steps){tail}")
         return {"name": None, "label": None, "text": text, "speedup": None, "speedup_ci": None, "apply": None,
                 "evidence": False, "too_busy": True}
-    # "faster" needs the whole paired interval above the A/A floor (above 1.0 without a twin).
-    faster = [c for c in measured if c.get("verdict", "faster" if c["speedup_ci"][0] > 1.0 else "same") == "faster"]
     if faster:
         best = max(faster, key=lambda c: c["speedup"])
         lo, hi = best["speedup_ci"]
@@ -208,6 +208,9 @@ def recommend(configs: list[dict], schedule: dict, task: str = "gpt") -> dict:
         text = (f"fastest safe recipe here: {best['label']}{also} — {best['speedup']:.2f}x [{lo_s}–{hi:.2f}] the "
                 f"baseline's speed ({'+'.join(best['models'])} step {best['step_ms']['median']:.1f} ms), "
                 f"{_loss_words(best)}{tail}. Apply: {hint['code']}" + (f" or {hint['train']}" if hint["train"] else ""))
+        if noise.get("too_busy"):
+            text += (f" (a busy host: A/A noise ±{noise['aa']['spread_pct']:.0f}%; only differences beyond it are "
+                     "called)")
         return {"name": best["name"], "label": best["label"], "text": text, "speedup": best["speedup"],
                 "speedup_ci": best["speedup_ci"], "apply": hint, "evidence": True}
     best = max(measured, key=lambda c: c["speedup"]) if measured else None

@@ -227,16 +227,18 @@ def _pick(rows: list[dict], runs: list[Run], *, floor=None, busy: bool = False, 
     """(the recipe, the summary, whether it is a confident result): a winner, or a baseline kept
     because nothing was measurably faster on a host quiet enough to say so."""
     base = rows[0]
-    if busy:
+    ok = [r for r in rows[1:] if r["status"] in ("ok", "eliminated") and r["safe"] and not r["emulated"]
+          and r["speedup_ci"] is not None]
+    winners = [r for r in ok if r["verdict"] == "faster"]
+    # Too busy to judge: nothing cleared the A/A floor. A difference larger than the host's noise is
+    # still judged (and said to be from a busy host), never a smaller one.
+    if busy and not winners:
         peak = max((x for x in (load or []) if x is not None), default=None)
         at = f", load average {peak:.1f} on {cores} cores" if peak is not None and cores else ""
         return baseline_recipe(), (
             f"The host was too busy to judge: the baseline against its own twin (A/A) measured {floor.ratio:.2f}x "
             f"(95% CI {floor.lo:.2f}-{floor.hi:.2f}, noise ±{floor.spread_pct:.0f}%) over {floor.rounds} rounds{at}. "
             f"No recommendation; keeping the baseline ({base['name']}). Re-run on a quieter machine."), False
-    ok = [r for r in rows[1:] if r["status"] in ("ok", "eliminated") and r["safe"] and not r["emulated"]
-          and r["speedup_ci"] is not None]
-    winners = [r for r in ok if r["verdict"] == "faster"]
     floor_txt = f", beyond the A/A noise floor ±{floor.spread_pct:.1f}%" if floor else ""
     n_base = base["n"]
     if winners:
@@ -249,7 +251,10 @@ def _pick(rows: list[dict], runs: list[Run], *, floor=None, busy: bool = False, 
                 f"timed steps) "
                 f"({w['step_ms']:.1f} vs {base['step_ms']:.1f} ms/step); it runs {w['ran']}; loss "
                 f"{w['loss_delta_pct']:+.2f}% ({w['loss_delta_nats']:+.4f} nats) vs the fp32 shadow.")
-        return run.cand.recipe, text, True
+        if busy:
+            text += (f" The host was busy (A/A ±{floor.spread_pct:.0f}%): only a difference beyond that noise is "
+                     "called, and this one is not cached over a winner from a quieter run.")
+        return run.cand.recipe, text, not busy
     if ok:
         b = max(ok, key=lambda r: r["speedup"])
         lo, hi = b["speedup_ci"]
