@@ -132,3 +132,22 @@ def test_trimming_keeps_one_wild_round_from_deciding():
     cand = [80.0, 81.0, 79.0, 80.5, 80.0, 79.5, 80.2, 80.8, 79.9, 400.0]  # one burst round
     s, lo, hi = paired_ci(base, cand)
     assert 1.2 < s < 1.3 and lo > 1.15  # the burst is trimmed, not averaged in
+
+
+def test_shuffled_rounds_give_every_contender_every_neighbour():
+    from overdrive.measure.rounds import rotated, shuffled
+
+    keys = ["baseline", "a", "b", "c", "twin"]
+
+    def before_baseline(order_of):
+        prev = set()
+        for k in range(40):
+            o = order_of(k)
+            assert sorted(o) == sorted(keys)  # every key exactly once per round
+            i = o.index("baseline")
+            prev.add(o[i - 1] if i else None)
+        return prev
+
+    assert before_baseline(lambda k: rotated(keys, k)) <= {"twin", None}  # rotation: always the twin
+    assert before_baseline(lambda k: shuffled(keys, k, 0)) >= {"twin", "a", "b", "c", None}
+    assert shuffled(keys, 3, 7) == shuffled(keys, 3, 7)  # seeded: a run can be replayed

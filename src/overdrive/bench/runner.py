@@ -337,7 +337,8 @@ def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed,
 
     sched.rounds_run = interleaved_rounds(
         [r for r in runs if r.live], run_one, rounds=suite.rounds, budget_s=suite.budget_s,
-        min_rounds=suite.min_rounds, on_round=lambda done, n: tick(f"round {done}/{n}"), charge_dropped=False)
+        min_rounds=suite.min_rounds, on_round=lambda done, n: tick(f"round {done}/{n}"), charge_dropped=False,
+        shuffle_seed=seed)
     sched.cut_by_budget = sched.rounds_run < suite.rounds and any(r.live for r in runs)
     sched.load.append(host_load())
     if twin is not None:  # the A/A control has done its work: no parity top-up, not a result

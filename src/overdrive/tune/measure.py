@@ -371,7 +371,7 @@ class Session:
 
         self.load.append(host_load())
         interleaved_rounds([id(r) for r in live], run_one, rounds=100_000, budget_s=budget, min_rounds=1,
-                           on_round=halve)
+                           on_round=halve, shuffle_seed=self.seed)
         self.load.append(host_load())
 
 
