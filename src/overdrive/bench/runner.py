@@ -330,14 +330,19 @@ def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed,
             return False
         _record(run, reply["steps"], kind="timed")
         run.round_t.append(t)
-        if _too_slow(run, baseline, twin, suite):
-            _finish(run)
-            return False
         return True
+
+    def end_of_round(done: int, n: int) -> None:
+        # Early stops are decided when a round is complete (the order is shuffled, so mid-round the
+        # baseline may not have run its turn yet), on every round so far.
+        for run in runs:
+            if run.live and _too_slow(run, baseline, twin, suite):
+                _finish(run)
+        tick(f"round {done}/{n}")
 
     sched.rounds_run = interleaved_rounds(
         [r for r in runs if r.live], run_one, rounds=suite.rounds, budget_s=suite.budget_s,
-        min_rounds=suite.min_rounds, on_round=lambda done, n: tick(f"round {done}/{n}"), charge_dropped=False,
+        min_rounds=suite.min_rounds, on_round=end_of_round, charge_dropped=False,
         shuffle_seed=seed)
     sched.cut_by_budget = sched.rounds_run < suite.rounds and any(r.live for r in runs)
     sched.load.append(host_load())
