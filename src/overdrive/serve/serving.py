@@ -1,0 +1,99 @@
+"""The click model served under a request stream: per engine, the highest Poisson rate whose p99
+end-to-end latency stays under the SLO, and the dynamic-batcher settings that achieve it.
+
+Measured: per-batch service times of eager, compiled and ONNX Runtime (outputs checked equal first).
+Simulated from them: the Triton batcher over the settings (`batcher.search_settings`). Beside the
+figures: the host's load before and after, and the A/A noise floor of the service times.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from overdrive.serve.batcher import BatcherConfig, ServiceTimes, rate_curve, search_settings
+from overdrive.serve.latency_stats import aa_floor, host_load, latency_summary
+
+__all__ = ["run_serving", "summarize_serving"]
+
+SIM_NOTE = ("simulated from measured service times: Poisson arrivals, Triton's dynamic-batcher rules, a batch "
+            "costs a draw from the smallest measured batch >= it; not included: network, (de)serialisation, "
+            "the batcher's own overhead, copying requests into one batch")
+
+
+def summarize_serving(measured: dict, engines: list, slo_ms: float, *, requests: int = 4000, seed: int = 0,
+                      loads: tuple[dict, dict] | None = None) -> dict:
+    """The serving results from measured service samples (pure: tested without timing anything)."""
+    out: dict = {"slo_ms": slo_ms, "note": SIM_NOTE, "engines": {}, "requests": requests, "seed": seed}
+    for e in engines:
+        row: dict = {"label": e.label, "status": e.status, "reason": e.reason, "kind": e.kind,
+                     "max_abs_error_vs_eager": e.meta.get("max_abs_error_vs_eager")}
+        samples = measured["samples"].get(e.name)
+        if e.status != "ok" or not samples:
+            out["engines"][e.name] = row
+            continue
+        svc = ServiceTimes(samples)
+        row["service"] = {str(b): latency_summary(xs) for b, xs in samples.items()}
+        found = search_settings(svc, slo_ms, requests=requests, seed=seed)
+        row["best"] = found["best"]
+        if found["best"]:
+            row["best"]["config"]["kind"] = e.kind
+            cfg = BatcherConfig(**{k: v if k != "preferred_batch_size" else tuple(v)
+                                   for k, v in found["best"]["config"].items() if k != "kind"})
+            top = found["best"]["rate"]
+            rates = np.geomspace(top * 0.05, top * 1.25, 12)
+            row["curve"] = {"config": found["best"]["config"], "points": rate_curve(cfg, svc, rates,
+                                                                                    requests=requests, seed=seed)}
+        row["tried"] = len(found["tried"])
+        out["engines"][e.name] = row
+    if measured.get("aa") and len(measured["aa"]) == 2:
+        out["noise_floor"] = {"of": measured["aa_of"], **aa_floor(*measured["aa"])}
+    if loads:
+        out["load"] = {"before": loads[0], "after": loads[1],
+                       "busy": bool(loads[0].get("busy") or loads[1].get("busy"))}
+    ok = {k: r for k, r in out["engines"].items() if r.get("best")}
+    if ok:
+        k = max(ok, key=lambda k: ok[k]["best"]["rate"])
+        out["text"] = "; ".join(f"{k2}: {_best_text(r)}" for k2, r in out["engines"].items())
+        out["winner"] = k
+    else:
+        out["text"] = f"no engine keeps p99 <= {slo_ms:g} ms at any rate here"
+        out["winner"] = None
+    if out.get("load", {}).get("busy"):
+        out["text"] += (f" (host busy: load {out['load']['before']['load1']} -> {out['load']['after']['load1']} on "
+                        f"{out['load']['before']['cores']} cores; figures are this host's, now)")
+    return out
+
+
+def _best_text(r: dict) -> str:
+    if not r.get("best"):
+        return r.get("reason") or "no setting meets the SLO"
+    c = r["best"]["config"]
+    pref = f", preferred {c['preferred_batch_size']}" if c["preferred_batch_size"] else ""
+    return (f"{r['best']['rate']:,.0f} req/s with max_batch_size {c['max_batch_size']}{pref}, "
+            f"delay {c['max_queue_delay_us']} µs")
+
+
+def run_serving(suite, env, *, slo_ms: float, seed: int = 0, progress=None) -> dict:
+    """Measure the engines on the click model of `suite` (table_scale, serve_batches) and summarise."""
+    import torch
+
+    from overdrive.recsys import DLRM, CriteoSpec
+    from overdrive.serve.engines import check_engines, click_engines, measure_service
+    from overdrive.serve.export import ClickServing, click_inputs
+
+    torch.manual_seed(seed)
+    base = CriteoSpec()
+    spec = CriteoSpec(table_sizes=tuple(max(10, int(n * suite.table_scale)) for n in base.table_sizes))
+    model = ClickServing(DLRM(spec)).eval()
+    batches = list(suite.serve_batches)
+    inputs = {b: click_inputs(b, 5, seed=seed + b, spec=spec) for b in batches}
+    before = host_load()
+    engines = click_engines(model, inputs, env, compile=suite.compile)
+    check_engines(engines, batches)
+    measured = measure_service(engines, batches, rounds=suite.serve_rounds, reps=suite.serve_reps, progress=progress)
+    after = host_load()
+    res = summarize_serving(measured, engines, slo_ms, seed=seed, loads=(before, after))
+    res["model"] = f"DLRM click model, {sum(spec.table_sizes):,} embedding rows, bag length 5"
+    res["batches"] = batches
+    res["threads"] = torch.get_num_threads()
+    return res
