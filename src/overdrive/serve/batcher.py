@@ -27,7 +27,8 @@ import numpy as np
 
 from overdrive.serve.latency_stats import latency_summary, min_samples
 
-__all__ = ["BatcherConfig", "ServiceTimes", "simulate", "max_rate_under_slo", "search_settings"]
+__all__ = ["BatcherConfig", "ServiceTimes", "simulate", "serve_arrivals", "max_rate_under_slo", "search_settings",
+           "rate_curve"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,9 +89,18 @@ def simulate(cfg: BatcherConfig, service: ServiceTimes, rate: float, *, requests
     the first warmup_frac are dropped (the queue starts empty, a server under traffic does not)."""
     if rate <= 0:
         raise ValueError(f"rate must be positive, got {rate}")
+    arr = np.cumsum(_gaps(requests, seed)) / rate * 1e3               # arrival times, ms
+    lat = serve_arrivals(cfg, service, arr, seed=seed)
+    return lat[int(requests * warmup_frac):]
+
+
+def serve_arrivals(cfg: BatcherConfig, service: ServiceTimes, arrivals_ms: Sequence[float], *,
+                   seed: int = 0) -> np.ndarray:
+    """Latencies (ms) of requests arriving at the given sorted times through the batcher."""
     if cfg.max_batch_size > service.largest:
         raise ValueError(f"max_batch_size {cfg.max_batch_size} is above the largest measured batch {service.largest}")
-    arr = (np.cumsum(_gaps(requests, seed)) / rate * 1e3).tolist()   # arrival times, ms
+    arr = [float(a) for a in arrivals_ms]
+    requests = len(arr)
     rng = np.random.default_rng(seed + 1)
     delay = cfg.max_queue_delay_us / 1e3
     pref = sorted(cfg.preferred_batch_size) or [cfg.max_batch_size]
@@ -121,8 +131,7 @@ def simulate(cfg: BatcherConfig, service: ServiceTimes, rate: float, *, requests
         free[k] = start + s
         done[i:i + b] = free[k]
         i += b
-    lat = done - np.asarray(arr)
-    return lat[int(requests * warmup_frac):]
+    return done - np.asarray(arr)
 
 
 def _p99(cfg: BatcherConfig, service: ServiceTimes, rate: float, requests: int, seed: int) -> float:
