@@ -358,8 +358,11 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
     """
     if batching is not None:
         batching = dict(batching)
-        if max_batch is not None:
+        if max_batch is not None and max_batch != batching["max_batch_size"]:
             batching["max_batch_size"] = max_batch
+            batching["preferred_batch_size"] = [p for p in batching.get("preferred_batch_size") or []
+                                                if isinstance(max_batch, int) and p <= max_batch]
+            batching["source"] = f"{batching.get('source', 'measured')}; max_batch_size {max_batch} from --max-batch"
     else:
         batching = default_batching(1024 if max_batch is None else max_batch)
     mb = batching["max_batch_size"]

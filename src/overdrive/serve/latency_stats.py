@@ -6,7 +6,7 @@ Kept free of torch and of the bench so it can move into a shared measurement pac
 Why a minimum sample count: the p-th percentile's 95% interval, from order statistics alone (no
 assumption on the shape of the distribution), is [x_(l), x_(u)] with l, u the binomial(n, p)
 quantiles. Its upper end exists only when P(no sample above the percentile) = p^n < 2.5%, i.e.
-n >= log(0.025) / log(p): 6 samples for p50, 72 for p95, 367 for p99. Below that the sample's
+n >= log(0.025) / log(p): 6 samples for p50, 72 for p95, 368 for p99. Below that the sample's
 largest value is not an upper bound for the percentile at 95%: we say "not estimable".
 """
 

@@ -136,7 +136,7 @@ def _check_io(cfg_io, model_io: dict, batched: bool, what: str, where: str) -> N
         if names[t.data_type] != typ:
             raise TritonRepoError(f"{where}: {what} {t.name!r} is {names[t.data_type]} in the config, {typ} in the model")
         want = ([-1] if batched else []) + list(t.dims)
-        if len(want) != len(dims) or any(c != -1 and c != m for c, m in zip(want, dims)) or \
+        if len(want) != len(dims) or any(m != -1 and c != m for c, m in zip(want, dims)) or \
                 (batched and dims[0] != -1):
             raise TritonRepoError(f"{where}: {what} {t.name!r} has dims {list(t.dims)} (batch "
                                   f"{'prepended' if batched else 'none'}), the model {dims}")

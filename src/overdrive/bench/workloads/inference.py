@@ -48,7 +48,7 @@ class LatencySuite:
     """Batch sizes whose service times feed the request-stream simulation (the batcher's choices)."""
     serve_rounds: int = 4
     serve_reps: int = 100
-    """serve_rounds x serve_reps samples per (engine, batch): 400 >= the 367 a p99 needs."""
+    """serve_rounds x serve_reps samples per (engine, batch): 400 >= the 368 a p99 needs."""
     pair_budget_s: float = 3.0
     """Fixed-batch table: a (mode, batch) gets the samples a p99 needs when that fits this many seconds."""
 
@@ -70,7 +70,7 @@ LATENCY_SUITES = {
 
 def _pct(xs: list[float]) -> dict:
     """p50/p95/p99 with their order-statistic intervals; a percentile is None when the samples cannot
-    bound it (p99 needs 367), and `note` says so."""
+    bound it (p99 needs 368), and `note` says so."""
     return latency_summary(xs)
 
 
@@ -129,7 +129,7 @@ def _measure(calls: dict[tuple[str, int], Callable[[], object]], suite: LatencyS
             continue
         if t > 20 * slo_ms:
             too_slow.setdefault(mode, b)
-        need = -(-min_samples(99) // suite.rounds)  # per round, for 367 samples in all
+        need = -(-min_samples(99) // suite.rounds)  # per round, for 368 samples in all
         reps[key] = need if t / 1e3 * need * suite.rounds <= suite.pair_budget_s else suite.reps
     live = [k for k in calls if k not in out]
     task = progress.add_task(label, total=suite.rounds) if progress else None
