@@ -141,8 +141,10 @@ def _p99(cfg: BatcherConfig, service: ServiceTimes, rate: float, requests: int, 
 def max_rate_under_slo(cfg: BatcherConfig, service: ServiceTimes, slo_ms: float, *, requests: int = 4000,
                        seed: int = 0, rel_tol: float = 0.02) -> float | None:
     """The highest Poisson rate (req/s) whose simulated p99 is <= slo_ms, by bisection in log rate
-    (p99 grows with the rate); None if even a trickle (1% of capacity) misses the SLO."""
-    hi = service.capacity(cfg.max_batch_size, cfg.instances) * 1.05  # beyond capacity the queue only grows
+    (p99 grows with the rate); None if even a trickle (1% of capacity) misses the SLO. Never above the
+    capacity at full batches (median service time): past it the queue only grows, whatever a finite
+    simulation shows."""
+    hi = service.capacity(cfg.max_batch_size, cfg.instances)
     lo = hi * 0.01
     if _p99(cfg, service, lo, requests, seed) > slo_ms:
         return None
@@ -174,7 +176,7 @@ def search_settings(service: ServiceTimes, slo_ms: float, *, delays_us: Sequence
             for pref in prefs:
                 cfg = BatcherConfig(max_batch_size=b, preferred_batch_size=pref, max_queue_delay_us=d,
                                     instances=instances)
-                if service.capacity(b, instances) * 1.05 <= best_rate:
+                if service.capacity(b, instances) <= best_rate:
                     continue
                 r = max_rate_under_slo(cfg, service, slo_ms, requests=requests, seed=seed)
                 tried.append((cfg, r))

@@ -115,7 +115,7 @@ def click_engines(model, inputs: dict[int, tuple], env, *, compile: bool = True,
             d, i = np_in[b]
             return sess.run(None, {"dense": d, "ids": i})[0]
 
-        engines.append(Engine(name, label, run, kind=kind, meta={"providers": got, "onnx": path,
+        engines.append(Engine(name, label, run, kind=kind, meta={"providers": got,
                                                                  "threads": torch.get_num_threads()}))
     return engines
 

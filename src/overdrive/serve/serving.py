@@ -87,8 +87,11 @@ def run_serving(suite, env, *, slo_ms: float, seed: int = 0, progress=None) -> d
     model = ClickServing(DLRM(spec)).eval()
     batches = list(suite.serve_batches)
     inputs = {b: click_inputs(b, 5, seed=seed + b, spec=spec) for b in batches}
+    import tempfile
+
     before = host_load()
-    engines = click_engines(model, inputs, env, compile=suite.compile)
+    with tempfile.TemporaryDirectory(prefix="overdrive-onnx-") as tmp:  # ORT reads the file at session start
+        engines = click_engines(model, inputs, env, compile=suite.compile, workdir=tmp)
     check_engines(engines, batches)
     measured = measure_service(engines, batches, rounds=suite.serve_rounds, reps=suite.serve_reps, progress=progress)
     after = host_load()
