@@ -201,13 +201,14 @@ def write_latency_report(r: dict, out_dir: str) -> list[str]:
 
     os.makedirs(out_dir, exist_ok=True)
     png = os.path.join(out_dir, "latency_p99.png")
-    _plot(r, png)
+    if r["workloads"]:
+        _plot(r, png)
     e = html.escape
     rec = (r.get("recommendation") or {}).get("text") or "; ".join(w["best"]["text"] for w in r["workloads"].values())
     body = [f"<h1>overdrive bench --workload inference</h1><p class='meta'>{e(r['device'])} · SLO p99 &le; "
             f"{r['slo_ms']:g} ms · {e(r['created'])} · commit {e(str(r.get('git_commit')))}</p>",
             *rec_block(rec, latency_next_step(r, out_dir))]
-    written = [png]
+    written = [png] if r["workloads"] else []
     if r.get("serving"):
         rate_png = os.path.join(out_dir, "latency_vs_rate.png")
         _plot_rate(r["serving"], rate_png)
@@ -226,7 +227,8 @@ def write_latency_report(r: dict, out_dir: str) -> list[str]:
             row.append(str(md.get("slo_batch") or e(md.get("reason", "none"))))
             rows.append(row)
         body.append(table(["mode", *(f"batch {b} p50/p99 ms" for b in bs), "largest batch in SLO"], rows))
-    body.append(img_tag(png, "p99 latency", "p99 latency per batch size, SLO dashed"))
+    if r["workloads"]:
+        body.append(img_tag(png, "p99 latency", "p99 latency per batch size, SLO dashed"))
     path = os.path.join(out_dir, "report.html")
     write_atomic(path, page(f"overdrive latency — {r['device']}", body))
     return [*written, path]

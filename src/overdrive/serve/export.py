@@ -214,14 +214,15 @@ class _Unsqueeze(nn.Module):
         return tuple(o.unsqueeze(1) if o.dim() == 1 else o for o in out)
 
 
-def _dims(dynamic: dict, max_batch: int, limits: dict | None = None) -> dict:
+def _dims(dynamic: dict, max_batch: int, limits: dict | None = None) -> tuple:
     """torch.export Dims: the batch up to max_batch (at least 2: the example batch), others up to their
     limit if the model has one (a GPT's sequence: its block size)."""
     limits = limits or {}
-    return {name: {ax: torch.export.Dim(label, min=1, max=max(2, max_batch)) if label == "batch"
-                   else torch.export.Dim(label, min=1, **({"max": limits[label]} if label in limits else {}))
-                   for ax, label in axes.items()}
-            for name, axes in dynamic.items()}
+    # A tuple in input order, not a dict by name: a wrapper's forward(*xs) has no such names.
+    return tuple({ax: torch.export.Dim(label, min=1, max=max(2, max_batch)) if label == "batch"
+                  else torch.export.Dim(label, min=1, **({"max": limits[label]} if label in limits else {}))
+                  for ax, label in axes.items()}
+                 for axes in dynamic.values())
 
 
 def _as_tuple(x) -> tuple:
@@ -387,7 +388,11 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
     fresh = inputs_fn(13 if mb >= 13 else 1, 1)
     limits = {"seq": module.model.config.block_size} if kind == "gpt" else {}
 
-    ep = torch.export.export(module, example, dynamic_shapes=_dims(dyn, mb, limits))
+    try:
+        ep = torch.export.export(module, example, dynamic_shapes=_dims(dyn, mb, limits))
+    except Exception as e:  # noqa: BLE001 — a model torch.export cannot trace: say so in one line
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+        raise ExportError(f"torch.export cannot export {kind}: {type(e).__name__}: {first}") from None
     pt2 = os.path.join(out_dir, "model.pt2")
     torch.export.save(ep, pt2)
     report["files"].append(pt2)

@@ -51,6 +51,8 @@ class LatencySuite:
     """serve_rounds x serve_reps samples per (engine, batch): 400 >= the 368 a p99 needs."""
     pair_budget_s: float = 3.0
     """Fixed-batch table: a (mode, batch) gets the samples a p99 needs when that fits this many seconds."""
+    serving_only: bool = False
+    """Only the click model under a request stream (no fixed-batch tables, no GPT)."""
 
 
 LATENCY_SUITES = {
@@ -61,6 +63,9 @@ LATENCY_SUITES = {
     "inference": LatencySuite(name="inference", recsys_batches=(1, 4, 16, 64, 256, 1024, 4096), gpt_size="cpu-student",
                               prefill_len=128, prefill_batches=(1, 4, 16), decode_context=128,
                               decode_batches=(1, 4, 16, 64), rounds=4, reps=10),
+    "inference-serving": LatencySuite(name="inference-serving", recsys_batches=(), gpt_size="cpu-student",
+                                      prefill_len=0, prefill_batches=(), decode_context=0, decode_batches=(),
+                                      rounds=4, reps=10, serving_only=True),
     "inference-gpu": LatencySuite(name="inference-gpu", recsys_batches=(1, 4, 16, 64, 256, 1024, 4096),
                                   gpt_size="gpt-350m", prefill_len=1024, prefill_batches=(1, 4, 16),
                                   decode_context=1024, decode_batches=(1, 8, 64, 256), rounds=4, reps=20,
@@ -248,6 +253,13 @@ def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, se
 
     dev, cuda = env.device, env.has_gpu
     torch.manual_seed(seed)
+    if suite.serving_only:
+        from overdrive.serve.serving import run_serving
+
+        serving = run_serving(suite, env, slo_ms=slo_ms, seed=seed, progress=progress)
+        return {**header(LATENCY_SCHEMA, env), "suite": dict(suite.__dict__), "slo_ms": slo_ms, "workloads": {},
+                "serving": serving,
+                "recommendation": {"text": f"click model under a request stream: {serving['text']}"}}
     modes = _modes(env, suite)
     workloads = {}
     # Click model.
