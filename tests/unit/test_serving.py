@@ -248,3 +248,29 @@ def test_slo_verdict_needs_an_estimable_p99():
              ("m", 8): {"p50": 1.5, "p95": 2.0, "p99": None, "n": 40}}
     out = _summarize(stats, {"m": None}, (1, 8), 5.0, "examples/s")
     assert out["modes"]["m"]["slo_batch"] == 1 and out["modes"]["m"]["batches"]["8"]["slo"] == "unknown"
+
+
+def test_report_page_plots_latency_against_rate_with_the_slo(tmp_path):
+    from rich.console import Console
+
+    from overdrive.report.latency_view import render_latency, write_latency_report
+    from overdrive.serve.engines import Engine
+    from overdrive.serve.serving import summarize_serving
+
+    svc = {b: [0.2 + 0.02 * b] * 400 for b in (1, 4)}
+    ld = {"load1": 0.5, "cores": 2, "per_core": 0.25, "busy": False}
+    sv = summarize_serving({"samples": {"onnxruntime": svc}, "aa": [[1.0] * 50, [1.0] * 50], "aa_of": "eager at 1"},
+                           [Engine("onnxruntime", "ONNX Runtime (CPU EP)", lambda b: None)], 5.0, loads=(ld, ld),
+                           requests=1000)
+    r = {"schema": "overdrive.latency/1", "device": "CPU (test)", "created": "now", "git_commit": "abc", "slo_ms": 5.0,
+         "workloads": {}, "serving": sv, "recommendation": {"text": sv["text"]}}
+    files = write_latency_report(r, str(tmp_path))
+    assert [f.rsplit("/", 1)[1] for f in files] == ["latency_vs_rate.png", "report.html"]
+    page = (tmp_path / "report.html").read_text()
+    assert "Click model under a request stream" in page and "max_batch_size" in page
+    assert "host load (1 min) 0.5 before" in page and "p99 n/e" in page  # 50 A/A samples: no p99 floor claimed
+    assert "overdrive export --model recsys --slo-from" in page
+    con = Console(record=True, width=220)
+    render_latency(r, con)
+    text = con.export_text()
+    assert "highest rate" in text and "onnxruntime" in text
