@@ -101,6 +101,9 @@ def render_latency(r: dict, console: Console) -> None:
             t.add_row(escape(str(mode)), *cells, escape(slo_txt))
         console.print(t)
         console.print(f"  [bold]{escape(str(w['best']['text']))}[/]")
+    if r["workloads"]:
+        console.print(f"  fixed batches: {escape(_load_text(r.get('load')))}; n/e = too few samples to bound that "
+                      "percentile (p95 needs 72, p99 368): a batch meets the SLO only with an estimated p99")
 
 
 def _plot(r: dict, path: str) -> None:

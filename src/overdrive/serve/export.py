@@ -225,6 +225,11 @@ def _dims(dynamic: dict, max_batch: int, limits: dict | None = None) -> tuple:
                  for axes in dynamic.values())
 
 
+def _shapes_for(module: nn.Module, dims: tuple) -> tuple:
+    """torch.export wants one dynamic-shape entry per parameter of forward: forward(*xs) has one, a tuple."""
+    return (dims,) if isinstance(module, _Unsqueeze) else dims
+
+
 def _as_tuple(x) -> tuple:
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
@@ -338,8 +343,8 @@ def export_onnx(module: nn.Module, inputs: tuple, path: str, spec: dict, dynamic
                 limits: dict | None = None) -> list[str]:
     """torch.onnx (dynamo) with the dynamic dims named; returns the files written (model + external data)."""
     torch.onnx.export(module, inputs, path, input_names=[n for n, _, _ in spec["inputs"]],
-                      output_names=[n for n, _, _ in spec["outputs"]], dynamic_shapes=_dims(dynamic, max_batch, limits),
-                      dynamo=True)
+                      output_names=[n for n, _, _ in spec["outputs"]],
+                      dynamic_shapes=_shapes_for(module, _dims(dynamic, max_batch, limits)), dynamo=True)
     return [path] + [os.path.join(os.path.dirname(path), n) for n in _external_data(path)]
 
 
@@ -389,7 +394,7 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
     limits = {"seq": module.model.config.block_size} if kind == "gpt" else {}
 
     try:
-        ep = torch.export.export(module, example, dynamic_shapes=_dims(dyn, mb, limits))
+        ep = torch.export.export(module, example, dynamic_shapes=_shapes_for(module, _dims(dyn, mb, limits)))
     except Exception as e:  # noqa: BLE001 — a model torch.export cannot trace: say so in one line
         first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
         raise ExportError(f"torch.export cannot export {kind}: {type(e).__name__}: {first}") from None

@@ -181,6 +181,10 @@ def _summarize(stats: dict, modes: dict[str, str | None], batches: tuple[int, ..
     return res
 
 
+def _loads(before: dict, after: dict) -> dict:
+    return {"before": before, "after": after, "busy": bool(before.get("busy") or after.get("busy"))}
+
+
 def free_memory_bytes(device: str) -> int:
     """What a new allocation can still take: the GPU's free memory, or the host's MemAvailable."""
     import torch
@@ -260,6 +264,9 @@ def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, se
         return {**header(LATENCY_SCHEMA, env), "suite": dict(suite.__dict__), "slo_ms": slo_ms, "workloads": {},
                 "serving": serving,
                 "recommendation": {"text": f"click model under a request stream: {serving['text']}"}}
+    from overdrive.serve.latency_stats import host_load
+
+    load_before = host_load()
     modes = _modes(env, suite)
     workloads = {}
     # Click model.
@@ -353,7 +360,7 @@ def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, se
     return {
         **header(LATENCY_SCHEMA, env),
         "suite": {k: v for k, v in suite.__dict__.items()}, "slo_ms": slo_ms, "workloads": workloads,
-        "serving": serving,
+        "serving": serving, "load": _loads(load_before, host_load()),
         "recommendation": {"text": f"click model under a request stream: {serving['text']}; " +
                            "; ".join(f"{k}: {w['best']['text']}" for k, w in workloads.items())},
     }
