@@ -377,6 +377,12 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
         raise ExportError(f"max batch (--max-batch) must be an integer >= 1, got {mb}")
     if bag_len < 1:
         raise ExportError(f"--bag-len must be >= 1, got {bag_len}")
+    from overdrive.env import get_env
+
+    st = get_env().engine("onnx")
+    have_onnx = onnx is not False and st.ok
+    if onnx and not st.ok:  # before any work
+        raise ExportError(f"ONNX export needs onnx, onnxscript and onnxruntime ({st.status}: {st.reason}): {st.fix}")
     if ".py:" in kind:
         module, inputs_fn, spec, dyn = _user(kind, inputs, weights, dynamic)
         name = _folder_name(kind.rpartition(":")[2])
@@ -386,9 +392,9 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
     os.makedirs(out_dir, exist_ok=True)
     report: dict = {"kind": kind, "name": name, "max_batch": mb, "batching": batching, "files": [], "checks": {},
                     "spec": spec}
-    # The example batch is 2 (never 1: torch.export would specialise a size-1 dim) and need not fit max_batch:
-    # the exported batch dim goes up to max(2, max_batch). The check uses another batch (and variant 1 of the
-    # other dims) than the example, to prove the dims are dynamic.
+    # The example batch is min(8, max(2, max_batch)): never 1 (torch.export would specialise a size-1 dim), so it
+    # may exceed a max_batch of 1; the exported batch dim then goes up to 2. The check uses another batch (and
+    # variant 1 of the other dims: a longer bag, a shorter prompt) than the example, to prove the dims are dynamic.
     example = inputs_fn(min(8, max(2, mb)))
     fresh = inputs_fn(13 if mb >= 13 else 1, 1)
     limits = {"seq": module.model.config.block_size} if kind == "gpt" else {}
@@ -403,12 +409,6 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
     report["files"].append(pt2)
     report["checks"]["torch.export"] = _check(torch.export.load(pt2).module(), module, fresh, "model.pt2")
 
-    from overdrive.env import get_env
-
-    st = get_env().engine("onnx")
-    have_onnx = onnx is not False and st.ok
-    if onnx and not st.ok:
-        raise ExportError(f"ONNX export needs onnx, onnxscript and onnxruntime ({st.status}: {st.reason}): {st.fix}")
     if onnx is None and not st.ok:
         report["onnx"] = f"skipped: {st.reason} ({st.fix})"
     if have_onnx:
