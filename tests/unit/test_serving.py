@@ -274,3 +274,11 @@ def test_report_page_plots_latency_against_rate_with_the_slo(tmp_path):
     render_latency(r, con)
     text = con.export_text()
     assert "highest rate" in text and "onnxruntime" in text
+
+
+def test_serving_threads_follow_the_load():
+    from overdrive.serve.serving import serving_threads
+
+    assert serving_threads({"busy": False, "load1": 0.3, "cores": 16}, 16) == (16, "16 (torch's default here)")
+    n, why = serving_threads({"busy": True, "load1": 18.0, "cores": 2}, 2)
+    assert n == 1 and "host busy: load 18.0 on 2 cores" in why

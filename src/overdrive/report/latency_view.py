@@ -69,7 +69,8 @@ def render_serving(sv: dict, console: Console) -> None:
                   f"max |Δ| vs eager {e['max_abs_error_vs_eager']:.1g}" if e.get("max_abs_error_vs_eager") is not None
                   else "")
     console.print(t)
-    console.print(f"  {escape(_load_text(sv.get('load')))}; {escape(_floor_text(sv.get('noise_floor')))}")
+    console.print(f"  {escape(_load_text(sv.get('load')))}; {escape(_floor_text(sv.get('noise_floor')))}; "
+                  f"threads per engine {escape(str(sv.get('threads_why', sv.get('threads'))))}")
     console.print(f"  [dim]{escape(sv['note'])}[/]")
 
 
@@ -173,7 +174,8 @@ def _serving_html(sv: dict, png: str) -> list[str]:
                      if en.get("max_abs_error_vs_eager") is not None else ""])
     return [f"<h2>Click model under a request stream (SLO p99 &le; {sv['slo_ms']:g} ms)</h2>",
             f"<p><b>{e(sv['text'])}</b></p>",
-            f"<p class='meta'>{e(_load_text(sv.get('load')))}; {e(_floor_text(sv.get('noise_floor')))}. "
+            f"<p class='meta'>{e(_load_text(sv.get('load')))}; {e(_floor_text(sv.get('noise_floor')))}; threads "
+            f"per engine {e(str(sv.get('threads_why', sv.get('threads'))))}. "
             f"{e(sv['note'])}.</p>",
             table(["engine", "highest rate under the SLO (req/s)", "batcher settings (config.pbtxt)", "outputs"], rows),
             img_tag(png, "latency against request rate", "p99 end-to-end latency per request rate, SLO dashed")]
