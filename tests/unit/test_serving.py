@@ -203,7 +203,7 @@ def test_decode_caches_are_built_per_batch_and_freed():
     from overdrive.bench.workloads.inference import decode_per_batch
 
     per = lambda m, b: b * 1000  # noqa: E731 — bytes of one mode's caches at batch b
-    acc = _Accountant(free=600_000)
+    acc = _Accountant(free=300_000)
     live_during, live_before = [], []
 
     def build(mode, b):
@@ -218,11 +218,39 @@ def test_decode_caches_are_built_per_batch_and_freed():
 
     out = decode_per_batch(["fp32", "bf16"], (1, 8, 64, 256), build=build, cache_bytes=per,
                            free_bytes=lambda: acc.free - acc.live, measure=measure, release=lambda: None)
-    # Only one batch's caches (both modes) were ever alive; batch 256 (2 x 256 kB > 80% of 600 kB) was not built.
+    # Only one batch's caches (both modes) were ever alive; batch 256 (256 kB > 80% of 300 kB) was not built.
     assert live_during == [2 * 1000, 2 * 8000, 2 * 64000] and live_before == [0, 0, 0]
     assert acc.peak == 2 * 64000 and acc.live == 0
     assert out[("fp32", 256)].startswith("skipped: KV caches of batch 256 need")
     assert out[("bf16", 64)] == {"p50": 1.0}
+
+
+def test_decode_modes_that_do_not_fit_together_are_measured_one_group_after_another():
+    from overdrive.bench.workloads.inference import decode_per_batch
+
+    per = lambda m, b: b * 1000  # noqa: E731
+    acc = _Accountant(free=300_000)
+    groups = []
+
+    def build(mode, b):
+        cache = acc.alloc(per(mode, b))
+        return (lambda c=cache: None), cache
+
+    def measure(calls):
+        groups.append((sorted(m for m, _ in calls), acc.live))
+        return {k: {"p50": 1.0} for k in calls}
+
+    out = decode_per_batch(["a", "b"], (64, 256), build=build, cache_bytes=per, free_bytes=lambda: acc.free - acc.live,
+                           measure=measure, release=lambda: None)
+    # Batch 64: both fit (128 kB <= 240 kB), interleaved. Batch 256: one mode (256 kB) > 240 kB: skipped, said.
+    assert groups == [(["a", "b"], 128_000)] and out[("a", 256)].startswith("skipped")
+    acc2 = _Accountant(free=400_000)
+    groups.clear()
+    out = decode_per_batch(["a", "b"], (256,), build=build, cache_bytes=per, free_bytes=lambda: acc2.free,
+                           measure=measure, release=lambda: None)
+    # 256 kB each, 320 kB budget: one mode at a time, each measured alone and freed before the next.
+    assert [g for g, _ in groups] == [["a"], ["b"]] and all(live == 256_000 for _, live in groups)
+    assert out[("b", 256)] == {"p50": 1.0}
 
 
 def test_decode_mode_that_fails_to_build_is_a_result():

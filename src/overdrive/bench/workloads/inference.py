@@ -215,36 +215,43 @@ def release_memory(device: str) -> None:
 
 def decode_per_batch(modes: list[str], batches: tuple[int, ...], *, build, cache_bytes, free_bytes, measure,
                      release, headroom: float = 0.8) -> dict:
-    """Decode latency one batch size at a time: the KV caches of that batch only (every mode, so the
-    modes are still interleaved), measured, then freed before the next batch is built. A batch whose
-    caches would not fit `headroom` of the free memory is skipped with the figures, not attempted
-    (gpt-350m at context 1024 and batch 256: ~13 GB per mode; all batches at once were ~166 GB).
+    """Decode latency one batch size at a time: the KV caches of that batch only, measured, then freed
+    before the next batch is built. The modes of a batch are interleaved when their caches fit together
+    in `headroom` of the free memory; otherwise in groups that fit, one group after another; a mode
+    whose caches alone do not fit is skipped with the figures, not attempted (gpt-350m at context 1024
+    and batch 256: ~52 GB per fp32 mode; all batches at once were ~166 GB).
 
     build(mode, b) -> (fn, caches); cache_bytes(mode, b); free_bytes(); measure(calls) -> stats;
     release() after the caches are dropped (gc, and the CUDA cache on GPU)."""
     out: dict = {}
     for b in batches:
-        need = sum(cache_bytes(m, b) for m in modes)
+        groups: list[list[str]] = []
         free = free_bytes()
-        if need > headroom * free:
-            for m in modes:
-                out[(m, b)] = (f"skipped: KV caches of batch {b} need {need / 2**30:.1f} GiB for {len(modes)} modes, "
-                               f"{free / 2**30:.1f} GiB free")
-            continue
-        calls, held = {}, []
+        budget = headroom * free
         for m in modes:
-            try:
-                fn, caches = build(m, b)
-            except Exception as e:  # noqa: BLE001 — out of memory or a failing mode is a result
-                out[(m, b)] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}"
-                continue
-            calls[(m, b)] = fn
-            held.append(caches)
-        fn = caches = None  # noqa: F841 — no reference may outlive this batch
-        if calls:
-            out.update(measure(calls))
-        del calls, held
-        release()
+            need = cache_bytes(m, b)
+            if need > budget:
+                out[(m, b)] = (f"skipped: KV caches of batch {b} need {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB "
+                               "free")
+            elif groups and sum(cache_bytes(x, b) for x in groups[-1]) + need <= budget:
+                groups[-1].append(m)
+            else:
+                groups.append([m])
+        for group in groups:
+            calls, held = {}, []
+            for m in group:
+                try:
+                    fn, caches = build(m, b)
+                except Exception as e:  # noqa: BLE001 — out of memory or a failing mode is a result
+                    out[(m, b)] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}"
+                    continue
+                calls[(m, b)] = fn
+                held.append(caches)
+            fn = caches = None  # noqa: F841 — no reference may outlive this group
+            if calls:
+                out.update(measure(calls))
+            del calls, held
+            release()
     return out
 
 
@@ -346,9 +353,10 @@ def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, se
         return fn, caches
 
     def cache_bytes(mode: str, b: int) -> int:
-        # k and v per block: (B, heads, context + 1, head dim) = B * (context + 1) * n_embd elements each;
-        # twice that while a step's torch.cat builds the longer one.
-        return 2 * 2 * cfg.n_layer * b * (suite.decode_context + 1) * cfg.n_embd * (2 if mode.startswith("bf16") else 4)
+        # k and v per block: (B, heads, context + 1, head dim) = B * (context + 1) * n_embd elements each,
+        # plus one block's pair again while a step's torch.cat builds the longer one.
+        per_block = 2 * b * (suite.decode_context + 1) * cfg.n_embd * (2 if mode.startswith("bf16") else 4)
+        return per_block * (cfg.n_layer + 1)
 
     st = decode_per_batch(list(models), suite.decode_batches, build=build, cache_bytes=cache_bytes,
                           free_bytes=lambda: free_memory_bytes(dev),
