@@ -47,6 +47,11 @@ def _floor_text(nf: dict | None) -> str:
     return f"A/A noise floor ({nf['of']} measured twice): p50 {f(nf['p50_rel'])}, p99 {f(nf['p99_rel'])}"
 
 
+def _holds(best: dict) -> str:
+    h = best.get("holds_in")
+    return "" if h is None else f" (holds in {h:.0%} of resamples)"
+
+
 def _setting_text(c: dict) -> str:
     pref = f", preferred {c['preferred_batch_size']}" if c.get("preferred_batch_size") else ""
     return (f"max_batch_size {c['max_batch_size']}{pref}, delay {c['max_queue_delay_us']} µs, "
@@ -65,7 +70,8 @@ def render_serving(sv: dict, console: Console) -> None:
         s1 = e["service"][min(e["service"], key=int)]
         best = e.get("best")
         t.add_row(f"{name} ({escape(e['label'])})", f"{_ms(s1['p50'])} / {_ms(s1['p99'], s1['n'])}",
-                  f"{best['rate']:,.0f}" if best else "none", _setting_text(best["config"]) if best else "-",
+                  f"{best['rate']:,.0f}{_holds(best)}" if best else "none",
+                  _setting_text(best["config"]) if best else "-",
                   f"max |Δ| vs eager {e['max_abs_error_vs_eager']:.1g}" if e.get("max_abs_error_vs_eager") is not None
                   else "")
     console.print(t)
@@ -168,7 +174,7 @@ def _serving_html(sv: dict, png: str) -> list[str]:
             rows.append([e(name), "-", "-", e(f"{en['status']}: {en.get('reason')}")])
             continue
         best = en.get("best")
-        rows.append([e(f"{name} ({en['label']})"), f"{best['rate']:,.0f}" if best else "none",
+        rows.append([e(f"{name} ({en['label']})"), f"{best['rate']:,.0f}{e(_holds(best))}" if best else "none",
                      e(_setting_text(best["config"])) if best else "-",
                      e(f"max |Δ| vs eager {en['max_abs_error_vs_eager']:.1g}")
                      if en.get("max_abs_error_vs_eager") is not None else ""])
