@@ -49,7 +49,7 @@ def _floor_text(nf: dict | None) -> str:
 
 def _holds(best: dict) -> str:
     h = best.get("holds_in")
-    return "" if h is None else f" (holds in {h:.0%} of resamples)"
+    return "" if h is None else f" (90% of it holds in {h:.0%} of resamples)"
 
 
 def _setting_text(c: dict) -> str:
