@@ -25,6 +25,13 @@ def _batches(w: dict) -> list[str]:
     return sorted(seen, key=int)
 
 
+def _verdict(st: dict, slo: float) -> str:
+    """The recorded SLO verdict; results written before it existed: from their p99."""
+    if st.get("slo"):
+        return st["slo"]
+    return "unknown" if st.get("p99") is None else ("meets" if st["p99"] <= slo else "misses")
+
+
 def _ms(x: float | None, n: int | None = None) -> str:
     """A latency in ms, or why there is none (too few samples to bound that percentile)."""
     if x is None:
@@ -102,8 +109,8 @@ def render_latency(r: dict, console: Console) -> None:
                 if "p50" not in st:
                     cells.append(f"[dim]{escape(str(st.get('status', '-'))[:30])}[/]")
                 else:
-                    style = {"meets": "green", "misses": "red"}.get(st.get("slo"), "yellow")
-                    cells.append(f"{_ms(st['p50'])} / [{style}]{_ms(st['p99'], st['n'])}[/]")
+                    style = {"meets": "green", "misses": "red"}.get(_verdict(st, slo), "yellow")
+                    cells.append(f"{_ms(st['p50'])} / [{style}]{_ms(st['p99'], st.get('n'))}[/]")
             slo_txt = f"{md['slo_batch']} ({md['slo_throughput']:,.0f} {w['unit']})" if md.get("slo_batch") else "none"
             t.add_row(escape(str(mode)), *cells, escape(slo_txt))
         console.print(t)
@@ -233,8 +240,8 @@ def write_latency_report(r: dict, out_dir: str) -> list[str]:
             row = [e(mode)]
             for b in bs:
                 st = md["batches"].get(b, {})
-                row.append(f"{_ms(st['p50'])} / <span class='{'bad' if st.get('slo') == 'misses' else ''}'>"
-                           f"{e(_ms(st['p99'], st['n']))}</span>" if "p50" in st else e(st.get("status", "-")))
+                row.append(f"{_ms(st['p50'])} / <span class='{'bad' if _verdict(st, r['slo_ms']) == 'misses' else ''}'>"
+                           f"{e(_ms(st['p99'], st.get('n')))}</span>" if "p50" in st else e(st.get("status", "-")))
             row.append(str(md.get("slo_batch") or e(md.get("reason", "none"))))
             rows.append(row)
         body.append(table(["mode", *(f"batch {b} p50/p99 ms" for b in bs), "largest batch in SLO"], rows))
