@@ -36,6 +36,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
           f"{b.get('preferred_batch_size') or 'none'}, delay {b.get('max_queue_delay_us', 0)} µs — "
           f"{b.get('source', 'given')}): " + ", ".join(rep["files"]))
     print("round-trip max abs error vs eager: " + ", ".join(f"{k} {v:.2g}" for k, v in rep["checks"].items()))
+    for m in rep.get("triton_check") or []:
+        print(f"Triton repository read as Triton reads it: {m['name']}/ (name = folder, version "
+              f"{', '.join(map(str, m['versions']))}, config parsed, I/O against the model"
+              + (f", ran in onnxruntime at batch 1 and {m['max_batch_size']})" if m["ran"] else ")")
+              + "; no tritonserver here to load it")
     if rep.get("onnx"):
         print(f"ONNX {rep['onnx']}")
     return 0
