@@ -65,6 +65,8 @@ INSTEAD: dict[str, tuple[str | None, str]] = {
     "pip install 'overdrive[liger]'": (None, "downloads packages"),
     "pip install 'overdrive[te]'": (None, "downloads packages"),
     "pip install 'overdrive[hf]'": (None, "downloads packages"),
+    "overdrive bench --workload inference --suite inference-serving --slo-ms 5": (
+        None, "its request-stream part runs in the --quick form above (the full one takes minutes)"),
 }
 
 
@@ -92,6 +94,23 @@ def loss(model, batch):
     x, y = batch
     return torch.nn.functional.cross_entropy(model(x), y)
 '''
+RANKER_PY = '''import torch
+
+class Ranker(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.lin = torch.nn.Embedding(1000, 16), torch.nn.Linear(16 + 8, 1)
+
+    def forward(self, dense, ids):
+        return torch.sigmoid(self.lin(torch.cat([dense, self.emb(ids).sum(1)], 1)))
+
+def make_ranker():
+    return Ranker()
+
+def example(batch):
+    g = torch.Generator().manual_seed(batch)
+    return torch.randn(batch, 8, generator=g), torch.randint(0, 1000, (batch, 5), generator=g)
+'''
 LLAMA_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
                 "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
                 "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 128}
@@ -102,6 +121,7 @@ USER_FILES = {
     "day_0.tsv": _criteo_tsv,
     "path/to/config.json": lambda: json.dumps(LLAMA_CONFIG),
     "models.py": lambda: MODELS_PY,
+    "ranker.py": lambda: RANKER_PY,
 }
 
 

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,7 +17,10 @@ from overdrive.bench.workloads.inference import LATENCY_SUITES, _pct, _summarize
 
 def test_percentiles_and_slo_batch():
     s = _pct([float(x) for x in range(1, 101)])
-    assert s["p50"] == pytest.approx(50.5) and s["p95"] == pytest.approx(95.05) and s["p99"] == pytest.approx(99.01)
+    assert s["p50"] == pytest.approx(50.5) and s["p95"] == pytest.approx(95.05)
+    assert s["p99"] is None and "p99 needs 368" in s["note"]  # 100 samples cannot bound a p99
+    s = _pct([float(x) for x in range(1, 401)])
+    assert s["p99"] == pytest.approx(396.01)
     stats = {("fp32", 1): {"p50": 1.0, "p95": 2.0, "p99": 3.0, "n": 10},
              ("fp32", 64): {"p50": 5.0, "p95": 8.0, "p99": 9.5, "n": 10},
              ("fp32", 256): {"p50": 20.0, "p95": 30.0, "p99": 40.0, "n": 10},
@@ -59,14 +63,18 @@ def test_latency_quick_runs_on_this_machine():
     # The quick suite's shape, shrunk: what is checked is the protocol, not this host's speed.
     suite = dataclasses.replace(LATENCY_SUITES["inference-quick"], recsys_batches=(1, 16), gpt_size="tiny",
                                 prefill_len=16, prefill_batches=(1,), decode_context=16, decode_batches=(1, 4),
-                                table_scale=0.01, rounds=3, reps=7)
+                                table_scale=0.01, rounds=3, reps=7, serve_batches=(1, 4), serve_reps=5,
+                                pair_budget_s=0.0)
     r = run_latency(suite, env, slo_ms=10.0)
     assert r["schema"] == "overdrive.latency/1"
     assert set(r["workloads"]) == {"recsys", "gpt_prefill", "gpt_decode"}
     rec = r["workloads"]["recsys"]["modes"]
     assert rec["cuda-graphs"]["status"] == "unavailable"
     b1 = rec["fp32-inference_mode"]["batches"]["1"]
-    assert 0 < b1["p50"] <= b1["p95"] <= b1["p99"] and b1["n"] == 21
+    assert b1["p50"] > 0 and b1["p95"] is None and b1["p99"] is None and b1["n"] == 21  # 21 samples: no p95, p99
+    sv = r["serving"]
+    assert sv["engines"]["eager"]["status"] == "ok" and "busy" in sv["load"]
+    assert set(sv["engines"]["eager"]["service"]) == {"1", "4"} and sv["noise_floor"]["n"] == [15, 15]
 
 
 @pytest.mark.slow  # torch.export of two models: ~30 s on 2 cores
@@ -79,8 +87,11 @@ def test_export_round_trip_and_triton_repo(tmp_path, kind, size):
         b = synthetic_clicks(5, seed=11)  # another batch size than at export: the batch dim is dynamic
         out = loaded(b.dense, padded_ids(b, 5))
         assert out.shape == (5, 1) and ((0 < out) & (out < 1)).all()
-    cfg = (tmp_path / "triton" / rep["name"] / "config.pbtxt").read_text()
-    assert "max_batch_size: 64" in cfg and "preferred_batch_size: [ 16, 32, 64 ]" in cfg
+    from overdrive.serve.triton_repo import parse_config
+
+    cfg = parse_config((tmp_path / "triton" / rep["name"] / "config.pbtxt").read_text())
+    assert cfg.name == rep["name"] and cfg.max_batch_size == 64  # the folder's name, not a file's
+    assert list(cfg.dynamic_batching.preferred_batch_size) == []  # nothing measured: Triton's defaults
     assert json.loads((tmp_path / "export.json").read_text())["max_batch"] == 64
 
 
@@ -96,18 +107,109 @@ def test_onnx_export_round_trip(tmp_path):
     assert {p.name for p in version.iterdir()} == here and len(here) >= 1
     import onnxruntime as ort
 
+    sess = ort.InferenceSession(str(version / "model.onnx"), providers=["CPUExecutionProvider"])
     b = synthetic_clicks(3, seed=5)
-    out = ort.InferenceSession(str(version / "model.onnx"), providers=["CPUExecutionProvider"]).run(
-        None, {"dense": b.dense.numpy(), "ids": padded_ids(b, 5).numpy()})[0]
-    assert out.shape == (3, 1)
+    m = DLRM()
+    m.load_state_dict(torch.export.load(str(tmp_path / "model.pt2")).module().model.model.state_dict())
+    for bag in (1, 5, 8):  # the bag length is a dynamic dimension: onnxruntime takes any
+        out = sess.run(None, {"dense": b.dense.numpy(), "ids": padded_ids(b, bag).numpy()})[0]
+        with torch.no_grad():
+            ref = DLRMServing(m.eval())(b.dense, padded_ids(b, bag))
+        assert out.shape == (3, 1) and np.allclose(out[:, 0], ref.numpy(), atol=1e-5)
+    from overdrive.serve.triton_repo import check_repository, parse_config
+
+    assert check_repository(str(tmp_path / "triton"))[0]["ran"]
+    cfg = parse_config((tmp_path / "triton" / "click_model" / "config.pbtxt").read_text())
+    assert cfg.name == "click_model" and [list(i.dims) for i in cfg.input] == [[13], [26, -1]]
+
+
+USER_MODEL = """
+import torch
+from torch import nn
+
+
+class Ranker(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 8)
+        self.lin = nn.Linear(12, 1)
+
+    def forward(self, dense, ids):
+        return torch.sigmoid(self.lin(torch.cat([dense, self.emb(ids).sum(1)], 1))).squeeze(1)
+
+
+def make_ranker():
+    torch.manual_seed(0)
+    return Ranker()
+
+
+def example(batch):
+    g = torch.Generator().manual_seed(batch)
+    return torch.randn(batch, 4, generator=g), torch.randint(0, 50, (batch, 6), generator=g)
+"""
+
+
+@pytest.mark.slow  # two exports (torch.export + dynamo ONNX) of a small model
+@pytest.mark.skipif(not importlib.util.find_spec("onnxruntime"), reason="onnxruntime not installed")
+def test_export_user_model_file_with_measured_batching(tmp_path, capsys):
+    from overdrive.cli import main
+    from overdrive.serve.triton_repo import check_repository, parse_config
+
+    (tmp_path / "ranker.py").write_text(USER_MODEL)
+    res = {"slo_ms": 5.0, "device": "cpu", "created": "now", "workloads": {},
+           "serving": {"engines": {"onnxruntime": {"label": "ORT", "best": {"rate": 9000.0, "config": {
+               "max_batch_size": 64, "preferred_batch_size": [32, 64], "max_queue_delay_us": 500, "instances": 1,
+               "kind": "KIND_CPU"}}}}}}
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "results.json").write_text(json.dumps(res))
+    out = tmp_path / "out"
+    # Your own model takes --max-batch (the bench measured the built-in one); the bag is a dynamic dim.
+    assert main(["export", f"{tmp_path}/ranker.py:make_ranker", "--inputs", f"{tmp_path}/ranker.py:example",
+                 "--dynamic", "ids:1", "--max-batch", "2", "--out", str(out)]) == 0
+    [m] = check_repository(str(out / "triton"))
+    assert m["name"] == "make_ranker" and m["max_batch_size"] == 2 and m["ran"]
+    cfg = parse_config((out / "triton" / "make_ranker" / "config.pbtxt").read_text())
+    assert [list(i.dims) for i in cfg.input] == [[4], [-1]] and list(cfg.output[0].dims) == [1]
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(out / "triton" / "make_ranker" / "1" / "model.onnx"))
+    d, i = torch.randn(1, 4), torch.randint(0, 50, (1, 9))  # batch 1, another bag length than the example
+    ns = {}
+    exec(USER_MODEL, ns)
+    with torch.no_grad():
+        ref = ns["make_ranker"]()(d, i)
+    got = sess.run(None, {"dense": d.numpy(), "ids": i.numpy()})[0]
+    assert np.allclose(got[:, 0], ref.numpy(), atol=1e-6)
+    # The built-in click model with the measured settings.
+    assert main(["export", "--model", "recsys", "--slo-from", str(tmp_path / "bench"), "--out", str(tmp_path / "c")]) == 0
+    cfg = parse_config((tmp_path / "c" / "triton" / "click_model" / "config.pbtxt").read_text())
+    assert (cfg.max_batch_size, list(cfg.dynamic_batching.preferred_batch_size),
+            cfg.dynamic_batching.max_queue_delay_microseconds) == (64, [32, 64], 500)
+
+
+@pytest.mark.slow  # torch.export of the click model, twice
+@pytest.mark.parametrize("mb", [1, 2])
+def test_export_max_batch_below_the_example_batch(tmp_path, capsys, mb):
+    from overdrive.cli import main
+    from overdrive.serve.triton_repo import parse_config
+
+    res = {"slo_ms": 5.0, "workloads": {"recsys": {"best": {"batch": mb}}}}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    assert main(["export", "--model", "recsys", "--slo-from", str(tmp_path), "--no-onnx", "--out",
+                 str(tmp_path / "o")]) == 0
+    cfg = parse_config((tmp_path / "o" / "triton" / "click_model" / "config.pbtxt").read_text())
+    assert cfg.max_batch_size == mb
+    loaded = torch.export.load(str(tmp_path / "o" / "model.pt2")).module()
+    b = synthetic_clicks(mb, seed=3)
+    assert loaded(b.dense, padded_ids(b, 5)).shape == (mb, 1)
 
 
 def test_slo_batch_from_results(tmp_path):
-    (tmp_path / "results.json").write_text(json.dumps({"workloads": {"recsys": {"best": {"batch": 512}}}}))
+    (tmp_path / "results.json").write_text(json.dumps({"slo_ms": 5, "workloads": {"recsys": {"best": {"batch": 512}}}}))
     assert slo_batch_from(str(tmp_path), "recsys") == 512
     with pytest.raises(ExportError, match="not an inference bench result"):
         slo_batch_from(str(tmp_path), "gpt_prefill")
-    spec = {"inputs": [("x", [3], "TYPE_FP32")], "output": ("y", [1], "TYPE_FP32")}
+    spec = {"inputs": [("x", [3], "TYPE_FP32")], "outputs": [("y", [1], "TYPE_FP32")]}
     assert 'platform: "onnxruntime_onnx"' in triton_config("m", "onnxruntime_onnx", spec, 1)
 
 
@@ -131,3 +233,10 @@ def test_export_cli_refuses_bad_flags_before_work(tmp_path, capsys):
     (tmp_path / "f").write_text("x")
     assert main(["export", "--out", str(tmp_path / "f" / "o"), "--no-onnx"]) == 2
     assert "--out" in capsys.readouterr().err
+    assert main(["export", "models.py", "--out", str(tmp_path / "o")]) == 2
+    assert "FILE.py:FACTORY" in capsys.readouterr().err
+    assert main(["export", "--inputs", "m.py:f", "--out", str(tmp_path / "o")]) == 2
+    assert "pass FILE.py:FACTORY" in capsys.readouterr().err
+    assert main(["export", f"{tmp_path}/nope.py:make", "--inputs", f"{tmp_path}/nope.py:x", "--no-onnx",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "not found" in capsys.readouterr().err

@@ -9,20 +9,38 @@ from overdrive.errors import UserError
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from overdrive.io import check_writable
-    from overdrive.serve.export import ExportError, export_for_serving, slo_batch_from
+    from overdrive.serve.export import ExportError, batching_from, export_for_serving
 
+    if args.max_batch is not None and args.max_batch < 1:
+        raise UserError(f"--max-batch must be >= 1, got {args.max_batch}")
+    if args.factory and ".py:" not in args.factory:
+        raise UserError(f"{args.factory!r} is not FILE.py:FACTORY (e.g. models.py:make_model)")
+    if (args.inputs or args.dynamic) and not args.factory:
+        raise UserError("--inputs/--dynamic are for your own model: pass FILE.py:FACTORY too (the built-in models "
+                        "know their inputs; --bag-len sets the click model's)")
     check_writable(args.out, flag="--out")  # before the export, not after it
     try:
-        max_batch = args.max_batch
+        batching = None
         if args.slo_from:
-            max_batch = slo_batch_from(args.slo_from, "recsys" if args.model == "recsys" else "gpt_prefill")
-        rep = export_for_serving(args.model, args.out, size=args.size, weights=args.weights,
-                                 max_batch=1024 if max_batch is None else max_batch,
-                                 onnx=False if args.no_onnx else None)
+            if args.factory:
+                raise ExportError("--slo-from reads the built-in click model's bench; for your own model pass "
+                                  "--max-batch")
+            batching = batching_from(args.slo_from, "recsys" if args.model == "recsys" else "gpt_prefill")
+        rep = export_for_serving(args.factory or args.model, args.out, size=args.size, weights=args.weights,
+                                 max_batch=args.max_batch, batching=batching, onnx=False if args.no_onnx else None,
+                                 inputs=args.inputs, dynamic=args.dynamic, bag_len=args.bag_len)
     except (ExportError, ValueError, FileNotFoundError) as e:
-        raise UserError(str(e)) from None
-    print(f"exported {rep['name']} (max batch {rep['max_batch']}): " + ", ".join(rep["files"]))
+        raise UserError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+    b = rep["batching"]
+    print(f"exported {rep['name']} (max_batch_size {b['max_batch_size']}, preferred "
+          f"{b.get('preferred_batch_size') or 'none'}, delay {b.get('max_queue_delay_us', 0)} µs — "
+          f"{b.get('source', 'given')}): " + ", ".join(rep["files"]))
     print("round-trip max abs error vs eager: " + ", ".join(f"{k} {v:.2g}" for k, v in rep["checks"].items()))
+    for m in rep.get("triton_check") or []:
+        print(f"Triton repository read as Triton reads it: {m['name']}/ (name = folder, version "
+              f"{', '.join(map(str, m['versions']))}, config parsed, I/O against the model"
+              + (f", ran in onnxruntime at batch 1 and {m['max_batch_size']})" if m["ran"] else ")")
+              + "; no tritonserver here to load it")
     if rep.get("onnx"):
         print(f"ONNX {rep['onnx']}")
     return 0
@@ -33,13 +51,24 @@ def register(sub) -> None:
                        description="Write model.pt2 (torch.export, dynamic batch), model.onnx when onnx/onnxruntime "
                                    "are installed, and triton/<name>/ (model + config.pbtxt with dynamic batching up "
                                    "to the SLO batch). Each artefact is reloaded and checked against the eager model.")
+    e.add_argument("factory", nargs="?", metavar="FILE.py:FACTORY",
+                   help="your own model: a function returning an nn.Module (with --inputs); default: --model")
+    e.add_argument("--inputs", metavar="FILE.py:FN", help="FN(batch) returns example inputs (a tensor or a tuple, "
+                   "batch first) for FILE.py:FACTORY")
+    e.add_argument("--dynamic", action="append", metavar="INPUT:AXIS",
+                   help="a further variable dimension of your model's input, by name or position (e.g. ids:1; "
+                        "repeatable); the batch is always dynamic")
+    e.add_argument("--bag-len", type=int, default=5, help="the click model's example bag length (the dimension "
+                   "stays dynamic: -1 in config.pbtxt; default 5)")
     e.add_argument("--model", choices=["recsys", "gpt"], default="recsys",
                    help="recsys: the DLRM-style click model; gpt: a reference GPT of --size (with --weights, "
                         "the size it was trained at)")
     e.add_argument("--size", default="cpu-student", help="reference GPT size (for --model gpt)")
     e.add_argument("--weights", help="a state_dict .pt to load (weights_only); default: fresh random weights")
     e.add_argument("--out", default="out/export", help="output folder (default out/export)")
-    e.add_argument("--max-batch", type=int, help="Triton max_batch_size (default 1024)")
-    e.add_argument("--slo-from", metavar="DIR", help="take the batch from `overdrive bench --workload inference` results")
+    e.add_argument("--max-batch", type=int, help="Triton max_batch_size (default 1024, or the measured one with "
+                   "--slo-from; given with --slo-from, it overrides the measured size)")
+    e.add_argument("--slo-from", metavar="DIR", help="take max_batch_size, preferred sizes, queue delay and instances "
+                   "from `overdrive bench --workload inference` results (ONNX Runtime's best setting)")
     e.add_argument("--no-onnx", action="store_true", help="skip ONNX (Triton then gets TorchScript on libtorch)")
     e.set_defaults(func=_cmd_export)

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from overdrive.io import write_atomic
 
-__all__ = ["render_latency", "write_latency_report"]
+__all__ = ["render_latency", "render_serving", "write_latency_report"]
 
 _TITLES = {"recsys": "click model", "gpt_prefill": "GPT prefill", "gpt_decode": "GPT decode (one token)"}
 
@@ -25,8 +25,72 @@ def _batches(w: dict) -> list[str]:
     return sorted(seen, key=int)
 
 
+def _verdict(st: dict, slo: float) -> str:
+    """The recorded SLO verdict; results written before it existed: from their p99."""
+    if st.get("slo"):
+        return st["slo"]
+    return "unknown" if st.get("p99") is None else ("meets" if st["p99"] <= slo else "misses")
+
+
+def _ms(x: float | None, n: int | None = None) -> str:
+    """A latency in ms, or why there is none (too few samples to bound that percentile)."""
+    if x is None:
+        return f"n/e (n={n})" if n is not None else "n/e"
+    return f"{x:.2f}"
+
+
+def _load_text(ld: dict | None) -> str:
+    if not ld:
+        return "host load: not measured"
+    b, a = ld["before"], ld["after"]
+    busy = " — BUSY: more runnable work than cores; these figures are this host's, now" if ld.get("busy") else ""
+    return f"host load (1 min) {b['load1']} before, {a['load1']} after, on {b['cores']} cores{busy}"
+
+
+def _floor_text(nf: dict | None) -> str:
+    if not nf:
+        return "A/A noise floor: not measured"
+    f = lambda x: "n/e" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    return f"A/A noise floor ({nf['of']} measured twice): p50 {f(nf['p50_rel'])}, p99 {f(nf['p99_rel'])}"
+
+
+def _holds(best: dict) -> str:
+    h = best.get("holds_in")
+    return "" if h is None else f" (90% of it holds in {h:.0%} of resamples)"
+
+
+def _setting_text(c: dict) -> str:
+    pref = f", preferred {c['preferred_batch_size']}" if c.get("preferred_batch_size") else ""
+    return (f"max_batch_size {c['max_batch_size']}{pref}, delay {c['max_queue_delay_us']} µs, "
+            f"{c.get('instances', 1)} instance")
+
+
+def render_serving(sv: dict, console: Console) -> None:
+    t = Table(title=f"click model under a Poisson request stream — highest rate with p99 <= {sv['slo_ms']:g} ms "
+                    f"(Triton dynamic batcher, simulated from measured service times)", title_justify="left")
+    for col in ("engine", "service ms p50 / p99 at batch 1", "highest rate (req/s)", "batcher settings", "note"):
+        t.add_column(col, overflow="fold")
+    for name, e in sv["engines"].items():
+        if e["status"] != "ok":
+            t.add_row(name, "", "", "", f"[dim]{escape(e['status'])}: {escape(str(e.get('reason')))}[/]")
+            continue
+        s1 = e["service"][min(e["service"], key=int)]
+        best = e.get("best")
+        t.add_row(f"{name} ({escape(e['label'])})", f"{_ms(s1['p50'])} / {_ms(s1['p99'], s1['n'])}",
+                  f"{best['rate']:,.0f}{_holds(best)}" if best else "none",
+                  _setting_text(best["config"]) if best else "-",
+                  f"max |Δ| vs eager {e['max_abs_error_vs_eager']:.1g}" if e.get("max_abs_error_vs_eager") is not None
+                  else "")
+    console.print(t)
+    console.print(f"  {escape(_load_text(sv.get('load')))}; {escape(_floor_text(sv.get('noise_floor')))}; "
+                  f"threads per engine {escape(str(sv.get('threads_why', sv.get('threads'))))}")
+    console.print(f"  [dim]{escape(sv['note'])}[/]")
+
+
 def render_latency(r: dict, console: Console) -> None:
     slo = r["slo_ms"]
+    if r.get("serving"):
+        render_serving(r["serving"], console)
     for key, w in r["workloads"].items():
         bs = _batches(w)
         t = Table(title=escape(f"{_TITLES.get(key, key)} — {w['model']} — latency ms p50 / p99 per batch "
@@ -45,12 +109,15 @@ def render_latency(r: dict, console: Console) -> None:
                 if "p50" not in st:
                     cells.append(f"[dim]{escape(str(st.get('status', '-'))[:30])}[/]")
                 else:
-                    style = "green" if st["p99"] <= slo else "red"
-                    cells.append(f"{st['p50']:.2f} / [{style}]{st['p99']:.2f}[/]")
+                    style = {"meets": "green", "misses": "red"}.get(_verdict(st, slo), "yellow")
+                    cells.append(f"{_ms(st['p50'])} / [{style}]{_ms(st['p99'], st.get('n'))}[/]")
             slo_txt = f"{md['slo_batch']} ({md['slo_throughput']:,.0f} {w['unit']})" if md.get("slo_batch") else "none"
             t.add_row(escape(str(mode)), *cells, escape(slo_txt))
         console.print(t)
         console.print(f"  [bold]{escape(str(w['best']['text']))}[/]")
+    if r["workloads"]:
+        console.print(f"  fixed batches: {escape(_load_text(r.get('load')))}; n/e = too few samples to bound that "
+                      "percentile (p95 needs 72, p99 368): a batch meets the SLO only with an estimated p99")
 
 
 def _plot(r: dict, path: str) -> None:
@@ -63,7 +130,7 @@ def _plot(r: dict, path: str) -> None:
     fig, axes = plt.subplots(1, len(ws), figsize=(5 * len(ws), 3.8), squeeze=False)
     for ax, (key, w) in zip(axes[0], ws.items()):
         for mode, md in w["modes"].items():
-            pts = [(int(b), st["p99"]) for b, st in md["batches"].items() if "p99" in st]
+            pts = [(int(b), st["p99"]) for b, st in md["batches"].items() if st.get("p99") is not None]
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=mode)
         ax.axhline(r["slo_ms"], color="k", ls="--", lw=1, label=f"SLO {r['slo_ms']:g} ms")
@@ -78,10 +145,65 @@ def _plot(r: dict, path: str) -> None:
     plt.close(fig)
 
 
+def _plot_rate(sv: dict, path: str) -> None:
+    """p99 (and p50) end-to-end latency against the request rate, per engine at its best setting, SLO dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for name, e in sv["engines"].items():
+        pts = [(p["rate"], p["p99"]) for p in (e.get("curve") or {}).get("points", []) if p["p99"] is not None]
+        if pts:
+            line, = ax.plot(*zip(*pts), marker="o", ms=3, label=f"{name} p99 ({_setting_text(e['curve']['config'])})")
+            p50 = [(p["rate"], p["p50"]) for p in e["curve"]["points"] if p["p50"] is not None]
+            ax.plot(*zip(*p50), ls=":", color=line.get_color(), lw=1)
+    ax.axhline(sv["slo_ms"], color="k", ls="--", lw=1, label=f"SLO {sv['slo_ms']:g} ms")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("request rate (req/s, Poisson)")
+    ax.set_ylabel("end-to-end latency (ms): p99 solid, p50 dotted")
+    ax.set_title("click model: latency against request rate")
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _serving_html(sv: dict, png: str) -> list[str]:
+    from overdrive.report.page import img_tag, table
+
+    e = html.escape
+    rows = []
+    for name, en in sv["engines"].items():
+        if en["status"] != "ok":
+            rows.append([e(name), "-", "-", e(f"{en['status']}: {en.get('reason')}")])
+            continue
+        best = en.get("best")
+        rows.append([e(f"{name} ({en['label']})"), f"{best['rate']:,.0f}{e(_holds(best))}" if best else "none",
+                     e(_setting_text(best["config"])) if best else "-",
+                     e(f"max |Δ| vs eager {en['max_abs_error_vs_eager']:.1g}")
+                     if en.get("max_abs_error_vs_eager") is not None else ""])
+    return [f"<h2>Click model under a request stream (SLO p99 &le; {sv['slo_ms']:g} ms)</h2>",
+            f"<p><b>{e(sv['text'])}</b></p>",
+            f"<p class='meta'>{e(_load_text(sv.get('load')))}; {e(_floor_text(sv.get('noise_floor')))}; threads "
+            f"per engine {e(str(sv.get('threads_why', sv.get('threads'))))}. "
+            f"{e(sv['note'])}.</p>",
+            table(["engine", "highest rate under the SLO (req/s)", "batcher settings (config.pbtxt)", "outputs"], rows),
+            img_tag(png, "latency against request rate", "p99 end-to-end latency per request rate, SLO dashed")]
+
+
 def latency_next_step(r: dict, out_dir: str) -> str:
     """HTML: export the click model sized to the batch that met the SLO (the export reads this folder)."""
     ws = r.get("workloads") or {}
     best = (ws.get("recsys") or {}).get("best") or {}
+    ort = ((r.get("serving") or {}).get("engines") or {}).get("onnxruntime") or {}
+    if ort.get("best"):
+        cmd = f"overdrive export --model recsys --slo-from {out_dir} --out export/"
+        return (f"Next step: serve the ONNX model with ONNX Runtime at {ort['best']['rate']:,.0f} req/s: "
+                f"<code>{html.escape(cmd)}</code> writes a Triton repository whose config.pbtxt carries "
+                f"{html.escape(_setting_text(ort['best']['config']))}.")
     if best.get("batch"):
         cmd = f"overdrive export --model recsys --slo-from {out_dir} --out export/"
         return (f"Next step: serve {html.escape(str(best.get('mode')))} at batch {best['batch']}: "
@@ -97,12 +219,19 @@ def write_latency_report(r: dict, out_dir: str) -> list[str]:
 
     os.makedirs(out_dir, exist_ok=True)
     png = os.path.join(out_dir, "latency_p99.png")
-    _plot(r, png)
+    if r["workloads"]:
+        _plot(r, png)
     e = html.escape
     rec = (r.get("recommendation") or {}).get("text") or "; ".join(w["best"]["text"] for w in r["workloads"].values())
     body = [f"<h1>overdrive bench --workload inference</h1><p class='meta'>{e(r['device'])} · SLO p99 &le; "
             f"{r['slo_ms']:g} ms · {e(r['created'])} · commit {e(str(r.get('git_commit')))}</p>",
             *rec_block(rec, latency_next_step(r, out_dir))]
+    written = [png] if r["workloads"] else []
+    if r.get("serving"):
+        rate_png = os.path.join(out_dir, "latency_vs_rate.png")
+        _plot_rate(r["serving"], rate_png)
+        body += _serving_html(r["serving"], rate_png)
+        written.append(rate_png)
     for key, w in r["workloads"].items():
         bs = _batches(w)
         body.append(f"<h2>{e(_TITLES.get(key, key))}: {e(w['model'])}</h2><p><b>{e(w['best']['text'])}</b></p>")
@@ -111,12 +240,13 @@ def write_latency_report(r: dict, out_dir: str) -> list[str]:
             row = [e(mode)]
             for b in bs:
                 st = md["batches"].get(b, {})
-                row.append(f"{st['p50']:.2f} / <span class='{'' if st['p99'] <= r['slo_ms'] else 'bad'}'>"
-                           f"{st['p99']:.2f}</span>" if "p50" in st else e(st.get("status", "-")))
+                row.append(f"{_ms(st['p50'])} / <span class='{'bad' if _verdict(st, r['slo_ms']) == 'misses' else ''}'>"
+                           f"{e(_ms(st['p99'], st.get('n')))}</span>" if "p50" in st else e(st.get("status", "-")))
             row.append(str(md.get("slo_batch") or e(md.get("reason", "none"))))
             rows.append(row)
         body.append(table(["mode", *(f"batch {b} p50/p99 ms" for b in bs), "largest batch in SLO"], rows))
-    body.append(img_tag(png, "p99 latency", "p99 latency per batch size, SLO dashed"))
+    if r["workloads"]:
+        body.append(img_tag(png, "p99 latency", "p99 latency per batch size, SLO dashed"))
     path = os.path.join(out_dir, "report.html")
     write_atomic(path, page(f"overdrive latency — {r['device']}", body))
-    return [png, path]
+    return [*written, path]

@@ -14,7 +14,8 @@ from torch import nn
 
 from overdrive.io import write_atomic
 
-__all__ = ["export_for_serving", "ExportError", "triton_config", "slo_batch_from"]
+__all__ = ["export_for_serving", "ExportError", "triton_config", "slo_batch_from", "batching_from", "export_onnx",
+           "click_inputs", "default_batching", "ort_session"]
 
 
 class ExportError(RuntimeError):
@@ -83,19 +84,40 @@ def _load_weights(model: nn.Module, weights: str, what: str, fits=None) -> None:
         raise ExportError(f"--weights {weights} does not fit {what}{hint}") from None
 
 
-def _build(kind: str, size: str, weights: str | None):
-    """(serving module, example inputs, input names/dims/types, output name/dims, dynamic dims)."""
+_TRITON_TYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16", "float64": "TYPE_FP64",
+                 "int64": "TYPE_INT64", "int32": "TYPE_INT32", "int16": "TYPE_INT16", "int8": "TYPE_INT8",
+                 "uint8": "TYPE_UINT8", "bool": "TYPE_BOOL"}
+
+
+def _triton_type(t: torch.Tensor, what: str) -> str:
+    name = str(t.dtype).removeprefix("torch.")
+    if name not in _TRITON_TYPES:
+        raise ExportError(f"{what} has dtype {name}, which Triton has no type for: return one of "
+                          f"{', '.join(_TRITON_TYPES)}")
+    return _TRITON_TYPES[name]
+
+
+def click_inputs(batch: int, bag: int, *, seed: int = 1, spec=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dense (B, 13) fp32, ids (B, 26, bag) int64 padded with -1): what the click model is served."""
+    from overdrive.recsys import CriteoSpec, padded_ids, synthetic_clicks
+
+    b = synthetic_clicks(batch, spec or CriteoSpec(), seed=seed)
+    return b.dense, padded_ids(b, bag)
+
+
+def _builtin(kind: str, size: str, weights: str | None, bag_len: int):
+    """(serving module, inputs_fn(batch, variant), spec, dynamic dims) of a built-in model."""
     if kind == "recsys":
-        from overdrive.recsys import DLRM, padded_ids, synthetic_clicks
+        from overdrive.recsys import DLRM
 
         model = DLRM()
         if weights:
             _load_weights(model, weights, "the click model")
-        b = synthetic_clicks(8, seed=1)
-        inputs = (b.dense, padded_ids(b, 5))
-        spec = {"inputs": [("dense", [13], "TYPE_FP32"), ("ids", [26, 5], "TYPE_INT64")],
-                "output": ("prob", [1], "TYPE_FP32")}
-        return ClickServing(model).eval(), inputs, spec, {"dense": {0: "batch"}, "ids": {0: "batch"}}
+        # variant 1: another bag length than the example, to prove that dimension is dynamic too.
+        fn = lambda b, v=0: click_inputs(b, bag_len + 3 * v, seed=1 + 6 * v)  # noqa: E731
+        spec = {"inputs": [("dense", [13], "TYPE_FP32"), ("ids", [26, -1], "TYPE_INT64")],
+                "outputs": [("prob", [1], "TYPE_FP32")]}
+        return ClickServing(model).eval(), fn, spec, {"dense": {0: "batch"}, "ids": {0: "batch", 2: "bag"}}
     if kind == "gpt":
         from overdrive.models import GPT, gpt_config
 
@@ -103,58 +125,190 @@ def _build(kind: str, size: str, weights: str | None):
         model = GPT(cfg)
         if weights:
             _load_weights(model, weights, f"a {size!r} GPT", fits=_gpt_sizes_that_fit)
-        inputs = (torch.randint(0, cfg.vocab_size, (2, 16)),)
-        spec = {"inputs": [("input_ids", [-1], "TYPE_INT64")], "output": ("logits", [cfg.vocab_size], "TYPE_FP32")}
-        return GPTServing(model).eval(), inputs, spec, {"input_ids": {0: "batch", 1: "seq"}}
-    raise ExportError(f"unknown model kind {kind!r}: use recsys or gpt")
+        gen = torch.Generator().manual_seed(0)
+        fn = lambda b, v=0: (torch.randint(0, cfg.vocab_size, (b, 16 - 5 * v), generator=gen),)  # noqa: E731
+        spec = {"inputs": [("input_ids", [-1], "TYPE_INT64")], "outputs": [("logits", [cfg.vocab_size], "TYPE_FP32")]}
+        return GPTServing(model).eval(), fn, spec, {"input_ids": {0: "batch", 1: "seq"}}
+    raise ExportError(f"unknown model kind {kind!r}: use recsys or gpt, or FILE.py:FACTORY for your own model")
 
 
-def _dims(dynamic: dict, max_batch: int, block: int) -> dict:
-    out = {}
-    for name, axes in dynamic.items():
-        out[name] = {ax: torch.export.Dim(f"{label}", min=1 if label == "batch" else 2,
-                                          max=max_batch if label == "batch" else block)
-                     for ax, label in axes.items()}
+def _parse_dynamic(items: list[str] | None, names: list[str]) -> dict[str, dict[int, str]]:
+    """["ids:2", "1:2"] -> {input name: {axis: label}}; the batch axis 0 is always dynamic."""
+    out: dict[str, dict[int, str]] = {n: {0: "batch"} for n in names}
+    for item in items or []:
+        who, sep, ax = item.rpartition(":")
+        if not sep or not ax.isdigit() or int(ax) < 1:
+            raise ExportError(f"--dynamic {item!r} is not INPUT:AXIS with AXIS >= 1 (e.g. ids:2; axis 0, the batch, is "
+                              "always dynamic)")
+        name = names[int(who)] if who.isdigit() and int(who) < len(names) else who
+        if name not in out:
+            raise ExportError(f"--dynamic {item!r}: the model has no input {who!r} (its inputs: {', '.join(names)})")
+        out[name][int(ax)] = f"{name}_{ax}"
     return out
 
 
-def _check(fn, eager: nn.Module, fresh_inputs: tuple, what: str) -> float:
+def _user(factory: str, inputs: str | None, weights: str | None, dynamic: list[str] | None):
+    """A user's FILE.py:FACTORY, with example inputs from FILE.py:FN(batch), loaded the way `tune` loads them."""
+    import inspect
+
+    from overdrive.errors import UserError
+    from overdrive.tune.workload import load_file_fn
+
+    if not inputs:
+        raise ExportError(f"exporting {factory} needs example inputs: pass --inputs FILE.py:FN, FN(batch) returning a "
+                          "tensor or a tuple of tensors whose first dimension is the batch")
+    try:
+        make, inputs_fn = load_file_fn(factory, "model factory"), load_file_fn(inputs, "--inputs")
+    except UserError as e:
+        raise ExportError(str(e)) from None
+    model = make()
+    if not isinstance(model, nn.Module):
+        raise ExportError(f"model factory {factory} returned {type(model).__name__}, not an nn.Module")
+    if weights:
+        _load_weights(model, weights, f"the model of {factory}")
+
+    def fn(b, v=0):
+        x = inputs_fn(b)
+        x = (x,) if isinstance(x, torch.Tensor) else tuple(x) if isinstance(x, (tuple, list)) else None
+        if not x or not all(isinstance(t, torch.Tensor) for t in x):
+            raise ExportError(f"--inputs {inputs} must return a tensor or a tuple of tensors for FN(batch)")
+        if any(t.dim() == 0 or t.shape[0] != b for t in x):
+            raise ExportError(f"--inputs {inputs}({b}) returned shapes {[tuple(t.shape) for t in x]}: the first "
+                              f"dimension of every input must be the batch ({b})")
+        return x
+
+    model = model.eval()
+    ex = fn(2)
+    params = [p for p in inspect.signature(model.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = [p.name for p in params[:len(ex)]] if len(params) >= len(ex) else [f"input{i}" for i in range(len(ex))]
+    dyn = _parse_dynamic(dynamic, names)
     with torch.no_grad():
-        ref = eager(*fresh_inputs)
-        got = torch.as_tensor(fn(*fresh_inputs))
-    err = float((got.float() - ref.float()).abs().max())
-    if not torch.allclose(got.float(), ref.float(), atol=1e-4, rtol=1e-4):
-        raise ExportError(f"{what} differs from the eager model (max abs error {err:.3g})")
+        out = model(*ex)
+    outs = (out,) if isinstance(out, torch.Tensor) else tuple(out) if isinstance(out, (tuple, list)) else None
+    if not outs or not all(isinstance(t, torch.Tensor) and t.dim() >= 1 and t.shape[0] == 2 for t in outs):
+        raise ExportError(f"the model of {factory} must return a tensor (or a tuple of tensors) with the batch first "
+                          "to be served with dynamic batching")
+    spec = {"inputs": [(n, [-1 if a + 1 in dyn[n] else d for a, d in enumerate(t.shape[1:])],
+                        _triton_type(t, f"input {n}")) for n, t in zip(names, ex)],
+            "outputs": [(f"output{i}" if len(outs) > 1 else "output", [d for d in t.shape[1:]] or [1],
+                         _triton_type(t, f"output {i}")) for i, t in enumerate(outs)]}
+    if any(t.dim() == 1 for t in outs):  # (B,) outputs: Triton wants at least one non-batch dim
+        module = _Unsqueeze(model)
+    else:
+        module = model
+    return module, fn, spec, dyn
+
+
+class _Unsqueeze(nn.Module):
+    """(B,) outputs as (B, 1): a batched Triton model needs one non-batch dimension per output."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *xs):
+        out = self.model(*xs)
+        if isinstance(out, torch.Tensor):
+            return out.unsqueeze(1) if out.dim() == 1 else out
+        return tuple(o.unsqueeze(1) if o.dim() == 1 else o for o in out)
+
+
+def _dims(dynamic: dict, max_batch: int, limits: dict | None = None) -> tuple:
+    """torch.export Dims: the batch up to max_batch (at least 2: the example batch), others up to their
+    limit if the model has one (a GPT's sequence: its block size)."""
+    limits = limits or {}
+    # A tuple in input order, not a dict by name: a wrapper's forward(*xs) has no such names.
+    return tuple({ax: torch.export.Dim(label, min=1, max=max(2, max_batch)) if label == "batch"
+                  else torch.export.Dim(label, min=1, **({"max": limits[label]} if label in limits else {}))
+                  for ax, label in axes.items()}
+                 for axes in dynamic.values())
+
+
+def _shapes_for(module: nn.Module, dims: tuple) -> tuple:
+    """torch.export wants one dynamic-shape entry per parameter of forward: forward(*xs) has one, a tuple."""
+    return (dims,) if isinstance(module, _Unsqueeze) else dims
+
+
+def _as_tuple(x) -> tuple:
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _check(fn, eager: nn.Module, fresh_inputs: tuple, what: str) -> float:
+    """Max abs error of `fn` against the eager model on inputs it was not exported with (fp32: 1e-4)."""
+    with torch.no_grad():
+        ref = _as_tuple(eager(*fresh_inputs))
+        got = _as_tuple(fn(*fresh_inputs))
+    err = 0.0
+    for r, g in zip(ref, got):
+        g = torch.as_tensor(g)
+        if g.shape != r.shape:
+            raise ExportError(f"{what} returns shape {tuple(g.shape)}, the eager model {tuple(r.shape)}")
+        err = max(err, float((g.float() - r.float()).abs().max()))
+        if not torch.allclose(g.float(), r.float(), atol=1e-4, rtol=1e-4):
+            raise ExportError(f"{what} differs from the eager model (max abs error {err:.3g})")
     return err
 
 
-def triton_config(name: str, platform: str, spec: dict, max_batch: int) -> str:
-    """config.pbtxt with dynamic batching up to the SLO batch."""
+def default_batching(max_batch: int) -> dict:
+    """Triton's own defaults (no preferred sizes, no delay): what `export` writes when nothing was measured."""
+    return {"max_batch_size": max_batch, "preferred_batch_size": [], "max_queue_delay_us": 0, "instances": 1,
+            "source": "Triton's defaults (not measured): pass --slo-from DIR of `overdrive bench --workload inference`"}
+
+
+def triton_config(name: str, platform: str, spec: dict, batching: dict | int, *, kind: str = "KIND_CPU") -> str:
+    """config.pbtxt: the I/O with dims (-1 = dynamic, batch excluded), dynamic_batching and instance_group."""
+    b = default_batching(batching) if isinstance(batching, int) else batching
+
     def dims(d):
         return "[ " + ", ".join(str(x) for x in d) + " ]"
 
-    ins = "\n".join(f'  {{ name: "{n}" data_type: {t} dims: {dims(d)} }}' for n, d, t in spec["inputs"])
-    on, od, ot = spec["output"]
-    pref = sorted({max(1, max_batch // 4), max(1, max_batch // 2), max_batch})
-    return (f'name: "{name}"\nplatform: "{platform}"\nmax_batch_size: {max_batch}\n'
-            f"input [\n{ins}\n]\noutput [\n  {{ name: \"{on}\" data_type: {ot} dims: {dims(od)} }}\n]\n"
-            f"dynamic_batching {{\n  preferred_batch_size: [ {', '.join(map(str, pref))} ]\n"
-            f"  max_queue_delay_microseconds: 500\n}}\ninstance_group [ {{ count: 1 }} ]\n")
+    ins = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: {dims(d)} }}' for n, d, t in spec["inputs"])
+    outs = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: {dims(d)} }}' for n, d, t in spec["outputs"])
+    pref = b.get("preferred_batch_size") or []
+    db = ([f"  preferred_batch_size: [ {', '.join(map(str, pref))} ]"] if pref else []) + \
+        [f"  max_queue_delay_microseconds: {int(b.get('max_queue_delay_us', 0))}"]
+    src = b.get("source")
+    return ((f"# {src}\n" if src else "") +
+            f'name: "{name}"\nplatform: "{platform}"\nmax_batch_size: {int(b["max_batch_size"])}\n'
+            f"input [\n{ins}\n]\noutput [\n{outs}\n]\n"
+            "dynamic_batching {\n" + "\n".join(db) + "\n}\n"
+            f"instance_group [ {{ count: {int(b.get('instances', 1))} kind: {kind} }} ]\n")
 
 
-def slo_batch_from(path: str, workload: str) -> int:
-    """The best SLO batch of a workload in an `overdrive bench --workload inference` results.json."""
+def batching_from(path: str, workload: str, engine: str = "onnxruntime") -> dict:
+    """The batcher settings measured by `overdrive bench --workload inference` (results.json or its folder):
+    for the click model, the serving search of `engine` (what Triton runs: ONNX Runtime); for the GPT,
+    the largest fixed batch under the SLO."""
     p = os.path.join(path, "results.json") if os.path.isdir(path) else path
     try:
         with open(p) as f:
             res = json.load(f)
+        slo = res["slo_ms"]
+        serving = (res.get("serving") or {}).get("engines") or {}
+        if workload == "recsys" and serving:
+            # ONNX Runtime under any execution provider measured (CPU, CUDA, TensorRT): the fastest one.
+            ok = [serving[n] for n in serving if n.startswith(engine) and (serving[n] or {}).get("best")]
+            got = max(ok, key=lambda r: r["best"]["rate"]) if ok else None
+            if got is None:
+                raise ExportError(f"--slo-from {path}: no setting of {engine} met p99 <= {slo:g} ms; pass --max-batch "
+                                  "or bench with a larger --slo-ms")
+            c = dict(got["best"]["config"])
+            c["source"] = (f"measured: {got['label']} on {res.get('device')}, highest rate {got['best']['rate']:,.0f} "
+                           f"req/s at p99 <= {slo:g} ms (overdrive bench, {res.get('created')})")
+            return c
         b = res["workloads"][workload]["best"]["batch"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ExportError(f"--slo-from {path}: not an inference bench result with workload {workload} ({e})") \
             from None
     if not b:
         raise ExportError(f"--slo-from {path}: no batch met the SLO for {workload}; pass --max-batch")
-    return int(b)
+    return {**default_batching(int(b)), "source": f"measured: the largest fixed batch with p99 <= {slo:g} ms"}
+
+
+def slo_batch_from(path: str, workload: str) -> int:
+    """The max batch size of `batching_from` (kept for callers that want the number only)."""
+    return int(batching_from(path, workload)["max_batch_size"])
 
 
 def _external_data(onnx_path: str) -> list[str]:
@@ -167,58 +321,101 @@ def _external_data(onnx_path: str) -> list[str]:
     return sorted(names)
 
 
-def _ort_runner(path: str):
-    """Run an ONNX file with onnxruntime, loaded from where it was written."""
+def ort_session(path: str, providers: list[str] | None = None, *, threads: int | None = None):
+    """An onnxruntime session of an ONNX file loaded from where it lies (external data beside it);
+    `threads`: its intra-op threads (the same as torch's when engines are compared)."""
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+    return ort.InferenceSession(path, sess_options=so, providers=providers or ["CPUExecutionProvider"])
+
+
+def _ort_runner(path: str):
+    sess = ort_session(path)
     names = [i.name for i in sess.get_inputs()]
-    return lambda *xs: sess.run(None, {n: x.numpy() for n, x in zip(names, xs)})[0]
+    return lambda *xs: tuple(torch.from_numpy(o) for o in sess.run(None, {n: x.numpy() for n, x in zip(names, xs)}))
+
+
+def export_onnx(module: nn.Module, inputs: tuple, path: str, spec: dict, dynamic: dict, max_batch: int,
+                limits: dict | None = None) -> list[str]:
+    """torch.onnx (dynamo) with the dynamic dims named; returns the files written (model + external data)."""
+    torch.onnx.export(module, inputs, path, input_names=[n for n, _, _ in spec["inputs"]],
+                      output_names=[n for n, _, _ in spec["outputs"]],
+                      dynamic_shapes=_shapes_for(module, _dims(dynamic, max_batch, limits)), dynamo=True)
+    return [path] + [os.path.join(os.path.dirname(path), n) for n in _external_data(path)]
+
+
+def _folder_name(s: str) -> str:
+    out = "".join(c if c.isalnum() or c in "_-" else "_" for c in s).strip("_")
+    return out or "model"
 
 
 def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", weights: str | None = None,
-                       max_batch: int = 1024, onnx: bool | None = None) -> dict:
+                       max_batch: int | None = None, onnx: bool | None = None, batching: dict | None = None,
+                       inputs: str | None = None, dynamic: list[str] | None = None, bag_len: int = 5) -> dict:
     """Write model.pt2 (+ model.onnx) and a Triton repository under out_dir; returns what was written.
 
+    kind: "recsys", "gpt", or "FILE.py:FACTORY" (then `inputs` is "FILE.py:FN", FN(batch) -> example
+    inputs, and `dynamic` names further variable axes as INPUT:AXIS). batching: the dynamic batcher
+    settings (from `batching_from`); else Triton's defaults at max_batch (1024 when None).
     onnx=None: export ONNX when onnx, onnxscript and onnxruntime import; True: require it.
     """
-    if max_batch < 1:
-        raise ExportError(f"max batch (--max-batch) must be >= 1, got {max_batch}")
-    module, inputs, spec, dynamic = _build(kind, size, weights)
-    block = module.model.config.block_size if kind == "gpt" else 1 << 16
-    os.makedirs(out_dir, exist_ok=True)
-    name = "click_model" if kind == "recsys" else f"gpt_{size.replace('-', '_')}"
-    report: dict = {"kind": kind, "name": name, "max_batch": max_batch, "files": [], "checks": {}}
-    # A different batch size (and sequence length) than the example, to prove the dims are dynamic.
-    if kind == "recsys":
-        from overdrive.recsys import padded_ids, synthetic_clicks
-
-        b = synthetic_clicks(min(max_batch, 13), seed=7)
-        fresh = (b.dense, padded_ids(b, 5))
+    if batching is not None:
+        batching = dict(batching)
+        if max_batch is not None and max_batch != batching["max_batch_size"]:
+            batching["max_batch_size"] = max_batch
+            batching["preferred_batch_size"] = [p for p in batching.get("preferred_batch_size") or []
+                                                if isinstance(max_batch, int) and p <= max_batch]
+            batching["source"] = f"{batching.get('source', 'measured')}; max_batch_size {max_batch} from --max-batch"
     else:
-        fresh = (torch.randint(0, module.model.config.vocab_size, (3, 11)),)
+        batching = default_batching(1024 if max_batch is None else max_batch)
+    mb = batching["max_batch_size"]
+    if not isinstance(mb, int) or mb < 1:
+        raise ExportError(f"max batch (--max-batch) must be an integer >= 1, got {mb}")
+    if bag_len < 1:
+        raise ExportError(f"--bag-len must be >= 1, got {bag_len}")
+    from overdrive.env import get_env
 
-    ep = torch.export.export(module, inputs, dynamic_shapes=_dims(dynamic, max_batch, block))
+    st = get_env().engine("onnx")
+    have_onnx = onnx is not False and st.ok
+    if onnx and not st.ok:  # before any work
+        raise ExportError(f"ONNX export needs onnx, onnxscript and onnxruntime ({st.status}: {st.reason}): {st.fix}")
+    if ".py:" in kind:
+        module, inputs_fn, spec, dyn = _user(kind, inputs, weights, dynamic)
+        name = _folder_name(kind.rpartition(":")[2])
+    else:
+        module, inputs_fn, spec, dyn = _builtin(kind, size, weights, bag_len)
+        name = "click_model" if kind == "recsys" else f"gpt_{size.replace('-', '_')}"
+    os.makedirs(out_dir, exist_ok=True)
+    report: dict = {"kind": kind, "name": name, "max_batch": mb, "batching": batching, "files": [], "checks": {},
+                    "spec": spec}
+    # The example batch is min(8, max(2, max_batch)): never 1 (torch.export would specialise a size-1 dim), so it
+    # may exceed a max_batch of 1; the exported batch dim then goes up to 2. The check uses another batch (and
+    # variant 1 of the other dims: a longer bag, a shorter prompt) than the example, to prove the dims are dynamic.
+    example = inputs_fn(min(8, max(2, mb)))
+    fresh = inputs_fn(13 if mb >= 13 else 1, 1)
+    limits = {"seq": module.model.config.block_size} if kind == "gpt" else {}
+
+    try:
+        ep = torch.export.export(module, example, dynamic_shapes=_shapes_for(module, _dims(dyn, mb, limits)))
+    except Exception as e:  # noqa: BLE001 — a model torch.export cannot trace: say so in one line
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+        raise ExportError(f"torch.export cannot export {kind}: {type(e).__name__}: {first}") from None
     pt2 = os.path.join(out_dir, "model.pt2")
     torch.export.save(ep, pt2)
     report["files"].append(pt2)
     report["checks"]["torch.export"] = _check(torch.export.load(pt2).module(), module, fresh, "model.pt2")
 
-    from overdrive.env import get_env
-
-    st = get_env().engine("onnx")
-    have_onnx = onnx is not False and st.ok
-    if onnx and not st.ok:
-        raise ExportError(f"ONNX export needs onnx, onnxscript and onnxruntime ({st.status}: {st.reason}): {st.fix}")
     if onnx is None and not st.ok:
         report["onnx"] = f"skipped: {st.reason} ({st.fix})"
     if have_onnx:
         path = os.path.join(out_dir, "model.onnx")
-        torch.onnx.export(module, inputs, path, input_names=[n for n, _, _ in spec["inputs"]],
-                          output_names=[spec["output"][0]], dynamic_shapes=_dims(dynamic, max_batch, block),
-                          dynamo=True)
+        files = export_onnx(module, example, path, spec, dyn, mb, limits)
         report["checks"]["onnxruntime"] = _check(_ort_runner(path), module, fresh, "model.onnx under onnxruntime")
-        report["files"] += [path] + [os.path.join(out_dir, n) for n in _external_data(path)]
+        report["files"] += files
 
     # Triton: the ONNX model on onnxruntime when we have it, else TorchScript on libtorch.
     repo = os.path.join(out_dir, "triton", name)
@@ -226,21 +423,25 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
     if have_onnx:
         platform, model_file = "onnxruntime_onnx", os.path.join(repo, "1", "model.onnx")
         # The model and every external-data file it names (model.onnx.data): Triton loads the folder alone.
-        for name in ["model.onnx", *_external_data(os.path.join(out_dir, "model.onnx"))]:
-            with open(os.path.join(out_dir, name), "rb") as f:
-                write_atomic(os.path.join(repo, "1", name), f.read())
-            if name != "model.onnx":
-                report["files"].append(os.path.join(repo, "1", name))
+        for fname in ["model.onnx", *_external_data(os.path.join(out_dir, "model.onnx"))]:
+            with open(os.path.join(out_dir, fname), "rb") as f:
+                write_atomic(os.path.join(repo, "1", fname), f.read())
+            if fname != "model.onnx":
+                report["files"].append(os.path.join(repo, "1", fname))
         report["checks"]["triton onnxruntime"] = _check(_ort_runner(model_file), module, fresh,
                                                         "the Triton copy of model.onnx under onnxruntime")
     else:
         platform, model_file = "pytorch_libtorch", os.path.join(repo, "1", "model.pt")
-        traced = torch.jit.trace(module, inputs, check_trace=False)
+        traced = torch.jit.trace(module, example, check_trace=False)
         traced.save(model_file)
         report["checks"]["torchscript"] = _check(torch.jit.load(model_file), module, fresh, "TorchScript model.pt")
     cfg_path = os.path.join(repo, "config.pbtxt")
-    write_atomic(cfg_path, triton_config(name, platform, spec, max_batch))
+    write_atomic(cfg_path, triton_config(name, platform, spec, batching,
+                                         kind="KIND_GPU" if batching.get("kind") == "KIND_GPU" else "KIND_CPU"))
     report["files"] += [model_file, cfg_path]
     report["triton_platform"] = platform
+    from overdrive.serve.triton_repo import check_repository
+
+    report["triton_check"] = check_repository(os.path.join(out_dir, "triton"), run=have_onnx)
     write_atomic(os.path.join(out_dir, "export.json"), json.dumps(report, indent=1))
     return report

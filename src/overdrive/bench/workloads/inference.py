@@ -23,6 +23,7 @@ import numpy as np
 from overdrive.bench.timing import interleaved_rounds, time_fn
 from overdrive.bench.workloads.base import Workload
 from overdrive.env import EnvReport
+from overdrive.serve.latency_stats import latency_summary, min_samples
 
 __all__ = ["LATENCY_SCHEMA", "LatencySuite", "LATENCY_SUITES", "run_latency", "InferenceWorkload"]
 
@@ -43,26 +44,49 @@ class LatencySuite:
     compile: bool = True
     table_scale: float = 1.0
     """Multiplies the click model's table sizes (1.0 = 1.3M rows)."""
+    serve_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    """Batch sizes whose service times feed the request-stream simulation (the batcher's choices)."""
+    serve_rounds: int = 4
+    serve_reps: int = 100
+    """serve_rounds x serve_reps samples per (engine, batch): 400 >= the 368 a p99 needs."""
+    pair_budget_s: float = 3.0
+    """Fixed-batch table: a (mode, batch) gets the samples a p99 needs when that fits this many seconds."""
+    serving_only: bool = False
+    """Only the click model under a request stream (no fixed-batch tables, no GPT)."""
 
 
 LATENCY_SUITES = {
     "inference-quick": LatencySuite(name="inference-quick", recsys_batches=(1, 16, 256, 4096), gpt_size="cpu-student",
                                     prefill_len=64, prefill_batches=(1, 8), decode_context=64,
-                                    decode_batches=(1, 8, 64), rounds=3, reps=7, compile=False),
+                                    decode_batches=(1, 8, 64), rounds=3, reps=7, compile=False,
+                                    serve_batches=(1, 4, 16, 64), serve_rounds=3, serve_reps=40, pair_budget_s=1.0),
     "inference": LatencySuite(name="inference", recsys_batches=(1, 4, 16, 64, 256, 1024, 4096), gpt_size="cpu-student",
                               prefill_len=128, prefill_batches=(1, 4, 16), decode_context=128,
                               decode_batches=(1, 4, 16, 64), rounds=4, reps=10),
+    "inference-serving": LatencySuite(name="inference-serving", recsys_batches=(), gpt_size="cpu-student",
+                                      prefill_len=0, prefill_batches=(), decode_context=0, decode_batches=(),
+                                      rounds=4, reps=10, serving_only=True),
     "inference-gpu": LatencySuite(name="inference-gpu", recsys_batches=(1, 4, 16, 64, 256, 1024, 4096),
                                   gpt_size="gpt-350m", prefill_len=1024, prefill_batches=(1, 4, 16),
                                   decode_context=1024, decode_batches=(1, 8, 64, 256), rounds=4, reps=20,
-                                  table_scale=8.0),
+                                  table_scale=8.0, serve_batches=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)),
 }
 
 
 def _pct(xs: list[float]) -> dict:
-    a = np.asarray(xs)
-    return {"p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95)),
-            "p99": float(np.percentile(a, 99)), "n": int(a.size)}
+    """p50/p95/p99 with their order-statistic intervals; a percentile is None when the samples cannot
+    bound it (p99 needs 368), and `note` says so."""
+    return latency_summary(xs)
+
+
+def _slo_verdict(st: dict, slo_ms: float) -> str:
+    """"meets" (p99 estimated <= SLO), "misses" (an estimated percentile already above it: p99 is at
+    least that), or "unknown" (p99 not estimable and nothing estimated above the SLO)."""
+    if st.get("p99") is not None:
+        return "meets" if st["p99"] <= slo_ms else "misses"
+    if any(st.get(p) is not None and st[p] > slo_ms for p in ("p50", "p95")):
+        return "misses"
+    return "unknown"
 
 
 def _modes(env: EnvReport, suite: LatencySuite) -> dict[str, str | None]:
@@ -96,6 +120,7 @@ def _measure(calls: dict[tuple[str, int], Callable[[], object]], suite: LatencyS
     out: dict[tuple[str, int], dict | str] = {}
     samples: dict[tuple[str, int], list[float]] = {k: [] for k in calls}
     too_slow: dict[str, int] = {}
+    reps: dict[tuple[str, int], int] = {}
     for key, fn in calls.items():  # warm-up (and compilation) per pair, in batch order per mode
         mode, b = key
         if mode in too_slow and b > too_slow[mode]:
@@ -109,11 +134,13 @@ def _measure(calls: dict[tuple[str, int], Callable[[], object]], suite: LatencyS
             continue
         if t > 20 * slo_ms:
             too_slow.setdefault(mode, b)
+        need = -(-min_samples(99) // suite.rounds)  # per round, for 368 samples in all
+        reps[key] = need if t / 1e3 * need * suite.rounds <= suite.pair_budget_s else suite.reps
     live = [k for k in calls if k not in out]
     task = progress.add_task(label, total=suite.rounds) if progress else None
 
     def run_one(key, _k) -> bool:
-        for _ in range(suite.reps):  # one call per sample: the tail (p99) is what an SLO is about
+        for _ in range(reps[key]):  # one call per sample: the tail (p99) is what an SLO is about
             samples[key].append(time_fn(calls[key], cuda=cuda))
         return True
 
@@ -136,9 +163,10 @@ def _summarize(stats: dict, modes: dict[str, str | None], batches: tuple[int, ..
             if isinstance(st, str):
                 rows[str(b)] = {"status": st}
                 continue
-            st = dict(st, throughput=b / (st["p50"] / 1e3))
+            st = dict(st, throughput=b / (st["p50"] / 1e3) if st.get("p50") else None,
+                      slo=_slo_verdict(st, slo_ms))
             rows[str(b)] = st
-            if st["p99"] <= slo_ms:
+            if st["slo"] == "meets":
                 slo_b, slo_tp = b, st["throughput"]
         res["modes"][mode] = {"status": "ok", "batches": rows, "slo_batch": slo_b, "slo_throughput": slo_tp}
     ok = [(m, d) for m, d in res["modes"].items() if d.get("slo_batch")]
@@ -153,6 +181,80 @@ def _summarize(stats: dict, modes: dict[str, str | None], batches: tuple[int, ..
     return res
 
 
+def _loads(before: dict, after: dict) -> dict:
+    return {"before": before, "after": after, "busy": bool(before.get("busy") or after.get("busy"))}
+
+
+def free_memory_bytes(device: str) -> int:
+    """What a new allocation can still take: the GPU's free memory, or the host's MemAvailable."""
+    import torch
+
+    if device != "cpu" and torch.cuda.is_available():
+        return int(torch.cuda.mem_get_info()[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def release_memory(device: str) -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device != "cpu" and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def decode_per_batch(modes: list[str], batches: tuple[int, ...], *, build, cache_bytes, free_bytes, measure,
+                     release, headroom: float = 0.8) -> dict:
+    """Decode latency one batch size at a time: the KV caches of that batch only, measured, then freed
+    before the next batch is built. The modes of a batch are interleaved when their caches fit together
+    in `headroom` of the free memory; otherwise in groups that fit, one group after another; a mode
+    whose caches alone do not fit is skipped with the figures, not attempted (gpt-350m at context 1024
+    and batch 256: ~52 GB per fp32 mode; all batches at once were ~166 GB).
+
+    build(mode, b) -> (fn, caches); cache_bytes(mode, b); free_bytes(); measure(calls) -> stats;
+    release() after the caches are dropped (gc, and the CUDA cache on GPU)."""
+    out: dict = {}
+    for b in batches:
+        groups: list[list[str]] = []
+        free = free_bytes()
+        budget = headroom * free
+        for m in modes:
+            need = cache_bytes(m, b)
+            if need > budget:
+                out[(m, b)] = (f"skipped: KV caches of batch {b} need {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB "
+                               "free")
+            elif groups and sum(cache_bytes(x, b) for x in groups[-1]) + need <= budget:
+                groups[-1].append(m)
+            else:
+                groups.append([m])
+        for group in groups:
+            calls, held = {}, []
+            for m in group:
+                try:
+                    fn, caches = build(m, b)
+                except Exception as e:  # noqa: BLE001 — out of memory or a failing mode is a result
+                    out[(m, b)] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}"
+                    continue
+                calls[(m, b)] = fn
+                held.append(caches)
+            fn = caches = None  # noqa: F841 — no reference may outlive this group
+            if calls:
+                out.update(measure(calls))
+            del calls, held
+            release()
+    return out
+
+
 def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, seed: int = 0, progress=None) -> dict:
     import torch
 
@@ -162,6 +264,16 @@ def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, se
 
     dev, cuda = env.device, env.has_gpu
     torch.manual_seed(seed)
+    if suite.serving_only:
+        from overdrive.serve.serving import run_serving
+
+        serving = run_serving(suite, env, slo_ms=slo_ms, seed=seed, progress=progress)
+        return {**header(LATENCY_SCHEMA, env), "suite": dict(suite.__dict__), "slo_ms": slo_ms, "workloads": {},
+                "serving": serving,
+                "recommendation": {"text": f"click model under a request stream: {serving['text']}"}}
+    from overdrive.serve.latency_stats import host_load
+
+    load_before = host_load()
     modes = _modes(env, suite)
     workloads = {}
     # Click model.
@@ -187,6 +299,10 @@ def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, se
     st = _measure(calls, suite, slo_ms, cuda, progress, "latency: click model")
     workloads["recsys"] = _summarize(st, modes, suite.recsys_batches, slo_ms, "examples/s")
     workloads["recsys"]["model"] = f"DLRM, {sum(spec.table_sizes):,} embedding rows"
+    del calls, click
+    from overdrive.serve.serving import run_serving
+
+    serving = run_serving(suite, env, slo_ms=slo_ms, seed=seed, progress=progress)
 
     # Reference GPT: prefill and one-token decode with a KV cache.
     cfg = gpt_config(suite.gpt_size, block_size=max(suite.prefill_len, suite.decode_context + 1))
@@ -209,38 +325,52 @@ def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, se
     workloads["gpt_prefill"] = _summarize(st, modes, suite.prefill_batches, slo_ms, "sequences/s")
     workloads["gpt_prefill"]["model"] = f"{suite.gpt_size}, prompt {suite.prefill_len} tokens"
 
-    calls = {}
     dec_modes = {m: (w or ("the KV-cache decode loop is not compiled here" if m in ("compile", "cuda-graphs")
                            else None)) for m, w in modes.items()}
+    models = {}
     for mode, why in dec_modes.items():
         if why:
             continue
         m = copy.deepcopy(gpt).eval()
-        if mode.startswith("bf16"):
-            m = m.to(torch.bfloat16)
-        ctx = torch.no_grad if mode == "fp32-no_grad" else torch.inference_mode
-        for b in suite.decode_batches:
-            x = torch.randint(0, cfg.vocab_size, (b, suite.decode_context), generator=gen).to(dev)
+        models[mode] = (m.to(torch.bfloat16) if mode.startswith("bf16") else m,
+                        torch.no_grad if mode == "fp32-no_grad" else torch.inference_mode)
+
+    def build(mode: str, b: int):
+        m, ctx = models[mode]
+        x = torch.randint(0, cfg.vocab_size, (b, suite.decode_context), generator=gen).to(dev)
+        with ctx():
+            caches = [{} for _ in m.blocks]
+            m.decode(x, caches, 0)
+        nxt = x[:, -1:]
+
+        def fn(m=m, ctx=ctx, caches=caches, nxt=nxt, c=suite.decode_context):
             with ctx():
-                caches = [{} for _ in m.blocks]
-                m.decode(x, caches, 0)
-            nxt = x[:, -1:]
+                out = m.decode(nxt, caches, c)
+            for cache in caches:  # keep the context at c tokens for the next sample
+                cache["k"], cache["v"] = cache["k"][:, :, :c], cache["v"][:, :, :c]
+            return out
 
-            def fn(m=m, ctx=ctx, caches=caches, nxt=nxt, c=suite.decode_context):
-                with ctx():
-                    out = m.decode(nxt, caches, c)
-                for cache in caches:  # keep the context at c tokens for the next sample
-                    cache["k"], cache["v"] = cache["k"][:, :, :c], cache["v"][:, :, :c]
-                return out
+        return fn, caches
 
-            calls[(mode, b)] = fn
-    st = _measure(calls, suite, slo_ms, cuda, progress, "latency: GPT decode")
+    def cache_bytes(mode: str, b: int) -> int:
+        # k and v per block: (B, heads, context + 1, head dim) = B * (context + 1) * n_embd elements each,
+        # plus one block's pair again while a step's torch.cat builds the longer one.
+        per_block = 2 * b * (suite.decode_context + 1) * cfg.n_embd * (2 if mode.startswith("bf16") else 4)
+        return per_block * (cfg.n_layer + 1)
+
+    st = decode_per_batch(list(models), suite.decode_batches, build=build, cache_bytes=cache_bytes,
+                          free_bytes=lambda: free_memory_bytes(dev),
+                          measure=lambda calls: _measure(calls, suite, slo_ms, cuda, progress,
+                                                         f"latency: GPT decode, batch {next(iter(calls))[1]}"),
+                          release=lambda: release_memory(dev))
     workloads["gpt_decode"] = _summarize(st, dec_modes, suite.decode_batches, slo_ms, "tokens/s")
     workloads["gpt_decode"]["model"] = f"{suite.gpt_size}, one token after {suite.decode_context} (KV cache)"
     return {
         **header(LATENCY_SCHEMA, env),
         "suite": {k: v for k, v in suite.__dict__.items()}, "slo_ms": slo_ms, "workloads": workloads,
-        "recommendation": {"text": "; ".join(f"{k}: {w['best']['text']}" for k, w in workloads.items())},
+        "serving": serving, "load": _loads(load_before, host_load()),
+        "recommendation": {"text": f"click model under a request stream: {serving['text']}; " +
+                           "; ".join(f"{k}: {w['best']['text']}" for k, w in workloads.items())},
     }
 
 

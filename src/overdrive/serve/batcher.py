@@ -1,0 +1,198 @@
+"""An open-loop request stream through a dynamic batcher with Triton's semantics, simulated from
+measured per-batch service times; and the search for the highest rate that keeps p99 under an SLO.
+
+Triton's dynamic batcher (docs/user_guide/batcher.md, "Dynamic Batcher"): when a model instance
+becomes free, requests are taken in arrival order. If a batch of a preferred size can be formed,
+the largest such preferred batch is sent at once; if not, and max_queue_delay_microseconds > 0, the
+batcher waits until the oldest request has waited that long (or a preferred size / max_batch_size
+is reached), then sends the largest batch it can, at most max_batch_size. Without preferred sizes
+max_batch_size is the size it waits for. Delay 0: send what is queued, now.
+
+The simulation is deterministic (seeded): Poisson arrivals (exponential gaps, drawn once and scaled
+by 1/rate, so every rate sees the same stream), a service time per batch drawn from the samples
+measured at the smallest measured batch size >= the batch (a batch of 5 costs what 8 cost: an upper
+bound, like padding), and end-to-end latency = completion - arrival. What it leaves out, said in
+the results: network and (de)serialisation, the batcher's own overhead (tens of µs in Triton), and
+copies of requests into one batch tensor.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from overdrive.serve.latency_stats import latency_summary, min_samples
+
+__all__ = ["BatcherConfig", "ServiceTimes", "simulate", "serve_arrivals", "max_rate_under_slo", "search_settings",
+           "rate_curve"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatcherConfig:
+    """What config.pbtxt's dynamic_batching and max_batch_size say."""
+
+    max_batch_size: int
+    """The largest batch the batcher forms (Triton's max_batch_size)."""
+    preferred_batch_size: tuple[int, ...] = ()
+    """Sizes sent as soon as they can be formed; empty = max_batch_size."""
+    max_queue_delay_us: int = 0
+    """How long the oldest request may wait for others to join its batch (max_queue_delay_microseconds)."""
+    instances: int = 1
+    """Model instances (instance_group count): batches run on them in parallel."""
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+        if any(p < 1 or p > self.max_batch_size for p in self.preferred_batch_size):
+            raise ValueError(f"preferred_batch_size {list(self.preferred_batch_size)} must lie in "
+                             f"1..max_batch_size ({self.max_batch_size})")
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "preferred_batch_size": list(self.preferred_batch_size)}
+
+
+class ServiceTimes:
+    """Measured service times (ms) per batch size; a batch costs a draw from the smallest measured size >= it."""
+
+    def __init__(self, samples: Mapping[int, Sequence[float]]) -> None:
+        self.sizes = sorted(int(b) for b, xs in samples.items() if len(xs))
+        if not self.sizes:
+            raise ValueError("no measured service times")
+        self.samples = {b: np.asarray(samples[b], dtype=float) for b in self.sizes}
+
+    @property
+    def largest(self) -> int:
+        return self.sizes[-1]
+
+    def measured_size(self, b: int) -> int:
+        i = bisect.bisect_left(self.sizes, b)
+        if i == len(self.sizes):
+            raise ValueError(f"batch {b} is above the largest measured batch {self.largest}")
+        return self.sizes[i]
+
+    def capacity(self, b: int, instances: int = 1) -> float:
+        """Requests per second at a steady stream of full batches of b (median service time)."""
+        return instances * b / (float(np.median(self.samples[self.measured_size(b)])) / 1e3)
+
+
+def _gaps(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).exponential(1.0, size=n)
+
+
+def simulate(cfg: BatcherConfig, service: ServiceTimes, rate: float, *, requests: int = 4000, seed: int = 0,
+             warmup_frac: float = 0.1) -> np.ndarray:
+    """End-to-end latencies (ms) of `requests` Poisson arrivals at `rate`/s through the batcher;
+    the first warmup_frac are dropped (the queue starts empty, a server under traffic does not)."""
+    if rate <= 0:
+        raise ValueError(f"rate must be positive, got {rate}")
+    arr = np.cumsum(_gaps(requests, seed)) / rate * 1e3               # arrival times, ms
+    lat = serve_arrivals(cfg, service, arr, seed=seed)
+    return lat[int(requests * warmup_frac):]
+
+
+def serve_arrivals(cfg: BatcherConfig, service: ServiceTimes, arrivals_ms: Sequence[float], *,
+                   seed: int = 0) -> np.ndarray:
+    """Latencies (ms) of requests arriving at the given sorted times through the batcher."""
+    if cfg.max_batch_size > service.largest:
+        raise ValueError(f"max_batch_size {cfg.max_batch_size} is above the largest measured batch {service.largest}")
+    arr = [float(a) for a in arrivals_ms]
+    requests = len(arr)
+    rng = np.random.default_rng(seed + 1)
+    delay = cfg.max_queue_delay_us / 1e3
+    pref = sorted(cfg.preferred_batch_size) or [cfg.max_batch_size]
+    target = pref[-1]
+    free = [0.0] * cfg.instances                                       # when each instance is next free
+    done = np.empty(requests)
+    draws: dict[int, np.ndarray] = {}
+    used: dict[int, int] = {}
+    i = 0
+    while i < requests:
+        k = min(range(cfg.instances), key=free.__getitem__)
+        start = max(free[k], arr[i])                                   # an instance free, a request queued
+        queued = bisect.bisect_right(arr, start, lo=i) - i
+        if queued < target and delay > 0:
+            # Wait for the oldest request's deadline, or for the queue to reach the target size.
+            reach = arr[i + target - 1] if i + target - 1 < requests else math.inf
+            start = max(start, min(arr[i] + delay, reach))
+            queued = bisect.bisect_right(arr, start, lo=i) - i
+        queued = min(queued, cfg.max_batch_size)
+        fits = [p for p in pref if p <= queued]
+        b = fits[-1] if fits and cfg.preferred_batch_size else queued  # the largest preferred size, else all
+        m = service.measured_size(b)
+        if used.get(m, 0) >= len(draws.get(m, ())):                    # draw service times in blocks
+            draws[m] = rng.choice(service.samples[m], size=1024)
+            used[m] = 0
+        s = float(draws[m][used[m]])
+        used[m] += 1
+        free[k] = start + s
+        done[i:i + b] = free[k]
+        i += b
+    return done - np.asarray(arr)
+
+
+def _p99(cfg: BatcherConfig, service: ServiceTimes, rate: float, requests: int, seed: int) -> float:
+    return float(np.percentile(simulate(cfg, service, rate, requests=requests, seed=seed), 99))
+
+
+def max_rate_under_slo(cfg: BatcherConfig, service: ServiceTimes, slo_ms: float, *, requests: int = 4000,
+                       seed: int = 0, rel_tol: float = 0.02) -> float | None:
+    """The highest Poisson rate (req/s) whose simulated p99 is <= slo_ms, by bisection in log rate
+    (p99 grows with the rate); None if even a trickle (1% of capacity) misses the SLO. Never above the
+    capacity at full batches (median service time): past it the queue only grows, whatever a finite
+    simulation shows."""
+    hi = service.capacity(cfg.max_batch_size, cfg.instances)
+    lo = hi * 0.01
+    if _p99(cfg, service, lo, requests, seed) > slo_ms:
+        return None
+    if _p99(cfg, service, hi, requests, seed) <= slo_ms:
+        return hi
+    while hi / lo > 1 + rel_tol:
+        mid = math.sqrt(lo * hi)
+        if _p99(cfg, service, mid, requests, seed) <= slo_ms:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def search_settings(service: ServiceTimes, slo_ms: float, *, delays_us: Sequence[int] = (0, 250, 500, 1000, 2000),
+                    instances: int = 1, requests: int = 4000, seed: int = 0) -> dict:
+    """Every (max_batch_size, preferred sizes, delay) over the measured batch sizes; the one with the
+    highest rate under the SLO wins (ties: the smaller batch, then the shorter delay)."""
+    if requests * 0.9 < min_samples(99):
+        raise ValueError(f"{requests} simulated requests cannot estimate a p99 (needs {min_samples(99)} after warm-up)")
+    tried = []
+    best_rate = 0.0
+    # Largest capacity first: a setting whose capacity is below the best rate found cannot beat it.
+    for b in sorted(service.sizes, key=lambda b: -service.capacity(b, instances)):
+        for d in delays_us:
+            if d / 1e3 >= slo_ms:
+                continue
+            prefs = [()] + ([(b // 2, b)] if d > 0 and b >= 4 else [])
+            for pref in prefs:
+                cfg = BatcherConfig(max_batch_size=b, preferred_batch_size=pref, max_queue_delay_us=d,
+                                    instances=instances)
+                if service.capacity(b, instances) <= best_rate:
+                    continue
+                r = max_rate_under_slo(cfg, service, slo_ms, requests=requests, seed=seed)
+                tried.append((cfg, r))
+                best_rate = max(best_rate, r or 0.0)
+    ok = [(c, r) for c, r in tried if r]
+    best = max(ok, key=lambda cr: (cr[1], -cr[0].max_batch_size, -cr[0].max_queue_delay_us)) if ok else None
+    return {"best": None if best is None else {"config": best[0].to_dict(), "rate": best[1]},
+            "tried": [{"config": c.to_dict(), "rate": r} for c, r in tried],
+            "requests": requests, "seed": seed}
+
+
+def rate_curve(cfg: BatcherConfig, service: ServiceTimes, rates: Sequence[float], *, requests: int = 4000,
+               seed: int = 0) -> list[dict]:
+    """Latency percentiles per rate for one batcher setting (the report's latency-vs-rate line)."""
+    out = []
+    for r in rates:
+        s = latency_summary(simulate(cfg, service, r, requests=requests, seed=seed).tolist())
+        out.append({"rate": float(r), "p50": s["p50"], "p99": s["p99"], "n": s["n"]})
+    return out

@@ -1,0 +1,324 @@
+"""Serving under a request stream: percentile sufficiency, the Triton batcher simulation, the rate
+search, the engines' equality gate, the lazy decode caches, and the Triton repository check.
+No test here times anything: service times are given, clocks are fakes."""
+
+import json
+import weakref
+
+import numpy as np
+import pytest
+
+from overdrive.serve.batcher import (BatcherConfig, ServiceTimes, max_rate_under_slo, search_settings,
+                                     serve_arrivals, simulate)
+from overdrive.serve.latency_stats import aa_floor, host_load, latency_summary, min_samples, percentile
+
+
+# --- percentiles only from enough samples --------------------------------------------------------------------
+
+def test_min_samples_follow_the_order_statistic_bound():
+    assert (min_samples(50), min_samples(95), min_samples(99)) == (6, 72, 368)
+    # The bound: with n samples the chance that none lies above the p-quantile is p^n; it must be < 2.5%.
+    assert 0.99 ** 368 < 0.025 < 0.99 ** 367
+    with pytest.raises(ValueError):
+        min_samples(100)
+
+
+def test_p99_is_not_estimable_below_368_samples():
+    xs = list(np.random.default_rng(0).exponential(1.0, 367))
+    assert percentile(xs, 99)["value"] is None and percentile(xs, 99)["needs"] == 368
+    s = latency_summary(xs)
+    assert s["p99"] is None and s["p50"] is not None and "p99 needs 368" in s["note"]
+    s = latency_summary(xs + [1.0])
+    assert s["p99"] is not None and s["note"] is None
+    lo, hi = s["p99_ci"]
+    assert lo <= s["p99"] <= hi
+
+
+def test_percentile_interval_covers_the_true_quantile():
+    true = -np.log(0.01)  # the p99 of Exp(1)
+    covered = 0
+    for seed in range(200):
+        st = percentile(np.random.default_rng(seed).exponential(1.0, 400), 99)
+        covered += st["lo"] <= true <= st["hi"]
+    assert covered >= 0.93 * 200  # a 95% interval (order statistics are conservative: usually ~96%)
+
+
+def test_host_load_and_aa_floor():
+    ld = host_load(loadavg=lambda: (5.0, 4.0, 3.0), cores=2)
+    assert ld["busy"] and ld["per_core"] == 2.5
+    assert not host_load(loadavg=lambda: (1.0, 1.0, 1.0), cores=2)["busy"]
+
+    def no_proc():
+        raise OSError("no /proc/loadavg")
+
+    assert host_load(loadavg=no_proc, cores=2)["load1"] is None
+    a = [1.0] * 400
+    b = [1.1] * 400
+    f = aa_floor(a, b)
+    assert f["p50_rel"] == pytest.approx(0.1) and f["p99_rel"] == pytest.approx(0.1)
+    assert aa_floor(a[:50], b[:50])["p99_rel"] is None  # p99 of 50 samples: not estimable, no floor claimed
+
+
+# --- the batcher: Triton's rules on hand-made arrivals --------------------------------------------------------
+
+def _const(ms: float, sizes=(1, 2, 4, 8)) -> ServiceTimes:
+    return ServiceTimes({b: [ms] for b in sizes})
+
+
+def test_delay_waits_for_the_oldest_deadline_or_a_full_batch():
+    svc = _const(1.0)
+    cfg = BatcherConfig(max_batch_size=4, max_queue_delay_us=1000)
+    # Three requests: no full batch, so the batch leaves when the oldest has waited 1 ms.
+    assert serve_arrivals(cfg, svc, [0.0, 0.1, 0.2]).tolist() == pytest.approx([2.0, 1.9, 1.8])
+    # Four: max_batch_size reached at 0.3 ms, sent at once.
+    assert serve_arrivals(cfg, svc, [0.0, 0.1, 0.2, 0.3]).tolist() == pytest.approx([1.3, 1.2, 1.1, 1.0])
+    # No delay: each request goes alone while the instance is free; the second waits for the first batch.
+    cfg0 = BatcherConfig(max_batch_size=4)
+    assert serve_arrivals(cfg0, svc, [0.0, 0.1, 0.2]).tolist() == pytest.approx([1.0, 1.9, 1.8])
+
+
+def test_preferred_size_is_sent_when_it_can_be_formed():
+    svc = _const(1.0)
+    cfg = BatcherConfig(max_batch_size=4, preferred_batch_size=(2, 4), max_queue_delay_us=1000)
+    # At the deadline 3 are queued: the largest preferred size that fits (2) goes, the third waits its turn.
+    assert serve_arrivals(cfg, svc, [0.0, 0.1, 0.2]).tolist() == pytest.approx([2.0, 1.9, 2.8])
+
+
+def test_a_batch_costs_the_next_measured_size_up():
+    svc = ServiceTimes({1: [1.0], 4: [3.0]})
+    assert svc.measured_size(3) == 4 and svc.measured_size(1) == 1
+    cfg = BatcherConfig(max_batch_size=4, max_queue_delay_us=1000)
+    assert serve_arrivals(cfg, svc, [0.0, 0.1]).tolist() == pytest.approx([4.0, 3.9])  # 2 requests cost batch 4's 3 ms
+    with pytest.raises(ValueError, match="above the largest measured"):
+        serve_arrivals(BatcherConfig(max_batch_size=8), svc, [0.0])
+    with pytest.raises(ValueError, match="preferred_batch_size"):
+        BatcherConfig(max_batch_size=4, preferred_batch_size=(8,))
+
+
+def test_two_instances_serve_in_parallel():
+    svc = _const(1.0)
+    one = serve_arrivals(BatcherConfig(max_batch_size=1), svc, [0.0, 0.0])
+    two = serve_arrivals(BatcherConfig(max_batch_size=1, instances=2), svc, [0.0, 0.0])
+    assert one.tolist() == [1.0, 2.0] and two.tolist() == [1.0, 1.0]
+
+
+def test_simulation_is_deterministic_and_p99_grows_with_rate():
+    svc = ServiceTimes({b: list(np.random.default_rng(b).uniform(0.2, 0.4, 50) + 0.01 * b) for b in (1, 2, 4, 8)})
+    cfg = BatcherConfig(max_batch_size=8, max_queue_delay_us=200)
+    a, b = simulate(cfg, svc, 2000.0, seed=3), simulate(cfg, svc, 2000.0, seed=3)
+    assert np.array_equal(a, b) and len(a) == 3600  # 4000 requests, the first 10% dropped
+    p99 = [np.percentile(simulate(cfg, svc, r, seed=3), 99) for r in (500.0, 5000.0, 15000.0)]
+    assert p99[0] < p99[1] < p99[2]
+
+
+def test_max_rate_under_slo_sits_at_the_slo():
+    svc = _const(1.0, sizes=(1,))  # M/D/1 with 1 ms service: p99 passes 5 ms below 1000 req/s
+    cfg = BatcherConfig(max_batch_size=1)
+    r = max_rate_under_slo(cfg, svc, 5.0, seed=0)
+    assert 300 < r < 1000
+    assert np.percentile(simulate(cfg, svc, r, seed=0), 99) <= 5.0
+    assert np.percentile(simulate(cfg, svc, r * 1.1, seed=0), 99) > 5.0
+    assert max_rate_under_slo(cfg, svc, 0.5) is None  # the service alone exceeds the SLO
+
+
+def test_search_prefers_batching_when_batches_are_cheap():
+    # 1 ms for one request, 1.5 ms for eight: batching multiplies capacity.
+    svc = ServiceTimes({1: [1.0], 2: [1.1], 4: [1.2], 8: [1.5]})
+    res = search_settings(svc, 5.0, requests=1000)
+    best = res["best"]
+    assert best["config"]["max_batch_size"] == 8 and best["rate"] > 2000
+    assert all(t["rate"] is None or t["rate"] <= best["rate"] for t in res["tried"])
+    with pytest.raises(ValueError, match="cannot estimate a p99"):
+        search_settings(svc, 5.0, requests=100)
+
+
+# --- the serving summary and the engines' equality gate (fake engines, no timing asserted) --------------------
+
+def test_summarize_serving_reports_rates_settings_load_and_floor():
+    from overdrive.serve.engines import Engine
+    from overdrive.serve.serving import summarize_serving
+
+    fast = {b: [0.2 + 0.02 * b] * 400 for b in (1, 4)}
+    slow = {b: [1.0 + 0.2 * b] * 400 for b in (1, 4)}
+    engines = [Engine("eager", "eager", lambda b: None), Engine("onnxruntime", "ORT", lambda b: None),
+               Engine("compiled", "torch.compile", None, "unavailable", "no compiler")]
+    busy = {"load1": 9.0, "cores": 2, "per_core": 4.5, "busy": True}
+    out = summarize_serving({"samples": {"eager": slow, "onnxruntime": fast}, "aa": [[1.0] * 400, [1.02] * 400],
+                             "aa_of": "eager at batch 1"}, engines, 5.0, loads=(busy, busy), requests=1000)
+    assert out["winner"] == "onnxruntime"
+    assert out["engines"]["onnxruntime"]["best"]["rate"] > out["engines"]["eager"]["best"]["rate"]
+    assert out["engines"]["compiled"]["status"] == "unavailable" and "best" not in out["engines"]["compiled"]
+    assert out["noise_floor"]["p50_rel"] == pytest.approx(0.02)
+    assert "host busy" in out["text"]
+    pts = out["engines"]["onnxruntime"]["curve"]["points"]
+    assert [p["rate"] for p in pts] == sorted(p["rate"] for p in pts)
+    json.dumps(out)  # results.json must hold it
+
+
+def test_an_engine_that_differs_is_never_timed():
+    from overdrive.serve.engines import Engine, check_engines, measure_service
+
+    calls = {"bad": 0}
+    ref = {1: np.array([[0.5]]), 4: np.full((4, 1), 0.25)}
+
+    def bad(b):
+        calls["bad"] += 1
+        return ref[b] + 1e-3
+
+    engines = [Engine("eager", "eager", lambda b: ref[b]), Engine("onnxruntime", "ORT", lambda b: ref[b] + 1e-7),
+               Engine("compiled", "compiled", bad)]
+    check_engines(engines, [1, 4])
+    assert engines[1].status == "ok" and engines[2].status == "failed" and "max abs error" in engines[2].reason
+    seen = calls["bad"]
+    m = measure_service(engines, [1, 4], rounds=2, reps=3)
+    assert calls["bad"] == seen  # not called again: no timing of a wrong engine
+    assert set(m["samples"]) == {"eager", "onnxruntime"}
+    assert all(len(xs) == 6 for e in m["samples"].values() for xs in e.values())
+    assert len(m["aa"]) == 2 and len(m["aa"][0]) == 6
+
+
+# --- decode caches: built per batch, bounded by memory, freed between batches ----------------------------------
+
+class _Accountant:
+    """Counts the bytes of live fake KV caches (freed when the last reference goes)."""
+
+    def __init__(self, free: int) -> None:
+        self.free, self.live, self.peak = free, 0, 0
+
+    def alloc(self, n: int):
+        class Cache:
+            pass
+
+        c = Cache()
+        self.live += n
+        self.peak = max(self.peak, self.live)
+        weakref.finalize(c, self._free, n)
+        return c
+
+    def _free(self, n: int) -> None:
+        self.live -= n
+
+
+def test_decode_caches_are_built_per_batch_and_freed():
+    from overdrive.bench.workloads.inference import decode_per_batch
+
+    per = lambda m, b: b * 1000  # noqa: E731 — bytes of one mode's caches at batch b
+    acc = _Accountant(free=300_000)
+    live_during, live_before = [], []
+
+    def build(mode, b):
+        if mode == "fp32":
+            live_before.append(acc.live)  # the previous batch's caches are gone before this one's are built
+        cache = acc.alloc(per(mode, b))
+        return (lambda c=cache: None), cache
+
+    def measure(calls):
+        live_during.append(acc.live)
+        return {k: {"p50": 1.0} for k in calls}
+
+    out = decode_per_batch(["fp32", "bf16"], (1, 8, 64, 256), build=build, cache_bytes=per,
+                           free_bytes=lambda: acc.free - acc.live, measure=measure, release=lambda: None)
+    # Only one batch's caches (both modes) were ever alive; batch 256 (256 kB > 80% of 300 kB) was not built.
+    assert live_during == [2 * 1000, 2 * 8000, 2 * 64000] and live_before == [0, 0, 0]
+    assert acc.peak == 2 * 64000 and acc.live == 0
+    assert out[("fp32", 256)].startswith("skipped: KV caches of batch 256 need")
+    assert out[("bf16", 64)] == {"p50": 1.0}
+
+
+def test_decode_modes_that_do_not_fit_together_are_measured_one_group_after_another():
+    from overdrive.bench.workloads.inference import decode_per_batch
+
+    per = lambda m, b: b * 1000  # noqa: E731
+    acc = _Accountant(free=300_000)
+    groups = []
+
+    def build(mode, b):
+        cache = acc.alloc(per(mode, b))
+        return (lambda c=cache: None), cache
+
+    def measure(calls):
+        groups.append((sorted(m for m, _ in calls), acc.live))
+        return {k: {"p50": 1.0} for k in calls}
+
+    out = decode_per_batch(["a", "b"], (64, 256), build=build, cache_bytes=per, free_bytes=lambda: acc.free - acc.live,
+                           measure=measure, release=lambda: None)
+    # Batch 64: both fit (128 kB <= 240 kB), interleaved. Batch 256: one mode (256 kB) > 240 kB: skipped, said.
+    assert groups == [(["a", "b"], 128_000)] and out[("a", 256)].startswith("skipped")
+    acc2 = _Accountant(free=400_000)
+    groups.clear()
+    out = decode_per_batch(["a", "b"], (256,), build=build, cache_bytes=per, free_bytes=lambda: acc2.free,
+                           measure=measure, release=lambda: None)
+    # 256 kB each, 320 kB budget: one mode at a time, each measured alone and freed before the next.
+    assert [g for g, _ in groups] == [["a"], ["b"]] and all(live == 256_000 for _, live in groups)
+    assert out[("b", 256)] == {"p50": 1.0}
+
+
+def test_decode_mode_that_fails_to_build_is_a_result():
+    from overdrive.bench.workloads.inference import decode_per_batch
+
+    def build(mode, b):
+        if mode == "bf16":
+            raise RuntimeError("out of memory")
+        return (lambda: None), object()
+
+    out = decode_per_batch(["fp32", "bf16"], (1,), build=build, cache_bytes=lambda m, b: 1, free_bytes=lambda: 10**9,
+                           measure=lambda calls: {k: {"p50": 1.0} for k in calls}, release=lambda: None)
+    assert out[("bf16", 1)].startswith("failed: RuntimeError") and out[("fp32", 1)] == {"p50": 1.0}
+
+
+def test_slo_verdict_needs_an_estimable_p99():
+    from overdrive.bench.workloads.inference import _slo_verdict, _summarize
+
+    assert _slo_verdict({"p50": 1.0, "p95": 2.0, "p99": 3.0}, 5.0) == "meets"
+    assert _slo_verdict({"p50": 1.0, "p95": 2.0, "p99": None}, 5.0) == "unknown"
+    assert _slo_verdict({"p50": 6.0, "p95": 7.0, "p99": None}, 5.0) == "misses"  # p99 >= p50 > SLO
+    stats = {("m", 1): {"p50": 1.0, "p95": 2.0, "p99": 3.0, "n": 400},
+             ("m", 8): {"p50": 1.5, "p95": 2.0, "p99": None, "n": 40}}
+    out = _summarize(stats, {"m": None}, (1, 8), 5.0, "examples/s")
+    assert out["modes"]["m"]["slo_batch"] == 1 and out["modes"]["m"]["batches"]["8"]["slo"] == "unknown"
+
+
+def test_report_page_plots_latency_against_rate_with_the_slo(tmp_path):
+    from rich.console import Console
+
+    from overdrive.report.latency_view import render_latency, write_latency_report
+    from overdrive.serve.engines import Engine
+    from overdrive.serve.serving import summarize_serving
+
+    svc = {b: [0.2 + 0.02 * b] * 400 for b in (1, 4)}
+    ld = {"load1": 0.5, "cores": 2, "per_core": 0.25, "busy": False}
+    sv = summarize_serving({"samples": {"onnxruntime": svc}, "aa": [[1.0] * 50, [1.0] * 50], "aa_of": "eager at 1"},
+                           [Engine("onnxruntime", "ONNX Runtime (CPU EP)", lambda b: None)], 5.0, loads=(ld, ld),
+                           requests=1000)
+    r = {"schema": "overdrive.latency/1", "device": "CPU (test)", "created": "now", "git_commit": "abc", "slo_ms": 5.0,
+         "workloads": {}, "serving": sv, "recommendation": {"text": sv["text"]}}
+    files = write_latency_report(r, str(tmp_path))
+    assert [f.rsplit("/", 1)[1] for f in files] == ["latency_vs_rate.png", "report.html"]
+    page = (tmp_path / "report.html").read_text()
+    assert "Click model under a request stream" in page and "max_batch_size" in page
+    assert "host load (1 min) 0.5 before" in page and "p99 n/e" in page  # 50 A/A samples: no p99 floor claimed
+    assert "overdrive export --model recsys --slo-from" in page
+    con = Console(record=True, width=220)
+    render_latency(r, con)
+    text = con.export_text()
+    assert "highest rate" in text and "onnxruntime" in text
+
+
+def test_serving_threads_follow_the_load():
+    from overdrive.serve.serving import serving_threads
+
+    assert serving_threads({"busy": False, "load1": 0.3, "cores": 16}, 16) == (16, "16 (torch's default here)")
+    n, why = serving_threads({"busy": True, "load1": 18.0, "cores": 2}, 2)
+    assert n == 1 and "host busy: load 18.0 on 2 cores" in why
+
+
+def test_a_finding_that_rests_on_tail_samples_is_called_fragile():
+    from overdrive.serve.serving import holds_in
+
+    cfg = BatcherConfig(max_batch_size=1)
+    steady = {1: [1.0] * 400}
+    assert holds_in(cfg, steady, 300.0, 5.0, requests=1000) == 1.0
+    # 4 of 400 calls preempted for 6 ms: p99 sits on them, so resamples with more of them miss the SLO.
+    tail = {1: [0.1] * 396 + [6.0] * 4}
+    h = holds_in(cfg, tail, 10.0, 5.0, requests=1000)
+    assert 0.0 < h < 0.9
