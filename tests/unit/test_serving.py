@@ -10,7 +10,8 @@ import pytest
 
 from overdrive.serve.batcher import (BatcherConfig, ServiceTimes, max_rate_under_slo, search_settings,
                                      serve_arrivals, simulate)
-from overdrive.serve.latency_stats import aa_floor, host_load, latency_summary, min_samples, percentile
+from overdrive.measure.percentiles import aa_floor, latency_summary, min_samples, percentile
+from overdrive.measure.threads import load_report
 
 
 # --- percentiles only from enough samples --------------------------------------------------------------------
@@ -44,14 +45,10 @@ def test_percentile_interval_covers_the_true_quantile():
 
 
 def test_host_load_and_aa_floor():
-    ld = host_load(loadavg=lambda: (5.0, 4.0, 3.0), cores=2)
+    ld = load_report(read=lambda: 5.0, cores=2)
     assert ld["busy"] and ld["per_core"] == 2.5
-    assert not host_load(loadavg=lambda: (1.0, 1.0, 1.0), cores=2)["busy"]
-
-    def no_proc():
-        raise OSError("no /proc/loadavg")
-
-    assert host_load(loadavg=no_proc, cores=2)["load1"] is None
+    assert not load_report(read=lambda: 1.0, cores=2)["busy"]
+    assert load_report(read=lambda: None, cores=2)["load1"] is None  # no /proc/loadavg: said, not guessed
     a = [1.0] * 400
     b = [1.1] * 400
     f = aa_floor(a, b)

@@ -6,12 +6,13 @@ results folders that are locked and ours.
 Importing this package is light (numpy only); torch is imported by the workers.
 """
 
-from overdrive.measure.percentiles import estimable, quantile_ci, samples_needed
+from overdrive.measure.percentiles import aa_floor, latency_summary, min_samples, percentile
 from overdrive.measure.stats import (BUSY_FLOOR, MIN_EVIDENCE_ROUNDS, Comparison, NoiseFloor, compare,
                                      evidence_of_slowdown, host_too_busy, noise_floor, paired_ci, round_medians,
                                      round_ratios, summarize)
-from overdrive.measure.threads import ThreadPlan, host_load, plan_threads
+from overdrive.measure.threads import ThreadPlan, host_load, load_report, plan_threads
 
 __all__ = ["paired_ci", "round_medians", "round_ratios", "noise_floor", "NoiseFloor", "compare", "Comparison",
            "host_too_busy", "evidence_of_slowdown", "MIN_EVIDENCE_ROUNDS", "BUSY_FLOOR", "summarize",
-           "samples_needed", "quantile_ci", "estimable", "plan_threads", "ThreadPlan", "host_load"]
+           "min_samples", "percentile", "latency_summary", "aa_floor", "plan_threads", "ThreadPlan", "host_load",
+           "load_report"]

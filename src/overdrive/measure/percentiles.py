@@ -1,55 +1,81 @@
-"""How many samples a percentile needs, and its distribution-free interval (or "not estimable").
+"""Percentiles that say when they do not know: a percentile only from enough samples, with a
+distribution-free interval, and the A/A noise floor of a latency (the same call measured twice).
+Used by the latency bench and the serving simulation; free of torch.
 
-A p99 from 21 samples is the largest sample, not a p99. The order-statistic interval makes that
-exact: for quantile q and n samples, the number of samples below the true quantile is Binomial(n, q),
-so ranks (lo, hi) bracket it with the stated confidence; when no rank above the estimate exists
-inside the samples (n < ~300 for a 95% p99), the percentile is not estimable from them.
+Why a minimum sample count: the p-th percentile's 95% interval, from order statistics alone (no
+assumption on the shape of the distribution), is [x_(l), x_(u)] with l, u the binomial(n, p)
+quantiles. Its upper end exists only when P(no sample above the percentile) = p^n < 2.5%, i.e.
+n >= log(0.025) / log(p): 6 samples for p50, 72 for p95, 368 for p99. Below that the sample's
+largest value is not an upper bound for the percentile at 95%: we say "not estimable".
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-__all__ = ["samples_needed", "quantile_ci", "estimable"]
+import numpy as np
+
+__all__ = ["min_samples", "percentile", "latency_summary", "aa_floor", "PERCENTILES"]
+
+PERCENTILES = (50, 95, 99)
 
 
-def _binom_cdfs(n: int, p: float) -> list[float]:
-    """[P(X <= k) for k in 0..n], X ~ Binomial(n, p), in one pass (pmf terms in log space)."""
-    lp, lq, lg = math.log(p), math.log1p(-p), math.lgamma(n + 1)
-    out, total = [], 0.0
-    for i in range(n + 1):
-        total += math.exp(lg - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq)
-        out.append(min(1.0, total))
+def min_samples(p: float, *, level: float = 0.95) -> int:
+    """The fewest samples whose order statistics bound the p-th percentile (p in 0..100) at `level`."""
+    q = p / 100.0
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"percentile must be in (0, 100), got {p}")
+    return math.ceil(math.log((1 - level) / 2) / math.log(q))
+
+
+def _binom_cdf(n: int, q: float) -> np.ndarray:
+    """P(Bin(n, q) <= k) for k = 0..n, in log space (n up to millions without overflow)."""
+    k = np.arange(n + 1)
+    logpmf = (math.lgamma(n + 1) - np.array([math.lgamma(i + 1) for i in k]) -
+              np.array([math.lgamma(n - i + 1) for i in k]) + k * math.log(q) + (n - k) * math.log1p(-q))
+    return np.cumsum(np.exp(logpmf - logpmf.max())) / np.exp(logpmf - logpmf.max()).sum()
+
+
+def percentile(xs: Sequence[float], p: float, *, level: float = 0.95) -> dict:
+    """{"value", "lo", "hi", "n", "estimable", "needs"}: the p-th percentile and its order-statistic
+    interval; value/lo/hi are None when n < min_samples(p) (the note says how many it needs)."""
+    a = np.sort(np.asarray(xs, dtype=float))
+    n, need = int(a.size), min_samples(p, level=level)
+    out = {"n": n, "needs": need, "estimable": n >= need, "value": None, "lo": None, "hi": None}
+    if n < need:
+        return out
+    cdf = _binom_cdf(n, p / 100.0)
+    alpha = (1 - level) / 2
+    # l: the largest rank with P(Bin < l) <= alpha; u: the smallest with P(Bin < u) >= 1 - alpha (1-based ranks).
+    lo_rank = int(np.searchsorted(cdf, alpha, side="right"))          # number of k with cdf(k) <= alpha
+    hi_rank = int(np.searchsorted(cdf, 1 - alpha, side="left")) + 1
+    out.update(value=float(np.percentile(a, p)), lo=float(a[max(lo_rank, 1) - 1]), hi=float(a[min(hi_rank, n) - 1]))
     return out
 
 
-def samples_needed(q: float, *, level: float = 0.95) -> int:
-    """The fewest samples for which the q-quantile has an upper confidence bound inside the samples:
-    1 - q**n >= level (the largest sample then lies above the quantile with that confidence).
-    p50: 5, p90: 29, p99: 299, p99.9: 2995 at 95%."""
-    if not 0 < q < 1:
-        raise ValueError(f"quantile must be in (0, 1), got {q}")
-    return math.ceil(math.log(1 - level) / math.log(q))
+def latency_summary(xs: Sequence[float], *, level: float = 0.95) -> dict:
+    """p50/p95/p99 (None where not estimable), their intervals, n, and a note naming what is missing."""
+    out: dict = {"n": len(xs)}
+    missing = []
+    for p in PERCENTILES:
+        st = percentile(xs, p, level=level)
+        out[f"p{p}"] = st["value"]
+        out[f"p{p}_ci"] = [st["lo"], st["hi"]] if st["estimable"] else None
+        if not st["estimable"]:
+            missing.append(f"p{p} needs {st['needs']}")
+    out["max"] = float(max(xs)) if len(xs) else None
+    out["note"] = f"not estimable from {len(xs)} samples: {', '.join(missing)}" if missing else None
+    return out
 
 
-def estimable(n: int, q: float, *, level: float = 0.95) -> bool:
-    return n >= samples_needed(q, level=level)
-
-
-def quantile_ci(samples: list[float], q: float, *, level: float = 0.95) -> dict:
-    """{"value", "lo", "hi", "n", "estimable", "needed"}: the q-quantile (nearest rank) with a
-    distribution-free interval from order statistics; value/lo/hi are None when not estimable."""
-    xs = sorted(samples)
-    n = len(xs)
-    need = samples_needed(q, level=level)
-    out = {"value": None, "lo": None, "hi": None, "n": n, "estimable": False, "needed": need, "q": q}
-    if n < need:
-        return out
-    alpha = (1 - level) / 2
-    cdf = _binom_cdfs(n, q)  # cdf[k] = P(X <= k)
-    # hi: the smallest rank j with P(X <= j-1) >= 1 - alpha; lo: the largest i with P(X <= i-1) <= alpha.
-    hi_rank = next((j for j in range(1, n + 1) if cdf[j - 1] >= 1 - alpha), n)
-    lo_rank = max([i for i in range(1, n + 1) if cdf[i - 1] <= alpha] or [1])
-    rank = min(n, max(1, math.ceil(q * n)))
-    out.update(value=xs[rank - 1], lo=xs[lo_rank - 1], hi=xs[hi_rank - 1], estimable=True)
+def aa_floor(a: Sequence[float], b: Sequence[float]) -> dict:
+    """The noise floor from an A/A control (the same call measured twice, interleaved): the relative
+    difference of the two samples' p50 and p99. A difference between two engines smaller than this
+    is not a difference this host can show."""
+    sa, sb = latency_summary(a), latency_summary(b)
+    out = {"n": [len(a), len(b)]}
+    for p in ("p50", "p99"):
+        x, y = sa[p], sb[p]
+        out[f"{p}_rel"] = None if x is None or y is None else round(abs(x - y) / min(x, y), 4)
     return out

@@ -9,9 +9,11 @@ shared among the workers that step at the same time, less what the host's other 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["ThreadPlan", "plan_threads", "host_load", "usable_cores"]
+__all__ = ["ThreadPlan", "plan_threads", "host_load", "load_report", "usable_cores"]
 
 
 def usable_cores() -> int:
@@ -37,6 +39,16 @@ def host_load() -> float | None:
         now = None
     vals = [v for v in (avg, now) if v is not None]
     return max(vals) if vals else None
+
+
+def load_report(*, read: Callable[[], float | None] = host_load, cores: int | None = None) -> dict:
+    """The host's load (host_load) against the cores, for a results file: busy when more runnable
+    work than cores."""
+    n = cores or os.cpu_count() or 1
+    ld = read()
+    if ld is None:  # no /proc/loadavg (some containers): say so rather than guess
+        return {"load1": None, "cores": n, "per_core": None, "busy": None, "at": time.time()}
+    return {"load1": round(ld, 2), "cores": n, "per_core": round(ld / n, 2), "busy": ld > n, "at": time.time()}
 
 
 @dataclass(frozen=True)

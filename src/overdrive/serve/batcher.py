@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from overdrive.serve.latency_stats import latency_summary, min_samples
+from overdrive.measure.percentiles import latency_summary, min_samples
 
 __all__ = ["BatcherConfig", "ServiceTimes", "simulate", "serve_arrivals", "max_rate_under_slo", "search_settings",
            "rate_curve"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from overdrive.bench.timing import interleaved_rounds, time_fn
+from overdrive.measure.rounds import interleaved_rounds, time_fn
 
 __all__ = ["Engine", "click_engines", "check_engines", "measure_service"]
 

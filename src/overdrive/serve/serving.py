@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from overdrive.serve.batcher import BatcherConfig, ServiceTimes, rate_curve, search_settings, simulate
-from overdrive.serve.latency_stats import aa_floor, host_load, latency_summary
+from overdrive.measure.percentiles import aa_floor, latency_summary
+from overdrive.measure.threads import load_report
 
 __all__ = ["run_serving", "summarize_serving"]
 
@@ -110,7 +111,7 @@ def run_serving(suite, env, *, slo_ms: float, seed: int = 0, progress=None) -> d
     inputs = {b: click_inputs(b, 5, seed=seed + b, spec=spec) for b in batches}
     import tempfile
 
-    before = host_load()
+    before = load_report()
     threads, why = serving_threads(before, torch.get_num_threads())
     was = torch.get_num_threads()
     torch.set_num_threads(threads)  # every engine (torch and ONNX Runtime) with the same intra-op threads
@@ -122,7 +123,7 @@ def run_serving(suite, env, *, slo_ms: float, seed: int = 0, progress=None) -> d
                                    progress=progress)
     finally:
         torch.set_num_threads(was)
-    after = host_load()
+    after = load_report()
     res = summarize_serving(measured, engines, slo_ms, seed=seed, loads=(before, after))
     res["model"] = f"DLRM click model, {sum(spec.table_sizes):,} embedding rows, bag length 5"
     res["batches"] = batches

@@ -23,7 +23,7 @@ import numpy as np
 from overdrive.bench.timing import interleaved_rounds, time_fn
 from overdrive.bench.workloads.base import Workload
 from overdrive.env import EnvReport
-from overdrive.serve.latency_stats import latency_summary, min_samples
+from overdrive.measure.percentiles import latency_summary, min_samples
 
 __all__ = ["LATENCY_SCHEMA", "LatencySuite", "LATENCY_SUITES", "run_latency", "InferenceWorkload"]
 
@@ -271,9 +271,9 @@ def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, se
         return {**header(LATENCY_SCHEMA, env), "suite": dict(suite.__dict__), "slo_ms": slo_ms, "workloads": {},
                 "serving": serving,
                 "recommendation": {"text": f"click model under a request stream: {serving['text']}"}}
-    from overdrive.serve.latency_stats import host_load
+    from overdrive.measure.threads import load_report
 
-    load_before = host_load()
+    load_before = load_report()
     modes = _modes(env, suite)
     workloads = {}
     # Click model.
@@ -368,7 +368,7 @@ def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, se
     return {
         **header(LATENCY_SCHEMA, env),
         "suite": {k: v for k, v in suite.__dict__.items()}, "slo_ms": slo_ms, "workloads": workloads,
-        "serving": serving, "load": _loads(load_before, host_load()),
+        "serving": serving, "load": _loads(load_before, load_report()),
         "recommendation": {"text": f"click model under a request stream: {serving['text']}; " +
                            "; ".join(f"{k}: {w['best']['text']}" for k, w in workloads.items())},
     }
