@@ -38,12 +38,12 @@ def write_atomic(path: str, data: str | bytes) -> None:
         raise
 
 
-def check_writable(path: str, *, flag: str, kind: str = "folder") -> None:
+def check_writable(path: str, *, flag: str, kind: str = "folder", fix: str = "pass a path you can write to") -> None:
     """Refuse, before any work, an output that could not be written at the end.
 
     kind="folder": `path` is (or will be created as) a folder that receives files;
     kind="file": `path` is a file to (over)write. Creates missing folders, writes and deletes a probe
-    file, and raises UserError naming the flag and the fix.
+    file, and raises UserError naming the flag and `fix`.
     """
     p = os.path.abspath(path)
     if kind == "file":
@@ -60,8 +60,7 @@ def check_writable(path: str, *, flag: str, kind: str = "folder") -> None:
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise UserError(f"{flag} {path} is not writable ({e.strerror or type(e).__name__}): pass a path you can "
-                        "write to") from None
+        raise UserError(f"{flag} {path} is not writable ({e.strerror or type(e).__name__}): {fix}") from None
 
 
 def read_json(path: str, *, schema: dict | None = None, what: str = "JSON file", fix: str = "") -> object:

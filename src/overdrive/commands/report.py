@@ -6,6 +6,7 @@ import argparse
 import os
 
 from overdrive.errors import UserError
+from overdrive.io import check_writable
 
 __all__ = ["register"]
 
@@ -16,18 +17,8 @@ def _folder_of(path: str) -> str:
 
 def _writable(folder: str, flag: str, what: str) -> None:
     """Refuse, in one line, a folder the page and plots cannot be written to (read-only, not ours)."""
-    import tempfile
-
-    if os.path.exists(folder) and not os.path.isdir(folder):
-        raise UserError(f"{flag} {folder} is a file: pass a folder")
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".overdrive-probe-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise UserError(f"{flag} {folder} is not writable ({e.strerror or type(e).__name__}): {what} was printed "
-                        "above; pass --out DIR to write the page and plots to a folder you can write") from None
+    check_writable(folder, flag=flag, fix=f"{what} was printed above; pass --out DIR to write the page and plots "
+                                          "to a folder you can write")
 
 
 def _written(fn):
