@@ -265,5 +265,5 @@ def test_outputs_are_checked_before_the_work(tmp_path, capsys):
 
 def test_a_batch_beyond_memory_is_refused_with_the_estimate(tmp_path):
     with pytest.raises(ValueError, match=r"needs at least [\d.]+ GiB .* lower train.micro_batch"):
-        train(_cfg(tmp_path / "r", "train.global_batch=20000000", "train.micro_batch=20000000"), quiet=True)
+        train(_cfg(tmp_path / "r", "train.global_batch=1000000", "train.micro_batch=1000000"), quiet=True)
     assert not (tmp_path / "r").exists()
