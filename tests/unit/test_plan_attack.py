@@ -4,33 +4,15 @@ traceback, never a hang), every accepted combination gives finite, non-negative 
 import json
 import math
 import re
-from types import SimpleNamespace
 
 import pytest
 
-from overdrive.cli import main
+from plan_cli import refused as _refused, run  # noqa: F401 (run is a fixture)
 
 LLAMA = {"num_hidden_layers": 16, "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 8,
          "intermediate_size": 8192, "vocab_size": 128256}
 
 
-@pytest.fixture
-def run(capsys):
-    def _run(*a):
-        try:
-            rc = main(["plan", *a])
-        except SystemExit as e:
-            rc = e.code
-        out = capsys.readouterr()
-        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
-    return _run
-
-
-def _refused(cp, needle):
-    assert cp.returncode == 2, (cp.returncode, cp.stderr, cp.stdout[:300])
-    lines = cp.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("overdrive: error: "), cp.stderr
-    assert re.search(needle, lines[0]), lines[0]
 
 
 def _numbers(x):

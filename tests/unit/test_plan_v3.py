@@ -3,12 +3,10 @@ Hugging Face loss, squared-ReLU and learned-position models, unfused attention, 
 
 import dataclasses
 import json
-import re
-from types import SimpleNamespace
 
 import pytest
 
-from overdrive.cli import main
+from plan_cli import refused as _refused, run  # noqa: F401 (run is a fixture)
 from overdrive.env import gpu_by_key
 from overdrive.plan import TrainSetup, estimate, get_model, model_from_hf_config
 from overdrive.plan.comm import comm_times
@@ -20,23 +18,6 @@ H100 = gpu_by_key("h100-sxm")
 M70 = get_model("llama3-70b")
 
 
-@pytest.fixture
-def run(capsys):
-    def _run(*a):
-        try:
-            rc = main(["plan", *a])
-        except SystemExit as e:
-            rc = e.code
-        out = capsys.readouterr()
-        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
-    return _run
-
-
-def _refused(cp, needle):
-    assert cp.returncode == 2, (cp.returncode, cp.stderr, cp.stdout[:300])
-    lines = cp.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("overdrive: error: "), cp.stderr
-    assert re.search(needle, lines[0]), lines[0]
 
 
 @pytest.mark.parametrize("args, needle", [
