@@ -1,24 +1,14 @@
 """distributed="ddp" and the process helpers in one process (the 2-rank checks are in
 tests/integration/test_ddp_accelerate.py), and report() with the user's optimizer."""
 
-import contextlib
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 import overdrive
 from overdrive.errors import UserError
-
-
-@contextlib.contextmanager
-def _one_rank_group(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
+from groups import one_rank_group
 
 
 def _net():
@@ -41,7 +31,7 @@ def _train(acc, n=6):
 def test_ddp_accumulation_all_reduces_on_the_last_micro_step_only_and_matches_no_ddp(tmp_path):
     plain = overdrive.accelerate(_net(), "fp32", grad_accum_steps=3, lr=1e-2)
     want = _train(plain)
-    with _one_rank_group(tmp_path):
+    with one_rank_group(tmp_path):
         acc = overdrive.accelerate(_net(), "fp32", grad_accum_steps=3, lr=1e-2, distributed="ddp")
         calls = []
 
@@ -101,7 +91,7 @@ def test_report_describes_the_users_optimizer_and_lists_no_adamw_decision():
 
 
 def test_trainer_kwargs_refused_under_ddp(tmp_path):
-    with _one_rank_group(tmp_path):
+    with one_rank_group(tmp_path):
         acc = overdrive.accelerate(_net(), "fp32", distributed="ddp")
         with pytest.raises(UserError, match="wraps the model in DDP itself"):
             acc.trainer_kwargs()

@@ -4,7 +4,6 @@ Signatures: the fakes against the installed torchao 0.18 / liger-kernel 0.8.5, a
 (Transformer Engine's API per release, parsed from its source). Each GPU-path fix is tested through a fake
 that asserts what the real kernel asserts, so the test fails where the GPU would have crashed."""
 
-import contextlib
 import dataclasses
 import inspect
 import sys
@@ -16,6 +15,7 @@ from torch import nn
 
 from fakes import (TE_FAKE_VERSIONS, TE_OK, TORCHAO_EMU, fake_liger_norms, fake_mxfp8_mm, fake_nvfp4_linear, fake_te,
                    machine)
+from groups import one_rank_group
 from te_api import TE_API
 from overdrive.env import build_report
 from overdrive.recipes import resolve
@@ -260,18 +260,6 @@ def test_fp8_gemm_micro_benchmark_uses_fast_accumulation(monkeypatch):
     assert seen["use_fast_accum"] is True
 
 
-@contextlib.contextmanager
-def _one_rank(tmp_path):
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-
 @pytest.mark.slow  # ~5 s: a real FSDP2 training run on one gloo rank
 def test_fsdp_gradient_accumulation_syncs_on_the_last_micro_batch(tmp_path, monkeypatch):
     """Suspected (confirmed): the trainer reduce-scattered after every micro-batch."""
@@ -289,7 +277,7 @@ def test_fsdp_gradient_accumulation_syncs_on_the_last_micro_batch(tmp_path, monk
                              "train.micro_batch=2", "train.log_every=1", "train.eval_every=0", "train.steps=2",
                              "train.checkpoint_every=0", "model.n_embd=32", "model.n_head=2", "model.n_layer=2",
                              'train.fsdp="on"', f'train.out_dir="{tmp_path}/run"', 'train.recipe="fp32"'])
-    with _one_rank(tmp_path):
+    with one_rank_group(tmp_path):
         trainer.train(cfg, quiet=True)
     assert flags == [False, True, False, True]
 
