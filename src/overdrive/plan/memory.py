@@ -41,7 +41,9 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               --loss compiled (torch.compile'd loss, torchtitan's default since 2025): bf16 logits + bf16
               grad, 4 bytes. --loss inplace (Transformer Engine's triton cross-entropy, which Megatron-Bridge's
               perf recipes use: its backward overwrites the logits with their gradient): 2 bytes.
-              --loss fused materialises one 1,024-token chunk at a time.
+              --loss fused materialises one 1,024-token chunk at a time. --stack megatron with --loss standard:
+              Megatron-Core's vocab-parallel cross-entropy, in place on one fp32 copy: 6 bytes (16-bit logits + the
+              fp32 copy; then the copy as gradient + its 16-bit cast).
   buffers     FSDP: two blocks' parameters all-gathered at once (current + prefetched; compute dtype, 1
               byte with FP8 all-gather) + one block's fp32 gradients before reduce-scatter.
 
@@ -189,6 +191,10 @@ def _logits(m: ModelSpec, s: TrainSetup) -> float:
     # the backward (4 + 4); the 16-bit matmul output is dropped once .float() replaced it
     per = {"standard": 16 if wide else 12, "hf": 16, "compiled": 8 if wide else 4,
            "inplace": 4 if wide else 2}[s.loss]
+    if s.loss == "standard" and s.stack == "megatron":
+        # Megatron's vocab-parallel cross-entropy works in place on one fp32 copy (softmax, then its gradient):
+        # the 16-bit logits and that copy in forward, the copy and the 16-bit gradient in backward
+        per = 4 if wide else 6
     return tokens * m.vocab * per
 
 

@@ -20,7 +20,8 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
               says; megatron (Megatron-Core + Transformer Engine): fused kernels always, TP communication
               overlapped with the GEMMs (comm.py), and GEMM efficiencies of its own per generation. The loss
               is --loss's on either stack: 24 bytes per logit for an fp32 cross-entropy (standard, hf), 8 for
-              a fused one (compiled, inplace, fused).
+              a fused one (compiled, inplace, fused); standard on the megatron stack is Megatron-Core's vocab-parallel
+              cross-entropy, 52 bytes per logit counted from its kernels (`MEGATRON_CE_BYTES`).
   unfused     --attention unfused (before flash attention: Megatron 2021, eager attention): the scores go
               through HBM: two batched GEMMs per head over the full s × s at their shape's efficiency, plus
               `UNFUSED_ATTN_BYTES` per score of softmax, mask and dropout traffic.
@@ -46,7 +47,7 @@ from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["CALIBRATION", "compute_times", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
-           "HOST_GBS"]
+           "HOST_GBS", "MEGATRON_CE_BYTES", "LOSS_BYTES", "loss_bytes_per_logit"]
 
 # Fitted by scripts/plan_calibrate.py on the calibration runs of src/overdrive/plan/published_runs.json only
 # (docs/plan-validation.md lists which run fitted which constant); never on the validation runs.
@@ -76,6 +77,22 @@ scores and writes the probabilities (4), dropout reads them, writes the result a
 dropout's read of the gradient and mask and its write (5), softmax's read of probabilities and gradient and its
 write (6)."""
 QUANT_BYTES = {"fp8": 1.0, "fp8-rowwise": 1.0, "mxfp8": 1.15, "nvfp4": 1.3}
+
+
+MEGATRON_CE_BYTES = 52.0
+"""HBM bytes per logit of Megatron-Core's unfused vocab-parallel cross-entropy
+(megatron/core/tensor_parallel/cross_entropy.py, core_v0.8.0; the same kernels in Megatron-LM 2021's mpu), counted
+from its kernels on 16-bit logits: forward .float() (read 2, write 4), max (4), in-place subtract (8), exp (8), sum
+(4), in-place divide (8); backward the in-place multiply by the incoming gradient (8) and the cast back to 16 bits
+(6). PyTorch's eager cross-entropy on .float() logits is counted at 24 (`LOSS_BYTES`)."""
+LOSS_BYTES = {"standard": 24.0, "hf": 24.0, "compiled": 8.0, "inplace": 8.0, "fused": 8.0, "chunked": 24.0}
+
+
+def loss_bytes_per_logit(s: TrainSetup) -> float:
+    """HBM bytes per logit the cross-entropy moves, forward and backward (see LOSS_BYTES, MEGATRON_CE_BYTES)."""
+    if s.loss == "standard" and s.stack == "megatron":
+        return MEGATRON_CE_BYTES
+    return LOSS_BYTES[s.loss]
 
 
 def gemm_eff(s: TrainSetup, cal: dict | None = None) -> float:
@@ -174,7 +191,8 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
     if not s.compile and not mega:
         ew_bytes *= cal["nocompile"]
     hbm = s.gpu.hbm_tbs * 1e12 * HBM_EFF
-    loss_b = 24 if s.loss in ("standard", "hf") else 8   # the loss kernel is --loss's, whatever the stack
+    # the loss kernel is --loss's; "standard" on the megatron stack is Megatron's own vocab-parallel one
+    loss_b = loss_bytes_per_logit(s)
     memory = (ew_bytes + L * quant_b + tok * m.vocab * loss_b) / hbm
     # selective: the L // 2 blocks memory.py checkpoints (none with one block per stage)
     frac_fwd = {"none": 0.0, "selective": (L // 2) / L, "full": 1.0, "selective-op": 0.0}[s.checkpointing]
