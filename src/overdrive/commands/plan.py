@@ -136,7 +136,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                                  f"--seq {args.seq} (or not positive)")
             gb = args.global_batch_tokens // args.seq
         setup = dict(gpus_per_node=args.gpus, nodes=args.nodes, seq=args.seq, global_batch=gb, tp=args.tp, pp=args.pp,
-                     vpp=args.vpp, cp=args.cp, optimizer_dtype=args.optimizer_dtype, fp8_all_gather=args.fp8_all_gather,
+                     vpp=args.vpp, cp=args.cp, optimizer_dtype=args.optimizer_dtype,
+                     optimizer=args.optimizer, master_weights=args.master_weights,
+                     optimizer_in_backward=args.optimizer_in_backward, fp8_all_gather=args.fp8_all_gather,
                      efficiency=eff, intra_gbs=args.intra_gbs, inter_gbs=args.inter_gbs, offload=args.offload,
                      loss=args.loss, lora_rank=args.lora_rank, pure_bf16=args.pure_bf16,
                      fp8_activations=args.fp8_activations, compile=not args.no_compile,
@@ -222,6 +224,13 @@ def register(sub) -> None:
     a("--cp", type=int, default=1, help="context parallel degree (ring attention)")
     a("--checkpointing", help="comma list of none,selective (every 2nd block),selective-op (torchtitan per-op),full")
     a("--optimizer-dtype", default="fp32", choices=["fp32", "bf16", "8bit"], help="dtype of the AdamW moments")
+    a("--optimizer", default="adamw", help="optimizer family: adamw (2 states), lion, sgd (momentum: 1 state), "
+                                           "adafactor (factored: ~0); adamw-bf16 / adamw-8bit also set the state dtype")
+    a("--master-weights", default="fp32", choices=["fp32", "remainder", "none"],
+      help="fp32 master copy (4 B/param), remainder (bf16 weights + 16 low bits: Apex/TE store_param_remainders, "
+           "2 B), none (= --pure-bf16)")
+    a("--optimizer-in-backward", action="store_true",
+      help="step each parameter in the backward and free its gradient (torchtune's optimizer_in_bwd)")
     a("--pure-bf16", action="store_true", help="bf16 weights, grads and states with no fp32 master copy")
     a("--offload", default="none", choices=["none", "optimizer", "params"], help="CPU offload")
     a("--loss", default="standard", choices=["standard", "hf", "compiled", "inplace", "fused"],

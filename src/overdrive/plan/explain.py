@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from overdrive.plan.estimate import Estimate
-from overdrive.plan.memory import CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB
+from overdrive.plan.memory import CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, state_bytes_per_param
 
 __all__ = ["explain"]
 
@@ -12,7 +12,8 @@ _MEM = {
               "(P after /tp/pp; LoRA: frozen bf16 base)",
     "grads": "grads 4·P (bf16 grad buffer: 2·P; /S under ZeRO-2/3), counted as far as they sit on top of the "
              "activation peak",
-    "optimizer": "AdamW m, v: 2·b·P/S (b = 4 fp32, 2 bf16, 1 8-bit; 0 when offloaded)",
+    "optimizer": "n states x b bytes x P/S (--optimizer: AdamW n=2, Lion/SGD 1, Adafactor ~0; b = 4 fp32, 2 bf16, "
+                 "1 8-bit; 0 when offloaded)",
     "activations": "per block s·b·(5h + h+2kv + 3F)·2 bytes /(tp·cp) (FP8 storage: 1-byte GEMM inputs), minus "
                    "what checkpointing/recompute drops and offloaded blocks; + logits (fused loss: one chunk)",
     "other": "FSDP buffers (2 gathered blocks + 1 block of fp32 grads) + 1 GiB CUDA context + the fragmentation "
@@ -28,7 +29,8 @@ _TIME = {
     "recompute": "the forward again for checkpointed blocks (full: all, selective: half, selective-op: half the mms; "
                  "Megatron: recompute-layers blocks, recompute-modules parts)",
     "offload_exposed": "activation offload out and back over the host link beyond the micro-batch's compute",
-    "optimizer": "32 bytes per parameter of this GPU's shard over HBM (offloaded: PCIe + CPU step)",
+    "optimizer": "16 + 8 per state bytes per parameter of this GPU's shard over HBM (AdamW: 32; offloaded: PCIe "
+                 "+ CPU step)",
     "bubble": "pipeline idle (pp−1)/(vpp·micro-batches)",
     "tp_exposed": "8 all-gathers/reduce-scatters of b·s·h per block over NVLink (async TP: 30% exposed)",
     "cp_exposed": "ring K/V exchange beyond what attention hides",
@@ -54,6 +56,11 @@ def explain(e: Estimate) -> list[str]:
                  f"(min({100 * FRAGMENTATION:.0f}% of allocated, {FRAGMENTATION_CAP / GIB:.0f} GiB)) + CUDA context "
                  f"{CONTEXT_BYTES / GIB:.2f} = {e.allocated_gib + e.reserved_margin_gib + CONTEXT_BYTES / GIB:.2f} GiB "
                  f"{'<=' if e.fits else '>'} {e.capacity_gib:.1f} GiB capacity")
+    b = state_bytes_per_param(s)
+    lines.append(f"  per trained parameter, before sharding: {s.optimizer} ({s.optimizer_dtype} states) "
+                 f"{b['states']} B states + {b['grad']} B grad + {b['master']} B master ({s.master_weights})"
+                 + (" + 2 B bf16 weights" if b["master"] != 4 or s.sharding not in ("fsdp", "hsdp") else "")
+                 + ("; gradients freed in the backward (optimizer in backward)" if s.optimizer_in_backward else ""))
     lines.append("time per optimizer step:")
     for k, v in e.times.items():
         if v:

@@ -8,7 +8,12 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               --pure-bf16: 2 bytes, no master. LoRA: frozen bf16 base (2·P_l, /S under FSDP).
   grads       fp32 4·P_l (2 with --pure-bf16 or --grad-dtype bf16, Megatron's grad_reduce_in_fp32=False), /S
               under ZeRO-2/3 (reduce-scattered); Megatron's distributed optimizer (ZeRO-1) keeps the whole buffer.
-  optimizer   AdamW m and v, 2·b·P_l with b = 4 / 2 / 1 (fp32 / bf16 / 8-bit), /S under any ZeRO.
+  optimizer   n·b·P_l, n states per parameter (--optimizer: AdamW 2, Lion 1, SGD with momentum 1, Adafactor's
+              factored moment ~0) of b = 4 / 2 / 1 bytes (fp32 / bf16 / 8-bit), /S under any ZeRO.
+              --master-weights remainder: 16-bit weights + the 16 low bits of the fp32 master (Apex/TE
+              store_param_remainders), 2 bytes in place of 4; none = --pure-bf16.
+              --optimizer-in-backward (torchtune's optimizer_in_bwd): each gradient is freed as soon as its
+              parameter is stepped, so only the largest tensor's gradient is alive.
               --offload optimizer moves states and the fp32 master to the CPU; --offload params also the
               weights and grads (FSDP CPUOffloadPolicy), leaving the gathered blocks.
   activations per layer, 16-bit, no dropout, flash attention (no s² scores): Korthikanti et al. 2022
@@ -59,13 +64,13 @@ allocated + reserve + context <= capacity; `--explain` prints each term.
 
 from __future__ import annotations
 
-from overdrive.plan.setup import TrainSetup
+from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["memory_breakdown", "peak_allocated", "GIB", "CONTEXT_BYTES", "FRAGMENTATION", "FRAGMENTATION_CAP",
            "RESERVED_SHARE",
            "reserve_bytes", "OPT_BYTES",
-           "act_bytes_per_layer", "act_tensors", "recomputed_blocks", "pipeline_blocks_in_flight", "lora_params", "terms"]
+           "act_bytes_per_layer", "master_bytes", "largest_param", "state_bytes_per_param", "act_tensors", "recomputed_blocks", "pipeline_blocks_in_flight", "lora_params", "terms"]
 
 GIB = 2**30
 OPT_BYTES = {"fp32": 4, "bf16": 2, "8bit": 1}
@@ -77,6 +82,24 @@ RESERVED_SHARE = 0.08
 runs): the caching allocator keeps freed blocks while nothing asks for them. Near capacity it releases them
 and retries before it fails, so the fit rule charges only the bounded reserve above, not this share."""
 LOSS_CHUNK = 1024
+
+
+def master_bytes(s: TrainSetup) -> int:
+    """Bytes per parameter of the master weights beside the 16-bit compute copy (0: none kept)."""
+    return {"fp32": 4, "remainder": 2, "none": 0}[s.master_weights]
+
+
+def largest_param(m: ModelSpec) -> int:
+    """Elements of the model's largest weight tensor (the embedding for most LLMs, else an MLP matrix)."""
+    return max(m.vocab * m.hidden, m.hidden * m.ffn, m.hidden * (m.q_dim + 2 * m.kv_dim))
+
+
+def state_bytes_per_param(s: TrainSetup) -> dict[str, float]:
+    """What each trained parameter costs before sharding: master weights, gradient, optimizer states (the
+    16-bit compute copy aside), as --explain prints them."""
+    grad = 2 if (s.pure_bf16 or s.grad_dtype == "bf16") else 4
+    st = OPT_BYTES[s.optimizer_dtype] if not s.pure_bf16 else min(OPT_BYTES[s.optimizer_dtype], 2)
+    return {"master": master_bytes(s), "grad": grad, "states": OPTIMIZER_STATES[s.optimizer] * st}
 
 
 def reserve_bytes(allocated: float) -> float:
@@ -222,28 +245,34 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     S = s.shards
     zero3 = s.sharding in ("fsdp", "hsdp")
     opt_b = OPT_BYTES[s.optimizer_dtype]
+    n_states = OPTIMIZER_STATES[s.optimizer]
+    master_b = master_bytes(s)
     if s.lora_rank:
         T = lora_params(m, s.lora_rank) / (s.tp * s.pp) / (S if zero3 else 1)
         params = 2 * P / (S if zero3 else 1) + 4 * T
-        grads, opt = 4 * T, 2 * opt_b * T
+        grads, opt = 4 * T, n_states * opt_b * T
     elif s.pure_bf16:
         params = 2 * P / (S if zero3 else 1)
         grads = 2 * P / (S if s.sharding != "none" and s.sharding != "zero1" else 1)
-        opt = 2 * min(opt_b, 2) * P / S
+        opt = n_states * min(opt_b, 2) * P / S
     else:
         if zero3:
-            params = 4 * P / S
+            params = 4 * P / S   # the fp32 shard, or a bf16 shard + its remainders: 4 bytes either way
         elif s.sharding == "none":
-            params = 4 * P + (2 * P if s.precision != "fp32" else 0)  # + autocast's cached 16-bit copies
-        else:  # zero1/2: compute copy on every rank, fp32 master sharded with the optimizer
-            params = 2 * P + 4 * P / S
+            # fp32 weights + autocast's cached 16-bit copies; with remainders: bf16 weights + their low bits
+            params = (4 * P + (2 * P if s.precision != "fp32" else 0)) if master_b == 4 else 2 * P + master_b * P
+        else:  # zero1/2: compute copy on every rank, the master (fp32, or remainders) sharded with the optimizer
+            params = 2 * P + master_b * P / S
         grad_b = 2 if s.grad_dtype == "bf16" else 4
         grads = grad_b * P / (S if s.sharding in ("zero2", "fsdp", "hsdp") else 1)
-        opt = 2 * opt_b * P / S
+        opt = n_states * opt_b * P / S
+    if s.optimizer_in_backward:
+        # each gradient is freed once its parameter is stepped: at most the largest tensor's is alive
+        grads = (2 if (s.pure_bf16 or s.grad_dtype == "bf16") else 4) * largest_param(m) / s.tp
     if s.offload in ("optimizer", "params"):
         opt = 0.0
         if zero3 or s.sharding in ("zero1", "zero2"):
-            params -= 4 * P / S if not (s.lora_rank or s.pure_bf16) else 0
+            params -= master_b * P / S if not (s.lora_rank or s.pure_bf16) else 0
     if s.offload == "params":
         params, grads = 0.0, 0.0
     acts, per_layer = _activations(m, s)

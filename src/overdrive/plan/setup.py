@@ -13,6 +13,7 @@ from overdrive.env.catalog import GpuSpec
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["TrainSetup", "PRECISIONS", "SHARDINGS", "CHECKPOINTING", "OPTIMIZER_DTYPES", "OFFLOADS", "LOSSES",
+           "OPTIMIZERS", "OPTIMIZER_STATES", "OPTIMIZER_ALIASES", "MASTER_WEIGHTS",
            "LOW_PRECISION", "RECOMPUTE_MODULES", "STACKS", "ATTENTIONS", "GRAD_DTYPES", "needs_blackwell",
            "fallback_precision", "check_layout", "MAX_COUNT", "MIN_EFFICIENCY", "BANDWIDTH_GBS"]
 
@@ -39,6 +40,19 @@ BANDWIDTH_GBS = (0.1, 100_000.0)
 MAX_COUNT = 1 << 40
 """Largest sequence, batch or GPU count accepted: every product of them stays an exact, finite float."""
 OPTIMIZER_DTYPES = ("fp32", "bf16", "8bit")
+OPTIMIZER_STATES = {"adamw": 2, "lion": 1, "sgd": 1, "adafactor": 0}
+"""State tensors per parameter of each optimizer family: AdamW m and v; Lion and SGD with momentum one momentum
+buffer; Adafactor (Hugging Face's and torchtune's default, beta1 None) a factored second moment of rows + columns
+per matrix, a few millionths of the parameters of an LLM, counted as none."""
+OPTIMIZERS = tuple(OPTIMIZER_STATES)
+OPTIMIZER_ALIASES = {"adam": ("adamw", None), "adamw-fp32": ("adamw", "fp32"), "adamw-bf16": ("adamw", "bf16"),
+                     "adamw-8bit": ("adamw", "8bit"), "adam8bit": ("adamw", "8bit"), "adamw8bit": ("adamw", "8bit")}
+"""--optimizer names that carry their state dtype (bitsandbytes' AdamW8bit, torchao's AdamW8bit, AdamW on bf16)."""
+MASTER_WEIGHTS = ("fp32", "remainder", "none")
+"""fp32: a 4-byte master copy (or fp32 weights under autocast); remainder: 16-bit weights + the 16 low bits of the
+fp32 master (Apex DistributedFusedAdam and Transformer Engine FusedAdam `store_param_remainders`, NeMo 1.x's
+default for bf16 O2 with distributed_fused_adam), 2 bytes; none: no master (bf16 weights stepped directly, as
+torchtune and --pure-bf16 do)."""
 OFFLOADS = ("none", "optimizer", "params")
 LOSSES = ("standard", "hf", "compiled", "inplace", "fused")
 STACKS = ("pytorch", "megatron")
@@ -98,7 +112,15 @@ class TrainSetup:
     """Context parallel degree (ring attention over the sequence)."""
     checkpointing: str = "none"
     optimizer_dtype: str = "fp32"
-    """AdamW moments: fp32, bf16 or 8-bit (bitsandbytes/torchao)."""
+    """Optimizer states: fp32, bf16 or 8-bit (bitsandbytes/torchao)."""
+    optimizer: str = "adamw"
+    """Optimizer family (OPTIMIZER_STATES: how many states per parameter); aliases such as adamw-8bit also set
+    optimizer_dtype."""
+    master_weights: str = "fp32"
+    """How the fp32 master weights are kept (MASTER_WEIGHTS); none is --pure-bf16."""
+    optimizer_in_backward: bool = False
+    """Each parameter is stepped and its gradient freed as soon as its gradient is ready (torchtune's
+    optimizer_in_bwd): no full gradient buffer, one micro-batch per step."""
     pure_bf16: bool = False
     """Weights, grads and optimizer states in bf16, no fp32 master copy (llm-foundry's 'PURE')."""
     offload: str = "none"
@@ -157,6 +179,24 @@ class TrainSetup:
         _choice("sharding", self.sharding, SHARDINGS)
         _choice("checkpointing", self.checkpointing, CHECKPOINTING)
         _choice("optimizer-dtype", self.optimizer_dtype, OPTIMIZER_DTYPES)
+        if self.optimizer in OPTIMIZER_ALIASES:
+            fam, dt = OPTIMIZER_ALIASES[self.optimizer]
+            if dt and self.optimizer_dtype not in ("fp32", dt):
+                raise ValueError(f"--optimizer {self.optimizer} keeps its states in {dt} but --optimizer-dtype is "
+                                 f"{self.optimizer_dtype}: keep one")
+            object.__setattr__(self, "optimizer", fam)
+            if dt:
+                object.__setattr__(self, "optimizer_dtype", dt)
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"--optimizer {self.optimizer!r} is not one of {', '.join(OPTIMIZERS + tuple(OPTIMIZER_ALIASES))}")
+        _choice("master-weights", self.master_weights, MASTER_WEIGHTS)
+        if self.master_weights == "none" and not self.pure_bf16:
+            object.__setattr__(self, "pure_bf16", True)
+        elif self.pure_bf16 and self.master_weights == "remainder":
+            raise ValueError("--pure-bf16 keeps no master weights and --master-weights remainder keeps their low "
+                             "bits: keep one")
+        elif self.pure_bf16:
+            object.__setattr__(self, "master_weights", "none")
         _choice("offload", self.offload, OFFLOADS)
         _choice("loss", self.loss, LOSSES)
         st = STACK_ALIASES.get(self.stack, self.stack)
@@ -237,7 +277,17 @@ class TrainSetup:
             raise ValueError(f"global batch {self.global_batch} is not divisible by micro-batch {self.micro_batch} "
                              f"x {self.dp} data-parallel ranks: use a multiple of {self.micro_batch * self.dp}")
         if self.pure_bf16 and self.precision == "fp32":
-            raise ValueError("--pure-bf16 contradicts --precision fp32")
+            raise ValueError("--pure-bf16 (--master-weights none) contradicts --precision fp32")
+        if self.master_weights == "remainder" and self.precision in ("fp32", "fp16"):
+            raise ValueError(f"--master-weights remainder rebuilds fp32 from bf16 weights, not {self.precision} ones: "
+                             "use --precision bf16 (or fp8 and the like, whose weights are bf16)")
+        if self.optimizer_in_backward:
+            if self.global_batch is not None and self.grad_accum > 1:
+                raise ValueError(f"--optimizer-in-backward steps each parameter in its backward, so it needs one "
+                                 f"micro-batch per step, not {self.grad_accum}: drop --global-batch or the flag")
+            if self.pp > 1 or self.lora_rank or self.offload != "none":
+                raise ValueError("--optimizer-in-backward is planned for single-stage full fine-tuning without "
+                                 "offload (torchtune's optimizer_in_bwd): drop it with --pp, --lora-rank or --offload")
 
     @property
     def world(self) -> int:

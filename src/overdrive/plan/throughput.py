@@ -43,7 +43,7 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
 from __future__ import annotations
 
 from overdrive.plan.memory import act_bytes_per_layer, recomputed_blocks
-from overdrive.plan.setup import TrainSetup
+from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["CALIBRATION", "compute_times", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
@@ -223,6 +223,7 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
     if s.offload != "none":
         opt = 6 * P_shard / 25e9 + P_shard / 1e9
     else:
-        opt = 32 * P_shard / hbm
+        # AdamW: read p, g, m, v and write p, m, v (fp32: 28 bytes) + the grad-norm pass (4); 8 fewer per state
+        opt = (16 + 8 * OPTIMIZER_STATES[s.optimizer]) * P_shard / hbm
     return {"gemm": gemm_block + head, "attention": attn, "memory": memory, "recompute": recompute,
             "optimizer": opt, "lowp_share": lowp_share, "offload": offload}
