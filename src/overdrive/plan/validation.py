@@ -16,7 +16,7 @@ from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import MPT_SIZES, ModelSpec, get_model, mpt
 
 __all__ = ["load_runs", "predict", "evaluate", "summary", "markdown_table", "why_not_fitting", "plan_flags", "run_model",
-           "expressed_table"]
+           "expressed_table", "memory_table"]
 
 _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "tp", "pp", "vpp", "cp", "checkpointing",
                "pure_bf16", "fp8_all_gather", "compile", "async_tp", "inter_gbs", "optimizer_dtype", "stack", "loss", "fp8_activations", "grad_dtype", "recompute_layers",
@@ -51,11 +51,13 @@ def predict(r: dict, cal: dict | None = None) -> dict:
            "allocated_gib": e.allocated_gib, "reserved_margin_gib": e.reserved_margin_gib,
            "breakdown_gib": e.breakdown_gib, "attention_share": e.times["attention"] / e.step_s,
            "vpp": e.setup.vpp, "held_out": r.get("held_out", "")}
+    out["memory_only"] = bool(r.get("memory_only"))
     if r.get("memory_gib"):
-        # torchtitan logs max_reserved: the allocator's view on a GPU with room (allocated + its cache), no CUDA context
-        reserved = e.allocated_gib * (1 + RESERVED_SHARE)
-        out.update(memory_published=r["memory_gib"], memory_predicted=reserved,
-                   memory_error=reserved / r["memory_gib"] - 1,
+        # torchtitan logs max_reserved: the allocator's view on a GPU with room (allocated + its cache), no CUDA
+        # context; torchtune's "peak memory active" is the allocator's active bytes, what allocated models
+        planned = e.allocated_gib if r.get("memory_measure") == "active" else e.allocated_gib * (1 + RESERVED_SHARE)
+        out.update(memory_published=r["memory_gib"], memory_predicted=planned,
+                   memory_error=planned / r["memory_gib"] - 1, memory_measure=r.get("memory_measure", "reserved"),
                    # FSDP alone: with TP and PP beside it torchtitan keeps more than the planner models (the doc's
                    # "known gaps"), so those runs are shown but not counted in the FSDP memory figure
                    memory_fsdp=r.get("sharding") == "fsdp" and r.get("tp", 1) == 1 and r.get("pp", 1) == 1)
@@ -67,12 +69,19 @@ def evaluate(role: str | None = None, cal: dict | None = None) -> list[dict]:
 
 
 def summary(rows: list[dict]) -> dict:
-    errs = [abs(r["error"]) for r in rows]
+    """Throughput errors over the rows that count for throughput (not the memory-only ones), the FSDP memory
+    figure (torchtitan), the held-out memory figure and the completed runs planned not to fit."""
+    tput = [r for r in rows if not r.get("memory_only")]
+    errs = [abs(r["error"]) for r in tput]
     mem = [abs(r["memory_error"]) for r in rows if r.get("memory_fsdp")]
-    return {"n": len(rows), "median_abs_error": statistics.median(errs), "worst_abs_error": max(errs),
-            "worst": max(rows, key=lambda r: abs(r["error"]))["id"], "under": sum(r["error"] < 0 for r in rows),
+    held = [abs(r["memory_error"]) for r in rows if "memory_error" in r and r.get("held_out")]
+    return {"n": len(tput), "median_abs_error": statistics.median(errs), "worst_abs_error": max(errs),
+            "worst": max(tput, key=lambda r: abs(r["error"]))["id"], "under": sum(r["error"] < 0 for r in tput),
             "n_memory": len(mem), "memory_median_abs_error": statistics.median(mem) if mem else None,
-            "memory_worst_abs_error": max(mem) if mem else None, "not_fitting": [r["id"] for r in rows if not r["fits"]]}
+            "memory_worst_abs_error": max(mem) if mem else None,
+            "n_memory_held_out": len(held), "memory_held_out_median": statistics.median(held) if held else None,
+            "memory_held_out_worst": max(held) if held else None,
+            "not_fitting": [r["id"] for r in rows if not r["fits"]]}
 
 
 def markdown_table(rows: list[dict]) -> str:
@@ -149,6 +158,20 @@ def plan_flags(r: dict) -> str:
     return " ".join(out)
 
 
+def memory_table(rows: list[dict]) -> str:
+    """Held-out runs with a published peak memory: how each was expressed, published and planned GiB."""
+    runs = {r["id"]: r for r in load_runs()}
+    lines = ["| run | expressed as (`overdrive plan` flags) | published GiB | planned GiB | error | tok/s published → planned |",
+             "|---|---|---:|---:|---:|---|"]
+    for p in rows:
+        if "memory_published" not in p or not p.get("held_out"):
+            continue
+        lines.append(f"| {p['id']} | `{plan_flags(runs[p['id']])}` | {p['memory_published']:.1f} | "
+                     f"{p['memory_predicted']:.1f} | {100 * p['memory_error']:+.0f}% | {p['published']:,.0f} → "
+                     f"{p['predicted']:,.0f} ({100 * p['error']:+.0f}%) |")
+    return "\n".join(lines)
+
+
 def expressed_table(rows: list[dict]) -> str:
     """Held-out runs with how each was expressed (the plan flags) and its source (file + commit, or paper)."""
     runs = {r["id"]: r for r in load_runs()}
@@ -156,7 +179,7 @@ def expressed_table(rows: list[dict]) -> str:
              "|---|---|---|---:|---:|---:|---:|"]
     for p in rows:
         r = runs[p["id"]]
-        fit = "" if p["fits"] else " (planned not to fit)"
+        fit = ("" if p["fits"] else " (planned not to fit)") + (" (memory only)" if p.get("memory_only") else "")
         vpp = f"{p['vpp']}" + (" (searched)" if r.get("pp", 1) > 1 and "vpp" not in r else "")
         lines.append(f"| {p['id']}{fit} | `{plan_flags(r)}` | {r['source']} | {p['published']:,.0f} | "
                      f"{p['predicted']:,.0f} | {100 * p['error']:+.0f}% | {vpp} |")
