@@ -224,6 +224,9 @@ and the SM counts of each GPU (`SMS`) for tile and wave quantization; a 0.9 over
 communication; 30% of TP communication left exposed when it is overlapped (async TP, or the megatron
 stack's default); {UNFUSED_ATTN_BYTES:.0f} bytes of softmax/mask/dropout traffic per score for unfused attention, counted
 from the kernels (a first count of 39 bytes also charged the traffic the two score GEMMs already pay for);
+{MEGATRON_CE_BYTES:.0f} bytes per logit for Megatron-Core's vocab-parallel cross-entropy (`--stack megatron --loss standard`),
+counted from its kernels (no calibration run uses it; PyTorch's eager cross-entropy stays at the 24 it was
+calibrated with, though a kernel count of `F.cross_entropy(logits.float())` gives ~36);
 the fit rule's reserve, min({100 * FRAGMENTATION:.0f}% of allocated, {FRAGMENTATION_CAP / GIB:.0f} GiB) + 1 GiB of CUDA context; and, apart
 from the fit rule, what `max_memory_reserved` reads on a GPU with room to spare, allocated × {1 + RESERVED_SHARE:.2f} (the
 caching allocator keeps freed blocks until something needs them; near capacity it releases them and retries,

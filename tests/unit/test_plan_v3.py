@@ -199,3 +199,83 @@ def test_torchtitan_405b_pipeline_memory_is_no_longer_a_third_of_the_published()
     r = next(x for x in load_runs() if x["id"] == "torchtitan 405B 512xH100 TP8 PP8 1F1B")
     p = predict(r)
     assert -0.30 <= p["memory_error"] <= 0.30, p["memory_error"]   # published 82.5 GiB; -68% before
+
+
+def test_megatron_cross_entropy_is_counted_from_its_kernels():
+    """--stack megatron --loss standard is Megatron-Core's vocab-parallel cross-entropy: 52 bytes of HBM per logit
+    (cast, max, subtract, exp, sum, divide; multiply and cast back), one fp32 copy in memory; PyTorch's stays 24."""
+    from overdrive.plan.throughput import MEGATRON_CE_BYTES, loss_bytes_per_logit
+
+    nemotron = get_model("nemotron3-8b")
+    kw = dict(gpu=H100, seq=4096, micro_batch=1, tp=2, sharding="zero1", precision="bf16")
+    mega, torch_ = TrainSetup(**kw, stack="megatron"), TrainSetup(**kw)
+    assert loss_bytes_per_logit(mega) == MEGATRON_CE_BYTES == 52 and loss_bytes_per_logit(torch_) == 24
+    assert loss_bytes_per_logit(dataclasses.replace(mega, loss="inplace")) == 8   # TE's fused one
+    logits = 4096 * nemotron.vocab / 2                                            # per GPU at TP2
+    hbm = H100.hbm_tbs * 1e12 * 0.8
+    d = compute_times(nemotron, mega)["memory"] - compute_times(nemotron, dataclasses.replace(mega, loss="inplace"))["memory"]
+    assert d == pytest.approx(logits * (52 - 8) / hbm, rel=1e-9)
+    assert _logits(nemotron, mega) == pytest.approx(logits * 6)
+    assert _logits(nemotron, torch_) == pytest.approx(logits * 12)
+
+
+@pytest.mark.parametrize("opt, states, dtype", [("adamw", 2, "fp32"), ("adamw-bf16", 2, "bf16"),
+                                                ("adamw-8bit", 2, "8bit"), ("lion", 1, "fp32"), ("sgd", 1, "fp32"),
+                                                ("adafactor", 0, "fp32")])
+def test_optimizer_families_set_the_state_bytes(opt, states, dtype):
+    from overdrive.plan.memory import OPT_BYTES, state_bytes_per_param
+
+    m = get_model("llama3-8b")
+    s = TrainSetup(gpu=H100, gpus_per_node=1, seq=2048, sharding="none", checkpointing="full", optimizer=opt)
+    assert s.optimizer_dtype == dtype and s.optimizer in ("adamw", "lion", "sgd", "adafactor")
+    assert terms(m, s)["optimizer"] == pytest.approx(states * OPT_BYTES[dtype] * m.n_params())
+    b = state_bytes_per_param(s)
+    assert b == {"master": 4, "grad": 4, "states": states * OPT_BYTES[dtype]}
+
+
+def test_remainder_master_weights_cost_two_bytes_and_none_is_pure_bf16():
+    m = get_model("llama3-8b")
+    P = m.n_params()
+    kw = dict(gpu=H100, gpus_per_node=8, seq=2048, sharding="zero1", checkpointing="full")
+    fp32 = terms(m, TrainSetup(**kw))["params"]
+    rem = terms(m, TrainSetup(**kw, master_weights="remainder"))["params"]
+    assert fp32 - rem == pytest.approx(2 * P / 8)          # the sharded master: 4 -> 2 bytes
+    assert TrainSetup(**kw, master_weights="none").pure_bf16
+    assert TrainSetup(**kw, pure_bf16=True).master_weights == "none"
+    # FSDP: a bf16 shard + remainders is 4 bytes, as the fp32 shard is
+    f = dict(kw, sharding="fsdp")
+    assert terms(m, TrainSetup(**f))["params"] == pytest.approx(terms(m, TrainSetup(**f, master_weights="remainder"))["params"])
+
+
+def test_optimizer_in_backward_keeps_only_the_largest_gradient():
+    m = get_model("llama3-3b")
+    kw = dict(gpu=gpu_by_key("a100-80"), gpus_per_node=1, seq=4096, micro_batch=2, sharding="none",
+              checkpointing="full", master_weights="none")
+    on = terms(m, TrainSetup(**kw, optimizer_in_backward=True))
+    off = terms(m, TrainSetup(**kw))
+    assert on["grads"] == pytest.approx(2 * m.vocab * m.hidden)   # the tied embedding, bf16
+    assert on["allocated"] < off["allocated"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--optimizer", "rmsprop"], r"--optimizer 'rmsprop' is not one of adamw, lion, sgd, adafactor"),
+    (["--optimizer", "adamw-8bit", "--optimizer-dtype", "bf16"], r"keeps its states in 8bit.*keep one"),
+    (["--master-weights", "half"], r"invalid choice"),
+    (["--master-weights", "remainder", "--pure-bf16"], r"keep one"),
+    (["--master-weights", "remainder", "--precision", "fp16"], r"rebuilds fp32 from bf16 weights"),
+    (["--optimizer-in-backward", "--global-batch", "32", "--gpus", "1"], r"one\s+micro-batch per step, not 32"),
+    (["--optimizer-in-backward", "--pp", "2"], r"drop it with --pp"),
+])
+def test_bad_optimizer_flags_refused_in_one_line(run, args, needle):
+    a = ["--precision", "bf16", "--micro-batch", "1", *args]
+    if "--precision" in args:
+        a = a[2:]
+    _refused(run(*a), needle)
+
+
+def test_explain_prints_the_bytes_per_parameter(run):
+    out = run("--model", "llama3-8b", "--gpus", "1", "--precision", "bf16", "--sharding", "none", "--checkpointing",
+              "full", "--micro-batch", "1", "--seq", "2048", "--optimizer", "adamw-8bit", "--master-weights", "none",
+              "--explain")
+    assert out.returncode == 0, out.stderr
+    assert "adamw (8bit states) 2 B states + 2 B grad + 0 B master (none)" in out.stdout

@@ -68,7 +68,8 @@ def test_blackwell_low_precision_gains():
     assert 1.1 <= tps["mxfp8"] / tps["bf16"] <= 1.4  # published +20% (torchtitan, 8xB200 Llama3-8B)
     gb300 = gpu_by_key("gb300")
     m70 = get_model("llama3-70b")
-    kw = dict(gpu=gb300, gpus_per_node=64, seq=8192, global_batch=256, stack="megatron", async_tp=True)
+    # Megatron-Bridge's recipes use Transformer Engine's cross-entropy (loss inplace), as its rows in the data file do
+    kw = dict(gpu=gb300, gpus_per_node=64, seq=8192, global_batch=256, stack="megatron", async_tp=True, loss="inplace")
     fp8 = estimate(m70, TrainSetup(**kw, micro_batch=2, precision="fp8")).tokens_per_s_per_gpu
     fp4 = estimate(m70, TrainSetup(**kw, micro_batch=1, sharding="zero1", pp=4, vpp=5, precision="nvfp4"))
     assert 1.15 <= fp4.tokens_per_s_per_gpu / fp8 <= 1.6  # published +36% (Megatron-Bridge, GB300)
@@ -119,15 +120,45 @@ def test_held_out_runs_come_from_sources_nothing_was_fitted_on():
 def test_held_out_errors(validation):
     held = summary([r for r in validation if r["held_out"] == "new source"])
     assert held["median_abs_error"] <= 0.10, held
-    # the issue's worst-case bound (25%) is not met: NeMo 24.07's Nemotron-8B/22B and GPT3-5B/20B run 20-27%
-    # below the plan (docs/plan-validation.md); hold what is true so a regression shows
-    assert held["worst_abs_error"] <= 0.28, held
-    assert len(held["not_fitting"]) <= 1, held
+    assert held["worst_abs_error"] <= 0.25, held
+    # the NeMo 70B SFT run fits with NeMo's remainder master weights and bf16 gradients (the doc says so)
+    assert held["not_fitting"] == [], held
+    # torchtune's memory rows count for memory only, not in the 28 throughput runs
+    assert held["n"] == 28 and held["n_memory_held_out"] == 7
+    # the issue's memory bound (8%) is not met on them (eager activations are not modelled): hold what is true
+    assert held["memory_held_out_median"] <= 0.11, held
+
+
+def test_held_out_memory_rows_are_expressed_in_the_doc(validation):
+    from overdrive.plan.validation import memory_table
+
+    doc = open(DOC).read()
+    assert memory_table(validation) in doc
+    rows = [r for r in validation if r.get("memory_measure") == "active"]
+    assert len(rows) == 7 and all(r["memory_only"] and r["held_out"] for r in rows)
+    # "peak memory active" is compared with allocated itself, not with the reserved estimate
+    for r in rows:
+        assert r["memory_predicted"] == pytest.approx(predict(next(x for x in load_runs() if x["id"] == r["id"]))
+                                                      ["allocated_gib"])
+
+
+def test_nemo_sft_fit_rests_on_the_remainder_master_and_bf16_grads():
+    import dataclasses
+
+    from overdrive.plan.validation import _setup, run_model
+
+    r = next(x for x in load_runs() if x["id"].startswith("NeMo 24.07 LLAMA2-70B SFT"))
+    assert r["master_weights"] == "remainder" and r["grad_dtype"] == "bf16"
+    m, s = run_model(r), _setup(r)
+    assert estimate(m, s).fits
+    assert not estimate(m, dataclasses.replace(s, master_weights="fp32")).fits
+    assert not estimate(m, dataclasses.replace(s, grad_dtype="fp32")).fits
 
 
 @pytest.mark.parametrize("rid", ["Megatron-LM 2021 1.7B 32xA100 fp16 TP1 PP1",
                                  "NeMo 24.07 LLAMA2-13B SFT 8xH100 fp8 TP1 PP4 CP1 (VP not published)",
                                  "NeMo 24.07 Nemotron-8B 64xH100 fp8 TP2 PP1 CP1 VP1",
+                                 "torchtune Llama3.2-3B 1xA100 + 8-bit AdamW",
                                  "Llama 3 405B 16384xH100 bf16 TP8 CP16 PP16 seq 131072"])
 def test_the_flags_the_doc_prints_plan_what_the_table_says(rid, capsys):
     """"Expressed as" is the truth: the printed command line gives the table's prediction."""
@@ -137,3 +168,4 @@ def test_the_flags_the_doc_prints_plan_what_the_table_says(rid, capsys):
     assert main(["plan", *plan_flags(r).split(), "--json"]) == 0
     top = json.loads(capsys.readouterr().out)["top"]
     assert top["tokens_per_s_per_gpu"] == pytest.approx(predict(r)["predicted"], rel=1e-9)
+    assert top["allocated_gib"] == pytest.approx(predict(r)["allocated_gib"], abs=1e-3)
