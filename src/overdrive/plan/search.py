@@ -23,6 +23,9 @@ def label(s: TrainSetup) -> str:
     par = "".join(f" {k}{v}" for k, v in (("tp", s.tp), ("pp", s.pp), ("cp", s.cp)) if v > 1)
     extra = "".join(f" · {x}" for x, on in (("offload " + s.offload, s.offload != "none"),
                                               (f"LoRA r{s.lora_rank}", s.lora_rank), ("8-bit Adam", s.optimizer_dtype == "8bit"),
+                                              (s.optimizer, s.optimizer != "adamw"),
+                                              ("master remainders", s.master_weights == "remainder"),
+                                              ("optimizer in backward", s.optimizer_in_backward),
                                               ("fused loss", s.loss == "fused"),
                                               (f"recompute {s.recompute_layers} blocks/chunk", s.recompute_layers),
                                               ("recompute " + ",".join(s.recompute_modules), s.recompute_modules),
@@ -207,7 +210,8 @@ def cand_dict(e: Estimate) -> dict:
     s = e.setup
     return {"precision": s.precision, "label": e.label, "sharding": s.sharding, "checkpointing": s.checkpointing,
             "micro_batch": s.micro_batch, "seq": s.seq, "tp": s.tp, "pp": s.pp, "vpp": s.vpp, "cp": s.cp,
-            "stack": s.stack, "fits": e.fits,
+            "stack": s.stack, "optimizer": s.optimizer, "optimizer_dtype": s.optimizer_dtype,
+            "master_weights": s.master_weights, "fits": e.fits,
             "memory_gib": round(e.memory_gib, 3), "allocated_gib": round(e.allocated_gib, 3),
             "reserved_margin_gib": round(e.reserved_margin_gib, 3), "headroom_gib": round(e.headroom_gib, 3),
             "step_s": e.step_s, "compute_s": e.compute_s, "comm_s": e.comm_s,
