@@ -225,8 +225,8 @@ communication; 30% of TP communication left exposed when it is overlapped (async
 stack's default); {UNFUSED_ATTN_BYTES:.0f} bytes of softmax/mask/dropout traffic per score for unfused attention, counted
 from the kernels (a first count of 39 bytes also charged the traffic the two score GEMMs already pay for);
 {MEGATRON_CE_BYTES:.0f} bytes per logit for Megatron-Core's vocab-parallel cross-entropy (`--stack megatron --loss standard`),
-counted from its kernels (no calibration run uses it; PyTorch's eager cross-entropy stays at the 24 it was
-calibrated with, though a kernel count of `F.cross_entropy(logits.float())` gives ~36);
+counted from its kernels (no calibration run uses it), and 36 for PyTorch's `F.cross_entropy(logits.float())`, counted
+the same way (a first count of 24 missed three passes; refitting gave the same constants);
 the fit rule's reserve, min({100 * FRAGMENTATION:.0f}% of allocated, {FRAGMENTATION_CAP / GIB:.0f} GiB) + 1 GiB of CUDA context; and, apart
 from the fit rule, what `max_memory_reserved` reads on a GPU with room to spare, allocated × {1 + RESERVED_SHARE:.2f} (the
 caching allocator keeps freed blocks until something needs them; near capacity it releases them and retries,
@@ -266,7 +266,7 @@ What the held-out errors say:
   128,000 logits per token, and Megatron-Core's vocab-parallel cross-entropy
   (`megatron/core/tensor_parallel/cross_entropy.py`, core_v0.8.0) is unfused: a cast to fp32, max, in-place
   subtract, exp, sum and divide forward, an in-place multiply and the cast back in backward, {MEGATRON_CE_BYTES:.0f} bytes per
-  logit by its kernels where the plan had charged PyTorch's 24. `--stack megatron --loss standard` now charges that
+  logit by its kernels where the plan had charged 24 for any fp32 cross-entropy. `--stack megatron --loss standard` now charges that
   count (and 6 bytes of memory per logit: the kernel works in place on one fp32 copy). No constant was fitted:
   the count comes from the source, and no calibration run uses Megatron's cross-entropy (Megatron-Bridge's use
   Transformer Engine's in-place one), so the calibration is unchanged. But it was these held-out runs that
@@ -301,8 +301,9 @@ What they say: with activation checkpointing on, the states dominate and the pla
 `--offload-activations`). Without it the plan is {_mem_span(new, ("(eager)", "+ compile"))}: the
 planner's activations are those of fused kernels, and torchtune's eager RMSNorm and SwiGLU keep fp32 and extra
 16-bit copies that it does not count (nor, after `torch.compile`, whatever Inductor chooses to save). The 8-bit
-row is {_mem_span(new, ("8-bit",))}: bitsandbytes keeps tensors under 4,096 elements and its block scales at 32 bits, and the
-measured drop from 8-bit states (4.2 GiB) is smaller than the 6.0 GiB of states it replaces.
+row is {_mem_span(new, ("8-bit",))}: the measured drop (4.2 GiB) is smaller than the 6.0 GiB of bf16 states that 8-bit ones halve
+to, and which optimizer build the row used (bitsandbytes' paged or plain AdamW8bit, torchao's) is not in the table.
+These seven rows did not change any term or constant.
 
 ## Validation runs
 

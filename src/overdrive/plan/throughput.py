@@ -19,7 +19,7 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
   stack       pytorch: memory-bound ops fused by torch.compile (× `nocompile` in eager), the loss as --loss
               says; megatron (Megatron-Core + Transformer Engine): fused kernels always, TP communication
               overlapped with the GEMMs (comm.py), and GEMM efficiencies of its own per generation. The loss
-              is --loss's on either stack: 24 bytes per logit for an fp32 cross-entropy (standard, hf), 8 for
+              is --loss's on either stack: 36 bytes per logit for PyTorch's fp32 cross-entropy (standard, hf), 8 for
               a fused one (compiled, inplace, fused); standard on the megatron stack is Megatron-Core's vocab-parallel
               cross-entropy, 52 bytes per logit counted from its kernels (`MEGATRON_CE_BYTES`).
   unfused     --attention unfused (before flash attention: Megatron 2021, eager attention): the scores go
@@ -28,7 +28,7 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
   memory      per token per block (12h + 2kv + 3F [SwiGLU] or 2F) elements × 2 bytes forward, ×3 with
               backward (norms, RoPE, residuals, activation); ×`nocompile` without fusion; low-precision
               casts read 2 and write 1 byte per element of each GEMM operand, forward and backward
-              (3·(2MK + 2KN + MN) bytes); the loss 24 bytes per logit (compiled or fused: 8). At 80% of HBM bandwidth.
+              (3·(2MK + 2KN + MN) bytes); the loss by `loss_bytes_per_logit` (PyTorch's fp32 one 36, Megatron's 52, fused 8). At 80% of HBM bandwidth.
   recompute   full: another forward of every block (GEMM, attention, memory-bound); selective (every 2nd
               block): half of that; selective-op: every other block matmul and the memory-bound forward;
               Megatron --recompute-layers: the forward of the recomputed blocks; --recompute-modules: the MLP's
@@ -84,8 +84,14 @@ MEGATRON_CE_BYTES = 52.0
 (megatron/core/tensor_parallel/cross_entropy.py, core_v0.8.0; the same kernels in Megatron-LM 2021's mpu), counted
 from its kernels on 16-bit logits: forward .float() (read 2, write 4), max (4), in-place subtract (8), exp (8), sum
 (4), in-place divide (8); backward the in-place multiply by the incoming gradient (8) and the cast back to 16 bits
-(6). PyTorch's eager cross-entropy on .float() logits is counted at 24 (`LOSS_BYTES`)."""
-LOSS_BYTES = {"standard": 24.0, "hf": 24.0, "compiled": 8.0, "inplace": 8.0, "fused": 8.0, "chunked": 24.0}
+(6)."""
+LOSS_BYTES = {"standard": 36.0, "hf": 36.0, "compiled": 8.0, "inplace": 8.0, "fused": 8.0}
+"""HBM bytes per logit of each --loss, forward and backward. standard/hf, F.cross_entropy(logits.float()) counted by
+kernel: the cast (read 2, write 4), log_softmax (8), the zero-filled fp32 gradient nll_loss's backward scatters into
+(4), log_softmax's backward (read 8, write 4) and the cast back (6). A first count of 24 left out the zero fill, the
+cast back and one read; the calibration fitted the same constants with either (no calibration run's error moved by
+more than a fraction of a point). The fused kernels read the 16-bit logits and write their 16-bit gradient, with
+the max/sum pass: 8."""
 
 
 def loss_bytes_per_logit(s: TrainSetup) -> float:
