@@ -258,3 +258,76 @@ def test_latest_and_step_entries_of_the_wrong_type_are_one_line(tmp_path):
     with pytest.raises(CheckpointError, match="latest is not the small text file"):
         check_checkpoint_root(str(tmp_path))
     assert latest_checkpoint(str(tmp_path)) is None
+
+
+class _Killed(BaseException):
+    """A SIGKILL stand-in: nothing in the save may catch it."""
+
+
+def _kill_at_second_rename(monkeypatch):
+    import overdrive.checkpoint.folder as folder
+    real = os.rename
+
+    def rename(src, dst):
+        if str(src) == str(dst) + ".tmp" and os.path.isdir(str(dst) + ".old"):  # final -> .old done, not .tmp -> final
+            raise _Killed
+        return real(src, dst)
+
+    monkeypatch.setattr(folder.os, "rename", rename)
+    return lambda: monkeypatch.setattr(folder.os, "rename", real)
+
+
+def test_a_save_killed_between_its_two_renames_loses_nothing(tmp_path, monkeypatch):
+    """The old save sits in .old and the new, complete one in .tmp: load puts the newer back, and a later
+    save (which clears .tmp/.old first) never deletes the only whole copy."""
+    data = _batches(6)
+    a = _acc()
+    _train(a, data[:2])
+    ck = str(tmp_path / "ck")
+    a.save(ck)
+    _train(a, data[2:4])
+    undo = _kill_at_second_rename(monkeypatch)
+    with pytest.raises(_Killed):
+        a.save(ck)
+    undo()
+    assert not os.path.exists(ck) and os.path.isdir(ck + ".old") and os.path.isdir(ck + ".tmp")
+    b = _acc(seed=7)
+    b.load(ck)  # the newer save (after 4 batches) is back at ck
+    assert b.steps == a.steps and all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
+    assert sorted(os.listdir(tmp_path)) == ["ck", "ck.old"]
+    b.save(ck)  # replaces ck and clears the stale .old
+    assert sorted(os.listdir(tmp_path)) == ["ck"]
+
+
+def test_a_kill_between_renames_then_another_save_keeps_a_whole_copy(tmp_path, monkeypatch):
+    a = _acc()
+    _train(a, _batches(2))
+    ck = str(tmp_path / "ck")
+    a.save(ck)
+    undo = _kill_at_second_rename(monkeypatch)
+    with pytest.raises(_Killed):
+        a.save(ck)
+    undo()
+    import overdrive.checkpoint.folder as folder
+
+    def die(tmp):
+        raise _Killed  # the next save dies too, after its shards
+
+    with pytest.raises(_Killed):
+        folder.save_folder(ck, {"model": a.model.state_dict()}, {}, rank=0, world=1, info={"kind": "accelerate"},
+                           on_written=die)
+    assert folder.verify_folder(ck) is None  # the whole copy was put back before the .tmp/.old clean-up
+
+
+def test_a_training_run_killed_between_renames_gets_its_step_back(tmp_path, monkeypatch):
+    m, opt = _model()
+    _save(tmp_path, 3, m, opt)
+    undo = _kill_at_second_rename(monkeypatch)
+    with pytest.raises(_Killed):
+        _save(tmp_path, 3, m, opt)  # the same step saved again (a resumed run)
+    undo()
+    root = tmp_path / "checkpoints"
+    assert not (root / "step_0000003").exists()
+    clean_partial_saves(str(tmp_path))
+    assert sorted(os.listdir(root)) == ["latest", "step_0000003"]
+    assert latest_checkpoint(str(tmp_path), verify=True) == str(root / "step_0000003")

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from overdrive.checkpoint.folder import CheckpointError, load_folder, save_folder
+from overdrive.checkpoint.folder import CheckpointError, load_folder, recover_folder, save_folder
 from overdrive.checkpoint.manifest import is_ours, read_manifest
 from overdrive.checkpoint.rng import rng_state, set_rng_state
 from overdrive.errors import UserError
@@ -76,6 +76,7 @@ def load_state(path: str, acc) -> list[str]:
     """Restore what save_state wrote; returns what could not be restored exactly (said by the caller)."""
     rank, world = _rank_world()
     path = os.path.abspath(os.fspath(path).rstrip("/"))
+    recover_folder(path, rank=rank, world=world)  # a save killed between its two renames
     m = read_manifest(path) if os.path.isdir(path) else None
     if m is not None and m.get("kind") not in (None, "accelerate"):
         raise UserError(f"{path} is a `{m.get('kind')}` checkpoint, not an acc.save() folder: pass the folder "

@@ -26,7 +26,8 @@ from torch.distributed.checkpoint.api import CheckpointException
 from overdrive.checkpoint.manifest import PARTIAL, is_ours, mark_partial, verify_manifest, write_manifest, hash_files
 from overdrive.checkpoint.safe import SafeReader, UnsafeCheckpoint, load_tensors
 
-__all__ = ["CheckpointError", "save_folder", "load_folder", "verify_folder", "remove_ours", "gather", "barrier"]
+__all__ = ["CheckpointError", "save_folder", "load_folder", "verify_folder", "recover_folder", "remove_ours", "gather",
+           "barrier"]
 
 REQUIRED = (".metadata", "extra_rank0.pt", "manifest.json")
 
@@ -90,6 +91,30 @@ def _one_error(err: str | None, world: int) -> str | None:
     return errs[0] if errs else None
 
 
+def _complete(path: str) -> bool:
+    """A folder of ours holding a whole, verified save (no partial marker left)."""
+    return os.path.isdir(path) and not os.path.islink(path) and is_ours(path) \
+        and not os.path.exists(os.path.join(path, PARTIAL)) and verify_folder(path) is None
+
+
+def recover_folder(final: str, *, rank: int = 0, world: int = 1) -> str | None:
+    """Put back a save a crash left between its two renames (`final` -> `final.old`, `final.tmp` -> `final`):
+    `final` is then missing while `.tmp` (the new save, complete) or `.old` (the previous one) is whole.
+    The newer whole one becomes `final` again, so the next save's clean-up of `.tmp`/`.old` never deletes
+    the only good copy. Returns what was restored (".tmp" or ".old"), or None. Collective when world > 1."""
+    done = None
+    if rank == 0 and not os.path.lexists(final):
+        for suffix in (".tmp", ".old"):
+            if _complete(final + suffix):
+                try:
+                    os.rename(final + suffix, final)
+                    done = suffix
+                except OSError:
+                    pass
+                break
+    return gather(done, world)[0]
+
+
 def save_folder(final: str, states: dict, extra: dict, *, rank: int, world: int, info: dict,
                 on_written: Callable[[str], None] | None = None, also_ours: Callable[[str], bool] | None = None) -> str:
     """Write `states` (DCP: sharded per rank) and this rank's `extra` into `final`, atomically.
@@ -97,6 +122,7 @@ def save_folder(final: str, states: dict, extra: dict, *, rank: int, world: int,
     a folder an earlier version wrote without a manifest); `info` goes into the manifest.
     `on_written(tmp)` runs once this rank's files are written, before the rename (tests kill a save there)."""
     tmp, old = final + ".tmp", final + ".old"
+    recover_folder(final, rank=rank, world=world)
     err = None
     if rank == 0:
         try:
@@ -164,6 +190,7 @@ def verify_folder(path: str, *, rank: int = 0, world: int = 1) -> str | None:
 def load_folder(path: str, states: dict, *, rank: int, world: int) -> dict:
     """Verify, then fill `states` in place (resharded to this world size); returns this rank's extra
     (rank 0's when the folder was saved on fewer ranks). Any failure is a one-line CheckpointError."""
+    recover_folder(path, rank=rank, world=world)
     bad = verify_folder(path, rank=rank, world=world)
     if bad:
         raise CheckpointError(f"{path} is damaged: {bad}")

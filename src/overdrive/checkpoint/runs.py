@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from overdrive.checkpoint.folder import (CheckpointError, gather, load_folder, save_folder,
+from overdrive.checkpoint.folder import (CheckpointError, gather, load_folder, recover_folder, save_folder,
                                          verify_folder)
 from overdrive.checkpoint.manifest import PARTIAL, is_ours, read_manifest
 from overdrive.io import write_atomic
@@ -61,6 +61,9 @@ def clean_partial_saves(run_dir: str) -> list[str]:
     root, gone = ckpt_root(run_dir), []
     if not os.path.isdir(root):
         return gone
+    for n in sorted(os.listdir(root)):  # a save killed between its two renames: its whole copy goes back first
+        if n.startswith("step_") and n.endswith((".tmp", ".old")):
+            recover_folder(os.path.join(root, n[:-4]))
     for n in sorted(os.listdir(root)):
         p = os.path.join(root, n)
         if n.startswith("step_") and n.endswith((".tmp", ".old")) and not os.path.islink(p) and os.path.isdir(p) \
