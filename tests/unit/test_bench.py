@@ -194,7 +194,7 @@ def test_a_worker_peak_does_not_inherit_the_parents_rss():
     # own floor (a long test session's 800 MB made the baseline look like an 800 MB allocator).
     import multiprocessing as mp
 
-    from overdrive.bench.workloads.base import _peak_rss_mb
+    from overdrive.measure.worker import _peak_rss_mb
 
     blob = bytearray(600 << 20)  # the parent: 600 MB resident
     blob[:: 4096] = b"x" * len(blob[:: 4096])
@@ -206,7 +206,8 @@ def test_a_worker_peak_does_not_inherit_the_parents_rss():
 
 def test_the_worker_reports_what_the_applier_ran_per_model():
     """A recipe asking FP8 on models below fp8_min_dim: the setup reply says each ran its base precision."""
-    from overdrive.bench.worker import _State, handle
+    from overdrive.bench.task import PROGRAM
+    from overdrive.measure.worker import LocalConn
     from overdrive.recipes import get_recipe, resolve
 
     from fakes import TORCHAO_B200
@@ -218,6 +219,8 @@ def test_the_worker_reports_what_the_applier_ran_per_model():
     spec = dict(task="gpt", teacher="tiny", student="tiny", batch=2, seq=16, data_tokens=1 << 12, data=None, seed=0,
                 lr=1e-3, threads=1, env_facts=CPU.facts, options={}, parity_steps=2, resolved=res.to_dict(),
                 cand_options={}, inject={})
-    reply = handle(_State(), ("setup", spec))
+    conn = LocalConn(PROGRAM)
+    conn.send(("setup", spec))
+    reply = conn.recv()
     assert "error" not in reply, reply
     assert {r: a["precision"] for r, a in reply["applied"].items()} == {"teacher": "bf16", "student": "bf16"}

@@ -95,7 +95,7 @@ def test_bench_flags_refused_before_work(tmp_path, capsys):
 
 
 def test_a_cpu_allocation_failure_is_classified_oom():
-    from overdrive.bench.worker import _classify
+    from overdrive.measure.worker import classify as _classify
 
     try:
         torch.empty(1 << 60, dtype=torch.uint8)  # the CPU allocator's own failure, not a stand-in

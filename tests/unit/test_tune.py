@@ -335,7 +335,7 @@ def test_timed_rounds_halve_the_field_and_keep_to_the_budget(monkeypatch):
     speed = {"baseline": 10.0, "fp32": 9.0, "fp32+foreach": 9.5, "amp-bf16": 14.0, "amp-fp16": 15.0}
     rng = random.Random(0)
     s = Session(Workload(model_fn=Net, batch_fn=_batch), CPU, budget_s=1.5)
-    s.runs = [Run(cand=c, conn=object(), warmup_ms=[50.0, speed[c.name], speed[c.name]]) for c in cands]
+    s.runs = [Run(cand=c, worker=object(), warmup_ms=[50.0, speed[c.name], speed[c.name]]) for c in cands]
 
     def fake_call(run, msg, timeout, on_timeout):
         time.sleep(0.002 * msg[1])
@@ -343,7 +343,7 @@ def test_timed_rounds_halve_the_field_and_keep_to_the_budget(monkeypatch):
                           for _ in range(msg[1])]}
 
     def fake_end(run, status, reason, *, collect=False):
-        run.status, run.reason, run.conn = status, reason, None
+        run.status, run.reason, run.worker = status, reason, None
 
     monkeypatch.setattr(s, "_call", fake_call)
     monkeypatch.setattr(s, "_end", fake_end)
@@ -365,7 +365,7 @@ def test_warm_up_stops_the_far_slower_flags_the_unsafe_and_never_times_emulation
     step_ms = {"baseline": 10.0, "fp32": 9.0, "amp-bf16": 700.0, "amp-fp16": 10.0, "fp8": 30.0}
     drift = {"amp-fp16": 1.5}  # its loss runs 50% above the fp32 shadow's
     s = Session(Workload(model_fn=Net, batch_fn=_batch), CPU, budget_s=60)
-    runs = {n: Run(cand=c, conn=object()) for n, c in cands.items()}
+    runs = {n: Run(cand=c, worker=object()) for n, c in cands.items()}
     s.runs = list(runs.values())
 
     def fake_call(run, msg, timeout, on_timeout):
@@ -374,7 +374,7 @@ def test_warm_up_stops_the_far_slower_flags_the_unsafe_and_never_times_emulation
                           for i in range(msg[1])]}
 
     def fake_end(run, status, reason, *, collect=False):
-        run.status, run.reason, run.conn = status, reason, None
+        run.status, run.reason, run.worker = status, reason, None
 
     monkeypatch.setattr(s, "_call", fake_call)
     monkeypatch.setattr(s, "_end", fake_end)

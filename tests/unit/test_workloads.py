@@ -111,12 +111,13 @@ def test_a_new_workload_is_one_class_and_one_registry_line(monkeypatch):
 def test_worker_compile_threads_follow_the_cores_it_has(monkeypatch):
     import os
 
-    from overdrive.bench.worker import worker_main
+    from overdrive.bench.task import PROGRAM
+    from overdrive.measure.worker import worker_main
 
     class Closed:
         def recv(self):
             raise EOFError
 
     monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
-    worker_main(Closed(), compile_threads=4)  # 16 cores shared by 4 workers: not 1 (serialised Triton compiles)
+    worker_main(Closed(), PROGRAM, compile_threads=4)  # 16 cores shared by 4 workers: not 1 (serialised Triton compiles)
     assert os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == "4"

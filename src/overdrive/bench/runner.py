@@ -17,21 +17,19 @@ Candidates that resolve to the same effective recipe here are measured once, und
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing as mp
-import os
 import time
 import zlib
 from dataclasses import dataclass, field
 
-from overdrive.recipes.labels import effective_key, ran_label
 from overdrive.bench.suites import Candidate, Suite
-from overdrive.bench.worker import LocalConn, worker_main
+from overdrive.bench.task import PROGRAM
 from overdrive.env import EnvReport
-from overdrive.measure.procs import bound_to_parent, stop_process
+from overdrive.measure.launch import Failure, Launcher, Worker, call_all
 from overdrive.measure.rounds import interleaved_rounds
 from overdrive.measure.stats import evidence_of_slowdown, noise_floor, round_medians
 from overdrive.measure.threads import ThreadPlan, host_load, plan_threads
 from overdrive.recipes import ResolvedRecipe, resolve
+from overdrive.recipes.labels import effective_key
 
 __all__ = ["ConfigRun", "Schedule", "run_e2e"]
 
@@ -69,8 +67,7 @@ class ConfigRun:
     """Why this run's quality was not assessed though it ran (far slower than the baseline here)."""
     final: dict | None = None
     """Held-out metrics the task reports at the parity step (e.g. AUC and log-loss for recsys)."""
-    conn: object = None
-    proc: object = None
+    worker: Worker | None = None
 
     def __post_init__(self) -> None:
         for r in self.roles:
@@ -81,7 +78,7 @@ class ConfigRun:
 
     @property
     def live(self) -> bool:
-        return self.status == "pending" and self.conn is not None
+        return self.status == "pending" and self.worker is not None and self.worker.conn is not None
 
     @property
     def steps(self) -> int:
@@ -119,9 +116,14 @@ def _record(run: ConfigRun, steps: list[dict], *, kind: str) -> None:
         run.rounds_ms.append([sum(s[f"{r}_ms"] for r in run.roles) for s in steps])
 
 
-def _fail(run: ConfigRun, reply: dict) -> None:
-    run.status = "oom" if reply.get("kind") == "oom" else "failed"
-    run.reason = reply["error"]
+def _failed(run: ConfigRun, f: Failure, *, timeout: str | None = None, crashed: str | None = None) -> None:
+    """Mark a run from a call that got no answer: its worker is already stopped."""
+    if f.kind == "crashed":
+        run.status, run.reason = "crashed", crashed or f.reason
+    elif f.kind == "timeout":
+        run.status, run.reason = "failed", timeout or f.reason
+    else:  # the worker's own report: user | oom | backend
+        run.status, run.reason = ("oom" if f.kind == "oom" else "failed"), f.reason
     _kill(run)
 
 
@@ -132,35 +134,13 @@ def _call(run: ConfigRun, msg: tuple, timeout: float) -> dict | None:
 
 def _call_all(runs: list[ConfigRun], msg_of, timeout: float) -> list[dict | None]:
     """`_call` on several workers at once: send every command first, then collect the replies."""
-    sent = []
-    for run in runs:
-        try:
-            run.conn.send(msg_of(run))
-            sent.append(True)
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            code = run.proc.exitcode if run.proc is not None else None
-            run.status, run.reason = "crashed", f"worker process died (exit code {code})"
-            _kill(run)
-            sent.append(False)
-    return [_collect(run, timeout) if ok else None for run, ok in zip(runs, sent)]
-
-
-def _collect(run: ConfigRun, timeout: float) -> dict | None:
-    try:
-        if not run.conn.poll(timeout):
-            run.status, run.reason = "failed", f"no answer within {timeout:.0f} s (hung)"
-            _kill(run)
-            return None
-        reply = run.conn.recv()
-    except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
-        code = run.proc.exitcode if run.proc is not None else None
-        run.status, run.reason = "crashed", f"worker process died (exit code {code})"
-        _kill(run)
-        return None
-    if "error" in reply:
-        _fail(run, reply)
-        return None
-    return reply
+    out = []
+    for run, reply in zip(runs, call_all([r.worker for r in runs], [msg_of(r) for r in runs], timeout)):
+        if isinstance(reply, Failure):
+            _failed(run, reply)
+            reply = None
+        out.append(reply)
+    return out
 
 
 def _emulated(run: ConfigRun) -> bool:
@@ -180,8 +160,8 @@ def _slowdown(run: ConfigRun, baseline: ConfigRun | None) -> float | None:
 
 
 def _kill(run: ConfigRun) -> None:
-    stop_process(run.proc, grace_s=2)
-    run.conn = None
+    if run.worker is not None:
+        run.worker.stop()
 
 
 def _plan(suite: Suite, env: EnvReport, inject: dict) -> list[ConfigRun]:
@@ -203,8 +183,9 @@ def _plan(suite: Suite, env: EnvReport, inject: dict) -> list[ConfigRun]:
             except Exception as e:  # an impossible recipe is a result, not a crash
                 run.status, run.reason = "unavailable", str(e)
         if res is not None:
+            run.cand = dataclasses.replace(c, resolved=res)  # resolved once, here in the parent
             run.resolved = res.to_dict()
-            run.label = ran_label(c.name, res, env)
+            run.label = run.cand.ran(env)
             key = effective_key(res, c.options, inject.get(c.name))
         else:
             key = f"unavailable:{c.name}"
@@ -222,19 +203,6 @@ def _plan(suite: Suite, env: EnvReport, inject: dict) -> list[ConfigRun]:
     return runs
 
 
-def _start(run: ConfigRun, spec: dict, ctx, isolate: bool, compile_threads: int) -> None:
-    if not isolate:
-        run.conn = LocalConn()
-    else:
-        parent, child = ctx.Pipe()
-        run.proc = ctx.Process(target=bound_to_parent, args=(worker_main, os.getpid(), child, compile_threads),
-                               daemon=True)
-        run.proc.start()
-        child.close()  # only the worker holds its end: if it dies, recv() sees EOF at once
-        run.conn = parent
-    run.conn.send(("setup", spec))
-
-
 def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int = 0, threads: int | None = None,
             progress=None, step_timeout: float = 600.0, inject: dict | None = None,
             isolate: bool = True) -> tuple[list[ConfigRun], Schedule]:
@@ -248,7 +216,8 @@ def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int 
                         step_timeout=step_timeout, inject=inject or {}, isolate=isolate)
     finally:  # SIGTERM (SystemExit), Ctrl-C or a crash here: no worker outlives the bench
         for run in runs:  # every worker still alive here is killed at once, then reaped
-            stop_process(run.proc, grace_s=0)
+            if run.worker is not None:
+                run.worker.stop(grace_s=0)
 
 
 def _twin_of(baseline: ConfigRun | None) -> ConfigRun | None:
@@ -260,7 +229,6 @@ def _twin_of(baseline: ConfigRun | None) -> ConfigRun | None:
 
 def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed, threads, progress, step_timeout,
              inject, isolate) -> tuple[list[ConfigRun], Schedule]:
-    ctx = mp.get_context("spawn")  # a fresh interpreter per configuration: no shared allocator or caches
     runs.extend(_plan(suite, env, inject))
     sched = Schedule(rounds_planned=suite.rounds, budget_s=suite.budget_s, parity_steps=suite.parity_steps)
     baseline = next((r for r in runs if r.cand.baseline), None)
@@ -269,14 +237,17 @@ def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed,
     # Timed rounds step one worker at a time; the load counts the other tenants (and our parent).
     plan = plan_threads(active=1, user=threads, own_running=1)
     sched.threads = plan
+    # Spawned: a fresh interpreter per configuration, no shared allocator or caches.
+    launcher = Launcher(PROGRAM, plan=plan, isolate=isolate)
     base = dict(task=suite.task, teacher=suite.teacher, student=suite.student, batch=suite.batch, seq=suite.seq,
                 data_tokens=suite.data_tokens, data=data, seed=seed, lr=suite.lr, threads=plan.threads,
                 env_facts=env.facts, options=dict(suite.options), parity_steps=suite.parity_steps)
     for run in runs + ([twin] if twin else []):
         if run.status == "pending":
             name = baseline.cand.name if run.twin else run.cand.name
-            _start(run, dict(base, name=run.cand.name, resolved=run.resolved, cand_options=dict(run.cand.options),
-                             inject=dict(inject.get(name) or {})), ctx, isolate, plan.compile_threads)
+            run.worker = launcher.start(("setup", dict(base, name=run.cand.name, resolved=run.resolved,
+                                                       cand_options=dict(run.cand.options),
+                                                       inject=dict(inject.get(name) or {}))))
     if twin:
         runs.append(twin)  # in the schedule like any other; taken out again before the results
     total = len(runs) * 3 + suite.rounds
@@ -287,21 +258,13 @@ def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed,
             progress.update(task, advance=1, description=desc)
 
     for run in runs:  # setups ran concurrently; collect them
-        if run.conn is not None:
-            try:
-                if not run.conn.poll(step_timeout):
-                    run.status, run.reason = "failed", "setup did not finish"
-                    _kill(run)
-                else:
-                    reply = run.conn.recv()
-                    if "error" in reply:
-                        _fail(run, reply)
-                    else:
-                        run.setup_s = reply["setup_s"]
-                        run.applied = reply.get("applied")
-            except (EOFError, OSError):
-                run.status, run.reason = "crashed", "worker died during setup"
-                _kill(run)
+        if run.worker is not None:
+            reply = run.worker.receive(step_timeout)
+            if isinstance(reply, Failure):
+                _failed(run, reply, timeout="setup did not finish", crashed="worker died during setup")
+            else:
+                run.setup_s = reply["setup_s"]
+                run.applied = reply.get("applied")
         tick(f"set up {run.cand.name}")
 
     # Warm-up: the first step carries compilation and allocator growth; timed apart, never judged.

@@ -1,7 +1,8 @@
 """Benchmark suites: sizes and candidates per device.
 
-Candidates are recipe names from the one registry (`overdrive.recipes.PRESETS` and its "+knob"
-grammar), so every name the bench prints is one `accelerate(recipe=...)` and `train.recipe` accept.
+Candidates (the measurement core's `Candidate`) are recipe names from the one registry
+(`overdrive.recipes.PRESETS` and its "+knob" grammar), so every name the bench prints is one
+`accelerate(recipe=...)` and `train.recipe` accept.
 Sizes follow the device: the CPU default finishes in about 3 minutes on 2 cores, `--quick` in
 about a minute; the GPU suite (H100/H200) in about 6 minutes.
 """
@@ -11,47 +12,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from overdrive.recipes import Recipe, get_recipe
+from overdrive.measure.candidate import Candidate
 
 __all__ = ["Candidate", "Suite", "SUITES", "candidates_from_names"]
-
-# What each registered name means to a reader of the table (the recipe's fields say it exactly).
-_DESCRIPTIONS = {
-    "baseline": "plain PyTorch: fp32, eager, AdamW for-loop, torch norms",
-    "fp32": "fp32 with the best AdamW and norms that work here",
-    "fp32-fused": "fp32 with torch's fused AdamW and the best norms here",
-    "amp-bf16": "bf16 autocast + best AdamW/norms",
-    "amp-fp16": "fp16 autocast + GradScaler + best AdamW/norms",
-    "fp8": "FP8 linears, per-tensor scaling (TE or torchao; emulated without FP8 hardware)",
-    "fp8-rowwise": "FP8 linears, row-wise scaling (torchao)",
-    "fp8-delayed": "FP8 linears, delayed scaling (Transformer Engine)",
-    "mxfp8": "MXFP8 linears (TE or torchao on SM 10.x; emulated without FP8 hardware: quality only)",
-    "nvfp4": "NVFP4 linears, last blocks in bf16 (TE or torchao on SM 10.x; emulated elsewhere: quality only)",
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Candidate:
-    name: str
-    """A registered recipe name (GPT), or a workload's own configuration name (recsys)."""
-    recipe: Recipe
-    description: str
-    baseline: bool = False
-    options: dict = field(default_factory=dict)
-    """Task-specific settings (recsys: embedding, optimizer)."""
-
-    @classmethod
-    def preset(cls, name: str, *, baseline: bool = False) -> "Candidate":
-        """The candidate for a recipe name in the registry (any accepted spelling; printed canonically)."""
-        r = get_recipe(name)
-        head, *knobs = r.name.split("+")
-        desc = _DESCRIPTIONS.get(head, f"recipe {head}") + "".join(f" + {k}" for k in knobs)
-        return cls(name=r.name, recipe=r, description=desc, baseline=baseline)
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["recipe"] = self.recipe.to_dict()
-        return d
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,10 +10,10 @@ every name. Knobs are expanded in a second stage, only on the precisions that su
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 
 from overdrive.recipes.labels import effective_key as _bench_key
 from overdrive.env import EnvReport
+from overdrive.measure.candidate import Candidate
 from overdrive.recipes import PRESETS, Recipe, ResolvedRecipe, get_recipe, resolve
 
 __all__ = ["Candidate", "baseline_recipe", "effective_key", "preset_candidates", "knob_candidates",
@@ -29,25 +29,6 @@ _KNOBS = {"compile": {"compile": "default"}, "fused-adamw": {"optimizer": "torch
 def baseline_recipe() -> Recipe:
     """Plain PyTorch: fp32, eager, the for-loop AdamW, torch norms. Every speedup is against it."""
     return PRESETS.get("baseline") or Recipe(name="baseline", precision="fp32", optimizer="for-loop", norm="torch")
-
-
-@dataclass(kw_only=True)
-class Candidate:
-    name: str
-    recipe: Recipe
-    resolved: ResolvedRecipe
-    names: list[str] = field(default_factory=list)
-    """Every name that resolves to this same effective recipe here."""
-    baseline: bool = False
-    stage: str = "presets"
-
-    @property
-    def emulated(self) -> bool:
-        return self.resolved.emulated
-
-    @property
-    def label(self) -> str:
-        return " = ".join(self.names or [self.name])
 
 
 def effective_key(r: ResolvedRecipe) -> str:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -34,16 +33,15 @@ from dataclasses import dataclass, field
 from overdrive.recipes.labels import low_precision_format
 from overdrive.env import EnvReport
 from overdrive.errors import UserError
-from overdrive.measure.procs import bound_to_parent, stop_process
+from overdrive.measure.launch import Failure, Launcher, Worker
 from overdrive.measure.rounds import interleaved_rounds
 from overdrive.measure.stats import compare, evidence_of_slowdown, noise_floor, round_medians
 from overdrive.measure.threads import host_load, plan_threads
 from overdrive.recipes import resolve
 from overdrive.tune.candidates import (Candidate, checkpointing_candidates, knob_candidates, named_candidates,
                                        preset_candidates)
-from overdrive.tune.procs import main_not_rerun, worker_context
 from overdrive.tune.safety import SafetyResult, Tolerance, check_safety
-from overdrive.tune.worker import worker_main
+from overdrive.tune.task import PROGRAM
 from overdrive.tune.workload import Workload
 
 __all__ = ["Run", "Session", "measure", "GROSS_SLOWDOWN"]
@@ -71,12 +69,11 @@ class Run:
     fp8_filter: dict | None = None
     memory: dict | None = None
     safety: SafetyResult | None = None
-    conn: object = None
-    proc: object = None
+    worker: Worker | None = None
 
     @property
     def live(self) -> bool:
-        return self.status == "pending" and self.conn is not None
+        return self.status == "pending" and self.worker is not None
 
     def steady_ms(self) -> float | None:
         xs = self.ms or self.warmup_ms[1:]
@@ -101,10 +98,13 @@ class Session:
         self.filters: dict[tuple, dict] = {}
         self.memory_note: str | None = None
         """Why activation checkpointing was tried (memory was the limit), or None."""
-        self._ctx = worker_context()
         # Warm-ups and timed turns step one worker at a time; the load counts the other tenants.
         self.plan = plan_threads(active=1, user=threads, own_running=1)
         self.threads = self.plan.threads
+        # Forked from a server that has only imported torch and Overdrive (torchao too, where installed).
+        self.launcher = Launcher(PROGRAM, plan=self.plan, grace_s=0.5, travels=(workload.model_fn, workload.batch_fn,
+                                                                                 workload.loss_fn),
+                                 preload=["torch", "overdrive.accelerate", "overdrive.tune.task", "torchao.float8"])
         self.twin: Run | None = None
         """The baseline's A/A twin: in the timed rounds, never a candidate."""
         self.load: list[float | None] = []
@@ -113,50 +113,34 @@ class Session:
         return (until or self.deadline) - time.perf_counter()
 
     # -- worker plumbing ------------------------------------------------------------------
-    def _start(self, msg: tuple):
-        parent, child = self._ctx.Pipe()
-        # Forked by the fork server, a worker's parent is the server (which exits with us): no pid check.
-        ppid = os.getpid() if self._ctx.get_start_method() == "spawn" else None
-        proc = self._ctx.Process(target=bound_to_parent, args=(worker_main, ppid, child,
-                                                               self.plan.compile_threads), daemon=True)
-        with main_not_rerun(self.wl):
-            proc.start()
-        child.close()  # only the worker holds its end: if it dies, recv() sees EOF at once
-        parent.send(msg)
-        return parent, proc
-
     def _call(self, run: Run, msg: tuple, timeout: float, on_timeout: str) -> dict | None:
-        try:
-            run.conn.send(msg)
-            if not run.conn.poll(max(0.05, timeout)):
-                self._end(run, "stopped", on_timeout)
-                return None
-            reply = run.conn.recv()
-        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
-            code = run.proc.exitcode if run.proc is not None else None
-            self._end(run, "crashed", f"worker process died (exit code {code})")
-            return None
-        if "error" in reply:
-            self._end(run, {"oom": "oom", "user": "user"}.get(reply["kind"], "failed"), reply["error"])
+        reply = run.worker.call(msg, timeout)
+        if isinstance(reply, Failure):
+            self._failed(run, reply, on_timeout)
             return None
         return reply
 
+    def _failed(self, run: Run, f: Failure, on_timeout: str = "") -> None:
+        if f.kind == "timeout":
+            self._end(run, "stopped", on_timeout or f.reason)
+        else:
+            self._end(run, {"oom": "oom", "user": "user", "crashed": "crashed"}.get(f.kind, "failed"), f.reason)
+
     def _end(self, run: Run, status: str, reason: str, *, collect: bool = False) -> None:
         """Stop a run's worker (asking it for its peak memory first when it is healthy)."""
-        if collect and run.conn is not None:
-            try:
-                run.conn.send(("finish",))
-                if run.conn.poll(min(30.0, max(1.0, self.left()))):
-                    run.memory = run.conn.recv().get("memory")
-            except (EOFError, OSError):
-                pass
+        w = run.worker
+        if collect and w is not None and w.conn is not None:
+            reply = w.call(("finish",), min(30.0, max(1.0, self.left())))
+            if not isinstance(reply, Failure):
+                run.memory = reply.get("memory")
         run.status, run.reason = status, reason
-        stop_process(run.proc)
-        run.conn = None
+        if w is not None:
+            w.stop()
+        run.worker = None
 
     def close(self) -> None:
         for r in self.runs + ([self.twin] if self.twin else []):
-            if r.conn is not None or (r.proc is not None and r.proc.is_alive()):
+            if r.worker is not None:
                 self._end(r, r.status if r.status != "pending" else "stopped", r.reason or "tune ended")
 
     # -- stages ---------------------------------------------------------------------------
@@ -173,15 +157,15 @@ class Session:
         if key not in self.filters:
             self.say(f"measuring the per-layer FP8 filter ({r.fp8_backend} {r.fp8_scaling}"
                      f"{', compiled' if key[2] else ''})")
-            conn, proc = self._start(("fp8_filter", dict(self._spec(cand), backend=r.fp8_backend,
+            w = self.launcher.start(("fp8_filter", dict(self._spec(cand), backend=r.fp8_backend,
                                                          scaling=r.fp8_scaling, compile=key[2],
                                                          convert_head=r.fp8_convert_head)))
-            try:
-                reply = conn.recv() if conn.poll(max(0.05, self.left(self.warm_deadline))) else \
-                    {"error": "the per-layer FP8 timing did not finish within the budget"}
-            except (EOFError, OSError):
-                reply = {"error": f"the per-layer FP8 timing process died (exit code {proc.exitcode})"}
-            stop_process(proc, grace_s=1)
+            reply = w.receive(self.left(self.warm_deadline))
+            if isinstance(reply, Failure):
+                why = {"timeout": "the per-layer FP8 timing did not finish within the budget",
+                       "crashed": f"the per-layer FP8 timing process died (exit code {reply.exitcode})"}
+                reply = {"error": why.get(reply.kind, reply.reason)}
+            w.stop(grace_s=1)
             self.filters[key] = reply
         f = self.filters[key]
         if "error" in f:
@@ -205,25 +189,22 @@ class Session:
             if why:
                 run.status, run.reason = "skipped", why
                 continue
-            run.conn, run.proc = self._start(("setup", self._spec(c)))
+            run.worker = self.launcher.start(("setup", self._spec(c)))
         for run in new:  # set-ups ran concurrently; collect them
-            if run.conn is None:
-                continue
-            if not run.conn.poll(max(0.05, self.left())):
-                self._end(run, "stopped", "set-up did not finish within the budget")
-                continue
-            try:
-                reply = run.conn.recv()
-            except (EOFError, OSError):
-                self._end(run, "crashed", "worker died during set-up")
-                continue
-            if "error" in reply:
-                self._end(run, {"oom": "oom", "user": "user"}.get(reply["kind"], "failed"), reply["error"])
-            else:
-                run.setup_s, run.conversions = reply["setup_s"], reply.get("conversions", {})
-                run.signature = reply.get("signature")
-            self.say(f"set up {run.cand.label}")
+            if run.worker is not None:
+                self._collect_setup(run)
+                self.say(f"set up {run.cand.label}")
         return new
+
+    def _collect_setup(self, run: Run) -> None:
+        reply = run.worker.receive(self.left())
+        if isinstance(reply, Failure):
+            if reply.kind == "crashed":
+                reply = Failure("crashed", "worker died during set-up")
+            self._failed(run, reply, "set-up did not finish within the budget")
+        else:
+            run.setup_s, run.conversions = reply["setup_s"], reply.get("conversions", {})
+            run.signature = reply.get("signature")
 
     def _record(self, run: Run, steps: list[dict], *, timed: bool) -> None:
         for s in steps:
@@ -402,18 +383,9 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
         # The A/A twin: the baseline once more, in its own worker, timed in the same rounds.
         twin_cand = dataclasses.replace(base.cand, name=f"{base.cand.name} (A/A twin)")
         s.twin = Run(cand=twin_cand)
-        s.twin.conn, s.twin.proc = s._start(("setup", s._spec(twin_cand)))
-        if s.twin.conn.poll(max(0.05, s.left())):
-            try:
-                reply = s.twin.conn.recv()
-            except (EOFError, OSError):
-                reply = {"error": "worker died during set-up", "kind": "backend"}
-            if "error" in reply:
-                s._end(s.twin, "failed", reply["error"])
-            else:
-                s._warm(s.twin, None)
-        else:
-            s._end(s.twin, "stopped", "set-up did not finish within the budget")
+        s.twin.worker = s.launcher.start(("setup", s._spec(twin_cand)))
+        s._collect_setup(s.twin)
+        s._warm(s.twin, None)
         # Emulated FP8 is checked for safety only, after everything that can win has warmed up.
         emulated = [c for c in first[1:] if c.emulated]
         for r in s._spawn([c for c in first[1:] if not c.emulated]):

@@ -15,66 +15,19 @@ the same point of training whatever the time budget let the timed rounds run.
 
 from __future__ import annotations
 
-import resource
 from typing import Any
 
-from overdrive.measure.rounds import Clock
+from overdrive.measure.worker import Task as _CoreTask
 
-__all__ = ["Workload", "Task", "process_memory", "rss_mb"]
-
-
-def rss_mb() -> float:
-    try:
-        import psutil
-
-        return psutil.Process().memory_info().rss / 2**20
-    except Exception:
-        return 0.0
+__all__ = ["Workload", "Task"]
 
 
-def _peak_rss_mb() -> float:
-    """This process image's peak RSS. /proc's VmHWM belongs to the current address space; getrusage's
-    ru_maxrss does not: Linux carries the pre-exec high-water mark over exec, so a spawned worker would
-    report its parent's RSS at fork (the bench's own ~400 MB, or a long test session's GBs) as its floor."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024  # kB
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux, where /proc is missing
-
-
-def process_memory(cuda: bool, rss0: float) -> dict:
-    """This process's peak: CUDA max allocated, or peak RSS above the RSS at set-up."""
-    if cuda:
-        import torch
-
-        return {"kind": "cuda_max_allocated", "peak_mb": torch.cuda.max_memory_allocated() / 2**20}
-    return {"kind": "cpu_peak_rss", "peak_mb": _peak_rss_mb() - rss0, "rss_at_start_mb": rss0,
-            "peak_rss_mb": _peak_rss_mb()}
-
-
-class Task:
-    """One configuration inside its worker: set up from `spec`, then `step()` until told to stop."""
+class Task(_CoreTask):
+    """One configuration inside its worker: set up from `spec` (threads, env, clock and memory baseline
+    by the measurement core's `Task`), then `step()` until told to stop."""
 
     def __init__(self, spec: dict) -> None:
-        import torch
-
-        from overdrive.env import build_report, set_env
-
-        if spec.get("threads"):
-            torch.set_num_threads(spec["threads"])
-        env = build_report(spec["env_facts"])
-        set_env(env)
-        self.env = env
-        self.device = env.device
-        self.cuda = self.device == "cuda"
-        self.clock = Clock(self.cuda)
-        self.rss0 = rss_mb()
-        if self.cuda:
-            torch.cuda.reset_peak_memory_stats()
+        super().__init__(spec)
         self.inject: dict = dict(spec.get("inject") or {})
         """Test-only faults and settings, passed in by tests (never read from the environment)."""
         self.step_i = 0
@@ -85,9 +38,6 @@ class Task:
     def quality(self) -> dict | None:
         """Held-out metrics at the fixed parity step (None: the loss curve is the quality)."""
         return None
-
-    def memory(self) -> dict:
-        return process_memory(self.cuda, self.rss0)
 
 
 class Workload:

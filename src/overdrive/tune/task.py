@@ -1,41 +1,25 @@
-"""One tune candidate in its own process: the user's model under one recipe, applied by
-`overdrive.accelerate` (the one applier), driven step-batch by step-batch by the parent.
+"""One tune candidate inside its worker (the protocol and the launcher are the measurement core's,
+`overdrive.measure.worker` and `overdrive.measure.launch`): the user's model under one recipe,
+applied by `overdrive.accelerate` (the one applier), driven step-batch by step-batch by the parent.
 
-Protocol over a Pipe: ("setup", spec) -> ("run", n, with_grad_norm) ... -> ("finish",); also
-("fp8_filter", spec) to measure the per-layer FP8 filter. Replies are dicts; a failure is
-{"error", "kind": "user" | "oom" | "backend"} and ends the worker. "user" means the user's
-own code (factory, batch or loss function) failed or returned the wrong thing.
+`("run", n, with_grad_norm)` steps it n times; the setup reply carries the conversions and the model's
+signature, every run reply the memory so far. One extra command, `("fp8_filter", spec)`, measures the
+per-layer FP8 filter on the user's model. A failure of the user's own code (factory, batch or loss
+function) is reported with kind "user".
 """
 
 from __future__ import annotations
 
-import os
-import time
-import traceback
-
-from overdrive.bench.workloads.base import Task
 from overdrive.errors import UserError
+from overdrive.measure.worker import Program, Task
+from overdrive.measure.worker import user_call as _user
 
-__all__ = ["worker_main", "TuneTask"]
-
-
-class _UserCode(Exception):
-    """The user's factory/batch/loss raised: reported as theirs, not the recipe's."""
-
-
-def _user(what: str, fn, *args):
-    try:
-        return fn(*args)
-    except UserError:
-        raise
-    except Exception as e:
-        msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-        raise _UserCode(f"{what} raised {type(e).__name__}: {msg}") from None
+__all__ = ["TuneTask", "PROGRAM", "fp8_filter"]
 
 
 class TuneTask(Task):
     """The user's model under one recipe; the set-up (threads, env, clock, memory baseline) is the
-    bench's `Task`."""
+    measurement core's `Task`."""
 
     def __init__(self, spec: dict) -> None:
         import torch
@@ -62,6 +46,12 @@ class TuneTask(Task):
         self.model = self.acc.model
         self.conversions = {k: [vars(d) for d in v] for k, v in self.acc.conversions.items()}
         self.step_i = 0
+
+    def setup_reply(self) -> dict:
+        return {"conversions": self.conversions, "signature": self.signature}
+
+    def run_reply(self) -> dict:
+        return {"memory": self.memory()}
 
     def step(self, grad_norm: bool) -> dict:
         import torch
@@ -102,7 +92,7 @@ def _grad_norm(model, scaler) -> float:
     return norm / scaler.get_scale() if scaler is not None else norm
 
 
-def _fp8_filter(spec: dict) -> dict:
+def fp8_filter(spec: dict) -> dict:
     """Measure the per-layer FP8 filter on the user's model (its real token counts)."""
     import torch
 
@@ -124,45 +114,4 @@ def _fp8_filter(spec: dict) -> dict:
     return {"shapes": res.shapes, "layers": res.layers, "summary": res.summary()}
 
 
-def _classify(e: BaseException) -> str:
-    """user | oom (CUDA's "out of memory" and the CPU allocator's "can't allocate memory", as in
-    bench's worker) | backend."""
-    from overdrive.bench.worker import _classify as classify_failure
-
-    if isinstance(e, (UserError, _UserCode)):
-        return "user"
-    return classify_failure(e)
-
-
-def worker_main(conn, compile_threads: int = 1) -> None:
-    # Inductor's compile workers: the cores the parent gives this worker (measure.threads), not 1
-    # everywhere (that serialises Triton compiles on a GPU box).
-    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(1, compile_threads))
-    task = None
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        try:
-            if msg[0] == "setup":
-                t0 = time.perf_counter()
-                task = TuneTask(msg[1])
-                conn.send({"ok": True, "setup_s": time.perf_counter() - t0, "conversions": task.conversions,
-                           "signature": task.signature})
-            elif msg[0] == "run":
-                t0 = time.perf_counter()
-                steps = [task.step(msg[2]) for _ in range(msg[1])]
-                conn.send({"ok": True, "steps": steps, "wall_s": time.perf_counter() - t0, "memory": task.memory()})
-            elif msg[0] == "fp8_filter":
-                conn.send(dict(_fp8_filter(msg[1]), ok=True))
-                return
-            elif msg[0] == "finish":
-                conn.send({"ok": True, "memory": task.memory() if task else None})
-                return
-        except BaseException as e:  # reported, and the worker ends: the parent carries on without it
-            text = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            kind = _classify(e)
-            conn.send({"error": (text if kind == "user" else f"{type(e).__name__}: {text}")[:300], "kind": kind,
-                       "trace": traceback.format_exc()[-1500:]})
-            return
+PROGRAM = Program(build=TuneTask, commands={"fp8_filter": fp8_filter})
