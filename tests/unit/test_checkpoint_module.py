@@ -5,7 +5,6 @@ write, resume exactly; a full disk, a stale .tmp and entries of the wrong type a
 import ast
 import errno
 import os
-import pathlib
 import pickle
 
 import pytest
@@ -15,8 +14,7 @@ import overdrive
 from overdrive.checkpoint import (CheckpointError, check_checkpoint_root, clean_partial_saves, hash_files,
                                   latest_checkpoint, read_manifest, save_checkpoint, write_manifest)
 from overdrive.errors import UserError
-
-SRC = pathlib.Path(overdrive.__file__).parent
+from scan import scan
 
 # pickle.dumps only checks that a function can be sent to a worker process; nothing is loaded from a file.
 _PICKLE_OK = {"dumps", "PicklingError", "HIGHEST_PROTOCOL"}
@@ -42,18 +40,10 @@ def _forbidden_calls(tree: ast.AST) -> list[str]:
 
 
 def test_no_module_outside_checkpoint_reads_or_writes_a_checkpoint():
-    bad = {}
-    for p in SRC.rglob("*.py"):
-        rel = p.relative_to(SRC).as_posix()
-        if rel.startswith("checkpoint/"):
-            continue
-        hits = _forbidden_calls(ast.parse(p.read_text(), filename=rel))
-        if hits:
-            bad[rel] = hits
+    bad, inside = scan(_forbidden_calls, inside="checkpoint")
     assert not bad, f"checkpoint IO outside overdrive.checkpoint (route it through there): {bad}"
     # the scan can fail: it sees the calls the checkpoint package itself makes
-    inside = [h for p in (SRC / "checkpoint").rglob("*.py") for h in _forbidden_calls(ast.parse(p.read_text()))]
-    assert {"torch.load", "dcp.save", "dcp.load", "FileSystemReader"} <= set(inside)
+    assert {"torch.load", "dcp.save", "dcp.load", "FileSystemReader"} <= inside
 
 
 # -- acc.save / acc.load -------------------------------------------------------------------

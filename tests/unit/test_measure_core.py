@@ -5,16 +5,13 @@ that ends on finish, failure or a closed pipe, a crash and a hang seen by the pa
 
 import ast
 import os
-import pathlib
 import signal
 
 import pytest
 
-import overdrive
 from overdrive.errors import UserError
 from overdrive.measure.worker import LocalConn, Program, Task, classify, user_call, worker_main
-
-SRC = pathlib.Path(overdrive.__file__).parent
+from scan import scan
 
 # What starts or serves a worker process: only overdrive.measure may hold any of it.
 _LAUNCH_ATTRS = {"get_context", "set_forkserver_preload", "get_all_start_methods", "Pipe", "Process"}
@@ -32,25 +29,16 @@ def _worker_machinery(tree: ast.AST) -> list[str]:
             found.append(f".{node.attr}")
         elif isinstance(node, ast.While) and any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                                                  and n.func.attr == "recv" for n in ast.walk(node)):
-            found.append(f"a loop serving recv() at line {node.lineno}")
+            found.append("a loop serving recv()")
         elif isinstance(node, ast.ClassDef) and node.name.endswith("Candidate"):
             found.append(f"class {node.name}")
     return found
 
 
 def test_no_second_worker_protocol_launcher_or_candidate_outside_measure():
-    bad = {}
-    for p in SRC.rglob("*.py"):
-        rel = p.relative_to(SRC).as_posix()
-        if rel.startswith("measure/"):
-            continue
-        hits = _worker_machinery(ast.parse(p.read_text(), filename=rel))
-        if hits:
-            bad[rel] = hits
+    bad, inside = scan(_worker_machinery, inside="measure")
     assert not bad, f"worker machinery outside overdrive.measure (use measure.launch / measure.worker): {bad}"
     # the scan can fail: it sees what the core itself does
-    inside = {h.split(" at line")[0] for p in (SRC / "measure").rglob("*.py")
-              for h in _worker_machinery(ast.parse(p.read_text()))}
     assert {"import multiprocessing", ".get_context", ".set_forkserver_preload", ".Pipe", ".Process",
             "a loop serving recv()", "class Candidate"} <= inside
 

@@ -1,7 +1,10 @@
-"""The measurement core that bench and tune both use: rounds (clock, interleaved rotating schedule),
-statistics (paired per-round ratios, bootstrap over rounds, the A/A noise floor and the verdict that
-must clear it), thread planning, worker lifetime, the quality judge, percentile sufficiency, and
-results folders that are locked and ours.
+"""The measurement core that bench and tune both use: the one worker protocol (`worker`: a policy's
+`Program` of tasks served over a Pipe) and launcher (`launch`: spawn or forkserver-with-preload,
+bound to the parent, a timeout on every answer), the one `Candidate` (`candidate`), rounds (clock,
+interleaved rotating schedule), statistics (paired per-round ratios, bootstrap over rounds, the A/A
+noise floor and the verdict that must clear it), thread planning, worker lifetime, the quality judge,
+percentile sufficiency, and results folders that are locked and ours. Bench and tune are policies
+over it: what to measure, in what order, and what to conclude.
 
 Importing this package is light (numpy only); torch is imported by the workers.
 """
