@@ -23,7 +23,8 @@ def quick_dir(tmp_path_factory):
     return out, cp.stdout
 
 
-VERDICTS = ("fastest safe recipe here:", "no recipe was measurably faster")
+# The too-busy verdict is one of the answers: on a shared host the A/A control may refuse to judge.
+VERDICTS = ("fastest safe recipe here:", "no recipe was measurably faster", "the host was too busy to judge")
 
 
 def test_bench_quick_end_to_end(quick_dir):
