@@ -216,3 +216,21 @@ def test_launched_workers_answer_crash_and_hang_as_the_parent_sees_them():
     finally:
         for w in (ok, die, hang):
             w.stop(grace_s=0)
+
+
+def test_the_callers_script_is_not_rerun_unless_a_worker_needs_it(monkeypatch):
+    import sys
+    import types
+
+    from overdrive.measure.launch import main_not_rerun
+
+    main = types.ModuleType("__main__")
+    main.__file__ = "/home/user/train.py"  # a script calling tune() without a __main__ guard
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    with main_not_rerun([_twice, None]):  # the workers need nothing from the script: hidden while they start
+        assert "__file__" not in vars(main)
+    assert main.__file__ == "/home/user/train.py"
+    in_script = types.FunctionType(_twice.__code__, {}, "make_model")
+    in_script.__module__ = "__main__"
+    with main_not_rerun([in_script]):  # a function the workers are sent lives there: they must re-import it
+        assert main.__file__ == "/home/user/train.py"
