@@ -146,7 +146,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                      recompute_layers=args.recompute_layers, recompute_modules=args.recompute_modules or (),
                      offload_activations=args.offload_activations, grad_dtype=args.grad_dtype,
                      embedding_in_pipeline_split=args.embedding_in_pipeline_split, stack=args.stack,
-                     attention=args.attention)
+                     attention=args.attention, eager_block=args.eager_block or "")
         if args.micro_batch is not None:
             setup["micro_batch"] = args.micro_batch
         shardings = args.sharding.split(",") if args.sharding else None
@@ -256,6 +256,9 @@ def register(sub) -> None:
     a("--lora-rank", type=int, default=0, help="> 0: LoRA fine-tuning with a frozen bf16 base")
     a("--fp8-all-gather", action="store_true", help="all-gather FP8 weights under FSDP")
     a("--no-compile", action="store_true", help="eager mode: memory-bound ops unfused")
+    a("--eager-block", choices=["torchtune", "hf"], default=None,
+      help="with --no-compile: count the activations an eager torchtune (k, v copied to every head) or transformers "
+           "(k, v shared) Llama block saves, fp32 RMSNorm and unfused SwiGLU included, not those of fused kernels")
     a("--async-tp", action="store_true", help="overlap TP collectives with GEMMs (--stack megatron's default)")
     a("--no-async-tp", action="store_true", help="TP collectives not overlapped, even with --stack megatron "
                                                  "(Megatron before tp_comm_overlap)")

@@ -41,6 +41,8 @@ class Estimate:
     mfu: float
     requested_precision: str
     notes: list[str] = field(default_factory=list)
+    model: ModelSpec | None = None
+    """The model planned (for --explain's per-tensor activation line)."""
 
     @property
     def headroom_gib(self) -> float:
@@ -142,4 +144,4 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     return Estimate(setup=s, breakdown_gib=bd, memory_gib=total, allocated_gib=t["allocated"] / GIB,
                     reserved_margin_gib=reserve_bytes(t["allocated"]) / GIB, capacity_gib=s.gpu.mem_gib,
                     fits=total <= s.gpu.mem_gib, step_s=step, compute_s=compute, comm_s=cm["dp"] + cm["tp"] + cm["cp"],
-                    times=times, tokens_per_s_per_gpu=tps, mfu=mfu, requested_precision=asked, notes=notes)
+                    times=times, tokens_per_s_per_gpu=tps, mfu=mfu, requested_precision=asked, notes=notes, model=m)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from overdrive.plan.estimate import Estimate
-from overdrive.plan.memory import CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, state_bytes_per_param
+from overdrive.plan.memory import CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors, state_bytes_per_param
 
 __all__ = ["explain"]
 
@@ -14,7 +14,8 @@ _MEM = {
              "activation peak",
     "optimizer": "n states x b bytes x P/S (--optimizer: AdamW n=2, Lion/SGD 1, Adafactor ~0; b = 4 fp32, 2 bf16, "
                  "1 8-bit; 0 when offloaded)",
-    "activations": "per block s·b·(5h + h+2kv + 3F)·2 bytes /(tp·cp) (FP8 storage: 1-byte GEMM inputs), minus "
+    "activations": "per block s·b·(5h + h+2kv + 3F)·2 bytes /(tp·cp) (FP8 storage: 1-byte GEMM inputs; --eager-block: "
+                   "the eager block's tensors, line below), minus "
                    "what checkpointing/recompute drops and offloaded blocks; + logits (fused loss: one chunk)",
     "other": "FSDP buffers (2 gathered blocks + 1 block of fp32 grads) + 1 GiB CUDA context + the fragmentation "
              "reserve, min(5% of allocated, 3 GiB)",
@@ -61,6 +62,11 @@ def explain(e: Estimate) -> list[str]:
                  f"{b['states']} B states + {b['grad']} B grad + {b['master']} B master ({s.master_weights})"
                  + (" + 2 B bf16 weights" if b["master"] != 4 or s.sharding not in ("fsdp", "hsdp") else "")
                  + ("; gradients freed in the backward (optimizer in backward)" if s.optimizer_in_backward else ""))
+    acts = act_tensors(e.model, s) if getattr(e, "model", None) is not None else None
+    if acts is not None:
+        kind = f"eager {s.eager_block} block (fp32 RMSNorm, unfused SwiGLU)" if s.eager_block else "fused kernels"
+        lines.append(f"  activations saved per token per block, {kind}: {sum(acts.values()):,.0f} B = "
+                     + " + ".join(f"{k} {v:,.0f}" for k, v in acts.items() if v))
     lines.append("time per optimizer step:")
     for k, v in e.times.items():
         if v:

@@ -24,6 +24,9 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               / (tp·cp) (sequence parallel, context parallel); FP8 activation storage (Transformer Engine)
               keeps 1-byte copies of the GEMM inputs (qkv in, mlp in, activation out) and of the projection's
               input beside the 16-bit attention output flash attention keeps (`act_tensors`).
+              --eager-block torchtune|hf (eager PyTorch, --no-compile): what torchtune's or transformers' eager
+              Llama block saves, op by op (`eager_act_tensors`): fp32 RMSNorm copies, four F-wide SwiGLU tensors,
+              k and v copied to every head (torchtune) or shared (transformers' SDPA enable_gqa).
               Megatron selective recompute (--recompute-modules) drops what the named modules keep:
               core_attn flash's output copy (FP8 storage only), mlp its input, fc outputs and activation,
               layernorm the 16-bit norm outputs (with FP8 storage the GEMMs keep their own copies).
@@ -70,7 +73,7 @@ from overdrive.plan.specs import ModelSpec
 __all__ = ["memory_breakdown", "peak_allocated", "GIB", "CONTEXT_BYTES", "FRAGMENTATION", "FRAGMENTATION_CAP",
            "RESERVED_SHARE",
            "reserve_bytes", "OPT_BYTES",
-           "act_bytes_per_layer", "master_bytes", "largest_param", "state_bytes_per_param", "act_tensors", "recomputed_blocks", "pipeline_blocks_in_flight", "lora_params", "terms"]
+           "act_bytes_per_layer", "eager_act_tensors", "master_bytes", "largest_param", "state_bytes_per_param", "act_tensors", "recomputed_blocks", "pipeline_blocks_in_flight", "lora_params", "terms"]
 
 GIB = 2**30
 OPT_BYTES = {"fp32": 4, "bf16": 2, "8bit": 1}
@@ -114,6 +117,39 @@ def lora_params(m: ModelSpec, rank: int) -> int:
     return m.n_layer * sum(rank * (a + b) for a, b in shapes)
 
 
+def eager_act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
+    """Bytes autograd keeps per token of one EAGER PyTorch Llama block, by tensor (`--eager-block`).
+
+    Counted op by op from what each op's backward saves, as torchtune and transformers write the block, and
+    checked against a measurement (`overdrive.plan.saved_acts`: saved-tensor hooks, storages deduplicated,
+    tests/unit/test_plan_eager_acts.py). w = 2 bytes (4 in fp32):
+      RMSNorm, twice (`x.float()`; `pow(2)` saves the fp32 x; `rsqrt` its fp32 result, one per token; the
+      product `x_fp32 · rstd` both; `.type_as(x)` nothing; `x_normed · scale` the 16-bit x_normed; the next
+      linear saves the norm's output): 4h + 4 + w·h + w·h. In fp32, `.float()` is the input itself: same sum.
+    RoPE (torchtune's fp32 pairs; HF's `q·cos + rotate_half(q)·sin`) saves only its constant tables.
+      Attention (SDPA flash / memory-efficient on a GPU, flex attention for torchtune's packed batches, the
+      flash kernel for CPU): q, k, v, the output and an fp32 logsumexp per head: w·(q + 2·kv' + q) + 4·heads,
+      kv' = the query width when the block copies k and v to every head (torchtune's
+      `expand(...).flatten(1, 2)`; a view, not a copy, for one kv head) or the kv width when SDPA takes them
+      shared (transformers' `enable_gqa`). The output projection saves the attention output itself
+      (`transpose(1, 2).contiguous()` of a (b, s, heads, d)-laid output is no copy).
+      SwiGLU `w2(silu(w1 x) · w3 x)`: w1's output (silu's input), silu's output, w3's output, their product
+      (w2's input): 4·F·w (a 2-matrix MLP: its fc output and activation output, 2·F·w).
+    Against the fused count (`act_tensors`: norm in and out at w·h each, 3·F·w for the MLP) the eager norm
+    keeps an fp32 copy and the normalised 16-bit tensor on top, and SwiGLU one more F-wide tensor."""
+    h, qd, kv, F = m.hidden, m.q_dim, m.kv_dim, m.ffn
+    w = 4 if s.precision == "fp32" else 2
+    kv_saved = qd if (s.eager_block == "torchtune" and 1 < m.n_kv_head < m.n_head) else kv
+    norm = {"fp32_copy": 4 * h, "rstd": 4, "normed": w * h, "out": w * h}
+    t = {f"norm{i}_{k}": v for i in (1, 2) for k, v in norm.items()}
+    t.update({"q": qd * w, "k": kv_saved * w, "v": kv_saved * w, "attn_out": qd * w, "lse": 4 * m.n_head})
+    t.update({"fc1_out": F * w, "act_out": F * w, "fc3_out": F * w, "gated": F * w} if m.gated_mlp
+             else {"fc1_out": F * w, "act_out": F * w})
+    if s.attention == "unfused":
+        t["scores"] = 3 * m.n_head * s.seq / s.cp
+    return t
+
+
 def act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     """Bytes autograd keeps per token of one block, by tensor (no checkpointing, before tp·cp division).
 
@@ -121,6 +157,8 @@ def act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     quantized copy of each GEMM input for the weight gradient (qkv_in, mlp_in, act_out) and, for the output
     projection, an FP8 copy beside the 16-bit attention output that flash attention keeps for its own backward.
     Without FP8 storage the projection saves the attention output itself (one storage, counted once)."""
+    if s.eager_block:
+        return eager_act_tensors(m, s)
     h, qd, kv, F = m.hidden, m.q_dim, m.kv_dim, m.ffn
     w = 4 if s.precision == "fp32" else 2
     # Transformer Engine keeps the FP8 copies whenever it runs FP8: --stack megatron implies --fp8-activations

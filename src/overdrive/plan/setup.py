@@ -159,6 +159,10 @@ class TrainSetup:
     stack: str = "pytorch"
     """pytorch | megatron (see STACKS): the software that runs the step, each with GEMM efficiencies of its own
     per GPU generation."""
+    eager_block: str = ""
+    """'' (activations as fused kernels keep them) | torchtune | hf: with --no-compile on --stack pytorch, the
+    activations an eager torchtune / transformers Llama block saves (fp32 RMSNorm, unfused SwiGLU; k and v
+    copied to every head by torchtune, shared by transformers' SDPA), `memory.eager_act_tensors`."""
     attention: str = "flash"
     """flash (FlashAttention / cuDNN / TE fused attention: scores never leave the chip) | unfused (the s × s scores
     and probabilities in HBM, with softmax, mask and dropout kernels: Megatron before 2022, eager attention)."""
@@ -209,6 +213,11 @@ class TrainSetup:
             raise ValueError("--no-compile with --stack megatron: Megatron's kernels are fused by Transformer Engine, "
                              "there is no eager mode to plan; drop --no-compile or use --stack pytorch")
         _choice("grad-dtype", self.grad_dtype, GRAD_DTYPES)
+        if self.eager_block not in ("", "torchtune", "hf"):
+            raise ValueError(f"--eager-block {self.eager_block!r} is not one of torchtune, hf")
+        if self.eager_block and (self.compile or self.stack != "pytorch"):
+            raise ValueError(f"--eager-block {self.eager_block} counts an eager block's activations: it needs "
+                             "--no-compile on --stack pytorch (compiled or Megatron blocks save what fused kernels do)")
         _choice("attention", self.attention, ATTENTIONS)
         if isinstance(self.recompute_modules, (list, str)):
             mods = self.recompute_modules.split(",") if isinstance(self.recompute_modules, str) else self.recompute_modules
