@@ -296,13 +296,42 @@ figures (an epoch of packed SFT, not a fixed step).
 
 {memory_table(new)}
 
-What they say: with activation checkpointing on, the states dominate and the plan is within
-{_mem_span(new, ("checkpointing", "in backward", "offloading"))} (the optimizer-in-backward row needs `--optimizer-in-backward`, new here; activation offloading is
-`--offload-activations`). Without it the plan is {_mem_span(new, ("(eager)", "+ compile"))}: the
-planner's activations are those of fused kernels, and torchtune's eager RMSNorm and SwiGLU keep fp32 and extra
-16-bit copies that it does not count (nor, after `torch.compile`, whatever Inductor chooses to save). The 8-bit
-row is {_mem_span(new, ("8-bit",))}: the measured drop (4.2 GiB) is smaller than the 6.0 GiB of bf16 states that 8-bit ones halve
-to, and which optimizer build the row used (bitsandbytes' paged or plain AdamW8bit, torchao's) is not in the table.
+What they say, and what was counted for them. Before this count the plan was -19% to -10% on the rows without
+activation checkpointing (median 10.4%, worst 19%): the planner's activations were those of fused kernels.
+Each term below was counted from the source code named and measured on CPU; no term or constant was fitted to
+these rows, and none of them changed a calibrated constant:
+- **Eager block** (`--block-code torchtune --no-compile`, `memory.eager_act_tensors`): torchtune's RMSNorm
+  (`x.float()`, `pow`, `rsqrt`, `type_as`, `* scale`) saves an fp32 copy of its input, an fp32 rstd and the
+  16-bit normalised tensor beside its output; SwiGLU saves four F-wide tensors, not three; torchtune copies k and v
+  to every query head (`expand(...).flatten(1, 2)`) before flex/SDPA attention, which saves q, k, v, the output and
+  an fp32 logsumexp. 139,368 bytes per token per block for this model where the fused count is 90,112. The
+  formula equals, byte for byte, what `torch.autograd.graph.saved_tensors_hooks` sees (storages deduplicated) on
+  torchtune-style and transformers' LlamaDecoderLayer blocks at random shapes, bf16 and fp32
+  (`tests/unit/test_plan_eager_acts.py`; on CPU the SDPA flash kernel for CPU, which saves what flash, efficient
+  and flex attention save on a GPU; the math kernel adds per-score tensors, which the test shows growing with
+  the sequence). Row: {_mem_span(new, ("(eager)",))}.
+- **Compiled block** (`--block-code torchtune`): torchtune compiles each block; torch.compile's min-cut partitioner
+  (the one Inductor uses, run with the `aot_eager_decomp_partition` backend on CPU) saves the fused count plus the
+  k/v copies, one fp32 rstd per norm and the logsumexp: 98,408 bytes per token per block, equal to the
+  measurement (same test file, marked slow).
+- **Logits**: torchtune's TransformerDecoder returns `.float()` logits; the compiled cross-entropy saves that fp32
+  input (measured with the partitioner) and writes an fp32 gradient: `--loss compiled-fp32`, 8 bytes per logit where
+  `--loss compiled` (bf16 logits) has 4. CEWithChunkedOutputLoss runs the head on all 8 chunks before the loss and
+  each chunk's compiled loss saves its 16-bit chunk: `--loss chunked`, 2 + 2/8 bytes per logit where `--loss
+  fused` (one 1,024-token chunk at a time) had 10 bytes of one chunk. Rows: compile {_mem_span(new, ("+ compile",))},
+  chunked {_mem_span(new, ("chunked",))}.
+- With activation checkpointing on, the states dominate and the plan is within
+  {_mem_span(new, ("checkpointing", "in backward", "offloading"))}: the checkpointing row went from +4% to +8% by the chunked
+  loss's 16-bit logits of all chunks (+1.0 GiB over one fused chunk); the next row, the same configuration with the
+  gradients freed in the backward, is -4%.
+- **8-bit AdamW** ({_mem_span(new, ("8-bit",))}): torchao's AdamW8bit keeps a uint8 code per element and an fp32 scale
+  per 256 (2.03 bytes per parameter for the two states, `OPT_BYTES`), which changes the plan by 0.1 GiB. The miss
+  is not closed: the measured drop (4.2 GiB) is smaller than the 6.0 GiB the 8-bit states save. What remains
+  unknown from the source alone is the step's temporaries: `single_param_adam` (torchao/optim/adam.py) writes
+  fp32 copies of the parameter, gradient and both states (`p.float()`, `grad.float()`, `exp_avg.float().lerp(...)`),
+  which `torch.compile(fullgraph=True)` may fuse away or keep; with the optimizer in the backward the largest
+  tensor stepped is the tied 394M-element embedding, so they are between 0 and 5.9 GiB. Which 8-bit build the row
+  ran (torchao's or bitsandbytes' paged AdamW8bit; torchtune's tutorial names both) is not in the table.
 These seven rows did not change any term or constant.
 
 ## Validation runs

@@ -146,7 +146,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                      recompute_layers=args.recompute_layers, recompute_modules=args.recompute_modules or (),
                      offload_activations=args.offload_activations, grad_dtype=args.grad_dtype,
                      embedding_in_pipeline_split=args.embedding_in_pipeline_split, stack=args.stack,
-                     attention=args.attention, eager_block=args.eager_block or "")
+                     attention=args.attention, block_code=args.block_code or "")
         if args.micro_batch is not None:
             setup["micro_batch"] = args.micro_batch
         shardings = args.sharding.split(",") if args.sharding else None
@@ -233,9 +233,10 @@ def register(sub) -> None:
       help="step each parameter in the backward and free its gradient (torchtune's optimizer_in_bwd)")
     a("--pure-bf16", action="store_true", help="bf16 weights, grads and states with no fp32 master copy")
     a("--offload", default="none", choices=["none", "optimizer", "params"], help="CPU offload")
-    a("--loss", default="standard", choices=["standard", "hf", "compiled", "inplace", "fused"],
+    a("--loss", default="standard", choices=["standard", "hf", "compiled", "inplace", "fused", "compiled-fp32", "chunked"],
       help="cross-entropy: eager on fp32 logits, Hugging Face's (the fp32 logits kept in the output), "
-           "torch.compile'd, Transformer Engine's (gradient written over the logits), or chunked/fused with the head")
+           "torch.compile'd, Transformer Engine's (gradient written over the logits), or chunked/fused with the head; compiled-fp32: compiled on the model's fp32 logits (torchtune), chunked: "
+           "torchtune's CEWithChunkedOutputLoss")
     a("--attention", default="flash", help="flash (fused attention: FlashAttention, cuDNN, TE) or unfused (scores "
                                            "in HBM: Megatron before 2022, eager attention)")
     a("--stack", default="pytorch",
@@ -256,9 +257,9 @@ def register(sub) -> None:
     a("--lora-rank", type=int, default=0, help="> 0: LoRA fine-tuning with a frozen bf16 base")
     a("--fp8-all-gather", action="store_true", help="all-gather FP8 weights under FSDP")
     a("--no-compile", action="store_true", help="eager mode: memory-bound ops unfused")
-    a("--eager-block", choices=["torchtune", "hf"], default=None,
-      help="with --no-compile: count the activations an eager torchtune (k, v copied to every head) or transformers "
-           "(k, v shared) Llama block saves, fp32 RMSNorm and unfused SwiGLU included, not those of fused kernels")
+    a("--block-code", choices=["torchtune", "hf"], default=None,
+      help="whose Llama block runs: torchtune (k, v copied to every head) or transformers (k, v shared); with "
+           "--no-compile its eager activations (fp32 RMSNorm, unfused SwiGLU), compiled what torch.compile keeps")
     a("--async-tp", action="store_true", help="overlap TP collectives with GEMMs (--stack megatron's default)")
     a("--no-async-tp", action="store_true", help="TP collectives not overlapped, even with --stack megatron "
                                                  "(Megatron before tp_comm_overlap)")

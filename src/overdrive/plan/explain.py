@@ -14,7 +14,7 @@ _MEM = {
              "activation peak",
     "optimizer": "n states x b bytes x P/S (--optimizer: AdamW n=2, Lion/SGD 1, Adafactor ~0; b = 4 fp32, 2 bf16, "
                  "1 8-bit; 0 when offloaded)",
-    "activations": "per block s·b·(5h + h+2kv + 3F)·2 bytes /(tp·cp) (FP8 storage: 1-byte GEMM inputs; --eager-block: "
+    "activations": "per block s·b·(5h + h+2kv + 3F)·2 bytes /(tp·cp) (FP8 storage: 1-byte GEMM inputs; --block-code: "
                    "the eager block's tensors, line below), minus "
                    "what checkpointing/recompute drops and offloaded blocks; + logits (fused loss: one chunk)",
     "other": "FSDP buffers (2 gathered blocks + 1 block of fp32 grads) + 1 GiB CUDA context + the fragmentation "
@@ -59,12 +59,13 @@ def explain(e: Estimate) -> list[str]:
                  f"{'<=' if e.fits else '>'} {e.capacity_gib:.1f} GiB capacity")
     b = state_bytes_per_param(s)
     lines.append(f"  per trained parameter, before sharding: {s.optimizer} ({s.optimizer_dtype} states) "
-                 f"{b['states']} B states + {b['grad']} B grad + {b['master']} B master ({s.master_weights})"
+                 f"{b['states']:.3g} B states + {b['grad']} B grad + {b['master']} B master ({s.master_weights})"
                  + (" + 2 B bf16 weights" if b["master"] != 4 or s.sharding not in ("fsdp", "hsdp") else "")
                  + ("; gradients freed in the backward (optimizer in backward)" if s.optimizer_in_backward else ""))
     acts = act_tensors(e.model, s) if getattr(e, "model", None) is not None else None
     if acts is not None:
-        kind = f"eager {s.eager_block} block (fp32 RMSNorm, unfused SwiGLU)" if s.eager_block else "fused kernels"
+        kind = (f"eager {s.block_code} block (fp32 RMSNorm, unfused SwiGLU)" if s.block_code and not s.compile else
+                f"compiled {s.block_code} block" if s.block_code else "fused kernels")
         lines.append(f"  activations saved per token per block, {kind}: {sum(acts.values()):,.0f} B = "
                      + " + ".join(f"{k} {v:,.0f}" for k, v in acts.items() if v))
     lines.append("time per optimizer step:")

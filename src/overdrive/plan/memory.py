@@ -24,7 +24,7 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               / (tp·cp) (sequence parallel, context parallel); FP8 activation storage (Transformer Engine)
               keeps 1-byte copies of the GEMM inputs (qkv in, mlp in, activation out) and of the projection's
               input beside the 16-bit attention output flash attention keeps (`act_tensors`).
-              --eager-block torchtune|hf (eager PyTorch, --no-compile): what torchtune's or transformers' eager
+              --block-code torchtune|hf (eager PyTorch, --no-compile): what torchtune's or transformers' eager
               Llama block saves, op by op (`eager_act_tensors`): fp32 RMSNorm copies, four F-wide SwiGLU tensors,
               k and v copied to every head (torchtune) or shared (transformers' SDPA enable_gqa).
               Megatron selective recompute (--recompute-modules) drops what the named modules keep:
@@ -76,7 +76,11 @@ __all__ = ["memory_breakdown", "peak_allocated", "GIB", "CONTEXT_BYTES", "FRAGME
            "act_bytes_per_layer", "eager_act_tensors", "master_bytes", "largest_param", "state_bytes_per_param", "act_tensors", "recomputed_blocks", "pipeline_blocks_in_flight", "lora_params", "terms"]
 
 GIB = 2**30
-OPT_BYTES = {"fp32": 4, "bf16": 2, "8bit": 1}
+OPT_BYTES = {"fp32": 4, "bf16": 2, "8bit": 1 + 4 / 256}
+"""Bytes per state element. 8-bit: torchao's AdamW8bit (torchao/optim/subclass_8bit.py, OptimState8bit): a uint8
+code per element and an fp32 scale per block of 256 (block_size=256), plus a 256-entry fp32 code map per state
+tensor (negligible); tensors under 4,096 elements keep plain states (the norms, negligible). bitsandbytes'
+blockwise 8-bit states carry one fp32 absmax per 2,048 (1 + 4/2048): the same to 1.5%."""
 CONTEXT_BYTES = 1 * GIB
 FRAGMENTATION = 0.05
 FRAGMENTATION_CAP = 3 * GIB
@@ -85,6 +89,8 @@ RESERVED_SHARE = 0.08
 runs): the caching allocator keeps freed blocks while nothing asks for them. Near capacity it releases them
 and retries before it fails, so the fit rule charges only the bounded reserve above, not this share."""
 LOSS_CHUNK = 1024
+TORCHTUNE_CHUNKS = 8
+"""CEWithChunkedOutputLoss(num_output_chunks=8), torchtune/modules/loss/ce_chunked_output_loss.py."""
 
 
 def master_bytes(s: TrainSetup) -> int:
@@ -118,7 +124,7 @@ def lora_params(m: ModelSpec, rank: int) -> int:
 
 
 def eager_act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
-    """Bytes autograd keeps per token of one EAGER PyTorch Llama block, by tensor (`--eager-block`).
+    """Bytes autograd keeps per token of one EAGER PyTorch Llama block, by tensor (`--block-code`).
 
     Counted op by op from what each op's backward saves, as torchtune and transformers write the block, and
     checked against a measurement (`overdrive.plan.saved_acts`: saved-tensor hooks, storages deduplicated,
@@ -139,7 +145,7 @@ def eager_act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     keeps an fp32 copy and the normalised 16-bit tensor on top, and SwiGLU one more F-wide tensor."""
     h, qd, kv, F = m.hidden, m.q_dim, m.kv_dim, m.ffn
     w = 4 if s.precision == "fp32" else 2
-    kv_saved = qd if (s.eager_block == "torchtune" and 1 < m.n_kv_head < m.n_head) else kv
+    kv_saved = qd if (s.block_code == "torchtune" and 1 < m.n_kv_head < m.n_head) else kv
     norm = {"fp32_copy": 4 * h, "rstd": 4, "normed": w * h, "out": w * h}
     t = {f"norm{i}_{k}": v for i in (1, 2) for k, v in norm.items()}
     t.update({"q": qd * w, "k": kv_saved * w, "v": kv_saved * w, "attn_out": qd * w, "lse": 4 * m.n_head})
@@ -157,7 +163,7 @@ def act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     quantized copy of each GEMM input for the weight gradient (qkv_in, mlp_in, act_out) and, for the output
     projection, an FP8 copy beside the 16-bit attention output that flash attention keeps for its own backward.
     Without FP8 storage the projection saves the attention output itself (one storage, counted once)."""
-    if s.eager_block:
+    if s.block_code and not s.compile:
         return eager_act_tensors(m, s)
     h, qd, kv, F = m.hidden, m.q_dim, m.kv_dim, m.ffn
     w = 4 if s.precision == "fp32" else 2
@@ -178,6 +184,14 @@ def act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     for mod in s.recompute_modules:
         for k in drop[mod]:
             t[k] = 0
+    if s.block_code:
+        # torch.compile'd torchtune / transformers block (measured with the min-cut partitioner Inductor uses,
+        # `saved_acts.measure_per_token(compiled=True)`): the fused count above, plus the k and v the code copies
+        # to every head (torchtune), an fp32 rstd per RMSNorm and the attention's fp32 logsumexp per head
+        if s.block_code == "torchtune" and 1 < m.n_kv_head < m.n_head:
+            t["qkv"] += 2 * (qd - kv) * w
+        t["rstd"] = 2 * 4
+        t["lse"] = 4 * m.n_head
     return t
 
 
@@ -248,6 +262,18 @@ def _logits(m: ModelSpec, s: TrainSetup) -> float:
     wide = s.precision == "fp32"
     if s.loss == "fused":
         return min(tokens, LOSS_CHUNK) * m.vocab * 10
+    if s.loss == "chunked":
+        # torchtune's CEWithChunkedOutputLoss: all 8 chunks' 16-bit logits exist at once (the head runs on every
+        # chunk before the loss) and each chunk's cross-entropy saves its chunk; compiled, it saves the 16-bit chunk
+        # (+ fp32 max and logsumexp per row, measured with torch.compile's partitioner) and its backward writes the
+        # chunk's 16-bit gradient; eager, log_softmax saves an fp32 copy per chunk and the backward of one chunk
+        # holds its fp32 gradients (4 + 4) and the 16-bit cast (2)
+        n = TORCHTUNE_CHUNKS
+        w = 4 if wide else 2
+        return tokens * m.vocab * ((w + w / n) if s.compile else (w + 4 + 10 / n))
+    if s.loss == "compiled-fp32":
+        # the compiled loss saves its fp32 input (the model's `.float()` logits, 4) and writes an fp32 gradient (4)
+        return tokens * m.vocab * 8
     # hf: the fp32 logits the model output keeps (4) + log_softmax's fp32 output (4) + the two fp32 gradients of
     # the backward (4 + 4); the 16-bit matmul output is dropped once .float() replaced it
     per = {"standard": 16 if wide else 12, "hf": 16, "compiled": 8 if wide else 4,

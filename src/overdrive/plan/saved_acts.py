@@ -131,8 +131,13 @@ def saved_bytes(fn, exclude: list[torch.Tensor]) -> tuple[int, list[tuple[tuple,
 
 
 def measure_per_token(kind: str, hidden: int, ffn: int, heads: int, kv_heads: int, head_dim: int | None = None,
-                      batch: int = 1, seq: int = 16, dtype=torch.bfloat16, sdpa: str = "flash") -> float:
-    """Bytes autograd saves per token for one block of `kind` (torchtune | hf), measured."""
+                      batch: int = 1, seq: int = 16, dtype=torch.bfloat16, sdpa: str = "flash",
+                      compiled: bool = False) -> float:
+    """Bytes autograd saves per token for one block of `kind` (torchtune | hf), measured.
+
+    compiled: the block under torch.compile with the `aot_eager_decomp_partition` backend, which traces, splits
+    forward from backward with the min-cut partitioner Inductor uses (what to save, what to recompute) and runs
+    the graphs without generating kernels: what a compiled block saves, without a C++ compiler."""
     torch.manual_seed(0)
     x = torch.randn(batch, seq, hidden, dtype=dtype, requires_grad=True)
     if kind == "torchtune":
@@ -158,5 +163,18 @@ def measure_per_token(kind: str, hidden: int, ffn: int, heads: int, kv_heads: in
     else:
         raise ValueError(f"kind {kind!r}: use torchtune or hf")
     exclude = list(blk.parameters()) + list(blk.buffers()) + consts
+    if compiled:
+        torch._dynamo.reset()
+        eager_fn = fn
+        cblk = torch.compile(blk, backend="aot_eager_decomp_partition", fullgraph=True)
+        if kind == "torchtune":
+            def fn():
+                return cblk(x, cache)
+        else:
+            def fn():
+                out = cblk(x, position_embeddings=(cos, sin), attention_mask=None, position_ids=pos)
+                return out[0] if isinstance(out, tuple) else out
+        del eager_fn
+        fn().float().sum().backward()   # compile outside the hooks
     total, _ = saved_bytes(fn, exclude)
     return total / (batch * seq)

@@ -54,7 +54,7 @@ fp32 master (Apex DistributedFusedAdam and Transformer Engine FusedAdam `store_p
 default for bf16 O2 with distributed_fused_adam), 2 bytes; none: no master (bf16 weights stepped directly, as
 torchtune and --pure-bf16 do)."""
 OFFLOADS = ("none", "optimizer", "params")
-LOSSES = ("standard", "hf", "compiled", "inplace", "fused")
+LOSSES = ("standard", "hf", "compiled", "inplace", "fused", "compiled-fp32", "chunked")
 STACKS = ("pytorch", "megatron")
 """pytorch: FSDP2/DDP in PyTorch (torchtitan, llm-foundry, Hugging Face), torch.compile or eager as asked;
 megatron: Megatron-Core/NeMo with Transformer Engine: fused kernels end to end (norms, activations, RoPE; the
@@ -131,7 +131,11 @@ class TrainSetup:
     cross_entropy_fusion_impl='te': the backward writes the gradient over the 16-bit logits) |
     hf (Hugging Face's `logits.float()` then cross-entropy: the fp32 logits stay alive in the model output
     through the backward, beside log_softmax's fp32 output and the fp32 gradients) |
-    fused (chunked or fused linear + cross-entropy: one chunk of logits at a time)."""
+    fused (chunked or fused linear + cross-entropy: one chunk of logits at a time) |
+    compiled-fp32 (torch.compile'd cross-entropy on the fp32 logits the model returns, torchtune's
+    TransformerDecoder `.float()`: the compiled loss saves that fp32 input, its backward writes an fp32 gradient) |
+    chunked (torchtune's CEWithChunkedOutputLoss: the head runs on 8 chunks at once, every chunk's 16-bit logits
+    are saved by its cross-entropy until the backward; one chunk's gradient at a time)."""
     embedding_in_pipeline_split: bool = False
     """Megatron's account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split: the embedding
     and the loss each take a block's place when the blocks are split over the pipeline, so the first and the
@@ -159,10 +163,11 @@ class TrainSetup:
     stack: str = "pytorch"
     """pytorch | megatron (see STACKS): the software that runs the step, each with GEMM efficiencies of its own
     per GPU generation."""
-    eager_block: str = ""
-    """'' (activations as fused kernels keep them) | torchtune | hf: with --no-compile on --stack pytorch, the
-    activations an eager torchtune / transformers Llama block saves (fp32 RMSNorm, unfused SwiGLU; k and v
-    copied to every head by torchtune, shared by transformers' SDPA), `memory.eager_act_tensors`."""
+    block_code: str = ""
+    """'' (activations as fused kernels keep them) | torchtune | hf: whose Llama block runs, on --stack pytorch.
+    With --no-compile, what that eager block saves (fp32 RMSNorm, unfused SwiGLU; k and v copied to every head by
+    torchtune, shared by transformers' SDPA), `memory.eager_act_tensors`; compiled, the fused count plus what
+    torch.compile's partitioner keeps beyond it (the k/v copies, fp32 rstd and logsumexp), `memory.act_tensors`."""
     attention: str = "flash"
     """flash (FlashAttention / cuDNN / TE fused attention: scores never leave the chip) | unfused (the s × s scores
     and probabilities in HBM, with softmax, mask and dropout kernels: Megatron before 2022, eager attention)."""
@@ -213,11 +218,11 @@ class TrainSetup:
             raise ValueError("--no-compile with --stack megatron: Megatron's kernels are fused by Transformer Engine, "
                              "there is no eager mode to plan; drop --no-compile or use --stack pytorch")
         _choice("grad-dtype", self.grad_dtype, GRAD_DTYPES)
-        if self.eager_block not in ("", "torchtune", "hf"):
-            raise ValueError(f"--eager-block {self.eager_block!r} is not one of torchtune, hf")
-        if self.eager_block and (self.compile or self.stack != "pytorch"):
-            raise ValueError(f"--eager-block {self.eager_block} counts an eager block's activations: it needs "
-                             "--no-compile on --stack pytorch (compiled or Megatron blocks save what fused kernels do)")
+        if self.block_code not in ("", "torchtune", "hf"):
+            raise ValueError(f"--block-code {self.block_code!r} is not one of torchtune, hf")
+        if self.block_code and self.stack != "pytorch":
+            raise ValueError(f"--block-code {self.block_code} counts a PyTorch Llama block's activations: it needs "
+                             "--stack pytorch (Megatron's blocks are Transformer Engine's)")
         _choice("attention", self.attention, ATTENTIONS)
         if isinstance(self.recompute_modules, (list, str)):
             mods = self.recompute_modules.split(",") if isinstance(self.recompute_modules, str) else self.recompute_modules

@@ -85,13 +85,16 @@ MEGATRON_CE_BYTES = 52.0
 from its kernels on 16-bit logits: forward .float() (read 2, write 4), max (4), in-place subtract (8), exp (8), sum
 (4), in-place divide (8); backward the in-place multiply by the incoming gradient (8) and the cast back to 16 bits
 (6)."""
-LOSS_BYTES = {"standard": 36.0, "hf": 36.0, "compiled": 8.0, "inplace": 8.0, "fused": 8.0}
+LOSS_BYTES = {"standard": 36.0, "hf": 36.0, "compiled": 8.0, "inplace": 8.0, "fused": 8.0, "compiled-fp32": 26.0,
+              "chunked": 8.0}
 """HBM bytes per logit of each --loss, forward and backward. standard/hf, F.cross_entropy(logits.float()) counted by
 kernel: the cast (read 2, write 4), log_softmax (8), the zero-filled fp32 gradient nll_loss's backward scatters into
 (4), log_softmax's backward (read 8, write 4) and the cast back (6). A first count of 24 left out the zero fill, the
 cast back and one read; the calibration fitted the same constants with either (no calibration run's error moved by
 more than a fraction of a point). The fused kernels read the 16-bit logits and write their 16-bit gradient, with
-the max/sum pass: 8."""
+the max/sum pass: 8 (chunked, torchtune's compiled per-chunk loss on 16-bit chunks, too). compiled-fp32: the
+model's eager `.float()` (read 2, write 4), the compiled loss reading the fp32 logits forward (4) and backward (4)
+and writing an fp32 gradient (4), the eager cast back (read 4, write 2), and the 16-bit head output (2): 26."""
 
 
 def loss_bytes_per_logit(s: TrainSetup) -> float:
@@ -219,7 +222,12 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
     offload = 0.0
     if s.offload_activations:
         # out after the forward, back before the backward, on a side stream (exposed beyond compute: estimate.py)
-        moved = min(s.offload_activations, L) * act_bytes_per_layer(m, s)
+        per_block = act_bytes_per_layer(m, s)
+        if s.checkpointing == "full" and not s.recompute_layers:
+            # a checkpointed block saves only its input, so that is all its offload moves (torchtune offloads the
+            # saved tensors of the checkpointed blocks), as memory.py counts it
+            per_block = s.seq * s.micro_batch / (s.tp * s.cp) * m.hidden * (4 if s.precision == "fp32" else 2)
+        moved = min(s.offload_activations, L) * per_block
         offload = 2 * moved / (HOST_GBS.get(s.gpu.key, HOST_GBS["pcie"]) * 1e9)
     P_shard = m.n_params() / (s.tp * s.pp) / (s.shards if s.sharding != "none" else 1)
     if s.lora_rank:
