@@ -326,12 +326,15 @@ these rows, and none of them changed a calibrated constant:
   gradients freed in the backward, is -4%.
 - **8-bit AdamW** ({_mem_span(new, ("8-bit",))}): torchao's AdamW8bit keeps a uint8 code per element and an fp32 scale
   per 256 (2.03 bytes per parameter for the two states, `OPT_BYTES`), which changes the plan by 0.1 GiB. The miss
-  is not closed: the measured drop (4.2 GiB) is smaller than the 6.0 GiB the 8-bit states save. What remains
-  unknown from the source alone is the step's temporaries: `single_param_adam` (torchao/optim/adam.py) writes
-  fp32 copies of the parameter, gradient and both states (`p.float()`, `grad.float()`, `exp_avg.float().lerp(...)`),
-  which `torch.compile(fullgraph=True)` may fuse away or keep; with the optimizer in the backward the largest
-  tensor stepped is the tied 394M-element embedding, so they are between 0 and 5.9 GiB. Which 8-bit build the row
-  ran (torchao's or bitsandbytes' paged AdamW8bit; torchtune's tutorial names both) is not in the table.
+  is not closed: the measured drop (4.2 GiB) is smaller than the 6.0 GiB the 8-bit states save. What the source
+  leaves open is the step's temporaries: `single_param_adam` (torchao/optim/adam.py) makes fp32 copies of the
+  parameter, gradient and both states (`p.float()`, `grad.float()`, `exp_avg.float().lerp(...)`) under
+  `torch.compile(fullgraph=True)`, and the requantization needs a per-256-block max of the new fp32 states before it
+  can write their codes. Inductor's CPU code for that step (torch 2.13, a 1M-element bf16 parameter) keeps both new
+  states as fp32 buffers, 8 bytes per element of the parameter stepped; on a GPU a persistent reduction over 256
+  elements may fuse them away, which no GPU here has checked. With the optimizer in the backward the largest tensor
+  stepped is the tied 394M-element embedding: 0 to 2.9 GiB, not added to the plan. Which 8-bit build the row ran
+  (torchao's or bitsandbytes' paged AdamW8bit; torchtune's tutorial names both) is not in the table.
 These seven rows did not change any term or constant.
 
 ## Validation runs
