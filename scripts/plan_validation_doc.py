@@ -235,7 +235,7 @@ which is why the fit rule does not charge this share: a 405B GB200 run with 177 
 ## What each stack implies
 
 - `--stack pytorch` (default): FSDP2/DDP as PyTorch runs them; memory-bound ops fused by torch.compile
-  (`--no-compile`: eager, × nocompile), the loss as `--loss` says, TP collectives exposed unless `--async-tp`.
+  (`--no-compile`: eager, × nocompile; `--block-code torchtune|hf`: the activations that model code's block saves, eager or compiled), the loss as `--loss` says, TP collectives exposed unless `--async-tp`.
 - `--stack megatron`: Megatron-Core with Transformer Engine: fused kernels always (`--no-compile` is refused),
   TP communication overlapped with the GEMMs (`--no-async-tp` for Megatron
   before `tp_comm_overlap`), FP8 GEMM inputs kept in FP8 for backward, and its own GEMM efficiency per GPU
@@ -296,8 +296,9 @@ figures (an epoch of packed SFT, not a fixed step).
 
 {memory_table(new)}
 
-What they say, and what was counted for them. Before this count the plan was -19% to -10% on the rows without
-activation checkpointing (median 10.4%, worst 19%): the planner's activations were those of fused kernels.
+What they say, and what was counted for them. Before this count the seven rows had a median |error| of 10.4%, worst
+19%, and the three without activation checkpointing were -19% to -10%: the planner's activations were those of
+fused kernels.
 Each term below was counted from the source code named and measured on CPU; no term or constant was fitted to
 these rows, and none of them changed a calibrated constant:
 - **Eager block** (`--block-code torchtune --no-compile`, `memory.eager_act_tensors`): torchtune's RMSNorm
