@@ -13,8 +13,9 @@ The schedule, and why:
    activation checkpointing only when memory is the limit (an OOM, or > 85% of GPU memory).
 4. Timed rounds through `measure.rounds.interleaved_rounds` (rotating order, so a noisy shared host
    drifts on all alike), a twin of the baseline among them (the A/A control: this host's noise,
-   measured now); after rounds 2, 4, 8, ... the slower half is dropped (successive halving) when the
-   leader is surely faster on paired per-round ratios, or unconditionally from round 8 on. An early
+   measured now); after rounds 2, 3, 4, 8, ... the slower half is dropped (successive halving) when the
+   leader is surely faster on paired per-round ratios, or unconditionally from round 8 on, or from
+   round 3 on when the time left fits fewer than 8 more rounds of the field. An early
    stop for slowness needs at least 3 rounds (`measure.stats.evidence_of_slowdown`); during the
    warm-ups only a gross slowdown (over 10x, bf16 on a CPU without bf16 units runs ~70x) stops one.
 5. The rounds stop early only on evidence, at fixed looks (rounds 4, 8, 16, 32: `measure.stats.look_rounds`),
@@ -57,7 +58,7 @@ GROSS_SLOWDOWN = 10.0
 LOOK_ROUNDS = look_rounds(4, 32, LOOKS)
 """The rounds after which tune may stop measuring (4, 8, 16, 32); the budget may end them sooner."""
 TURN_S = 0.3
-"""About this much of the baseline's step time per turn (at least 2 steps): short turns give more
+"""About this much of the baseline's step time per turn (at least one step): short turns give more
 rounds, and the round, not the step, is the unit of evidence."""
 
 
@@ -312,7 +313,7 @@ class Session:
     def _timed(self, base: Run, reserve_s: float) -> None:
         live = [r for r in self.runs if r.live] + ([self.twin] if self.twin is not None and self.twin.live else [])
         step_s = {id(r): (r.steady_ms() or 1.0) / 1e3 for r in live}
-        spr = max(2, min(8, round(TURN_S / max(1e-3, step_s[id(base)]))))
+        spr = max(1, min(8, round(TURN_S / max(1e-3, step_s[id(base)]))))
         budget = self.left() - reserve_s
         # What cannot fit twice in the time left is dropped now, slowest first (the baseline stays).
         while len(live) > 1 and 2 * spr * sum(step_s[id(r)] for r in live) > budget:
@@ -349,20 +350,27 @@ class Session:
             self.rounds = done
             self.say(f"round {done}: " + ", ".join(f"{r.cand.name} {statistics.median(r.ms):.1f} ms"
                                                     for r in live if r.live and r.ms))
-            if done & (done - 1):  # rungs at rounds 2, 4, 8, ...
+            now = time.perf_counter()
+            per_round, t_round[0] = now - t_round[0], now
+            if done != 3 and done & (done - 1):  # rungs at rounds 2, 3 (the first with evidence), 4, 8, ...
                 return
             rivals = sorted((r for r in live if r.live and r is not base and r is not self.twin and r.ms),
                             key=lambda r: statistics.median(r.ms))
             if len(rivals) < 2 or done < 2:
                 return
+            # Squeezed: the time left fits fewer than 8 more rounds of this field (a slow model on a busy
+            # host, 3 rounds in 150 s with 9 rivals): halve on the paired medians of >= 3 rounds rather
+            # than end with too few rounds to judge anything.
+            squeezed = done >= 3 and (self.left() - reserve_s) < 8 * per_round
             leader, keep = rivals[0], math.ceil(len(rivals) / 2)
             for r in rivals[keep:]:
                 sure = compare(round_medians(r.rounds_ms), round_medians(leader.rounds_ms),
                                self.floor(base)).verdict == "faster"
-                if sure or done >= 8:
+                if sure or done >= 8 or squeezed:
                     self._end(r, "eliminated", f"successive halving after round {done}: median "
                               f"{statistics.median(r.ms):.1f} ms vs {leader.cand.name} {statistics.median(leader.ms):.1f}"
-                              " ms" + (" (surely slower)" if sure else ""), collect=True)
+                              " ms" + (" (surely slower)" if sure else " (too little budget left for this many)"
+                                       if squeezed and done < 8 else ""), collect=True)
 
         def until(done: int) -> bool:
             if done not in self.looks:
@@ -376,6 +384,7 @@ class Session:
             return why is not None
 
         self.load.append(host_load())
+        t_round = [time.perf_counter()]
         n = interleaved_rounds([id(r) for r in live], run_one, rounds=self.looks[-1], budget_s=budget, min_rounds=1,
                                on_round=halve, shuffle_seed=self.seed, until=until)
         if not self.stop_reason:
