@@ -3,6 +3,7 @@ results folders locked and ours, workers that end with their parent."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -131,3 +132,24 @@ def test_on_a_busy_host_only_a_difference_beyond_the_noise_is_called():
     assert within["name"] is None and within["too_busy"] and "too busy to judge" in within["text"]
     beyond = recommend([base, cfg("amp-bf16", 2.0, [1.6, 2.4], "faster")], sched)
     assert beyond["name"] == "amp-bf16" and "busy host" in beyond["text"]
+
+
+def test_a_noisy_host_measures_on_past_the_planned_rounds_and_says_why_it_stopped():
+    """Adaptive rounds: where the A/A floor is too wide at the planned rounds (every step gets ~200 ms
+    of random extra time), the bench measures on at the fixed looks (4, 8, 12) instead of stopping at
+    4 and saying "too busy", within its wall-time cap; the looks, their level and why the rounds
+    stopped are in the results."""
+    noisy = {"noise_ms": 200.0}
+    suite = dataclasses.replace(TINY, max_rounds=12, max_budget_s=300)
+    res = run_bench(suite, env=AVX2, micro=False, isolate=False, threads=1,
+                    inject={"baseline": noisy, "fp32-fused": noisy})
+    sch = res["schedule"]
+    assert sch["looks"] == [4, 8, 12] and sch["level"] == pytest.approx(1 - 0.05 / 3)
+    assert sch["rounds_run"] > 4 and sch["stop_reason"], sch
+    assert res["schedule"]["noise"]["aa"]["looks"] == 3
+
+
+def test_without_adaptation_the_schedule_is_the_planned_one():
+    res = run_bench(TINY, env=AVX2, micro=False, isolate=False, threads=1)
+    sch = res["schedule"]
+    assert sch["looks"] == [4] and sch["rounds_run"] == 4 and "last look" in sch["stop_reason"]

@@ -151,3 +151,86 @@ def test_shuffled_rounds_give_every_contender_every_neighbour():
     assert before_baseline(lambda k: rotated(keys, k)) <= {"twin", None}  # rotation: always the twin
     assert before_baseline(lambda k: shuffled(keys, k, 0)) >= {"twin", "a", "b", "c", None}
     assert shuffled(keys, 3, 7) == shuffled(keys, 3, 7)  # seeded: a run can be replayed
+
+
+# -- adaptive rounds: a fixed schedule of looks with the 5% split among them (Bonferroni) ----------
+
+def _adaptive(true_ms: dict[str, float], *, seed: int, last: int = 32, looks: int | None = None,
+              every_round: bool = False, use_floor: bool = True, **host) -> tuple[str, int]:
+    """A run that measures until the evidence is in, on the simulated busy host: (the verdict on
+    'cand' where it stopped, the rounds it took). `every_round` is the invalid rule (a look after
+    every round from 3 on, each at 95%) that optional stopping must not be allowed to become.
+    `use_floor=False` judges on the interval alone (no A/A floor), to show what the split itself does."""
+    from overdrive.measure.stats import LOOKS, look_rounds, ready_to_stop, settled
+
+    r = _busy_host(true_ms, rounds=last, steps=3, seed=seed, **host)
+    k = LOOKS if looks is None else looks
+    at = list(range(3, last + 1)) if every_round else look_rounds(4, last, k)
+    k = 1 if every_round else k
+    for n in at:
+        base = round_medians(r["baseline"][:n])
+        floor = noise_floor(base, round_medians(r["twin"][:n]), looks=k) if use_floor else None
+        c = compare(base, round_medians(r["cand"][:n]), floor, seed=1, looks=k)
+        stop = ready_to_stop(floor, [c]) if use_floor else settled(c)
+        if n == at[-1] or stop or (every_round and c.verdict != "same"):
+            return c.verdict, n
+    raise AssertionError("unreachable")
+
+
+def test_adaptive_stopping_keeps_aa_same_in_95pct_of_200_seeds():
+    """Optional stopping at the fixed looks (rounds 4, 8, 16, 32) at level 1 - 0.05/4: the A/A
+    comparison is still 'same' in at least 95% of seeds, though the run may stop at any look."""
+    v = [_adaptive({"baseline": 100, "twin": 100, "cand": 100}, seed=s)[0] for s in range(200)]
+    assert v.count("same") >= 190, v.count("same")
+
+
+def test_peeking_after_every_round_would_inflate_false_differences():
+    """The split matters: judged on the paired interval alone, stopping at the first of many 95%
+    looks that calls a difference (peeking) calls an A/A difference in ~25% of seeds; the four fixed
+    looks at 1 - 0.05/4 in ~6% (the bootstrap over few rounds is a little narrow by itself: the A/A
+    floor, the second guard, brings the full rule under 5%, as the test above shows)."""
+    peek = [_adaptive({"baseline": 100, "twin": 100, "cand": 100}, seed=s, every_round=True, use_floor=False,
+                      last=24)[0] for s in range(200)]
+    fair = [_adaptive({"baseline": 100, "twin": 100, "cand": 100}, seed=s, use_floor=False, last=24)[0]
+            for s in range(200)]
+    assert fair.count("same") >= 180, fair.count("same")
+    assert peek.count("same") < 165, peek.count("same")
+
+
+def test_adaptive_stopping_still_finds_a_real_1_3x_and_stops_early_on_evidence():
+    runs = [_adaptive({"baseline": 100, "twin": 100, "cand": 100 / 1.3}, seed=s) for s in range(200)]
+    v = [x[0] for x in runs]
+    assert v.count("faster") >= 190 and v.count("slower") == 0, v.count("faster")
+    # On a quieter host (5% per turn) the evidence is in early, and the runs stop early.
+    quiet = [_adaptive({"baseline": 100, "twin": 100, "cand": 100 / 1.3}, seed=s, turn_sigma=0.05) for s in range(200)]
+    assert sum(v == "faster" and n <= 8 for v, n in quiet) >= 150, sorted(n for _, n in quiet)
+
+
+def test_a_wide_floor_is_measured_on_rather_than_called_too_busy():
+    """Noise that makes 4 rounds 'too busy to judge' (A/A beyond ±15%) is measured on to the last
+    look, where the floor has narrowed enough to judge in most seeds."""
+    from overdrive.measure.stats import look_rounds
+
+    busy4 = narrow_at_end = 0
+    for s in range(100):
+        r = _busy_host({"baseline": 100, "twin": 100}, rounds=32, steps=3, seed=s, turn_sigma=0.1)
+        f4 = noise_floor(round_medians(r["baseline"][:4]), round_medians(r["twin"][:4]), looks=4)
+        f32 = noise_floor(round_medians(r["baseline"]), round_medians(r["twin"]), looks=4)
+        busy4 += host_too_busy(f4)
+        narrow_at_end += not host_too_busy(f32)
+    assert look_rounds(4, 32) == [4, 8, 16, 32]
+    assert busy4 >= 90 and narrow_at_end >= 90, (busy4, narrow_at_end)
+
+
+def test_t_quantile_and_look_levels():
+    from overdrive.measure.stats import _t975, look_level, look_rounds, t_quantile
+
+    for df in (1, 2, 3, 5, 10, 29):
+        assert t_quantile(0.975, df) == pytest.approx(_t975(df), rel=3e-3)
+    assert look_level(4) == pytest.approx(0.9875) and look_level(1) == pytest.approx(0.95)
+    assert look_rounds(4, 16) == [4, 8, 16] and look_rounds(4, 4) == [4] and look_rounds(4, 100) == [4, 8, 16, 100]
+    # A 98.75% interval is wider than the 95% one on the same rounds.
+    base, cand = [100.0, 104.0, 97.0, 101.0, 99.0], [90.0, 92.0, 91.0, 88.0, 93.0]
+    _, lo95, hi95 = paired_ci(base, cand)
+    _, lo, hi = paired_ci(base, cand, level=look_level(4))
+    assert lo < lo95 and hi > hi95

@@ -52,7 +52,8 @@ def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport, sched: Schedule
     base = next((r for r in runs if r.cand.baseline), None)
     twin = sched.twin if sched is not None else None
     base_rounds = round_medians(base.rounds_ms) if base else []
-    floor = noise_floor(base_rounds, round_medians(twin.rounds_ms)) if (twin is not None and base) else None
+    looks = len(sched.looks) if sched is not None and sched.looks else 1  # the level the run stopped at
+    floor = noise_floor(base_rounds, round_medians(twin.rounds_ms), looks=looks) if (twin is not None and base) else None
     spec = env.gpus[0].spec if env.gpus else None
     gpt = suite.task == "gpt"
     workload = workload_for_task(suite.task)
@@ -108,7 +109,7 @@ def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport, sched: Schedule
             m.update(quality[role])
             c["models"][role] = m
         if not run.cand.baseline and base and base.step_ms() and run.step_ms() and not emulated:
-            cmp = compare(base_rounds, round_medians(run.rounds_ms), floor, seed=ci_seed(run.cand.name))
+            cmp = compare(base_rounds, round_medians(run.rounds_ms), floor, seed=ci_seed(run.cand.name), looks=looks)
             c["speedup"], c["speedup_ci"] = (cmp.speedup, list(cmp.ci)) if cmp.ci else (None, None)
             c["verdict"], c["verdict_why"], c["rounds"] = cmp.verdict, cmp.why, cmp.rounds
         else:
@@ -129,6 +130,8 @@ def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport, sched: Schedule
     sched = sched or Schedule(rounds_planned=suite.rounds, rounds_run=suite.rounds)
     schedule = {"rounds_planned": sched.rounds_planned, "rounds_run": sched.rounds_run,
                 "cut_by_budget": sched.cut_by_budget, "budget_s": sched.budget_s,
+                "looks": list(sched.looks), "level": 1 - 0.05 / looks, "wall_cap_s": sched.wall_cap_s,
+                "stop_reason": sched.stop_reason,
                 "parity_steps": suite.parity_steps,
                 "threads": sched.threads.to_dict() if sched.threads else None, "load_1min": list(sched.load),
                 "noise": noise_record(floor, twin, sched)}

@@ -3,7 +3,12 @@ interleaved rounds (the one scheduler, `timing.interleaved_rounds`) so machine d
 
 Two things are kept apart, so the host's load can change the timing but never the verdict on quality:
 - timing: every worker set up and warmed up first (no timed step while any worker compiles or warms
-  up), then timed rounds that a wall-clock budget may cut (never below `min_rounds`). A twin of the
+  up), then timed rounds that a wall-clock budget may cut (never below `min_rounds`). The round count
+  adapts to the measured noise: at the fixed looks of `measure.stats.look_rounds` (`rounds`, twice
+  that, ... up to `max_rounds`) the rounds stop when the evidence is in (`ready_to_stop`: the A/A floor
+  narrow enough to judge and every verdict settled), else go on past `rounds` and `budget_s` up to the
+  wall-time cap `max_budget_s`; every interval is at the looks' Bonferroni level, and why the rounds
+  stopped is recorded (`Schedule.stop_reason`). A twin of the
   baseline runs in the same rounds: the A/A control that measures this host's noise now. A
   configuration stops early only when its paired per-round interval over at least 3 rounds says it is
   more than `slow_factor` times slower than the baseline (never an emulated format: it runs for its
@@ -26,7 +31,8 @@ from overdrive.bench.task import PROGRAM
 from overdrive.env import EnvReport
 from overdrive.measure.launch import Failure, Launcher, Worker, call_all
 from overdrive.measure.rounds import interleaved_rounds
-from overdrive.measure.stats import evidence_of_slowdown, noise_floor, round_medians
+from overdrive.measure.stats import (compare, evidence_of_slowdown, look_rounds, noise_floor, ready_to_stop,
+                                     round_medians)
 from overdrive.measure.threads import ThreadPlan, host_load, plan_threads
 from overdrive.recipes import ResolvedRecipe, resolve
 from overdrive.recipes.labels import effective_key
@@ -100,6 +106,13 @@ class Schedule:
     load: list[float | None] = field(default_factory=list)
     """The host's 1-minute load average at the start and at the end of the timed rounds."""
     twin: ConfigRun | None = None
+    looks: list[int] = field(default_factory=list)
+    """The rounds after which the run could stop (fixed before timing; every interval is at level
+    1 - 0.05/len(looks))."""
+    wall_cap_s: float = 0.0
+    """The adaptive rounds' wall-time cap."""
+    stop_reason: str = ""
+    """Why the timed rounds stopped where they did."""
 
 
 def _record(run: ConfigRun, steps: list[dict], *, kind: str) -> None:
@@ -283,6 +296,14 @@ def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed,
 
     t_rounds = time.perf_counter()
     sched.load.append(host_load())
+    last = max(suite.rounds, suite.max_rounds or 0)
+    # The first look at the planned rounds: a quiet host runs what it always did; a noisy one measures on.
+    sched.looks = look_rounds(max(suite.min_rounds, suite.rounds), last)
+    sched.rounds_planned = last
+    cap = max(suite.budget_s, suite.max_budget_s or 0.0)
+    sched.wall_cap_s = cap
+    k_looks = len(sched.looks)
+    t_last = [t_rounds]
 
     def run_one(run: ConfigRun, k: int) -> bool:
         if not run.live:
@@ -299,14 +320,39 @@ def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed,
         # Early stops are decided when a round is complete (the order is shuffled, so mid-round the
         # baseline may not have run its turn yet), on every round so far.
         for run in runs:
-            if run.live and _too_slow(run, baseline, twin, suite):
+            if run.live and _too_slow(run, baseline, twin, suite, looks=k_looks):
                 _finish(run)
         tick(f"round {done}/{n}")
 
+    def until(done: int) -> bool:
+        now = time.perf_counter()
+        per_round, t_last[0] = now - t_last[0], now
+        if done not in sched.looks:
+            return False
+        if not any(r.live for r in runs if r is not baseline and not r.twin):
+            sched.stop_reason = f"no configuration left to measure against the baseline after {done} rounds"
+            return True
+        if done == sched.looks[-1]:
+            sched.stop_reason = f"the last look ({done} rounds)"
+            return True
+        why = _evidence_in(runs, baseline, twin, k_looks)
+        if why:
+            sched.stop_reason = why
+            return True
+        nxt = sched.looks[sched.looks.index(done) + 1]
+        if now - t_rounds + per_round * (nxt - done) > cap:
+            sched.stop_reason = (f"the wall-time cap: {nxt} rounds would not fit in {cap:g} s "
+                                 f"({now - t_rounds:.0f} s for {done}), evidence still out")
+            return True
+        return False
+
     sched.rounds_run = interleaved_rounds(
-        [r for r in runs if r.live], run_one, rounds=suite.rounds, budget_s=suite.budget_s,
+        [r for r in runs if r.live], run_one, rounds=last, budget_s=cap,
         min_rounds=suite.min_rounds, on_round=end_of_round, charge_dropped=False,
-        shuffle_seed=seed)
+        shuffle_seed=seed, until=until)
+    if not sched.stop_reason:
+        sched.stop_reason = (f"the wall-time cap ({cap:g} s) after {sched.rounds_run} rounds" if
+                             any(r.live for r in runs) else f"every configuration stopped after {sched.rounds_run} rounds")
     sched.cut_by_budget = sched.rounds_run < suite.rounds and any(r.live for r in runs)
     sched.load.append(host_load())
     if twin is not None:  # the A/A control has done its work: no parity top-up, not a result
@@ -350,13 +396,26 @@ def ci_seed(name: str) -> int:
     return zlib.crc32(name.encode())
 
 
-def _too_slow(run: ConfigRun, baseline: ConfigRun | None, twin: ConfigRun | None, suite: Suite) -> bool:
+def _evidence_in(runs: list[ConfigRun], baseline: ConfigRun | None, twin: ConfigRun | None, looks: int) -> str | None:
+    """At a look: why the rounds may stop (`measure.stats.ready_to_stop` on every configuration still
+    timed against the baseline), or None. Without a twin there is no floor: no early stop."""
+    if baseline is None or twin is None:
+        return None
+    b = round_medians(baseline.rounds_ms)
+    floor = noise_floor(b, round_medians(twin.rounds_ms), looks=looks)
+    cmps = [compare(b, round_medians(r.rounds_ms), floor, seed=ci_seed(r.cand.name))
+            for r in runs if r.live and r is not baseline and not r.twin and not _emulated(r)]
+    return ready_to_stop(floor, cmps)
+
+
+def _too_slow(run: ConfigRun, baseline: ConfigRun | None, twin: ConfigRun | None, suite: Suite, *,
+              looks: int = 1) -> bool:
     """Stop when the paired per-round interval over at least 3 rounds lies wholly below
     1/slow_factor (and beyond the A/A floor so far): never from the steps of one moment."""
     if run is baseline or run.twin or baseline is None or _emulated(run):
         return False
     b, c = round_medians(baseline.rounds_ms), round_medians(run.rounds_ms)
-    floor = noise_floor(b, round_medians(twin.rounds_ms)) if twin is not None else None
+    floor = noise_floor(b, round_medians(twin.rounds_ms), looks=looks) if twin is not None else None
     ci = evidence_of_slowdown(b, c, suite.slow_factor, seed=ci_seed(run.cand.name), floor=floor)
     if ci is None:
         return False

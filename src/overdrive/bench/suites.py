@@ -35,6 +35,12 @@ class Suite:
     parity_steps: int
     """Training steps every configuration completes before its quality is judged (loss curve, or
     held-out AUC), whatever the time budget: the safety verdict must not depend on the host's load."""
+    max_rounds: int = 0
+    """Adaptive rounds: past `rounds` (and past `budget_s`) the timed rounds go on, at the fixed looks of
+    `overdrive.measure.stats.look_rounds`, up to this many while the A/A floor is too wide to judge or a
+    verdict is not yet settled (0: `rounds`, no adaptation)."""
+    max_budget_s: float = 0.0
+    """The wall-time cap of adaptive rounds (0: `budget_s`): never measured on past it."""
     min_rounds: int = 3
     """A budget never cuts the timed rounds below this: a verdict and an early stop need rounds at
     3 different moments (`overdrive.measure.MIN_EVIDENCE_ROUNDS`)."""
@@ -63,9 +69,10 @@ def _cands(*names: str) -> tuple[Candidate, ...]:
 SUITES: dict[str, Suite] = {
     "cpu-quick": Suite(name="cpu-quick", teacher="cpu-teacher", student="cpu-student", batch=8, seq=64, warmup=2,
                        rounds=8, steps_per_round=2, budget_s=30, parity_steps=24, micro="cpu-quick", min_rounds=4,
+                       max_rounds=24, max_budget_s=120,
                        candidates=_cands("fp32-fused", "amp-bf16", "amp-fp16", "fp8")),
     "cpu": Suite(name="cpu", teacher="cpu-teacher", student="cpu-student", batch=8, seq=128, warmup=3, rounds=8,
-                 steps_per_round=4, budget_s=90, parity_steps=40, micro="cpu",
+                 steps_per_round=4, budget_s=90, parity_steps=40, micro="cpu", max_rounds=24, max_budget_s=240,
                  candidates=_cands("fp32-fused", "amp-bf16", "amp-fp16", "fp8", "fp32-fused+compile")),
     # H100/H200: ~0.4B teacher and 0.15B student (32K vocab, seq 2048). Every configuration
     # lives in its own process at once (that is what interleaving needs): 5 x ~18 GB fits 141 GB.

@@ -90,7 +90,8 @@ def shuffled(items: Sequence[K], k: int, seed: int) -> list[K]:
 def interleaved_rounds(keys: Sequence[K], run_one: Callable[[K, int], bool], *, rounds: int,
                        budget_s: float | None = None, min_rounds: int = 1,
                        on_round: Callable[[int, int], None] | None = None, charge_dropped: bool = True,
-                       clock: Callable[[], float] = time.perf_counter, shuffle_seed: int | None = None) -> int:
+                       clock: Callable[[], float] = time.perf_counter, shuffle_seed: int | None = None,
+                       until: Callable[[int], bool] | None = None) -> int:
     """Run `rounds` rounds; in round k call `run_one(key, k)` for every live key in rotated order.
 
     `run_one` returns False to drop its key (it failed, or was stopped). After `min_rounds`, a
@@ -122,6 +123,8 @@ def interleaved_rounds(keys: Sequence[K], run_one: Callable[[K, int], bool], *, 
         done += 1
         if on_round:
             on_round(done, rounds)
+        if until is not None and until(done):
+            break
     return done
 
 

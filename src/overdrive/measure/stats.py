@@ -12,6 +12,14 @@ wild ratio), and the interval is widened to Student's t with Yuen's correction f
 The A/A control is the baseline against itself (a twin worker measured in the same rounds). Its
 interval is what noise alone produces here and now; a difference is called only when the candidate's
 interval clears it, so a host whose A/A spread is wide says "too busy to judge", not a false verdict.
+
+Adaptive rounds (a run that measures until the evidence is in) look at the data more than once, and
+each look is another chance for noise to cross a 95% line: stopping at the first look that says
+"faster" would call an A/A difference far more often than 5% (peeking). The rule here is a fixed,
+small schedule of looks (`look_rounds`: rounds 4, 8, 16, ... at most `LOOKS` of them) with the 5%
+split evenly among them (Bonferroni): every interval a run reports is at level 1 - 0.05/looks, so
+the chance that any look, and hence the one the run stopped at, calls a false difference stays
+under 5% whenever and however often it stops (`NoiseFloor.looks` carries the split into `compare`).
 """
 
 from __future__ import annotations
@@ -22,13 +30,55 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["summarize", "speedup_ci", "round_medians", "round_ratios", "paired_ci", "NoiseFloor", "noise_floor",
-           "Comparison", "compare", "MIN_EVIDENCE_ROUNDS", "BUSY_FLOOR", "host_too_busy", "evidence_of_slowdown"]
+           "Comparison", "compare", "MIN_EVIDENCE_ROUNDS", "BUSY_FLOOR", "host_too_busy", "evidence_of_slowdown",
+           "LOOKS", "look_level", "look_rounds", "settled", "ready_to_stop", "t_quantile", "PRACTICAL_MARGIN"]
 
 MIN_EVIDENCE_ROUNDS = 3
 """An early stop or a verdict rests on at least this many rounds, each a different moment."""
 BUSY_FLOOR = 1.15
 """An A/A interval wider than [1/1.15, 1.15] means the host's noise alone moves timings by more than
 15%: no recommendation is made, the figures are shown instead."""
+LOOKS = 4
+"""An adaptive run looks at its rounds at most this many times (`look_rounds`), each at level
+1 - 0.05/LOOKS: the Bonferroni split that keeps optional stopping honest."""
+PRACTICAL_MARGIN = 1.05
+"""A 'same' whose whole interval lies within [1/1.05, 1.05] cannot become a difference worth having
+with more rounds: a settled verdict, like 'faster' and 'slower'."""
+
+
+def look_level(looks: int = 1, level: float = 0.95) -> float:
+    """The confidence of each interval when a run may stop at any of `looks` looks (Bonferroni)."""
+    return 1 - (1 - level) / max(1, int(looks))
+
+
+def look_rounds(first: int, last: int, looks: int = LOOKS) -> list[int]:
+    """The rounds after which an adaptive run may stop: first, 2*first, 4*first, ... up to `last`
+    (always included), at most `looks` of them. Fixed before any round is timed."""
+    first = max(MIN_EVIDENCE_ROUNDS, int(first))
+    last = max(first, int(last))
+    out = [first]
+    while len(out) < looks and out[-1] < last:
+        out.append(min(last, 2 * out[-1]))
+    if out[-1] < last:
+        out[-1] = last
+    return out
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile (p in (0.5, 1)): exact for 1 and 2 degrees of freedom, the Cornish-Fisher
+    series in the normal quantile above (Abramowitz & Stegun 26.7.5; within 0.3% from 3 on)."""
+    from statistics import NormalDist
+
+    df = max(1, int(df))
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if df == 2:
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    z = NormalDist().inv_cdf(p)
+    v = float(df)
+    return (z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
+            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
+            + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * v**4))
 
 
 def summarize(xs: list[float]) -> dict:
@@ -96,7 +146,13 @@ def paired_ci(base: list[float], cand: list[float], *, level: float = 0.95, resa
     # with normal quantiles); widen its deviations to Student's t with the kept rounds' freedom.
     # Winsorizing shrinks the spread it resamples: scale back by n/(n-2g) (Yuen's trimmed-mean error).
     h = n - 2 * g
-    widen = (_t975(max(1, h - 1)) / 1.959964 * math.sqrt(n / (n - 1)) if level == 0.95 else 1.0) * n / h
+    if level == 0.95:
+        t_over_z = _t975(max(1, h - 1)) / 1.959964
+    else:
+        from statistics import NormalDist
+
+        t_over_z = t_quantile(1 - alpha, h - 1) / NormalDist().inv_cdf(1 - alpha)
+    widen = t_over_z * math.sqrt(n / (n - 1)) * n / h
     lo, hi = float(np.quantile(boot, alpha)), float(np.quantile(boot, 1 - alpha))
     return (math.exp(m), math.exp(m - widen * (m - lo)), math.exp(m + widen * (hi - m)))
 
@@ -121,6 +177,9 @@ class NoiseFloor:
     rounds: int
     spread_pct: float
     """Half-width of the A/A interval in percent (log scale): what noise alone does here."""
+    looks: int = 1
+    """The looks the run may stop at: this interval, and every `compare` against this floor, is at
+    level `look_level(looks)`."""
 
     @property
     def factor(self) -> float:
@@ -128,16 +187,19 @@ class NoiseFloor:
         return math.exp(self.spread_pct / 100)
 
     def to_dict(self) -> dict:
-        return {"ratio": self.ratio, "ci": [self.lo, self.hi], "rounds": self.rounds, "spread_pct": self.spread_pct}
+        return {"ratio": self.ratio, "ci": [self.lo, self.hi], "rounds": self.rounds, "spread_pct": self.spread_pct,
+                "looks": self.looks, "level": look_level(self.looks)}
 
 
-def noise_floor(base: list[float], twin: list[float], *, seed: int = 12345) -> NoiseFloor | None:
-    """The A/A floor from the baseline's and its twin's per-round medians (None below 2 rounds)."""
-    ci = paired_ci(base, twin, seed=seed)
+def noise_floor(base: list[float], twin: list[float], *, seed: int = 12345, looks: int = 1) -> NoiseFloor | None:
+    """The A/A floor from the baseline's and its twin's per-round medians (None below 2 rounds), at
+    the level of a run that may stop at `looks` looks."""
+    ci = paired_ci(base, twin, seed=seed, level=look_level(looks))
     if ci is None:
         return None
     half = max(abs(math.log(ci[1])), abs(math.log(ci[2])))
-    return NoiseFloor(ratio=ci[0], lo=ci[1], hi=ci[2], rounds=min(len(base), len(twin)), spread_pct=100 * half)
+    return NoiseFloor(ratio=ci[0], lo=ci[1], hi=ci[2], rounds=min(len(base), len(twin)), spread_pct=100 * half,
+                      looks=max(1, int(looks)))
 
 
 @dataclass(frozen=True)
@@ -155,12 +217,14 @@ class Comparison:
 
 
 def compare(base: list[float], cand: list[float], floor: NoiseFloor | None = None, *, seed: int = 0,
-            min_rounds: int = MIN_EVIDENCE_ROUNDS) -> Comparison:
+            min_rounds: int = MIN_EVIDENCE_ROUNDS, looks: int | None = None) -> Comparison:
     """The verdict on per-round medians: 'faster' only when the whole paired interval lies above 1.0
     and the speedup itself exceeds what the A/A control (baseline vs its twin, same rounds) produced
-    from noise alone; 'slower' likewise below. Fewer than `min_rounds` paired rounds: 'unknown'."""
+    from noise alone; 'slower' likewise below. Fewer than `min_rounds` paired rounds: 'unknown'.
+    The interval's level is that of the run's looks (`looks`, else the floor's)."""
     n = len(round_ratios(base, cand))
-    ci = paired_ci(base, cand, seed=seed)
+    k = looks if looks is not None else (floor.looks if floor else 1)
+    ci = paired_ci(base, cand, seed=seed, level=look_level(k))
     if ci is None or n < min_rounds:
         return Comparison("unknown", ci[0] if ci else None, (ci[1], ci[2]) if ci else None, n,
                           f"{n} paired round(s); a verdict needs {min_rounds}")
@@ -176,6 +240,26 @@ def compare(base: list[float], cand: list[float], floor: NoiseFloor | None = Non
     return Comparison("same", s, (lo, hi), n, "interval includes 1.0")
 
 
+def settled(c: Comparison, *, margin: float = PRACTICAL_MARGIN) -> bool:
+    """More rounds could not change what this comparison decides: 'faster' or 'slower', or a 'same'
+    whose whole interval lies within [1/margin, margin]."""
+    if c.verdict in ("faster", "slower"):
+        return True
+    return c.verdict == "same" and c.ci is not None and c.ci[0] >= 1 / margin and c.ci[1] <= margin
+
+
+def ready_to_stop(floor: NoiseFloor | None, comparisons: list[Comparison]) -> str | None:
+    """At a look: why the rounds may stop now, or None to measure on. Only on evidence: the A/A floor
+    is measured and narrow enough to judge (`host_too_busy` false), and every comparison that matters
+    is `settled`. A run also stops at its last look or when its wall-time cap comes: the caller's."""
+    if floor is None or host_too_busy(floor):
+        return None
+    if all(settled(c) for c in comparisons):
+        return (f"settled after {floor.rounds} rounds: A/A floor ±{floor.spread_pct:.1f}%, every verdict "
+                "decided (faster, slower, or the same within ±5%)")
+    return None
+
+
 def host_too_busy(floor: NoiseFloor | None, *, limit: float = BUSY_FLOOR) -> bool:
     """True when the A/A interval is wider than [1/limit, limit]: the host's own noise exceeds what a
     recommendation may rest on. No floor (too few rounds) is not 'busy': the verdicts say 'unknown'."""
@@ -189,7 +273,7 @@ def evidence_of_slowdown(base: list[float], cand: list[float], factor: float, *,
     This is the only early stop: never from the steps of one moment."""
     if len(round_ratios(base, cand)) < MIN_EVIDENCE_ROUNDS:
         return None
-    ci = paired_ci(base, cand, seed=seed)
+    ci = paired_ci(base, cand, seed=seed, level=look_level(floor.looks if floor else 1))
     f = floor.factor if floor else 1.0
     if ci is None or ci[2] >= 1 / factor or ci[2] >= 1 / f:
         return None

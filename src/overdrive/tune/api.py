@@ -175,7 +175,8 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
     best, summary, confident = _pick(rows, s.runs, floor=floor, busy=busy, load=s.load, cores=s.plan.cores)
     meta = {"device": env.device, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "workload": wl.label, "budget_s": budget_s, "elapsed_s": round(time.perf_counter() - t0, 2),
-            "rounds": s.rounds, "baseline": base.cand.name, "signature": base.signature,
+            "rounds": s.rounds, "looks": list(s.looks), "level": 1 - 0.05 / len(s.looks),
+            "rounds_stop": s.stop_reason, "baseline": base.cand.name, "signature": base.signature,
             "fingerprint": machine_fingerprint(env), "tolerance": tolerance.describe(),
             "memory_limit": s.memory_note, "cpu": env.platform.get("cpu", {}).get("model"),
             "gpu": env.gpus[0].name if env.gpus else None, "threads": s.plan.to_dict(),

@@ -13,10 +13,16 @@ The schedule, and why:
    activation checkpointing only when memory is the limit (an OOM, or > 85% of GPU memory).
 4. Timed rounds through `measure.rounds.interleaved_rounds` (rotating order, so a noisy shared host
    drifts on all alike), a twin of the baseline among them (the A/A control: this host's noise,
-   measured now); after rounds 2, 4, 8, ... the slower half is dropped (successive halving) when the
-   leader is surely faster on paired per-round ratios, or unconditionally from round 8 on. An early
+   measured now); after rounds 2, 3, 4, 8, ... the slower half is dropped (successive halving) when the
+   leader is surely faster on paired per-round ratios, or unconditionally from round 8 on, or from
+   round 3 on when the time left fits fewer than 8 more rounds of the field. An early
    stop for slowness needs at least 3 rounds (`measure.stats.evidence_of_slowdown`); during the
    warm-ups only a gross slowdown (over 10x, bf16 on a CPU without bf16 units runs ~70x) stops one.
+5. The rounds stop early only on evidence, at fixed looks (rounds 4, 8, 16, 32: `measure.stats.look_rounds`),
+   every interval at the looks' Bonferroni level: when the A/A floor is narrow enough to judge, the
+   leader's verdict against the baseline is settled and every rival left is surely slower than the
+   leader or the same within ±5%. Otherwise they go on until the budget (a busy host needs more
+   rounds to judge, not a "too busy" after a few); why they stopped is recorded.
 Threads per worker come from the cores, the workers stepping at once and the load (recorded).
 Every call to a worker has a timeout that ends at the deadline, so the budget holds.
 """
@@ -35,7 +41,8 @@ from overdrive.env import EnvReport
 from overdrive.errors import UserError
 from overdrive.measure.launch import Failure, Launcher, Worker
 from overdrive.measure.rounds import interleaved_rounds
-from overdrive.measure.stats import compare, evidence_of_slowdown, noise_floor, round_medians
+from overdrive.measure.stats import (LOOKS, compare, evidence_of_slowdown, look_rounds, noise_floor, ready_to_stop,
+                                     round_medians)
 from overdrive.measure.threads import host_load, plan_threads
 from overdrive.recipes import resolve
 from overdrive.tune.candidates import (Candidate, checkpointing_candidates, knob_candidates, named_candidates,
@@ -48,6 +55,11 @@ __all__ = ["Run", "Session", "measure", "GROSS_SLOWDOWN"]
 
 GROSS_SLOWDOWN = 10.0
 """During the warm-ups, a candidate this many times slower on every step is stopped at once."""
+LOOK_ROUNDS = look_rounds(4, 32, LOOKS)
+"""The rounds after which tune may stop measuring (4, 8, 16, 32); the budget may end them sooner."""
+TURN_S = 0.3
+"""About this much of the baseline's step time per turn (at least one step): short turns give more
+rounds, and the round, not the step, is the unit of evidence."""
 
 
 @dataclass(eq=False)
@@ -108,6 +120,9 @@ class Session:
         self.twin: Run | None = None
         """The baseline's A/A twin: in the timed rounds, never a candidate."""
         self.load: list[float | None] = []
+        self.looks: list[int] = list(LOOK_ROUNDS)
+        self.stop_reason = ""
+        """Why the timed rounds stopped where they did."""
 
     def left(self, until: float | None = None) -> float:
         return (until or self.deadline) - time.perf_counter()
@@ -293,12 +308,12 @@ class Session:
         """The A/A noise floor so far (None without a twin or before 2 rounds)."""
         if self.twin is None:
             return None
-        return noise_floor(round_medians(base.rounds_ms), round_medians(self.twin.rounds_ms))
+        return noise_floor(round_medians(base.rounds_ms), round_medians(self.twin.rounds_ms), looks=len(self.looks))
 
     def _timed(self, base: Run, reserve_s: float) -> None:
         live = [r for r in self.runs if r.live] + ([self.twin] if self.twin is not None and self.twin.live else [])
         step_s = {id(r): (r.steady_ms() or 1.0) / 1e3 for r in live}
-        spr = max(1, min(8, round(0.6 / max(1e-3, step_s[id(base)]))))  # ~0.6 s of baseline per turn
+        spr = max(1, min(8, round(TURN_S / max(1e-3, step_s[id(base)]))))
         budget = self.left() - reserve_s
         # What cannot fit twice in the time left is dropped now, slowest first (the baseline stays).
         while len(live) > 1 and 2 * spr * sum(step_s[id(r)] for r in live) > budget:
@@ -335,25 +350,60 @@ class Session:
             self.rounds = done
             self.say(f"round {done}: " + ", ".join(f"{r.cand.name} {statistics.median(r.ms):.1f} ms"
                                                     for r in live if r.live and r.ms))
-            if done & (done - 1):  # rungs at rounds 2, 4, 8, ...
+            now = time.perf_counter()
+            per_round, t_round[0] = now - t_round[0], now
+            if done != 3 and done & (done - 1):  # rungs at rounds 2, 3 (the first with evidence), 4, 8, ...
                 return
             rivals = sorted((r for r in live if r.live and r is not base and r is not self.twin and r.ms),
                             key=lambda r: statistics.median(r.ms))
             if len(rivals) < 2 or done < 2:
                 return
+            # Squeezed: the time left fits fewer than 8 more rounds of this field (a slow model on a busy
+            # host, 3 rounds in 150 s with 9 rivals): halve on the paired medians of >= 3 rounds rather
+            # than end with too few rounds to judge anything.
+            squeezed = done >= 3 and (self.left() - reserve_s) < 8 * per_round
             leader, keep = rivals[0], math.ceil(len(rivals) / 2)
             for r in rivals[keep:]:
                 sure = compare(round_medians(r.rounds_ms), round_medians(leader.rounds_ms),
                                self.floor(base)).verdict == "faster"
-                if sure or done >= 8:
+                if sure or done >= 8 or squeezed:
                     self._end(r, "eliminated", f"successive halving after round {done}: median "
                               f"{statistics.median(r.ms):.1f} ms vs {leader.cand.name} {statistics.median(leader.ms):.1f}"
-                              " ms" + (" (surely slower)" if sure else ""), collect=True)
+                              " ms" + (" (surely slower)" if sure else " (too little budget left for this many)"
+                                       if squeezed and done < 8 else ""), collect=True)
+
+        def until(done: int) -> bool:
+            if done not in self.looks:
+                return False
+            if done == self.looks[-1]:
+                self.stop_reason = f"the last look ({done} rounds)"
+                return True
+            why = self._evidence_in(base, [r for r in live if r.live and r is not base and r is not self.twin])
+            if why:
+                self.stop_reason = why
+            return why is not None
 
         self.load.append(host_load())
-        interleaved_rounds([id(r) for r in live], run_one, rounds=100_000, budget_s=budget, min_rounds=1,
-                           on_round=halve, shuffle_seed=self.seed)
+        t_round = [time.perf_counter()]
+        n = interleaved_rounds([id(r) for r in live], run_one, rounds=self.looks[-1], budget_s=budget, min_rounds=1,
+                               on_round=halve, shuffle_seed=self.seed, until=until)
+        if not self.stop_reason:
+            self.stop_reason = f"the budget ({self.total_budget_s:g} s) after {n} rounds"
         self.load.append(host_load())
+
+    def _evidence_in(self, base: Run, rivals: list[Run]) -> str | None:
+        """At a look: the floor narrow, the leader settled against the baseline, every other rival
+        surely slower than the leader or the same within ±5% (`measure.stats.ready_to_stop`)."""
+        rivals = [r for r in rivals if r.ms]
+        if not rivals:
+            return None
+        floor = self.floor(base)
+        leader = min(rivals, key=lambda r: statistics.median(r.ms))
+        lead = round_medians(leader.rounds_ms)
+        cmps = [compare(round_medians(base.rounds_ms), lead, floor)]
+        cmps += [compare(round_medians(r.rounds_ms), lead, floor) for r in rivals if r is not leader]
+        why = ready_to_stop(floor, cmps)
+        return f"{why}; leader {leader.cand.name}" if why else None
 
 
 def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[str] | None = None,
