@@ -165,7 +165,7 @@ def register(sub) -> None:
                                    "(fp32, eager, for-loop AdamW) and each candidate recipe that resolves here, "
                                    "each in its own process, in interleaved rounds. Prints the table and the "
                                    "recommendation; --out writes results.json/csv, plots and report.html.")
-    b.add_argument("--quick", action="store_true", help="the short suite (CPU: under a minute)")
+    b.add_argument("--quick", action="store_true", help="the short suite (CPU: about a minute on a quiet 2-core host; on a noisy one it measures on, up to 2 min of rounds, until the verdicts settle)")
     from overdrive.bench.workloads import WORKLOADS  # a light import (no torch): parsing stays instant
 
     b.add_argument("--workload", choices=list(WORKLOADS), default="transformer",
