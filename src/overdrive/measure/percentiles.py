@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["min_samples", "percentile", "latency_summary", "aa_floor", "PERCENTILES"]
+__all__ = ["min_samples", "percentile", "latency_summary", "aa_floor", "t975", "PERCENTILES"]
 
 PERCENTILES = (50, 95, 99)
 
@@ -79,3 +79,15 @@ def aa_floor(a: Sequence[float], b: Sequence[float]) -> dict:
         x, y = sa[p], sb[p]
         out[f"{p}_rel"] = None if x is None or y is None else round(abs(x - y) / min(x, y), 4)
     return out
+
+
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    """Student's t 97.5% quantile (a two-sided 95% interval) for df degrees of freedom; beyond the
+    table, 1.96 + 2.4/df (within 0.002 of the exact value from df 30)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    return _T975[df - 1] if df <= len(_T975) else 1.959964 + 2.4 / df

@@ -13,7 +13,8 @@ by 1/rate, so every rate sees the same stream), a service time per batch drawn f
 measured at the smallest measured batch size >= the batch (a batch of 5 costs what 8 cost: an upper
 bound, like padding), and end-to-end latency = completion - arrival. What it leaves out, said in
 the results: network and (de)serialisation, the batcher's own overhead (tens of µs in Triton), and
-copies of requests into one batch tensor.
+copies of requests into one batch tensor. The highest rate is capped at UTIL_CAP (90%) of the
+capacity at full batches, and every simulation serves at least MIN_BATCHES batches.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numpy as np
 from overdrive.measure.percentiles import latency_summary, min_samples
 
 __all__ = ["BatcherConfig", "ServiceTimes", "simulate", "serve_arrivals", "max_rate_under_slo", "search_settings",
-           "rate_curve"]
+           "choose_setting", "rate_curve", "UTIL_CAP", "MIN_BATCHES", "SETTING_TOL"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,39 +80,53 @@ class ServiceTimes:
         return instances * b / (float(np.median(self.samples[self.measured_size(b)])) / 1e3)
 
 
+UTIL_CAP = 0.9
+"""The highest rate reported is at most this share of the capacity at full batches (median service
+time). At 100% the queue is a critically loaded random walk: whether a finite simulation's p99 stays
+under the SLO there is luck (a few long draws), and two runs of the same samples' resamples split on it."""
+
+MIN_BATCHES = 200
+"""A simulation serves at least this many batches: at 250k req/s in batches of 256, 4000 requests are
+16 batches, and whether one of them drew a preempted call decided the p99."""
+
+
 def _gaps(n: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).exponential(1.0, size=n)
 
 
 def simulate(cfg: BatcherConfig, service: ServiceTimes, rate: float, *, requests: int = 4000, seed: int = 0,
-             warmup_frac: float = 0.1) -> np.ndarray:
-    """End-to-end latencies (ms) of `requests` Poisson arrivals at `rate`/s through the batcher;
-    the first warmup_frac are dropped (the queue starts empty, a server under traffic does not)."""
+             warmup_frac: float = 0.1, min_batches: int = MIN_BATCHES) -> np.ndarray:
+    """End-to-end latencies (ms) of at least `requests` Poisson arrivals at `rate`/s through the batcher,
+    continued until `min_batches` batches were served; the first warmup_frac are dropped (the queue
+    starts empty, a server under traffic does not)."""
     if rate <= 0:
         raise ValueError(f"rate must be positive, got {rate}")
-    arr = np.cumsum(_gaps(requests, seed)) / rate * 1e3               # arrival times, ms
-    lat = serve_arrivals(cfg, service, arr, seed=seed)
-    return lat[int(requests * warmup_frac):]
+    n = min(max(requests, min_batches * cfg.max_batch_size), max(requests, 100_000))
+    arr = np.cumsum(_gaps(n, seed)) / rate * 1e3                      # arrival times, ms
+    lat = serve_arrivals(cfg, service, arr, seed=seed, stop_after=(requests, min_batches))
+    return lat[int(lat.size * warmup_frac):]
 
 
 def serve_arrivals(cfg: BatcherConfig, service: ServiceTimes, arrivals_ms: Sequence[float], *,
-                   seed: int = 0) -> np.ndarray:
-    """Latencies (ms) of requests arriving at the given sorted times through the batcher."""
+                   seed: int = 0, stop_after: tuple[int, int] | None = None) -> np.ndarray:
+    """Latencies (ms) of requests arriving at the given sorted times through the batcher; with
+    stop_after=(requests, batches), only until both that many requests and batches were served."""
     if cfg.max_batch_size > service.largest:
         raise ValueError(f"max_batch_size {cfg.max_batch_size} is above the largest measured batch {service.largest}")
     arr = [float(a) for a in arrivals_ms]
     requests = len(arr)
+    need_req, need_batches = stop_after or (requests, 0)
     rng = np.random.default_rng(seed + 1)
     delay = cfg.max_queue_delay_us / 1e3
     pref = sorted(cfg.preferred_batch_size) or [cfg.max_batch_size]
     target = pref[-1]
     free = [0.0] * cfg.instances                                       # when each instance is next free
-    done = np.empty(requests)
-    draws: dict[int, np.ndarray] = {}
+    done = [0.0] * requests
+    draws: dict[int, list[float]] = {}
     used: dict[int, int] = {}
-    i = 0
-    while i < requests:
-        k = min(range(cfg.instances), key=free.__getitem__)
+    i = nb = 0
+    while i < requests and (i < need_req or nb < need_batches):
+        k = min(range(cfg.instances), key=free.__getitem__) if cfg.instances > 1 else 0
         start = max(free[k], arr[i])                                   # an instance free, a request queued
         queued = bisect.bisect_right(arr, start, lo=i) - i
         if queued < target and delay > 0:
@@ -124,14 +139,15 @@ def serve_arrivals(cfg: BatcherConfig, service: ServiceTimes, arrivals_ms: Seque
         b = fits[-1] if fits and cfg.preferred_batch_size else queued  # the largest preferred size, else all
         m = service.measured_size(b)
         if used.get(m, 0) >= len(draws.get(m, ())):                    # draw service times in blocks
-            draws[m] = rng.choice(service.samples[m], size=1024)
+            draws[m] = rng.choice(service.samples[m], size=1024).tolist()
             used[m] = 0
-        s = float(draws[m][used[m]])
+        s = draws[m][used[m]]
         used[m] += 1
         free[k] = start + s
-        done[i:i + b] = free[k]
+        done[i:i + b] = [free[k]] * b
         i += b
-    return done - np.asarray(arr)
+        nb += 1
+    return np.asarray(done[:i]) - np.asarray(arr[:i])
 
 
 def _p99(cfg: BatcherConfig, service: ServiceTimes, rate: float, requests: int, seed: int) -> float:
@@ -139,20 +155,33 @@ def _p99(cfg: BatcherConfig, service: ServiceTimes, rate: float, requests: int, 
 
 
 def max_rate_under_slo(cfg: BatcherConfig, service: ServiceTimes, slo_ms: float, *, requests: int = 4000,
-                       seed: int = 0, rel_tol: float = 0.02) -> float | None:
+                       seed: int = 0, rel_tol: float = 0.02, guess: float | None = None) -> float | None:
     """The highest Poisson rate (req/s) whose simulated p99 is <= slo_ms, by bisection in log rate
-    (p99 grows with the rate); None if even a trickle (1% of capacity) misses the SLO. Never above the
-    capacity at full batches (median service time): past it the queue only grows, whatever a finite
-    simulation shows."""
-    hi = service.capacity(cfg.max_batch_size, cfg.instances)
-    lo = hi * 0.01
-    if _p99(cfg, service, lo, requests, seed) > slo_ms:
+    (p99 grows with the rate); None if even a trickle (1% of capacity) misses the SLO. At most
+    UTIL_CAP of the capacity at full batches (median service time). `guess` (a rate found before, e.g.
+    on the pooled samples when these are a resample of them) brackets the bisection near it first."""
+    cap = UTIL_CAP * service.capacity(cfg.max_batch_size, cfg.instances)
+
+    def ok(r: float) -> bool:
+        return _p99(cfg, service, r, requests, seed) <= slo_ms
+
+    if ok(cap):
+        return cap
+    lo, hi = cap * 0.01, cap
+    checked_lo = False
+    if guess:
+        g_lo, g_hi = max(lo, min(cap, guess) / 1.25), min(cap, guess * 1.25)
+        if ok(g_lo):
+            lo, checked_lo = g_lo, True
+            if g_hi < cap and not ok(g_hi):
+                hi = g_hi
+        else:
+            hi = g_lo
+    if not checked_lo and not ok(lo):
         return None
-    if _p99(cfg, service, hi, requests, seed) <= slo_ms:
-        return hi
     while hi / lo > 1 + rel_tol:
         mid = math.sqrt(lo * hi)
-        if _p99(cfg, service, mid, requests, seed) <= slo_ms:
+        if ok(mid):
             lo = mid
         else:
             hi = mid
@@ -161,8 +190,9 @@ def max_rate_under_slo(cfg: BatcherConfig, service: ServiceTimes, slo_ms: float,
 
 def search_settings(service: ServiceTimes, slo_ms: float, *, delays_us: Sequence[int] = (0, 250, 500, 1000, 2000),
                     instances: int = 1, requests: int = 4000, seed: int = 0) -> dict:
-    """Every (max_batch_size, preferred sizes, delay) over the measured batch sizes; the one with the
-    highest rate under the SLO wins (ties: the smaller batch, then the shorter delay)."""
+    """Every (max_batch_size, preferred sizes, delay) over the measured batch sizes, with the highest
+    rate under the SLO of each; `best` is the highest (ties: the smaller batch, then the shorter
+    delay). Which one to recommend is `choose_setting`'s business."""
     if requests * 0.9 < min_samples(99):
         raise ValueError(f"{requests} simulated requests cannot estimate a p99 (needs {min_samples(99)} after warm-up)")
     tried = []
@@ -176,7 +206,7 @@ def search_settings(service: ServiceTimes, slo_ms: float, *, delays_us: Sequence
             for pref in prefs:
                 cfg = BatcherConfig(max_batch_size=b, preferred_batch_size=pref, max_queue_delay_us=d,
                                     instances=instances)
-                if service.capacity(b, instances) <= best_rate:
+                if UTIL_CAP * service.capacity(b, instances) <= best_rate:
                     continue
                 r = max_rate_under_slo(cfg, service, slo_ms, requests=requests, seed=seed)
                 tried.append((cfg, r))
@@ -184,8 +214,27 @@ def search_settings(service: ServiceTimes, slo_ms: float, *, delays_us: Sequence
     ok = [(c, r) for c, r in tried if r]
     best = max(ok, key=lambda cr: (cr[1], -cr[0].max_batch_size, -cr[0].max_queue_delay_us)) if ok else None
     return {"best": None if best is None else {"config": best[0].to_dict(), "rate": best[1]},
-            "tried": [{"config": c.to_dict(), "rate": r} for c, r in tried],
+            "tried": [{"config": c.to_dict(), "rate": r} for c, r in tried], "configs": tried,
             "requests": requests, "seed": seed}
+
+
+SETTING_TOL = 0.05
+"""Settings whose rates lie within 5% of the best are as good as it: the simplest of them is recommended."""
+
+
+def _simplicity(cfg: BatcherConfig) -> tuple:
+    return (cfg.max_batch_size, cfg.max_queue_delay_us, len(cfg.preferred_batch_size), cfg.instances)
+
+
+def choose_setting(rates: Mapping[BatcherConfig, float | None], *, tol: float = SETTING_TOL) -> BatcherConfig | None:
+    """The simplest setting (smallest max_batch_size, then shortest delay, then no preferred sizes)
+    whose rate is within `tol` of the highest. Between settings that near-tie, "the highest" is
+    whichever a few samples favour; the simplest one within tol changes only when a real gap opens."""
+    ok = {c: r for c, r in rates.items() if r}
+    if not ok:
+        return None
+    top = max(ok.values())
+    return min((c for c, r in ok.items() if r >= (1 - tol) * top), key=_simplicity)
 
 
 def rate_curve(cfg: BatcherConfig, service: ServiceTimes, rates: Sequence[float], *, requests: int = 4000,

@@ -143,33 +143,41 @@ def check_engines(engines: list[Engine], batches: list[int], *, atol: float = AT
 
 
 def measure_service(engines: list[Engine], batches: list[int], *, rounds: int, reps: int, aa: str = "eager",
-                    progress=None, clock_cuda: bool = False) -> dict:
-    """{"samples": {engine: {batch: [ms, ...]}}, "aa": [ms...] x2 }: per-call service times.
+                    progress=None, clock_cuda: bool = False, seed: int = 0, timer=None) -> dict:
+    """{"samples": {engine: {batch: [[ms, ...] per round]}}, "aa": [twin pairs]}: per-call service times.
 
-    One key per (engine, batch), plus the A/A twin (`aa` at the smallest batch, measured as two keys);
-    interleaved rounds so the host's drift falls on every key alike; warm-up calls first, apart.
-    Timing is host to host on the wall clock (the outputs come back to the host, which syncs)."""
+    One key per (engine, batch), plus A/A twins of `aa` at the smallest and the largest batch (each
+    measured as two keys); `rounds` rounds of `reps` calls per key, in an order shuffled afresh each
+    round (`measure.rounds.shuffled`: no key always follows the same neighbour), so the host's drift
+    and contention fall on every key alike and each round is one moment's evidence. Warm-up calls
+    first, apart. Timing is host to host on the wall clock (the outputs come back to the host, which
+    syncs); `timer(fn) -> ms` replaces the clock in tests."""
     live = [e for e in engines if e.status == "ok"]
     keys = [(e.name, b) for e in live for b in batches]
-    aa_keys = [(f"{aa}#A", batches[0]), (f"{aa}#B", batches[0])] if any(e.name == aa for e in live) else []
+    twins = sorted({batches[0], batches[-1]})
+    aa_keys = [(f"{aa}#{t}", b) for b in twins for t in "AB"] if any(e.name == aa for e in live) else []
     runs = {e.name: e.run for e in live}
     runs.update({k[0]: runs[aa] for k in aa_keys})
-    samples: dict = {k: [] for k in keys + aa_keys}
+    samples: dict = {k: [[] for _ in range(rounds)] for k in keys + aa_keys}
+    timer = timer or (lambda fn: time_fn(fn, cuda=clock_cuda))
     for name, b in keys + aa_keys:
         for _ in range(3):  # compilation, allocator growth, ORT's first-run arena
             runs[name](b)
 
-    def one(key, _k) -> bool:
+    def one(key, k) -> bool:
         name, b = key
         fn = runs[name]
         for _ in range(reps):
-            samples[key].append(time_fn(lambda: fn(b), cuda=clock_cuda))
+            samples[key][k].append(timer(lambda: fn(b)))
         return True
 
     task = progress.add_task("latency: serving engines", total=rounds) if progress else None
-    interleaved_rounds(keys + aa_keys, one, rounds=rounds,
-                       on_round=(lambda *_: progress.update(task, advance=1)) if progress else None)
-    out: dict = {"samples": {}, "aa": [samples[k] for k in aa_keys], "aa_of": f"{aa} at batch {batches[0]}"}
+    done = interleaved_rounds(keys + aa_keys, one, rounds=rounds, shuffle_seed=seed,
+                              on_round=(lambda *_: progress.update(task, advance=1)) if progress else None)
+    out: dict = {"samples": {}, "rounds": done, "reps": reps,
+                 "aa": [{"of": f"{aa} at batch {b}", "batch": b, "a": samples[(f"{aa}#A", b)][:done],
+                         "b": samples[(f"{aa}#B", b)][:done], "rate_check": b == batches[0]}
+                        for b in twins if aa_keys]}
     for (name, b) in keys:
-        out["samples"].setdefault(name, {})[b] = samples[(name, b)]
+        out["samples"].setdefault(name, {})[b] = samples[(name, b)][:done]
     return out

@@ -46,9 +46,12 @@ class LatencySuite:
     """Multiplies the click model's table sizes (1.0 = 1.3M rows)."""
     serve_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
     """Batch sizes whose service times feed the request-stream simulation (the batcher's choices)."""
-    serve_rounds: int = 4
-    serve_reps: int = 100
-    """serve_rounds x serve_reps samples per (engine, batch): 400 >= the 368 a p99 needs."""
+    serve_rounds: int = 10
+    serve_reps: int = 40
+    """serve_rounds x serve_reps samples per (engine, batch): 400 >= the 368 a p99 needs; the rounds
+    are the unit of evidence (the bootstrap of the rate resamples them), so many short ones."""
+    serve_resamples: int = 40
+    """Bootstrap resamples over the rounds (the rate's interval, the settings' stability)."""
     pair_budget_s: float = 3.0
     """Fixed-batch table: a (mode, batch) gets the samples a p99 needs when that fits this many seconds."""
     serving_only: bool = False
@@ -59,7 +62,8 @@ LATENCY_SUITES = {
     "inference-quick": LatencySuite(name="inference-quick", recsys_batches=(1, 16, 256, 4096), gpt_size="cpu-student",
                                     prefill_len=64, prefill_batches=(1, 8), decode_context=64,
                                     decode_batches=(1, 8, 64), rounds=3, reps=7, compile=False,
-                                    serve_batches=(1, 4, 16, 64), serve_rounds=3, serve_reps=40, pair_budget_s=1.0),
+                                    serve_batches=(1, 4, 16, 64), serve_rounds=8, serve_reps=15, serve_resamples=20,
+                                    pair_budget_s=1.0),
     "inference": LatencySuite(name="inference", recsys_batches=(1, 4, 16, 64, 256, 1024, 4096), gpt_size="cpu-student",
                               prefill_len=128, prefill_batches=(1, 4, 16), decode_context=128,
                               decode_batches=(1, 4, 16, 64), rounds=4, reps=10),
