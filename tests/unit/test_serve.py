@@ -74,7 +74,12 @@ def test_latency_quick_runs_on_this_machine():
     assert b1["p50"] > 0 and b1["p95"] is None and b1["p99"] is None and b1["n"] == 21  # 21 samples: no p95, p99
     sv = r["serving"]
     assert sv["engines"]["eager"]["status"] == "ok" and "busy" in sv["load"]
-    assert set(sv["engines"]["eager"]["service"]) == {"1", "4"} and sv["noise_floor"]["n"] == [15, 15]
+    assert set(sv["engines"]["eager"]["service"]) == {"1", "4"}
+    assert [p["n"] for p in sv["noise_floor"]["pairs"]] == [[40, 40], [40, 40]]  # 8 rounds x 5, twins at 1 and 4
+    for e in sv["engines"].values():  # a verdict with its interval, or none with its reason: never a bare rate
+        if e["status"] == "ok":
+            assert (e["verdict"] == "given") == bool(e["best"]) and (e["verdict"] == "withheld") == bool(e["withheld"])
+            assert not e["best"] or e["best"]["ci"][0] <= e["best"]["rate"] <= e["best"]["ci"][1]
 
 
 @pytest.mark.slow  # torch.export of two models: ~30 s on 2 cores

@@ -51,12 +51,30 @@ def _floor_text(nf: dict | None) -> str:
     if not nf:
         return "A/A noise floor: not measured"
     f = lambda x: "n/e" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    if "pairs" in nf:  # the serving floor: per twin pair, per round and in rate
+        parts = []
+        for p in nf["pairs"]:
+            rf = p.get("round_floor")
+            rate = f", rates {100 * (p['rate_ratio'] - 1):.1f}% apart" if p.get("rate_ratio") not in (None, float("inf")) \
+                else ""
+            parts.append(f"{p['of']}: ±{rf['spread_pct']:.1f}% per round over {rf['rounds']} rounds{rate}"
+                         if rf else f"{p['of']}: too few rounds")
+        return "A/A noise floor (measured twice, same rounds): " + "; ".join(parts) if parts else \
+            "A/A noise floor: not measured"
     return f"A/A noise floor ({nf['of']} measured twice): p50 {f(nf['p50_rel'])}, p99 {f(nf['p99_rel'])}"
 
 
 def _holds(best: dict) -> str:
+    """The rate's interval and how often the setting was chosen (older results: the share that held)."""
+    if best.get("ci"):
+        lo, hi = best["ci"]
+        return f" [{lo:,.0f}-{hi:,.0f}], setting chosen in {best.get('stability', 0):.0%} of resamples"
     h = best.get("holds_in")
     return "" if h is None else f" (90% of it holds in {h:.0%} of resamples)"
+
+
+def _withheld(e: dict) -> str:
+    return f"no verdict: {e['withheld']}" if e.get("withheld") else "none"
 
 
 def _setting_text(c: dict) -> str:
@@ -77,11 +95,13 @@ def render_serving(sv: dict, console: Console) -> None:
         s1 = e["service"][min(e["service"], key=int)]
         best = e.get("best")
         t.add_row(f"{name} ({escape(e['label'])})", f"{_ms(s1['p50'])} / {_ms(s1['p99'], s1['n'])}",
-                  f"{best['rate']:,.0f}{_holds(best)}" if best else "none",
+                  f"{best['rate']:,.0f}{_holds(best)}" if best else escape(_withheld(e)),
                   _setting_text(best["config"]) if best else "-",
                   f"max |Δ| vs eager {e['max_abs_error_vs_eager']:.1g}" if e.get("max_abs_error_vs_eager") is not None
                   else "")
     console.print(t)
+    if sv.get("withheld"):
+        console.print(f"  [bold]no verdict[/]: {escape(sv['withheld'])}")
     console.print(f"  {escape(_load_text(sv.get('load')))}; {escape(_floor_text(sv.get('noise_floor')))}; "
                   f"threads per engine {escape(str(sv.get('threads_why', sv.get('threads'))))}")
     console.print(f"  [dim]{escape(sv['note'])}[/]")
@@ -181,7 +201,7 @@ def _serving_html(sv: dict, png: str) -> list[str]:
             rows.append([e(name), "-", "-", e(f"{en['status']}: {en.get('reason')}")])
             continue
         best = en.get("best")
-        rows.append([e(f"{name} ({en['label']})"), f"{best['rate']:,.0f}{e(_holds(best))}" if best else "none",
+        rows.append([e(f"{name} ({en['label']})"), f"{best['rate']:,.0f}{e(_holds(best))}" if best else e(_withheld(en)),
                      e(_setting_text(best["config"])) if best else "-",
                      e(f"max |Δ| vs eager {en['max_abs_error_vs_eager']:.1g}")
                      if en.get("max_abs_error_vs_eager") is not None else ""])

@@ -287,6 +287,12 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime") -> dict
         slo = res["slo_ms"]
         serving = (res.get("serving") or {}).get("engines") or {}
         if workload == "recsys" and serving:
+            sv = res["serving"]
+            ort = [serving[n] for n in serving if n.startswith(engine) and (serving[n] or {}).get("status") == "ok"]
+            if sv.get("withheld") or (ort and all(r.get("withheld") for r in ort)):
+                why = sv.get("withheld") or ort[0]["withheld"]
+                raise ExportError(f"--slo-from {path}: the bench withheld its verdict ({why}); re-run the bench on a "
+                                  "quieter host, or pass --max-batch")
             # ONNX Runtime under any execution provider measured (CPU, CUDA, TensorRT): the fastest one.
             ok = [serving[n] for n in serving if n.startswith(engine) and (serving[n] or {}).get("best")]
             got = max(ok, key=lambda r: r["best"]["rate"]) if ok else None
@@ -294,8 +300,10 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime") -> dict
                 raise ExportError(f"--slo-from {path}: no setting of {engine} met p99 <= {slo:g} ms; pass --max-batch "
                                   "or bench with a larger --slo-ms")
             c = dict(got["best"]["config"])
+            ci = got["best"].get("ci")
             c["source"] = (f"measured: {got['label']} on {res.get('device')}, highest rate {got['best']['rate']:,.0f} "
-                           f"req/s at p99 <= {slo:g} ms (overdrive bench, {res.get('created')})")
+                           + (f"[{ci[0]:,.0f}-{ci[1]:,.0f}] " if ci else "")
+                           + f"req/s at p99 <= {slo:g} ms (overdrive bench, {res.get('created')})")
             return c
         b = res["workloads"][workload]["best"]["batch"]
     except (OSError, ValueError, KeyError, TypeError) as e:

@@ -165,7 +165,7 @@ def engine_verdict(rounds: dict[int, list[list[float]]], slo_ms: float, *, reque
                                           requests=requests, seed=seed)) for _ in range(resamples))
         return {"config": None, "rate": None, "ci": None, "stability": 1 - met / resamples, "rounds": n_rounds,
                 "resamples": resamples, "tried": len(point),
-                "fragile": (f"no setting met the SLO, but {met} of {resamples} resamples of the rounds met it"
+                "fragile": (f"fragile: no setting met the SLO, but {met} of {resamples} resamples of the rounds did"
                             if met / resamples > 1 - STABLE_SHARE else None)}
     cands = {c: r for c, r in point.items() if r and r >= CANDIDATES * top}
     chosen = choose_setting(cands)
@@ -217,7 +217,7 @@ def _interval(rate: float, boot: list[float], n_rounds: int, floor_factor: float
 
 def summarize_serving(measured: dict, engines: list, slo_ms: float, *, requests: int = 4000, seed: int = 0,
                       loads: tuple[dict, dict] | None = None, resamples: int = RESAMPLES,
-                      curve: bool = True) -> dict:
+                      curve: bool = True, delays_us: tuple[int, ...] = (0, 250, 500, 1000, 2000)) -> dict:
     """The serving results from measured per-round service samples (pure: tested without timing anything).
 
     measured: {"samples": {engine: {batch: [[ms...] per round]}}, "aa": [{"of", "batch", "a", "b",
@@ -244,7 +244,7 @@ def summarize_serving(measured: dict, engines: list, slo_ms: float, *, requests:
         rounds = {int(b): _rounds(xs) for b, xs in samples.items()}
         row["service"] = {str(b): latency_summary(_flat(rs)) for b, rs in rounds.items()}
         est = engine_verdict(rounds, slo_ms, requests=requests, seed=seed, resamples=resamples,
-                             floor_factor=floor["factor"])
+                             floor_factor=floor["factor"], delays_us=delays_us)
         row["estimate"] = est
         why = busy_reason or (f"{est['fragile']} ({figures})" if est["fragile"] else None)
         row["verdict"] = "withheld" if why else "given"
