@@ -249,7 +249,7 @@ def test_two_runs_under_per_round_contention_never_contradict(host):
         withheld += st == "withheld"
     # Not a test that passes by always withholding: under some contention most pairs give a verdict.
     if host.get("spike_p", 0) == 0:
-        assert given >= 100
+        assert given >= 50
 
 
 def test_two_runs_agree_and_a_real_difference_is_found():
