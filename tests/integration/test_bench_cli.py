@@ -122,18 +122,32 @@ def test_bench_recsys_quick_end_to_end(tmp_path):
 
 def test_inference_latency_and_export_end_to_end(tmp_path):
     lat, exp = tmp_path / "latency", tmp_path / "export"
-    cp = _run("bench", "--workload", "inference", "--quick", "--slo-ms", "10", "--out", str(lat))
+    # The command, on the quick suite's tiny config.
+    cp = _run("bench", "--workload", "inference", "--quick", "--slo-ms", "5", "--out", str(lat))
     assert cp.returncode == 0, cp.stderr[-2000:]
     res = json.loads((lat / "results.json").read_text())
-    assert res["schema"] == "overdrive.latency/1" and res["slo_ms"] == 10.0
-    # Whether a batch meets 10 ms depends on the host: assert the verdict agrees with the numbers.
+    assert res["schema"] == "overdrive.latency/1" and res["slo_ms"] == 5.0
+    # Whether a batch meets 5 ms depends on the host: assert the verdict agrees with the numbers.
     click = res["workloads"]["recsys"]
     meets = [int(b) for m in click["modes"].values() if m["status"] == "ok"
-             for b, st in m["batches"].items() if st.get("p99") is not None and st["p99"] <= 10.0]
+             for b, st in m["batches"].items() if st.get("p99") is not None and st["p99"] <= 5.0]
     if meets:
-        assert "largest batch under p99 <= 10 ms" in cp.stdout and click["best"]["batch"] in meets
+        assert "largest batch under p99 <= 5 ms" in cp.stdout and click["best"]["batch"] in meets
     else:
-        assert click["best"]["batch"] is None and "no batch meets p99 <= 10 ms" in cp.stdout
+        assert click["best"]["batch"] is None and "no batch meets p99 <= 5 ms" in cp.stdout
+    # Serving: per engine a verdict with its interval and settings, or none with a one-line reason.
+    sv = res["serving"]
+    assert sv["verdict"] in ("given", "withheld") and (sv["verdict"] == "withheld") == bool(sv["withheld"])
+    for e in sv["engines"].values():
+        if e["status"] != "ok":
+            continue
+        assert e["estimate"]["rounds"] == 8 and e["verdict"] in ("given", "withheld")
+        if e["best"]:
+            lo, hi = e["best"]["ci"]
+            assert lo <= e["best"]["rate"] <= hi and e["best"]["stability"] >= 0.9 and not e["withheld"]
+        else:
+            assert e["withheld"] or e["estimate"]["config"] is None
+            assert "\n" not in (e["withheld"] or "")
     assert (lat / "latency_p99.png").stat().st_size > 0 and (lat / "report.html").exists()
     cp = _run("report", str(lat))
     assert cp.returncode == 0 and "click model" in cp.stdout
@@ -141,7 +155,10 @@ def test_inference_latency_and_export_end_to_end(tmp_path):
     ort = res["serving"]["engines"]["onnxruntime"]
     best = (ort.get("best") or {}).get("config")
     cp = _run("export", "--model", "recsys", "--slo-from", str(lat), "--out", str(exp))
-    if best is None:
+    if ort.get("withheld"):  # a busy host: no unmeasured settings written
+        assert cp.returncode == 2 and "withheld its verdict" in cp.stderr and len(cp.stderr.strip().splitlines()) == 1
+        assert not (exp / "triton").exists()
+    elif best is None:
         assert cp.returncode == 2 and "no setting of onnxruntime met" in cp.stderr
     else:
         assert cp.returncode == 0, cp.stderr[-2000:]

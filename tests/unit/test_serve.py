@@ -245,3 +245,17 @@ def test_export_cli_refuses_bad_flags_before_work(tmp_path, capsys):
     assert main(["export", f"{tmp_path}/nope.py:make", "--inputs", f"{tmp_path}/nope.py:x", "--no-onnx",
                  "--out", str(tmp_path / "o")]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_export_refuses_a_withheld_verdict(tmp_path, capsys):
+    from overdrive.cli import main
+
+    why = "too busy to judge: the A/A control is beyond ±15% (load 4.1 -> 4.3 on 2 cores, A/A spread ±19.1% per round)"
+    res = {"slo_ms": 5.0, "workloads": {}, "serving": {"verdict": "withheld", "withheld": why, "engines": {
+        "onnxruntime": {"status": "ok", "label": "ORT", "withheld": why, "best": None,
+                        "estimate": {"rate": 9000.0, "config": {"max_batch_size": 64}}}}}}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    assert main(["export", "--model", "recsys", "--slo-from", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "withheld its verdict" in err and "load 4.1" in err
+    assert not (tmp_path / "o" / "triton").exists()  # the estimate is never written as settings
