@@ -203,7 +203,7 @@ def test_summarize_serving_reports_rates_intervals_settings_load_and_floor():
     assert "host busy" in out["text"] and "req/s [" in out["text"]
     pts = ort["curve"]["points"]
     assert [p["rate"] for p in pts] == sorted(p["rate"] for p in pts)
-    json.dumps(out)  # results.json must hold it
+    json.dumps(out, allow_nan=False)  # results.json must hold it, as strict JSON (no Infinity)
 
 
 def test_a_host_whose_aa_control_is_too_wide_gives_no_verdict():
@@ -225,6 +225,7 @@ def test_a_host_whose_aa_control_is_too_wide_gives_no_verdict():
     assert out["withheld"].startswith("too busy to judge") and "load 5.2 -> 5.2 on 2 cores" in out["withheld"]
     assert "A/A spread ±" in out["withheld"] and out["text"].startswith("no verdict: too busy")
     assert row["estimate"]["rate"] > 0  # the figures are kept, as figures, not as a recommendation
+    json.dumps(out, allow_nan=False)
 
 
 # Two engines: ORT's service times 1.6x eager's speed. Costs in ms per batch size.

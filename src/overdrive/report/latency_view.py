@@ -55,8 +55,8 @@ def _floor_text(nf: dict | None) -> str:
         parts = []
         for p in nf["pairs"]:
             rf = p.get("round_floor")
-            rate = f", rates {100 * (p['rate_ratio'] - 1):.1f}% apart" if p.get("rate_ratio") not in (None, float("inf")) \
-                else ""
+            rate = (f", rates {100 * (p['rate_ratio'] - 1):.1f}% apart" if p.get("rate_ratio") is not None else
+                    ", one twin met the SLO, the other not" if p.get("rate_split") else "")
             parts.append(f"{p['of']}: ±{rf['spread_pct']:.1f}% per round over {rf['rounds']} rounds{rate}"
                          if rf else f"{p['of']}: too few rounds")
         return "A/A noise floor (measured twice, same rounds): " + "; ".join(parts) if parts else \

@@ -84,7 +84,8 @@ def service_floor(pairs: list[dict], slo_ms: float, *, requests: int = 4000, see
                                          seed=seed) for x in (a, b))
             row["rates"] = [ra, rb]
             ratio = (max(ra, rb) / min(ra, rb)) if ra and rb else (1.0 if ra == rb else math.inf)
-            row["rate_ratio"] = ratio
+            row["rate_ratio"] = ratio if math.isfinite(ratio) else None  # None: one twin met the SLO, the other not
+            row["rate_split"] = not math.isfinite(ratio)
             out["busy"] = out["busy"] or ratio > BUSY_FLOOR
         out["pairs"].append(row)
     if out["pairs"]:
@@ -92,8 +93,8 @@ def service_floor(pairs: list[dict], slo_ms: float, *, requests: int = 4000, see
         out["spread_pct"] = (worst["round_floor"] or {}).get("spread_pct")
         out["of"] = worst["of"]
         rr = [r["rate_ratio"] for r in out["pairs"] if r.get("rate_ratio") is not None]
-        out["rate_spread_pct"] = round(100 * (max(rr) - 1), 1) if rr and math.isfinite(max(rr)) else (
-            None if not rr else math.inf)
+        out["rate_split"] = any(r.get("rate_split") for r in out["pairs"])
+        out["rate_spread_pct"] = round(100 * (max(rr) - 1), 1) if rr else None
     return out
 
 
@@ -106,9 +107,10 @@ def _floor_figures(floor: dict | None, loads: tuple[dict, dict] | None) -> str:
         sp = floor.get("spread_pct")
         rs = floor.get("rate_spread_pct")
         parts.append(f"A/A spread ±{sp:.1f}% per round" if sp is not None else "A/A spread: too few rounds")
-        if rs is not None:
-            parts.append(f"A/A rates differ by {rs:.1f}%" if math.isfinite(rs) else "one A/A twin met the SLO, "
-                         "the other not")
+        if floor.get("rate_split"):
+            parts.append("one A/A twin met the SLO, the other not")
+        elif rs is not None:
+            parts.append(f"A/A rates differ by {rs:.1f}%")
     return ", ".join(parts)
 
 
@@ -190,10 +192,11 @@ def engine_verdict(rounds: dict[int, list[list[float]]], slo_ms: float, *, reque
     if stability < STABLE_SHARE:
         fragile = (f"fragile: the setting is chosen in only {stability:.0%} of {resamples} resamples of the "
                    f"{n_rounds} rounds (a verdict needs {STABLE_SHARE:.0%})")
-    elif not lo or hi / lo > BUSY_FLOOR ** 2:
+    elif not lo or not math.isfinite(hi) or hi / lo > BUSY_FLOOR ** 2:
         fragile = (f"fragile: the rate is known only to [{lo:,.0f}, {hi:,.0f}] req/s, wider than "
                    f"±{100 * (BUSY_FLOOR - 1):.0f}%")
-    return {"config": chosen.to_dict(), "rate": rate, "ci": [lo, hi], "stability": stability, "rounds": n_rounds,
+    return {"config": chosen.to_dict(), "rate": rate, "ci": [lo, hi if math.isfinite(hi) else None],  # JSON: no inf
+            "stability": stability, "rounds": n_rounds,
             "resamples": resamples, "fragile": fragile, "tried": len(point),
             "at_largest_batch": chosen.max_batch_size == svc.largest}
 
@@ -311,7 +314,7 @@ def agree(a: dict, b: dict) -> dict:
             out["engines"][name] = {"status": "withheld", "why": ra.get("withheld") or rb.get("withheld") or
                                     "no setting met the SLO in one run"}
             continue
-        (la, ha), (lb, hb) = ba["ci"], bb["ci"]
+        (la, ha), (lb, hb) = ((lo, math.inf if hi is None else hi) for lo, hi in (ba["ci"], bb["ci"]))
         same = _same_setting(ba["config"], bb["config"])
         overlap = la <= hb and lb <= ha
         why = ("same settings, intervals overlap" if same and overlap else
