@@ -464,3 +464,25 @@ def test_a_finding_that_rests_on_tail_samples_is_withheld():
     assert v["fragile"] and v["fragile"].startswith("fragile")
     steady = {1: [[1.0] * 40 for _ in range(10)]}
     assert engine_verdict(steady, 5.0, requests=1000, resamples=5)["fragile"] is None
+
+
+def test_a_quiet_host_whose_every_answer_is_fragile_is_no_verdict_either():
+    """The run's own verdict follows its engines': a steady A/A but only fragile answers is "withheld" with
+    its reason, never "given" (export --slo-from reads it)."""
+    from overdrive.serve.engines import Engine
+    from overdrive.serve.serving import summarize_serving
+
+    rng = np.random.default_rng(2)
+    # every other round is preempted past the SLO: whether a setting holds depends on which rounds are drawn
+    svc = {b: [list((0.2 + 0.02 * b) * (1 + rng.exponential(0.05, 40)) + (8.0 if k % 2 else 0.0)) for k in range(10)]
+           for b in (1, 4)}
+    a = [list(1.0 + rng.exponential(0.01, 40)) for _ in range(10)]
+    b = [list(1.0 + rng.exponential(0.01, 40)) for _ in range(10)]
+    ld = {"load1": 0.3, "cores": 2, "per_core": 0.15, "busy": False}
+    out = summarize_serving({"samples": {"onnxruntime": svc}, "aa": [{"of": "eager at batch 1", "batch": 1, "a": a,
+                                                                      "b": b}]},
+                            [Engine("onnxruntime", "ORT", lambda b: None)], 5.0, loads=(ld, ld), requests=1000,
+                            resamples=5, curve=False)
+    row = out["engines"]["onnxruntime"]
+    assert not out["noise_floor"]["busy"] and row["verdict"] == "withheld" and row["best"] is None
+    assert out["verdict"] == "withheld" and "no engine's answer held" in out["withheld"]

@@ -263,6 +263,11 @@ def summarize_serving(measured: dict, engines: list, slo_ms: float, *, requests:
         row["tried"] = est["tried"]
         out["engines"][e.name] = row
     given = {k: r for k, r in out["engines"].items() if r.get("best")}
+    # The run's verdict is given only where an engine's is: a host quiet enough but every answer fragile is
+    # no verdict either.
+    if not any(r.get("verdict") == "given" for r in out["engines"].values()):
+        out["verdict"] = "withheld"
+        out["withheld"] = busy_reason or f"no engine's answer held: each was fragile or failed ({figures})"
     out["winner"] = None
     if given:
         k = max(given, key=lambda k: given[k]["best"]["rate"])
