@@ -206,20 +206,25 @@ def test_summarize_serving_reports_rates_intervals_settings_load_and_floor():
     json.dumps(out, allow_nan=False)  # results.json must hold it, as strict JSON (no Infinity)
 
 
-def test_a_host_whose_aa_control_is_too_wide_gives_no_verdict():
+def _ort_only(svc, a, b, ld):
+    """summarize_serving for one ORT engine and one A/A pair at batch 1 (a and b: the twins' rounds)."""
     from overdrive.serve.engines import Engine
     from overdrive.serve.serving import summarize_serving
 
+    return summarize_serving({"samples": {"onnxruntime": svc}, "aa": [{"of": "eager at batch 1", "batch": 1, "a": a,
+                                                                        "b": b}]},
+                             [Engine("onnxruntime", "ORT", lambda b: None)], 5.0, loads=(ld, ld), requests=1000,
+                             resamples=5, curve=False)
+
+
+def test_a_host_whose_aa_control_is_too_wide_gives_no_verdict():
     rng = np.random.default_rng(1)
     svc = {b: [list((0.2 + 0.02 * b) * (1 + rng.exponential(0.05, 40))) for _ in range(10)] for b in (1, 4)}
     # The twin's rounds swing by up to 2x against the baseline's: noise alone moves timings beyond ±15%.
     a = [[1.0] * 40 for _ in range(10)]
     b = [[1.0 * (2.0 if k % 2 else 0.6)] * 40 for k in range(10)]
     ld = {"load1": 5.2, "cores": 2, "per_core": 2.6, "busy": True}
-    out = summarize_serving({"samples": {"onnxruntime": svc}, "aa": [{"of": "eager at batch 1", "batch": 1, "a": a,
-                                                                      "b": b}]},
-                            [Engine("onnxruntime", "ORT", lambda b: None)], 5.0, loads=(ld, ld), requests=1000,
-                            resamples=5, curve=False)
+    out = _ort_only(svc, a, b, ld)
     row = out["engines"]["onnxruntime"]
     assert out["verdict"] == "withheld" and row["verdict"] == "withheld" and row["best"] is None
     assert out["withheld"].startswith("too busy to judge") and "load 5.2 -> 5.2 on 2 cores" in out["withheld"]
@@ -469,9 +474,6 @@ def test_a_finding_that_rests_on_tail_samples_is_withheld():
 def test_a_quiet_host_whose_every_answer_is_fragile_is_no_verdict_either():
     """The run's own verdict follows its engines': a steady A/A but only fragile answers is "withheld" with
     its reason, never "given" (export --slo-from reads it)."""
-    from overdrive.serve.engines import Engine
-    from overdrive.serve.serving import summarize_serving
-
     rng = np.random.default_rng(2)
     # every other round is preempted past the SLO: whether a setting holds depends on which rounds are drawn
     svc = {b: [list((0.2 + 0.02 * b) * (1 + rng.exponential(0.05, 40)) + (8.0 if k % 2 else 0.0)) for k in range(10)]
@@ -479,10 +481,7 @@ def test_a_quiet_host_whose_every_answer_is_fragile_is_no_verdict_either():
     a = [list(1.0 + rng.exponential(0.01, 40)) for _ in range(10)]
     b = [list(1.0 + rng.exponential(0.01, 40)) for _ in range(10)]
     ld = {"load1": 0.3, "cores": 2, "per_core": 0.15, "busy": False}
-    out = summarize_serving({"samples": {"onnxruntime": svc}, "aa": [{"of": "eager at batch 1", "batch": 1, "a": a,
-                                                                      "b": b}]},
-                            [Engine("onnxruntime", "ORT", lambda b: None)], 5.0, loads=(ld, ld), requests=1000,
-                            resamples=5, curve=False)
+    out = _ort_only(svc, a, b, ld)
     row = out["engines"]["onnxruntime"]
     assert not out["noise_floor"]["busy"] and row["verdict"] == "withheld" and row["best"] is None
     assert out["verdict"] == "withheld" and "no engine's answer held" in out["withheld"]
