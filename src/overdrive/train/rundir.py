@@ -119,24 +119,11 @@ def _delete_run(folder: str) -> list[str]:
     root = ckpt_root(folder)
     if os.path.isdir(root) and not os.path.islink(root):
         clean_partial_saves(folder)
-        for n in os.listdir(root):
-            p = os.path.join(root, n)
-            if n.startswith("step_") and is_ours(p):
-                shutil.rmtree(p)
-            elif n == "latest" and os.path.isfile(p) and not os.path.islink(p):
-                os.remove(p)
-            else:
-                kept.append(os.path.join("checkpoints", n))
-        _rmdir_if_empty(root)
+        kept += _delete_entries(folder, "checkpoints", lambda n, p: (n.startswith("step_") and is_ours(p)) or (
+            n == "latest" and os.path.isfile(p) and not os.path.islink(p)))
     tb = os.path.join(folder, "tb")
     if os.path.isdir(tb) and not os.path.islink(tb):
-        for n in os.listdir(tb):
-            p = os.path.join(tb, n)
-            if n.startswith("events.out.tfevents.") and os.path.isfile(p):
-                os.remove(p)
-            else:
-                kept.append(os.path.join("tb", n))
-        _rmdir_if_empty(tb)
+        kept += _delete_entries(folder, "tb", lambda n, p: n.startswith("events.out.tfevents.") and os.path.isfile(p))
     teacher = os.path.join(folder, "teacher")
     if os.path.isdir(teacher) and not os.path.islink(teacher):
         if _run_id_of(teacher) is not None:
@@ -149,6 +136,20 @@ def _delete_run(folder: str) -> list[str]:
             kept.append("teacher")
     kept += [n for n in _contents(folder) if n not in ("checkpoints", "tb", "teacher") and n not in _RUN_FILES]
     return sorted(set(kept))
+
+
+def _delete_entries(folder: str, sub: str, ours) -> list[str]:
+    """Delete the entries of folder/sub that `ours(name, path)` vouches for (a folder of ours whole, a file
+    of ours); return the rest as kept (relative to `folder`), and drop sub if it is left empty."""
+    root, kept = os.path.join(folder, sub), []
+    for n in os.listdir(root):
+        p = os.path.join(root, n)
+        if ours(n, p):
+            shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.remove(p)
+        else:
+            kept.append(os.path.join(sub, n))
+    _rmdir_if_empty(root)
+    return kept
 
 
 def _rmdir_if_empty(path: str) -> None:
