@@ -65,7 +65,13 @@ def _floor_text(nf: dict | None) -> str:
 
 
 def _holds(best: dict) -> str:
-    """The rate's interval and how often the setting was chosen (older results: the share that held)."""
+    """The rate's interval and the rate the setting keeps in 90% of resamples (older results: how often it
+    was chosen, or the share that held)."""
+    if best.get("ci") and best.get("held") is not None:
+        lo, hi = best["ci"]
+        eq = len(best.get("equivalent") or []) - 1
+        alt = f"; {eq} other setting(s) within 5%" if eq > 0 else ""
+        return f" [{lo:,.0f}-{hi:,.0f}], holds {best['held']:,.0f} in 90% of resamples{alt}"
     if best.get("ci"):
         lo, hi = best["ci"]
         return f" [{lo:,.0f}-{hi:,.0f}], setting chosen in {best.get('stability', 0):.0%} of resamples"

@@ -303,6 +303,8 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime") -> dict
             ci = got["best"].get("ci")
             c["source"] = (f"measured: {got['label']} on {res.get('device')}, highest rate {got['best']['rate']:,.0f} "
                            + (f"[{ci[0]:,.0f}-{ci[1]:,.0f}] " if ci else "")
+                           + (f"(holds {got['best']['held']:,.0f} in 90% of resamples) "
+                              if got["best"].get("held") is not None else "")
                            + f"req/s at p99 <= {slo:g} ms (overdrive bench, {res.get('created')})")
             return c
         b = res["workloads"][workload]["best"]["batch"]
