@@ -317,6 +317,15 @@ def test_agree_calls_different_settings_or_disjoint_intervals_a_contradiction():
     b["engines"]["ort"]["best"]["settings"][1]["rate"] = 80  # run b measured a's setting below its interval
     assert agree(a, b)["contradictions"] == 1
     assert agree(res(100, [90, 110]), res(0, None, withheld="too busy"))["engines"]["ort"]["status"] == "withheld"
+    # The same engines at the same batches 25% slower in the second run: the host moved, not the method.
+    slow_a, slow_b = res(100, [90, 110]), res(70, [65, 75])
+    slow_a["engines"]["ort"]["service"] = {"1": {"p50": 0.40}, "64": {"p50": 1.00}, "256": {"p50": 2.0}}
+    slow_b["engines"]["ort"]["service"] = {"1": {"p50": 0.51}, "64": {"p50": 1.24}, "256": {"p50": 2.5}}
+    r = agree(slow_a, slow_b)
+    assert r["contradictions"] == 0 and r["engines"]["ort"]["status"] == "host-changed"
+    assert r["host_shift"]["pct"] == pytest.approx(25.0, abs=1.0) and "25% slower" in r["engines"]["ort"]["why"]
+    slow_b["engines"]["ort"]["service"] = {"1": {"p50": 0.41}, "64": {"p50": 1.03}, "256": {"p50": 2.1}}
+    assert agree(slow_a, slow_b)["contradictions"] == 1  # 3% apart: judged, and the intervals are disjoint
 
 
 def test_a_busy_round_is_set_aside_not_pooled():

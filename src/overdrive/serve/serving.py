@@ -35,7 +35,7 @@ from overdrive.measure.threads import load_report, plan_threads
 from overdrive.serve.batcher import (SETTING_TOL, UTIL_CAP, BatcherConfig, ServiceTimes,
                                      max_rate_under_slo, rate_curve, search_settings, simplicity)
 
-__all__ = ["run_serving", "summarize_serving", "service_floor", "engine_verdict", "agree", "serving_threads",
+__all__ = ["run_serving", "summarize_serving", "service_floor", "engine_verdict", "agree", "host_shift", "serving_threads",
            "STABLE_SHARE", "RESAMPLES"]
 
 SIM_NOTE = ("simulated from measured service times: Poisson arrivals, Triton's dynamic-batcher rules, a batch "
@@ -376,13 +376,26 @@ def agree(a: dict, b: dict) -> dict:
     """Two serving results (results.json's "serving") side by side, per engine: "agree" (both gave a
     verdict, overlapping rate intervals, and each run's evidence accepts the other's setting:
     `_accepts`), "withheld" (either gave none: nothing to contradict), "contradict" (disjoint intervals,
-    or a setting the other run measured below its interval), or "missing".
-    Threads differ: said beside it (the two runs measured different configurations)."""
+    or a setting the other run measured below its interval), "host-changed" (the same engines at the
+    same batches ran more than ±15% apart in median service time: the host's own speed moved between
+    the runs, as a shared VM's does when a neighbour arrives, and no interval from one run can cover
+    the other), or "missing". Threads differ: said beside it (the two runs measured different
+    configurations)."""
     out: dict = {"engines": {}, "contradictions": 0}
+    shift = host_shift(a, b)
+    out["host_shift"] = shift
+    moved = shift is not None and abs(shift["log_ratio"]) > math.log(BUSY_FLOOR)
     for name in sorted(set(a.get("engines", {})) | set(b.get("engines", {}))):
         ra, rb = a.get("engines", {}).get(name) or {}, b.get("engines", {}).get(name) or {}
         if ra.get("status") != "ok" or rb.get("status") != "ok":
             out["engines"][name] = {"status": "missing", "why": "not measured in both runs"}
+            continue
+        if moved:
+            out["engines"][name] = {"status": "host-changed", "why": (
+                f"the host itself ran {abs(shift['pct']):.0f}% {'slower' if shift['pct'] > 0 else 'faster'} in the "
+                f"second run (median service time over "
+                f"{shift['pairs']} engine-batch pairs): two measurements of different host speeds, beyond the "
+                f"±{100 * (BUSY_FLOOR - 1):.0f}% a verdict tolerates, neither agree nor contradict")}
             continue
         ba, bb = ra.get("best"), rb.get("best")
         if ra.get("withheld") or rb.get("withheld") or not ba or not bb:
@@ -406,6 +419,22 @@ def agree(a: dict, b: dict) -> dict:
     if a.get("threads") != b.get("threads"):
         out["threads"] = f"threads differ ({a.get('threads')} vs {b.get('threads')}): different configurations"
     return out
+
+
+def host_shift(a: dict, b: dict) -> dict | None:
+    """How much slower the host ran in b than in a: the median over every engine and batch measured in
+    both of log(b's service p50 / a's), as {"log_ratio", "pct", "pairs"}; None without common pairs."""
+    logs = []
+    for name, ea in (a.get("engines") or {}).items():
+        eb = (b.get("engines") or {}).get(name) or {}
+        for bs, sa in (ea.get("service") or {}).items():
+            sb = (eb.get("service") or {}).get(bs) or {}
+            if sa.get("p50") and sb.get("p50"):
+                logs.append(math.log(sb["p50"] / sa["p50"]))
+    if not logs:
+        return None
+    m = float(np.median(logs))
+    return {"log_ratio": m, "pct": 100 * (math.exp(m) - 1), "pairs": len(logs)}
 
 
 def _short(c: dict) -> str:
