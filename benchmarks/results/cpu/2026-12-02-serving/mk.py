@@ -2,7 +2,7 @@ import json, itertools
 from overdrive.serve.serving import agree, _short
 import os
 D=os.path.dirname(os.path.abspath(__file__))
-runs=["n5","n6","full1","full2","n7","n8"]
+runs=["n5","n6","full1","full2","n7","n8","c1","c2"]
 rs={r: json.load(open(f"{D}/{r}/results.json")) for r in runs}
 print("| run | suite | load before→after | verdict | eager | compiled | onnxruntime |\n|---|---|---|---|---|---|---|")
 for r in runs:
@@ -16,4 +16,4 @@ tot=0
 for a,b in itertools.combinations(runs,2):
     g=agree(rs[a]["serving"],rs[b]["serving"]); tot+=g["contradictions"]; sh=g["host_shift"]
     print(f"| {a}–{b} | {sh['pct']:+.0f}% | "+" | ".join(g["engines"][e]["status"] for e in ("eager","compiled","onnxruntime"))+" |")
-print(f"\ncontradictions: {tot} of {15*3} engine pairs")
+print(f"\ncontradictions: {tot} of {len(runs)*(len(runs)-1)//2*3} engine pairs")
