@@ -29,7 +29,7 @@ import numpy as np
 from overdrive.measure.percentiles import latency_summary, min_samples
 
 __all__ = ["BatcherConfig", "ServiceTimes", "simulate", "serve_arrivals", "max_rate_under_slo", "search_settings",
-           "choose_setting", "simplicity", "rate_curve", "meets_slo", "UTIL_CAP", "MIN_BATCHES", "SETTING_TOL"]
+           "simplicity", "rate_curve", "meets_slo", "UTIL_CAP", "MIN_BATCHES", "SETTING_TOL"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -254,18 +254,9 @@ SETTING_TOL = 0.05
 
 
 def simplicity(cfg: BatcherConfig) -> tuple:
+    """The order of preference between settings that perform alike: smallest max_batch_size, then the
+    shortest delay, then no preferred sizes, then fewest instances."""
     return (cfg.max_batch_size, cfg.max_queue_delay_us, len(cfg.preferred_batch_size), cfg.instances)
-
-
-def choose_setting(rates: Mapping[BatcherConfig, float | None], *, tol: float = SETTING_TOL) -> BatcherConfig | None:
-    """The simplest setting (smallest max_batch_size, then shortest delay, then no preferred sizes)
-    whose rate is within `tol` of the highest. Between settings that near-tie, "the highest" is
-    whichever a few samples favour; the simplest one within tol changes only when a real gap opens."""
-    ok = {c: r for c, r in rates.items() if r}
-    if not ok:
-        return None
-    top = max(ok.values())
-    return min((c for c, r in ok.items() if r >= (1 - tol) * top), key=simplicity)
 
 
 def rate_curve(cfg: BatcherConfig, service: ServiceTimes, rates: Sequence[float], *, requests: int = 4000,

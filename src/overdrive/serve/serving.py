@@ -35,7 +35,8 @@ from overdrive.measure.threads import load_report, plan_threads
 from overdrive.serve.batcher import (SETTING_TOL, UTIL_CAP, BatcherConfig, ServiceTimes,
                                      max_rate_under_slo, rate_curve, search_settings, simplicity)
 
-__all__ = ["run_serving", "summarize_serving", "service_floor", "engine_verdict", "agree", "host_shift", "serving_threads",
+__all__ = ["run_serving", "summarize_serving", "service_floor", "engine_verdict", "agree", "host_shift",
+           "serving_threads",
            "STABLE_SHARE", "RESAMPLES"]
 
 SIM_NOTE = ("simulated from measured service times: Poisson arrivals, Triton's dynamic-batcher rules, a batch "
@@ -164,9 +165,9 @@ def engine_verdict(rounds: dict[int, list[list[float]]], slo_ms: float, *, reque
     outside the equivalent ones beats the recommendation by more than 5% and than its interval's upper
     end; below STABLE_SHARE the answer is fragile (a repeated run may find that other winner: typically
     the fastest setting on the pooled samples, at the SLO's edge). `settings`: every candidate's rate
-    and held rate, which `agree` reads to check one run's recommendation against another's evidence. The rate's 95% interval is the
-    bootstrap's, widened to Student's t for the kept rounds, by the A/A floor factor and by the search's
-    2% resolution (`_interval`)."""
+    and held rate, which `agree` reads to check one run's recommendation against another's evidence.
+    The rate's 95% interval is the bootstrap's, widened to Student's t for the kept rounds, by the A/A
+    floor factor and by the search's 2% resolution (`_interval`)."""
     n_rounds = min(len(rs) for rs in rounds.values())
     rounds = {b: rs[:n_rounds] for b, rs in rounds.items()}
     levels = _levels(rounds)
@@ -203,7 +204,8 @@ def engine_verdict(rounds: dict[int, list[list[float]]], slo_ms: float, *, reque
     held = {c: float(np.quantile(b, 1 - STABLE_SHARE)) for c, b in boots.items() if cands[c]}
     if not any(held.values()):
         c = max(cands, key=lambda c: cands[c] or 0.0)
-        return {"config": c.to_dict(), "rate": cands[c], "held": 0.0 if held else None, "ci": [0.0, None], "stability": 0.0,
+        return {"config": c.to_dict(), "rate": cands[c], "held": 0.0 if held else None, "ci": [0.0, None],
+                "stability": 0.0,
                 "rounds": n_rounds, "resamples": resamples, "tried": len(point), "equivalent": [],
                 "at_largest_batch": c.max_batch_size == svc.largest,
                 "fragile": (f"fragile: no setting keeps the SLO in {STABLE_SHARE:.0%} of {resamples} resamples "
