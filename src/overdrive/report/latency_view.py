@@ -68,10 +68,10 @@ def _holds(best: dict) -> str:
     """The rate's interval and the rate the setting keeps in 90% of resamples (older results: how often it
     was chosen, or the share that held)."""
     if best.get("ci") and best.get("held") is not None:
+        from overdrive.serve.serving import held_text
+
         lo, hi = best["ci"]
-        eq = len(best.get("equivalent") or []) - 1
-        alt = f"; {eq} other setting(s) within 5%" if eq > 0 else ""
-        return f" [{lo:,.0f}-{hi:,.0f}], holds {best['held']:,.0f} in 90% of resamples{alt}"
+        return f" [{lo:,.0f}-{hi:,.0f}], {held_text(best)}"
     if best.get("ci"):
         lo, hi = best["ci"]
         return f" [{lo:,.0f}-{hi:,.0f}], setting chosen in {best.get('stability', 0):.0%} of resamples"

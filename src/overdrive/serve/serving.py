@@ -349,11 +349,16 @@ def _best_text(r: dict) -> str:
     b, c = r["best"], r["best"]["config"]
     pref = f", preferred {c['preferred_batch_size']}" if c["preferred_batch_size"] else ""
     cap = " (the largest batch measured: capacity-bound)" if b.get("at_largest_batch") else ""
-    eq = len(b.get("equivalent") or []) - 1
-    alt = f"; {eq} other setting(s) within 5%" if eq > 0 else ""
     return (f"{b['rate']:,.0f} req/s [{b['ci'][0]:,.0f}-{b['ci'][1]:,.0f}] with max_batch_size {c['max_batch_size']}"
-            f"{pref}, delay {c['max_queue_delay_us']} µs{cap}, holds {b['held']:,.0f} in {STABLE_SHARE:.0%} of "
-            f"resamples{alt}")
+            f"{pref}, delay {c['max_queue_delay_us']} µs{cap}, {held_text(b)}")
+
+
+def held_text(best: dict) -> str:
+    """'holds 107,197 in 90% of resamples; 2 other setting(s) within 5%': the held rate and the
+    equivalent settings of a recommendation, as the table and the report print them."""
+    eq = len(best.get("equivalent") or []) - 1
+    alt = f"; {eq} other setting(s) within 5%" if eq > 0 else ""
+    return f"holds {best['held']:,.0f} in {STABLE_SHARE:.0%} of resamples{alt}"
 
 
 def _same_setting(a: dict, b: dict) -> bool:
