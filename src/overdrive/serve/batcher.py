@@ -10,9 +10,9 @@ max_batch_size is the size it waits for. Delay 0: send what is queued, now.
 
 The simulation is deterministic (seeded): Poisson arrivals (exponential gaps, drawn once and scaled
 by 1/rate, so every rate sees the same stream), a service time per batch drawn from the samples
-measured at the smallest measured batch size >= the batch (a batch of 5 costs what 8 cost: an upper
-bound, like padding), and end-to-end latency = completion - arrival. What it leaves out, said in
-the results: network and (de)serialisation, the batcher's own overhead (tens of µs in Triton), and
+measured at its size (between two measured sizes, the same quantile of both, interpolated in the
+batch size: `ServiceTimes`), and end-to-end latency = completion - arrival. What it leaves out, said
+in the results: network and (de)serialisation, the batcher's own overhead (tens of µs in Triton), and
 copies of requests into one batch tensor. The highest rate is capped at UTIL_CAP (80%) of the
 capacity at full batches, and every simulation serves at least MIN_BATCHES batches.
 """
@@ -57,27 +57,55 @@ class BatcherConfig:
 
 
 class ServiceTimes:
-    """Measured service times (ms) per batch size; a batch costs a draw from the smallest measured size >= it."""
+    """Measured service times (ms) per batch size. A batch of a measured size costs a draw from its
+    samples; one between two measured sizes costs the same quantile of both, interpolated linearly in
+    the batch size (a batch of 200 between 128 and 256 costs what it would take, not what 256 took);
+    one below the smallest measured size costs what that size cost (an upper bound, like padding)."""
 
     def __init__(self, samples: Mapping[int, Sequence[float]]) -> None:
         self.sizes = sorted(int(b) for b, xs in samples.items() if len(xs))
         if not self.sizes:
             raise ValueError("no measured service times")
         self.samples = {b: np.asarray(samples[b], dtype=float) for b in self.sizes}
+        self._sorted = {b: np.sort(self.samples[b]).tolist() for b in self.sizes}
 
     @property
     def largest(self) -> int:
         return self.sizes[-1]
 
-    def measured_size(self, b: int) -> int:
+    def quantile(self, b: int, u: float) -> float:
+        """The service time (ms) of a batch of b at quantile u in [0, 1): for a measured size the sample
+        of rank floor(u * n), so a uniform u is a uniform draw of its samples; between two measured sizes
+        the interpolation of both at the same u (a slow moment is slow for every batch size)."""
         i = bisect.bisect_left(self.sizes, b)
         if i == len(self.sizes):
             raise ValueError(f"batch {b} is above the largest measured batch {self.largest}")
-        return self.sizes[i]
+        hi = self.sizes[i]
+        xs = self._sorted[hi]
+        top = xs[min(int(u * len(xs)), len(xs) - 1)]
+        if hi == b or i == 0:
+            return top
+        lo = self.sizes[i - 1]
+        ys = self._sorted[lo]
+        low = ys[min(int(u * len(ys)), len(ys) - 1)]
+        return low + (top - low) * (b - lo) / (hi - lo)
+
+    def median(self, b: int) -> float:
+        """The median service time (ms) of a batch of b, interpolated between measured sizes as `quantile` does."""
+        i = bisect.bisect_left(self.sizes, b)
+        if i == len(self.sizes):
+            raise ValueError(f"batch {b} is above the largest measured batch {self.largest}")
+        hi = self.sizes[i]
+        top = float(np.median(self.samples[hi]))
+        if hi == b or i == 0:
+            return top
+        lo = self.sizes[i - 1]
+        low = float(np.median(self.samples[lo]))
+        return low + (top - low) * (b - lo) / (hi - lo)
 
     def capacity(self, b: int, instances: int = 1) -> float:
         """Requests per second at a steady stream of full batches of b (median service time)."""
-        return instances * b / (float(np.median(self.samples[self.measured_size(b)])) / 1e3)
+        return instances * b / (self.median(b) / 1e3)
 
 
 UTIL_CAP = 0.8
@@ -151,8 +179,8 @@ def serve_arrivals(cfg: BatcherConfig, service: ServiceTimes, arrivals_ms: Seque
     target = pref[-1]
     free = [0.0] * cfg.instances                                       # when each instance is next free
     done = [0.0] * requests
-    draws: dict[int, list[float]] = {}
-    used: dict[int, int] = {}
+    us: list[float] = []
+    used = 0
     i = nb = 0
     slo, first, limit = give_up if give_up else (math.inf, requests, math.inf)
     missed = 0
@@ -168,12 +196,10 @@ def serve_arrivals(cfg: BatcherConfig, service: ServiceTimes, arrivals_ms: Seque
         queued = min(queued, cfg.max_batch_size)
         fits = [p for p in pref if p <= queued]
         b = fits[-1] if fits and cfg.preferred_batch_size else queued  # the largest preferred size, else all
-        m = service.measured_size(b)
-        if used.get(m, 0) >= len(draws.get(m, ())):                    # draw service times in blocks
-            draws[m] = rng.choice(service.samples[m], size=1024).tolist()
-            used[m] = 0
-        s = draws[m][used[m]]
-        used[m] += 1
+        if used >= len(us):                                            # quantiles drawn in blocks
+            us, used = rng.random(1024).tolist(), 0
+        s = service.quantile(b, us[used])
+        used += 1
         free[k] = start + s
         done[i:i + b] = [free[k]] * b
         if i + b > first and free[k] - arr[max(i, first)] > slo:   # some of this batch missed the SLO

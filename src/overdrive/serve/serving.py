@@ -40,7 +40,8 @@ __all__ = ["run_serving", "summarize_serving", "service_floor", "engine_verdict"
            "STABLE_SHARE", "RESAMPLES"]
 
 SIM_NOTE = ("simulated from measured service times: Poisson arrivals, Triton's dynamic-batcher rules, a batch "
-            "costs a draw from the smallest measured batch >= it, at most 80% of the capacity at full batches; "
+            "costs a draw of its measured size's service times (between two measured sizes, the same quantile of "
+            "both, interpolated), at most 80% of the capacity at full batches; "
             "not included: network, (de)serialisation, the batcher's own overhead, copying requests into one batch")
 
 STABLE_SHARE = 0.9
