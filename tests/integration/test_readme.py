@@ -65,6 +65,10 @@ INSTEAD: dict[str, tuple[str | None, str]] = {
     "pip install 'overdrive[liger]'": (None, "downloads packages"),
     "pip install 'overdrive[te]'": (None, "downloads packages"),
     "pip install 'overdrive[hf]'": (None, "downloads packages"),
+    "overdrive bench --workload inference --model ranker.py:make_ranker --inputs ranker.py:example --dynamic ids:1 "
+    "--slo-ms 5 --out out/ranker-bench": (
+        "overdrive bench --workload inference --suite inference-quick --model ranker.py:make_ranker --inputs "
+        "ranker.py:example --dynamic ids:1 --slo-ms 5 --out out/ranker-bench", "quick form (no torch.compile)"),
     "overdrive bench --workload inference --suite inference-serving --slo-ms 5": (
         None, "its request-stream part runs in the --quick form above (the full one takes minutes)"),
 }

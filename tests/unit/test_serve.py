@@ -75,7 +75,10 @@ def test_latency_quick_runs_on_this_machine():
     sv = r["serving"]
     assert sv["engines"]["eager"]["status"] == "ok" and "busy" in sv["load"]
     assert set(sv["engines"]["eager"]["service"]) == {"1", "4"}
-    assert [p["n"] for p in sv["noise_floor"]["pairs"]] == [[40, 40], [40, 40]]  # 8 rounds x 5, twins at 1 and 4
+    # 8 rounds of at least 5 calls (more when they are short), twins at 1 and 4 as many as eager there.
+    rk = sv["reps_per_key"]
+    assert [p["n"] for p in sv["noise_floor"]["pairs"]] == [[8 * rk["eager@1"]] * 2, [8 * rk["eager@4"]] * 2]
+    assert all(5 <= r <= 100 for r in rk.values())
     for e in sv["engines"].values():  # a verdict with its interval, or none with its reason: never a bare rate
         if e["status"] == "ok":
             assert (e["verdict"] == "given") == bool(e["best"]) and (e["verdict"] == "withheld") == bool(e["withheld"])
@@ -168,9 +171,14 @@ def test_export_user_model_file_with_measured_batching(tmp_path, capsys):
     (tmp_path / "bench").mkdir()
     (tmp_path / "bench" / "results.json").write_text(json.dumps(res))
     out = tmp_path / "out"
-    # Your own model takes --max-batch (the bench measured the built-in one); the bag is a dynamic dim.
-    assert main(["export", f"{tmp_path}/ranker.py:make_ranker", "--inputs", f"{tmp_path}/ranker.py:example",
-                 "--dynamic", "ids:1", "--max-batch", "2", "--out", str(out)]) == 0
+    user = [f"{tmp_path}/ranker.py:make_ranker", "--inputs", f"{tmp_path}/ranker.py:example", "--dynamic", "ids:1"]
+    # The bench measured the built-in click model: not this one's settings.
+    capsys.readouterr()
+    assert main(["export", *user, "--slo-from", str(tmp_path / "bench"), "--out", str(out)]) == 2
+    assert "it measured the built-in click model, not ranker.py:make_ranker" in capsys.readouterr().err
+    assert not (out / "triton").exists()
+    # Your own model with --max-batch; the bag is a dynamic dim.
+    assert main(["export", *user, "--max-batch", "2", "--out", str(out)]) == 0
     [m] = check_repository(str(out / "triton"))
     assert m["name"] == "make_ranker" and m["max_batch_size"] == 2 and m["ran"]
     cfg = parse_config((out / "triton" / "make_ranker" / "config.pbtxt").read_text())
@@ -190,6 +198,88 @@ def test_export_user_model_file_with_measured_batching(tmp_path, capsys):
     cfg = parse_config((tmp_path / "c" / "triton" / "click_model" / "config.pbtxt").read_text())
     assert (cfg.max_batch_size, list(cfg.dynamic_batching.preferred_batch_size),
             cfg.dynamic_batching.max_queue_delay_microseconds) == (64, [32, 64], 500)
+
+
+def test_export_takes_settings_only_from_a_bench_of_the_same_model(tmp_path):
+    from overdrive.serve.export import ExportError, batching_from, model_identity
+
+    (tmp_path / "ranker.py").write_text(USER_MODEL)
+    fac, inp = f"{tmp_path}/ranker.py:make_ranker", f"{tmp_path}/ranker.py:example"
+    cfg = {"max_batch_size": 64, "preferred_batch_size": [], "max_queue_delay_us": 0, "instances": 1,
+           "kind": "KIND_CPU"}
+
+    def bench(identity):
+        res = {"slo_ms": 5.0, "device": "cpu", "created": "now", "workloads": {},
+               "serving": {"model_identity": identity, "engines": {"onnxruntime": {
+                   "label": "ORT", "status": "ok", "best": {"rate": 9000.0, "ci": [8000.0, 9900.0], "config": cfg}}}}}
+        (tmp_path / "results.json").write_text(json.dumps(res))
+        return str(tmp_path / "results.json")
+
+    mine = model_identity(fac, inp, ["ids:1"])
+    # The same files by another path (relative vs absolute), and the same contents: the same model.
+    import os
+
+    rel = model_identity(os.path.relpath(fac), os.path.relpath(inp), ["ids:1"])
+    assert batching_from(bench(mine), "serving", model=rel)["max_batch_size"] == 64
+    assert "9,000 [8,000-9,900]" in batching_from(bench(mine), "serving", model=mine)["source"]
+    with pytest.raises(ExportError, match="it measured the built-in click model, not ranker.py:make_ranker"):
+        batching_from(bench(None), "serving", model=mine)  # results from before identities: the click model
+    with pytest.raises(ExportError, match="it measured ranker.py:make_ranker with inputs ranker.py:example, not the "
+                                          "built-in click model"):
+        batching_from(bench(mine), "recsys")
+    other = model_identity(fac.replace("make_ranker", "example"), inp)
+    with pytest.raises(ExportError, match="not ranker.py:example"):
+        batching_from(bench(mine), "serving", model=other)
+    with pytest.raises(ExportError, match="with --dynamic ids:1, not \\(none\\)"):  # another ONNX graph than timed
+        batching_from(bench(mine), "serving", model=model_identity(fac, inp))
+    path = bench(mine)
+    (tmp_path / "ranker.py").write_text(USER_MODEL + "\n# edited\n")  # the model file changed since the bench
+    with pytest.raises(ExportError, match="ranker.py changed since it was measured"):
+        batching_from(path, "serving", model=model_identity(fac, inp, ["ids:1"]))
+    (tmp_path / "empty.json").write_text(json.dumps({"slo_ms": 5.0, "workloads": {"recsys": {}}}))
+    with pytest.raises(ExportError, match="no serving results in it .*--model .*ranker.py:make_ranker"):
+        batching_from(str(tmp_path / "empty.json"), "serving", model=mine)
+
+
+@pytest.mark.slow  # a bench of a user's model under the request stream (~25 s), then its export (~20 s)
+@pytest.mark.skipif(not importlib.util.find_spec("onnxruntime"), reason="onnxruntime not installed")
+def test_bench_then_export_a_user_model_carries_its_measured_settings(tmp_path):
+    import subprocess
+    import sys
+
+    from overdrive.serve.triton_repo import check_repository, parse_config
+
+    (tmp_path / "ranker.py").write_text(USER_MODEL)
+    user = ["ranker.py:make_ranker", "--inputs", "ranker.py:example", "--dynamic", "ids:1"]
+
+    def od(*args):
+        return subprocess.run([sys.executable, "-m", "overdrive", *args], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600)
+
+    cp = od("bench", "--workload", "inference", "--suite", "inference-quick", "--model", user[0], *user[1:],
+            "--slo-ms", "5", "--out", "b")
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    assert "ranker.py:make_ranker under a Poisson request stream" in cp.stdout
+    sv = json.loads((tmp_path / "b" / "results.json").read_text())["serving"]
+    assert sv["model_identity"]["factory"] == "ranker.py:make_ranker"
+    assert sv["model"].startswith("ranker.py:make_ranker")
+    ort = sv["engines"]["onnxruntime"]
+    assert ort["status"] == "ok" and ort["max_abs_error_vs_eager"] < 1e-5  # checked against eager before timing
+    page = (tmp_path / "b" / "report.html").read_text()
+    cp = od("export", *user, "--slo-from", "b", "--out", "e")
+    if ort.get("best"):
+        assert "overdrive export ranker.py:make_ranker --inputs ranker.py:example --dynamic ids:1 --slo-from" in page
+        assert cp.returncode == 0, cp.stderr[-2000:]
+        [m] = check_repository(str(tmp_path / "e" / "triton"))
+        c = ort["best"]["config"]
+        cfg = parse_config((tmp_path / "e" / "triton" / "make_ranker" / "config.pbtxt").read_text())
+        assert m["ran"] and (cfg.max_batch_size, list(cfg.dynamic_batching.preferred_batch_size),
+                             cfg.dynamic_batching.max_queue_delay_microseconds) == \
+            (c["max_batch_size"], c["preferred_batch_size"], c["max_queue_delay_us"])
+    else:  # a verdict withheld (a busy host) writes nothing unmeasured
+        assert cp.returncode == 2 and len(cp.stderr.strip().splitlines()) == 1, cp.stderr
+        assert "withheld its verdict" in cp.stderr or "no setting of onnxruntime met" in cp.stderr
+        assert not (tmp_path / "e" / "triton").exists()
 
 
 @pytest.mark.slow  # torch.export of the click model, twice

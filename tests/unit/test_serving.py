@@ -367,12 +367,34 @@ def test_an_engine_that_differs_is_never_timed():
     check_engines(engines, [1, 4])
     assert engines[1].status == "ok" and engines[2].status == "failed" and "max abs error" in engines[2].reason
     seen = calls["bad"]
-    m = measure_service(engines, [1, 4], rounds=2, reps=3)
+    m = measure_service(engines, [1, 4], rounds=2, reps=3, min_round_ms=0)
     assert calls["bad"] == seen  # not called again: no timing of a wrong engine
     assert set(m["samples"]) == {"eager", "onnxruntime"}
     assert all(len(rs) == 2 and all(len(r) == 3 for r in rs) for e in m["samples"].values() for rs in e.values())
     assert [p["of"] for p in m["aa"]] == ["eager at batch 1", "eager at batch 4"]  # twins at smallest and largest
     assert all(len(p["a"]) == 2 and len(p["b"][0]) == 3 for p in m["aa"])
+
+
+def test_short_calls_get_more_calls_per_round_and_twins_as_many_as_their_key():
+    from overdrive.serve.engines import MAX_REP_FACTOR, Engine, measure_service
+
+    cost = {("eager", 1): 0.05, ("eager", 4): 2.0, ("onnxruntime", 1): 0.5, ("onnxruntime", 4): 1e-4}
+    now = {}
+
+    def engine(name):
+        return Engine(name, name, lambda b: now.update(key=(name, b)))
+
+    def timer(fn):
+        fn()
+        return cost[now["key"]]
+
+    m = measure_service([engine("eager"), engine("onnxruntime")], [1, 4], rounds=2, reps=30, timer=timer,
+                        min_round_ms=20)
+    # 20 ms of calls per round: 400 of 0.05 ms, 40 of 0.5 ms; never fewer than reps, never more than 20 x reps.
+    assert m["reps_per_key"] == {"eager@1": 400, "eager@4": 30, "onnxruntime@1": 40,
+                                 "onnxruntime@4": 30 * MAX_REP_FACTOR, "eager#A@1": 400, "eager#B@1": 400, "eager#A@4": 30, "eager#B@4": 30}
+    assert [len(r) for r in m["samples"]["eager"][1]] == [400, 400]
+    assert [(len(p["a"][0]), len(p["b"][0])) for p in m["aa"]] == [(400, 400), (30, 30)]
 
 
 # --- decode caches: built per batch, bounded by memory, freed between batches ----------------------------------

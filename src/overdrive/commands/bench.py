@@ -16,6 +16,17 @@ def _refuse_ignored_flags(args: argparse.Namespace, workload) -> None:
     if args.quick and args.suite:
         raise UserError(f"--quick and --suite {args.suite} together: --quick picks the short suite, --suite names one; "
                         "pass only one of them")
+    if (args.model or args.inputs or args.dynamic) and workload.name != "inference":
+        raise UserError(f"--model/--inputs/--dynamic serve your model under a request stream: they apply to "
+                        f"--workload inference, not {workload.name} (to tune your model's training: overdrive tune "
+                        "FILE.py:FACTORY)")
+    if (args.inputs or args.dynamic) and not args.model:
+        raise UserError("--inputs/--dynamic are for your own model: pass --model FILE.py:FACTORY too")
+    if args.model and ".py:" not in args.model:
+        raise UserError(f"--model {args.model!r} is not FILE.py:FACTORY (e.g. models.py:make_model)")
+    if args.model and not args.inputs:
+        raise UserError(f"--model {args.model} needs example inputs: pass --inputs FILE.py:FN, FN(batch) returning a "
+                        "tensor or a tuple of tensors whose first dimension is the batch")
     if args.configs and not workload.configs_apply:
         raise UserError(f"--configs does not apply to --workload {workload.name}: it measures every mode; drop "
                         "--configs")
@@ -126,11 +137,26 @@ def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
 
     if args.slo_ms <= 0:
         raise UserError(f"--slo-ms must be positive, got {args.slo_ms}")
+    model = None
+    if args.model:
+        from overdrive.serve.export import ExportError, user_served_model
+
+        try:
+            model = user_served_model(args.model, args.inputs, dynamic=args.dynamic)
+        except ExportError as e:
+            raise UserError(str(e).splitlines()[0]) from None
     console = wide_console()
     console.print(f"overdrive bench: inference latency, suite [bold]{escape(suite.name)}[/], SLO p99 <= "
-                  f"{args.slo_ms:g} ms")
-    with Progress(console=console, transient=not console.is_terminal) as progress:
-        r = workload.run(suite, env, slo_ms=args.slo_ms, seed=args.seed, progress=progress)
+                  f"{args.slo_ms:g} ms" + (f"; {escape(model.description)} under a request stream only (the "
+                                           "fixed-batch tables are the built-in models')" if model else ""))
+    from overdrive.serve.engines import ServingError
+    from overdrive.serve.export import ExportError
+
+    try:
+        with Progress(console=console, transient=not console.is_terminal) as progress:
+            r = workload.run(suite, env, slo_ms=args.slo_ms, seed=args.seed, progress=progress, model=model)
+    except (ServingError, ExportError) as e:  # your model or its inputs, at a batch size the example did not try
+        raise UserError(str(e).splitlines()[0]) from None
     render_latency(r, console)
     if args.out:
         write_atomic(os.path.join(args.out, "results.json"), json.dumps(r, indent=1) + "\n")
@@ -176,6 +202,13 @@ def register(sub) -> None:
     b.add_argument("--out", help="folder for results.json, results.csv, PNG plots and report.html")
     b.add_argument("--data", metavar="FILE", help="your data instead of the built-in stream: " + "; ".join(
         f"{k}: {w.data_help}" for k, w in WORKLOADS.items() if w.data_help))
+    b.add_argument("--model", metavar="FILE.py:FACTORY", help="inference: your own model (a function returning an "
+                   "nn.Module) served under the request stream in eager, compiled and ONNX Runtime, instead of the "
+                   "built-in click model; with --inputs")
+    b.add_argument("--inputs", metavar="FILE.py:FN", help="inference: FN(batch) returns example inputs for --model (a "
+                   "tensor or a tuple, batch first)")
+    b.add_argument("--dynamic", action="append", metavar="INPUT:AXIS", help="inference: a further variable dimension "
+                   "of --model's input (e.g. ids:1; repeatable), as `overdrive export` takes it")
     b.add_argument("--configs", help="comma-separated candidates to run (the baseline always runs): the suite's, or "
                                      "any recipe name (e.g. fp8-rowwise, bf16+compile)")
     b.add_argument("--steps", type=int, help="sets the number of timed rounds, not optimizer steps: each round "

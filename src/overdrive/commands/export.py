@@ -9,12 +9,15 @@ from overdrive.errors import UserError
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from overdrive.io import check_writable
-    from overdrive.serve.export import ExportError, batching_from, export_for_serving
+    from overdrive.serve.export import ExportError, batching_from, export_for_serving, model_identity
 
     if args.max_batch is not None and args.max_batch < 1:
         raise UserError(f"--max-batch must be >= 1, got {args.max_batch}")
     if args.factory and ".py:" not in args.factory:
         raise UserError(f"{args.factory!r} is not FILE.py:FACTORY (e.g. models.py:make_model)")
+    if args.factory and not args.inputs:
+        raise UserError(f"exporting {args.factory} needs example inputs: pass --inputs FILE.py:FN, FN(batch) returning "
+                        "a tensor or a tuple of tensors whose first dimension is the batch")
     if (args.inputs or args.dynamic) and not args.factory:
         raise UserError("--inputs/--dynamic are for your own model: pass FILE.py:FACTORY too (the built-in models "
                         "know their inputs; --bag-len sets the click model's)")
@@ -22,10 +25,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
     try:
         batching = None
         if args.slo_from:
-            if args.factory:
-                raise ExportError("--slo-from reads the built-in click model's bench; for your own model pass "
-                                  "--max-batch")
-            batching = batching_from(args.slo_from, "recsys" if args.model == "recsys" else "gpt_prefill")
+            if args.factory:  # the bench must have measured this very model (`bench --model FILE.py:FACTORY`)
+                batching = batching_from(args.slo_from, "serving", model=model_identity(args.factory, args.inputs,
+                                                                                         args.dynamic))
+            else:
+                batching = batching_from(args.slo_from, "recsys" if args.model == "recsys" else "gpt_prefill")
         rep = export_for_serving(args.factory or args.model, args.out, size=args.size, weights=args.weights,
                                  max_batch=args.max_batch, batching=batching, onnx=False if args.no_onnx else None,
                                  inputs=args.inputs, dynamic=args.dynamic, bag_len=args.bag_len)
@@ -69,6 +73,7 @@ def register(sub) -> None:
     e.add_argument("--max-batch", type=int, help="Triton max_batch_size (default 1024, or the measured one with "
                    "--slo-from; given with --slo-from, it overrides the measured size)")
     e.add_argument("--slo-from", metavar="DIR", help="take max_batch_size, preferred sizes, queue delay and instances "
-                   "from `overdrive bench --workload inference` results (ONNX Runtime's best setting)")
+                   "from `overdrive bench --workload inference` results (ONNX Runtime's best setting); for your own "
+                   "model, a bench of that model (`bench --workload inference --model FILE.py:FACTORY --inputs ...`)")
     e.add_argument("--no-onnx", action="store_true", help="skip ONNX (Triton then gets TorchScript on libtorch)")
     e.set_defaults(func=_cmd_export)

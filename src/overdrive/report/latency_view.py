@@ -89,8 +89,23 @@ def _setting_text(c: dict) -> str:
             f"{c.get('instances', 1)} instance")
 
 
+def served_name(sv: dict) -> str:
+    """What the serving results measured: "click model" (built in) or the user's FILE.py:FACTORY."""
+    return ((sv.get("model_identity") or {}).get("given") or {}).get("factory") or "click model"
+
+
+def export_command(sv: dict, out_dir: str) -> str:
+    """The `overdrive export` that writes these serving results' settings for the model they measured."""
+    given = (sv.get("model_identity") or {}).get("given")
+    if not given:
+        return f"overdrive export --model recsys --slo-from {out_dir} --out export/"
+    extra = "".join(f" --dynamic {d}" for d in given.get("dynamic") or [])
+    return f"overdrive export {given['factory']} --inputs {given['inputs']}{extra} --slo-from {out_dir} --out export/"
+
+
 def render_serving(sv: dict, console: Console) -> None:
-    t = Table(title=f"click model under a Poisson request stream — highest rate with p99 <= {sv['slo_ms']:g} ms "
+    t = Table(title=f"{escape(served_name(sv))} under a Poisson request stream — highest rate with p99 <= "
+                    f"{sv['slo_ms']:g} ms "
                     f"(Triton dynamic batcher, simulated from measured service times)", title_justify="left")
     for col in ("engine", "service ms p50 / p99 at batch 1", "highest rate (req/s)", "batcher settings", "note"):
         t.add_column(col, overflow="fold")
@@ -190,7 +205,7 @@ def _plot_rate(sv: dict, path: str) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("request rate (req/s, Poisson)")
     ax.set_ylabel("end-to-end latency (ms): p99 solid, p50 dotted")
-    ax.set_title("click model: latency against request rate")
+    ax.set_title(f"{served_name(sv)}: latency against request rate")
     ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -211,7 +226,9 @@ def _serving_html(sv: dict, png: str) -> list[str]:
                      e(_setting_text(best["config"])) if best else "-",
                      e(f"max |Δ| vs eager {en['max_abs_error_vs_eager']:.1g}")
                      if en.get("max_abs_error_vs_eager") is not None else ""])
-    return [f"<h2>Click model under a request stream (SLO p99 &le; {sv['slo_ms']:g} ms)</h2>",
+    what = served_name(sv)
+    title = "Click model" if what == "click model" else what
+    return [f"<h2>{e(title)} under a request stream (SLO p99 &le; {sv['slo_ms']:g} ms)</h2>",
             f"<p><b>{e(sv['text'])}</b></p>",
             f"<p class='meta'>{e(_load_text(sv.get('load')))}; {e(_floor_text(sv.get('noise_floor')))}; threads "
             f"per engine {e(str(sv.get('threads_why', sv.get('threads'))))}. "
@@ -226,7 +243,7 @@ def latency_next_step(r: dict, out_dir: str) -> str:
     best = (ws.get("recsys") or {}).get("best") or {}
     ort = ((r.get("serving") or {}).get("engines") or {}).get("onnxruntime") or {}
     if ort.get("best"):
-        cmd = f"overdrive export --model recsys --slo-from {out_dir} --out export/"
+        cmd = export_command(r["serving"], out_dir)
         return (f"Next step: serve the ONNX model with ONNX Runtime at {ort['best']['rate']:,.0f} req/s: "
                 f"<code>{html.escape(cmd)}</code> writes a Triton repository whose config.pbtxt carries "
                 f"{html.escape(_setting_text(ort['best']['config']))}.")

@@ -1,12 +1,14 @@
-"""The click model in the engines that serve it: eager PyTorch, torch.compile, and the exported ONNX
-model in ONNX Runtime (CPU; CUDA and TensorRT execution providers where present). Same inputs,
-outputs checked equal before anything is timed; then per-batch service times measured host to host
-(inputs on the host, outputs back on the host: what a server sees), in interleaved rounds by the
-one scheduler (`bench.timing`), with an A/A twin of one engine for the noise floor.
+"""A served model (the click model, or a user's FILE.py:FACTORY) in the engines that serve it: eager
+PyTorch, torch.compile, and the exported ONNX model in ONNX Runtime (CPU; CUDA and TensorRT execution
+providers where present). Same inputs, outputs checked equal before anything is timed; then
+per-batch service times measured host to host (inputs on the host, outputs back on the host: what a
+server sees), in interleaved rounds by the one scheduler (`bench.timing`), with an A/A twin of one
+engine for the noise floor.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -16,11 +18,15 @@ import numpy as np
 
 from overdrive.measure.rounds import interleaved_rounds, time_fn
 
-__all__ = ["Engine", "click_engines", "check_engines", "measure_service"]
+__all__ = ["Engine", "ServingError", "click_engines", "serving_engines", "check_engines", "measure_service"]
 
 # fp32 engines against eager fp32 on the same inputs: ORT and inductor reorder sums (the interaction's
 # bmm, the MLPs), so agreement is to rounding, not bits.
 ATOL, RTOL = 1e-5, 1e-4
+
+
+class ServingError(RuntimeError):
+    """The served model itself cannot run (in eager PyTorch, on its example inputs): one line, no traceback."""
 
 
 @dataclass
@@ -53,6 +59,19 @@ def _ort_providers(env) -> list[tuple[str, str, list, str]]:
 def click_engines(model, inputs: dict[int, tuple], env, *, compile: bool = True, workdir: str | None = None,
                   bag: int = 5) -> list[Engine]:
     """Engines for the click serving module `model` (dense, ids) -> (B, 1); `inputs[b]` are host tensors."""
+    from overdrive.serve.export import CLICK_DYNAMIC, CLICK_SPEC
+
+    return serving_engines(model, inputs, env, spec=CLICK_SPEC, dynamic=CLICK_DYNAMIC, compile=compile,
+                           workdir=workdir)
+
+
+def serving_engines(model, inputs: dict[int, tuple], env, *, spec: dict, dynamic: dict, compile: bool = True,
+                    workdir: str | None = None) -> list[Engine]:
+    """Eager, torch.compile (dynamic) and the exported ONNX model in ONNX Runtime (one engine per
+    execution provider present) for any serving module `model(*inputs[b])`: `inputs[b]` is a tuple of
+    host tensors, batch first; `spec` names the inputs and outputs (as config.pbtxt does) and `dynamic`
+    the variable axes per input ({name: {axis: label}}, the batch always). run(b) returns the outputs
+    as a list of numpy arrays, brought back to the host (what a server sees)."""
     import torch
 
     dev = env.device
@@ -62,9 +81,10 @@ def click_engines(model, inputs: dict[int, tuple], env, *, compile: bool = True,
 
     def torch_run(fn):
         def run(b):
-            d, i = inputs[b]
+            xs = tuple(x.to(dev, non_blocking=True) for x in inputs[b])
             with torch.inference_mode():
-                return fn(d.to(dev, non_blocking=True), i.to(dev, non_blocking=True)).cpu().numpy()  # host to host
+                out = fn(*xs)
+            return [o.cpu().numpy() for o in (out if isinstance(out, (tuple, list)) else (out,))]  # host to host
         return run
 
     kind = "KIND_GPU" if gpu else "KIND_CPU"
@@ -86,20 +106,19 @@ def click_engines(model, inputs: dict[int, tuple], env, *, compile: bool = True,
 
     workdir = workdir or tempfile.mkdtemp(prefix="overdrive-onnx-")
     path = os.path.join(workdir, "model.onnx")
-    spec = {"inputs": [("dense", [13], "TYPE_FP32"), ("ids", [26, -1], "TYPE_INT64")],
-            "outputs": [("prob", [1], "TYPE_FP32")]}
+    # The example batch is never 1 (torch.export would specialise a size-1 dimension).
     ex = inputs[min(b for b in inputs if b >= 2)] if any(b >= 2 for b in inputs) else inputs[max(inputs)]
     cpu_model = model.to("cpu")
     try:
-        export_onnx(cpu_model, ex, path, spec, {"dense": {0: "batch"}, "ids": {0: "batch", 2: "bag"}},
-                    max(inputs))
+        export_onnx(cpu_model, ex, path, spec, dynamic, max(inputs))
     except Exception as e:  # noqa: BLE001 — an exporter failure is a result, said in one line
         engines.append(Engine("onnxruntime", "ONNX Runtime", None, "failed",
                               f"ONNX export failed: {type(e).__name__}: {str(e).splitlines()[0][:150]}"))
         return engines
     finally:
         model.to(dev)
-    np_in = {b: (d.numpy(), i.numpy()) for b, (d, i) in inputs.items()}
+    names = [n for n, _, _ in spec["inputs"]]
+    np_in = {b: {n: x.numpy() for n, x in zip(names, xs)} for b, xs in inputs.items()}
     for name, label, providers, kind in _ort_providers(env):
         try:
             sess = ort_session(path, providers, threads=torch.get_num_threads())
@@ -112,46 +131,70 @@ def click_engines(model, inputs: dict[int, tuple], env, *, compile: bool = True,
             continue
 
         def run(b, sess=sess):
-            d, i = np_in[b]
-            return sess.run(None, {"dense": d, "ids": i})[0]
+            return sess.run(None, np_in[b])
 
         engines.append(Engine(name, label, run, kind=kind, meta={"providers": got,
                                                                  "threads": torch.get_num_threads()}))
     return engines
 
 
+def _outputs(x) -> list[np.ndarray]:
+    return [np.asarray(o) for o in x] if isinstance(x, (list, tuple)) else [np.asarray(x)]
+
+
 def check_engines(engines: list[Engine], batches: list[int], *, atol: float = ATOL, rtol: float = RTOL) -> None:
-    """Each engine's outputs against eager's on the same inputs, every batch, before any timing; an
-    engine that differs is marked failed (with its max error) and is not timed."""
+    """Each engine's outputs (every one of them) against eager's on the same inputs, every batch, before
+    any timing; an engine that differs is marked failed (with its max error) and is not timed."""
     ref_engine = next(e for e in engines if e.name == "eager")
-    ref = {b: np.asarray(ref_engine.run(b)) for b in batches}
+    ref = {}
+    for b in batches:
+        try:
+            ref[b] = _outputs(ref_engine.run(b))
+        except Exception as ex:  # noqa: BLE001 — the model itself fails: nothing to serve, said in one line
+            first = str(ex).strip().splitlines()[0][:200] if str(ex).strip() else ""
+            raise ServingError(f"the model fails in eager PyTorch at batch {b}: {type(ex).__name__}: {first}") from None
     for e in engines:
         if e.status != "ok" or e is ref_engine:
             continue
         worst = 0.0
         try:
             for b in batches:
-                got = np.asarray(e.run(b), dtype=np.float64).reshape(ref[b].shape)
-                worst = max(worst, float(np.abs(got - ref[b]).max()))
-                if not np.allclose(got, ref[b], atol=atol, rtol=rtol):
-                    e.status, e.reason = "failed", (f"outputs differ from eager at batch {b}: max abs error "
-                                                    f"{worst:.3g} > {atol:g} + {rtol:g}*|ref|")
+                got = _outputs(e.run(b))
+                if len(got) != len(ref[b]):
+                    e.status, e.reason = "failed", f"{len(got)} outputs at batch {b}, eager gives {len(ref[b])}"
+                    break
+                for g, r in zip(got, ref[b]):
+                    g = g.astype(np.float64).reshape(r.shape)
+                    worst = max(worst, float(np.abs(g - r).max()) if g.size else 0.0)
+                    if not np.allclose(g, r, atol=atol, rtol=rtol):
+                        e.status, e.reason = "failed", (f"outputs differ from eager at batch {b}: max abs error "
+                                                        f"{worst:.3g} > {atol:g} + {rtol:g}*|ref|")
+                        break
+                if e.status != "ok":
                     break
         except Exception as ex:  # noqa: BLE001
             e.status, e.reason = "failed", f"{type(ex).__name__}: {str(ex).splitlines()[0][:150]}"
         e.meta["max_abs_error_vs_eager"] = worst
 
 
+MIN_ROUND_MS = 20.0
+"""Each key's calls in one round last at least this long (more than `reps` calls when they are short)."""
+MAX_REP_FACTOR = 20
+"""... but at most this many times `reps` calls."""
+
+
 def measure_service(engines: list[Engine], batches: list[int], *, rounds: int, reps: int, aa: str = "eager",
-                    progress=None, clock_cuda: bool = False, seed: int = 0, timer=None) -> dict:
+                    progress=None, clock_cuda: bool = False, seed: int = 0, timer=None,
+                    min_round_ms: float = MIN_ROUND_MS) -> dict:
     """{"samples": {engine: {batch: [[ms, ...] per round]}}, "aa": [twin pairs]}: per-call service times.
 
     One key per (engine, batch), plus A/A twins of `aa` at the smallest and the largest batch (each
-    measured as two keys); `rounds` rounds of `reps` calls per key, in an order shuffled afresh each
-    round (`measure.rounds.shuffled`: no key always follows the same neighbour), so the host's drift
-    and contention fall on every key alike and each round is one moment's evidence. Warm-up calls
-    first, apart. Timing is host to host on the wall clock (the outputs come back to the host, which
-    syncs); `timer(fn) -> ms` replaces the clock in tests."""
+    measured as two keys); `rounds` rounds of `reps` calls per key (more for short calls: a key's round
+    lasts at least `min_round_ms` by its warm-up's median call, up to MAX_REP_FACTOR x reps), in an
+    order shuffled afresh each round (`measure.rounds.shuffled`: no key always follows the same
+    neighbour), so the host's drift and contention fall on every key alike and each round is one
+    moment's evidence. Warm-up calls first, apart. Timing is host to host on the wall clock (the
+    outputs come back to the host, which syncs); `timer(fn) -> ms` replaces the clock in tests."""
     live = [e for e in engines if e.status == "ok"]
     keys = [(e.name, b) for e in live for b in batches]
     twins = sorted({batches[0], batches[-1]})
@@ -160,14 +203,25 @@ def measure_service(engines: list[Engine], batches: list[int], *, rounds: int, r
     runs.update({k[0]: runs[aa] for k in aa_keys})
     samples: dict = {k: [[] for _ in range(rounds)] for k in keys + aa_keys}
     timer = timer or (lambda fn: time_fn(fn, cuda=clock_cuda))
-    for name, b in keys + aa_keys:
+    per_key: dict = {}
+    for key in keys + aa_keys:
+        name, b = key
         for _ in range(3):  # compilation, allocator growth, ORT's first-run arena
             runs[name](b)
+        if key not in keys:  # an A/A twin: as many calls as the key it twins
+            continue
+        warm = sorted(timer(lambda: runs[name](b)) for _ in range(5))[2] if min_round_ms > 0 else math.inf
+        # A round of a key lasts at least min_round_ms: 30 calls of 0.05 ms are one 1.5 ms burst, whose
+        # median one timer interrupt or a neighbour's time slice moves (eager's A/A twins at batch 1 of
+        # a 0.06 ms model sat 13% apart over 20 rounds); calls of 2 ms keep `reps`.
+        per_key[key] = min(reps * MAX_REP_FACTOR, max(reps, math.ceil(min_round_ms / max(warm, 1e-6))))
+    for key in aa_keys:
+        per_key[key] = per_key.get((aa, key[1]), reps)
 
     def one(key, k) -> bool:
         name, b = key
         fn = runs[name]
-        for _ in range(reps):
+        for _ in range(per_key[key]):
             samples[key][k].append(timer(lambda: fn(b)))
         return True
 
@@ -175,6 +229,7 @@ def measure_service(engines: list[Engine], batches: list[int], *, rounds: int, r
     done = interleaved_rounds(keys + aa_keys, one, rounds=rounds, shuffle_seed=seed,
                               on_round=(lambda *_: progress.update(task, advance=1)) if progress else None)
     out: dict = {"samples": {}, "rounds": done, "reps": reps,
+                 "reps_per_key": {f"{n}@{b}": r for (n, b), r in per_key.items()},
                  "aa": [{"of": f"{aa} at batch {b}", "batch": b, "a": samples[(f"{aa}#A", b)][:done],
                          "b": samples[(f"{aa}#B", b)][:done], "rate_check": b == batches[0]}
                         for b in twins if aa_keys]}

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -97,6 +99,12 @@ def _triton_type(t: torch.Tensor, what: str) -> str:
     return _TRITON_TYPES[name]
 
 
+CLICK_SPEC = {"inputs": [("dense", [13], "TYPE_FP32"), ("ids", [26, -1], "TYPE_INT64")],
+              "outputs": [("prob", [1], "TYPE_FP32")]}
+"""The click model's inputs and outputs as config.pbtxt names them (-1: the bag length is dynamic)."""
+CLICK_DYNAMIC = {"dense": {0: "batch"}, "ids": {0: "batch", 2: "bag"}}
+
+
 def click_inputs(batch: int, bag: int, *, seed: int = 1, spec=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(dense (B, 13) fp32, ids (B, 26, bag) int64 padded with -1): what the click model is served."""
     from overdrive.recsys import CriteoSpec, padded_ids, synthetic_clicks
@@ -115,9 +123,7 @@ def _builtin(kind: str, size: str, weights: str | None, bag_len: int):
             _load_weights(model, weights, "the click model")
         # variant 1: another bag length than the example, to prove that dimension is dynamic too.
         fn = lambda b, v=0: click_inputs(b, bag_len + 3 * v, seed=1 + 6 * v)  # noqa: E731
-        spec = {"inputs": [("dense", [13], "TYPE_FP32"), ("ids", [26, -1], "TYPE_INT64")],
-                "outputs": [("prob", [1], "TYPE_FP32")]}
-        return ClickServing(model).eval(), fn, spec, {"dense": {0: "batch"}, "ids": {0: "batch", 2: "bag"}}
+        return ClickServing(model).eval(), fn, CLICK_SPEC, CLICK_DYNAMIC
     if kind == "gpt":
         from overdrive.models import GPT, gpt_config
 
@@ -183,6 +189,11 @@ def _user(factory: str, inputs: str | None, weights: str | None, dynamic: list[s
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     names = [p.name for p in params[:len(ex)]] if len(params) >= len(ex) else [f"input{i}" for i in range(len(ex))]
     dyn = _parse_dynamic(dynamic, names)
+    for n, t in zip(names, ex):
+        bad = [ax for ax in dyn[n] if ax >= t.dim()]
+        if bad:
+            raise ExportError(f"--dynamic {n}:{bad[0]}: input {n} has {t.dim()} dimensions (shape {tuple(t.shape)} at "
+                              f"batch 2), so its axes are 1..{t.dim() - 1}")
     with torch.no_grad():
         out = model(*ex)
     outs = (out,) if isinstance(out, torch.Tensor) else tuple(out) if isinstance(out, (tuple, list)) else None
@@ -194,10 +205,88 @@ def _user(factory: str, inputs: str | None, weights: str | None, dynamic: list[s
             "outputs": [(f"output{i}" if len(outs) > 1 else "output", [d for d in t.shape[1:]] or [1],
                          _triton_type(t, f"output {i}")) for i, t in enumerate(outs)]}
     if any(t.dim() == 1 for t in outs):  # (B,) outputs: Triton wants at least one non-batch dim
-        module = _Unsqueeze(model)
+        module = _Unsqueeze(model).eval()
     else:
         module = model
     return module, fn, spec, dyn
+
+
+@dataclass
+class ServedModel:
+    """A model as a server runs it: the module, example inputs per batch, its I/O as config.pbtxt names
+    them, the variable axes, and what identifies it (a bench's results and an export must be of one model)."""
+
+    module: nn.Module
+    inputs: Callable[[int], tuple]
+    """inputs(batch) -> a tuple of host tensors, batch first."""
+    spec: dict
+    dynamic: dict
+    description: str
+    identity: dict
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def model_identity(factory: str, inputs: str | None, dynamic: list[str] | None = None) -> dict:
+    """{"factory": "FILE.py:FN", "inputs": ..., "sha256": {file name: digest}, "given": the arguments as
+    typed}: the functions by file name (a relative or absolute path to the same file is the same model)
+    and the files' contents (an edited model file is another model). Modules the file imports are not
+    hashed. `same_model` compares two."""
+    files = {}
+    for ref in (factory, inputs):
+        if ref:
+            path = ref.rpartition(":")[0]
+            try:
+                files[os.path.basename(path)] = _sha256(path)
+            except OSError as e:
+                raise ExportError(f"cannot read {path}: {e.strerror}") from None
+
+    def name(ref):
+        return f"{os.path.basename(ref.rpartition(':')[0])}:{ref.rpartition(':')[2]}" if ref else None
+
+    return {"factory": name(factory), "inputs": name(inputs), "sha256": files,
+            "given": {"factory": factory, "inputs": inputs, "dynamic": list(dynamic or [])}}
+
+
+CLICK_IDENTITY = {"builtin": "click"}
+"""The built-in click model's identity (results written before identities were recorded measured it too)."""
+
+
+def same_model(measured: dict | None, exporting: dict) -> str | None:
+    """None when a bench's serving results (`measured`: their model_identity) are of the model being
+    exported, else what differs, in words."""
+    measured = measured or CLICK_IDENTITY
+
+    def what(i):
+        return "the built-in click model" if i.get("builtin") else f"{i['factory']} with inputs {i.get('inputs')}"
+
+    if bool(measured.get("builtin")) != bool(exporting.get("builtin")) or \
+            measured.get("factory") != exporting.get("factory") or measured.get("inputs") != exporting.get("inputs"):
+        return f"it measured {what(measured)}, not {what(exporting)}"
+    dyn = [sorted((i.get("given") or {}).get("dynamic") or []) for i in (measured, exporting)]
+    if dyn[0] != dyn[1]:  # another set of dynamic axes is another ONNX graph than the one timed
+        return (f"it measured {what(measured)} with --dynamic {' '.join(dyn[0]) or '(none)'}, not "
+                f"{' '.join(dyn[1]) or '(none)'}")
+    changed = [f for f, h in (exporting.get("sha256") or {}).items() if (measured.get("sha256") or {}).get(f) != h]
+    if changed:
+        return f"{', '.join(changed)} changed since it was measured (sha256 differs)"
+    return None
+
+
+def user_served_model(factory: str, inputs: str | None, *, dynamic: list[str] | None = None,
+                      weights: str | None = None) -> ServedModel:
+    """A user's FILE.py:FACTORY with FILE.py:FN(batch) example inputs, as `export` loads it."""
+    module, fn, spec, dyn = _user(factory, inputs, weights, dynamic)
+    n = sum(p.numel() for p in module.parameters())
+    shapes = ", ".join(f"{name} {list(d)}" for name, d, _ in spec["inputs"])
+    return ServedModel(module, lambda b: fn(b), spec, dyn,
+                       f"{factory} ({n:,} parameters; inputs per request: {shapes})",
+                       model_identity(factory, inputs, dynamic))
 
 
 class _Unsqueeze(nn.Module):
@@ -276,18 +365,27 @@ def triton_config(name: str, platform: str, spec: dict, batching: dict | int, *,
             f"instance_group [ {{ count: {int(b.get('instances', 1))} kind: {kind} }} ]\n")
 
 
-def batching_from(path: str, workload: str, engine: str = "onnxruntime") -> dict:
+def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, model: dict | None = None) -> dict:
     """The batcher settings measured by `overdrive bench --workload inference` (results.json or its folder):
-    for the click model, the serving search of `engine` (what Triton runs: ONNX Runtime); for the GPT,
-    the largest fixed batch under the SLO."""
+    for the click model or a user's model (`model`: its `model_identity`; the results must be of that
+    model), the serving search of `engine` (what Triton runs: ONNX Runtime); for the GPT, the largest
+    fixed batch under the SLO."""
     p = os.path.join(path, "results.json") if os.path.isdir(path) else path
     try:
         with open(p) as f:
             res = json.load(f)
         slo = res["slo_ms"]
         serving = (res.get("serving") or {}).get("engines") or {}
-        if workload == "recsys" and serving:
+        if model is not None and not serving:
+            raise ExportError(f"--slo-from {path}: no serving results in it (run `overdrive bench --workload "
+                              f"inference --model {model['given']['factory']} --inputs {model['given']['inputs']} "
+                              "--slo-ms MS --out DIR` first)")
+        if (workload == "recsys" or model is not None) and serving:
             sv = res["serving"]
+            differs = same_model(sv.get("model_identity"), model or CLICK_IDENTITY)
+            if differs:
+                raise ExportError(f"--slo-from {path}: {differs}; bench the model you export, or export the one "
+                                  "it measured")
             ort = [serving[n] for n in serving if n.startswith(engine) and (serving[n] or {}).get("status") == "ok"]
             if sv.get("withheld") or (ort and all(r.get("withheld") for r in ort)):
                 why = sv.get("withheld") or ort[0]["withheld"]

@@ -35,7 +35,8 @@ from overdrive.measure.threads import load_report, plan_threads
 from overdrive.serve.batcher import (SETTING_TOL, UTIL_CAP, BatcherConfig, ServiceTimes,
                                      max_rate_under_slo, rate_curve, search_settings, simplicity)
 
-__all__ = ["run_serving", "summarize_serving", "service_floor", "engine_verdict", "agree", "host_shift",
+__all__ = ["run_serving", "click_served_model", "summarize_serving", "service_floor", "engine_verdict", "agree",
+           "host_shift",
            "serving_threads",
            "STABLE_SHARE", "RESAMPLES"]
 
@@ -449,42 +450,60 @@ def _short(c: dict) -> str:
     return f"{c['max_batch_size']}/{list(c.get('preferred_batch_size') or [])}/{c['max_queue_delay_us']}µs"
 
 
-def run_serving(suite, env, *, slo_ms: float, seed: int = 0, progress=None) -> dict:
-    """Measure the engines on the click model of `suite` (table_scale, serve_batches) and summarise."""
-    import torch
-
-    from overdrive.recsys import DLRM, CriteoSpec
-    from overdrive.serve.engines import check_engines, click_engines, measure_service
-    from overdrive.serve.export import ClickServing, click_inputs
-
-    torch.manual_seed(seed)
-    base = CriteoSpec()
-    spec = CriteoSpec(table_sizes=tuple(max(10, int(n * suite.table_scale)) for n in base.table_sizes))
-    model = ClickServing(DLRM(spec)).eval()
-    batches = list(suite.serve_batches)
-    inputs = {b: click_inputs(b, 5, seed=seed + b, spec=spec) for b in batches}
+def run_serving(suite, env, *, slo_ms: float, seed: int = 0, progress=None, model=None) -> dict:
+    """Measure the engines on `model` (a `serve.export.ServedModel`: a user's FILE.py:FACTORY) or, by
+    default, on the suite's click model (table_scale), at the suite's serve_batches, and summarise."""
     import tempfile
 
+    import torch
+
+    from overdrive.serve.engines import MIN_ROUND_MS, check_engines, measure_service, serving_engines
+
+    torch.manual_seed(seed)
+    if model is None:
+        model = click_served_model(suite, seed)
+    batches = list(suite.serve_batches)
+    inputs = {b: tuple(model.inputs(b)) for b in batches}
     before = load_report()
     threads, why = serving_threads(before, torch.get_num_threads())
     was = torch.get_num_threads()
     torch.set_num_threads(threads)  # every engine (torch and ONNX Runtime) with the same intra-op threads
     try:
         with tempfile.TemporaryDirectory(prefix="overdrive-onnx-") as tmp:  # ORT reads the file at session start
-            engines = click_engines(model, inputs, env, compile=suite.compile, workdir=tmp)
+            engines = serving_engines(model.module.eval(), inputs, env, spec=model.spec, dynamic=model.dynamic,
+                                      compile=suite.compile, workdir=tmp)
         check_engines(engines, batches)
         measured = measure_service(engines, batches, rounds=suite.serve_rounds, reps=suite.serve_reps,
-                                   progress=progress, seed=seed)
+                                   progress=progress, seed=seed,
+                                   min_round_ms=getattr(suite, "serve_min_round_ms", MIN_ROUND_MS))
     finally:
         torch.set_num_threads(was)
     after = load_report()
     res = summarize_serving(measured, engines, slo_ms, seed=seed, loads=(before, after),
                             resamples=getattr(suite, "serve_resamples", RESAMPLES))
-    res["model"] = f"DLRM click model, {sum(spec.table_sizes):,} embedding rows, bag length 5"
+    res["model"] = model.description
+    res["model_identity"] = model.identity
     res["batches"] = batches
     res["rounds"], res["reps"] = suite.serve_rounds, suite.serve_reps
+    res["reps_per_key"] = measured.get("reps_per_key")
     res["threads"], res["threads_why"] = threads, why
     return res
+
+
+def click_served_model(suite, seed: int = 0):
+    """The built-in DLRM click model with the suite's table scale (weights from `seed`), served with bag length 5."""
+    import torch
+
+    from overdrive.recsys import DLRM, CriteoSpec
+    from overdrive.serve.export import CLICK_DYNAMIC, CLICK_SPEC, ClickServing, ServedModel, click_inputs
+
+    torch.manual_seed(seed)
+    base = CriteoSpec()
+    spec = CriteoSpec(table_sizes=tuple(max(10, int(n * suite.table_scale)) for n in base.table_sizes))
+    return ServedModel(ClickServing(DLRM(spec)).eval(), lambda b: click_inputs(b, 5, seed=seed + b, spec=spec),
+                       CLICK_SPEC, CLICK_DYNAMIC,
+                       f"DLRM click model, {sum(spec.table_sizes):,} embedding rows, bag length 5",
+                       {"builtin": "click", "table_scale": suite.table_scale})
 
 
 def serving_threads(load: dict, default: int) -> tuple[int, str]:

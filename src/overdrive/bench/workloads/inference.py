@@ -51,6 +51,9 @@ class LatencySuite:
     """serve_rounds x serve_reps samples per (engine, batch): 600 >= the 368 a p99 needs; the rounds
     are the unit of evidence (the bootstrap of the rate resamples them), so many short ones: 20 keep 12
     after trimming (Student's t for 11 degrees of freedom widens the interval 1.12x, 5 would 1.31x)."""
+    serve_min_round_ms: float = 20.0
+    """A key's calls in a round last at least this long: more than serve_reps calls when they are short
+    (serve.engines.measure_service); 0 = exactly serve_reps."""
     serve_resamples: int = 40
     """Bootstrap resamples over the rounds (the rate's interval, each setting's held rate)."""
     pair_budget_s: float = 3.0
@@ -260,7 +263,10 @@ def decode_per_batch(modes: list[str], batches: tuple[int, ...], *, build, cache
     return out
 
 
-def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, seed: int = 0, progress=None) -> dict:
+def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, seed: int = 0, progress=None,
+                model=None) -> dict:
+    """The fixed-batch latency tables of the built-in models and the click model under a request stream;
+    with `model` (a user's `serve.export.ServedModel`) or a serving-only suite, the request stream alone."""
     import torch
 
     from overdrive.bench.provenance import header
@@ -269,13 +275,14 @@ def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, se
 
     dev, cuda = env.device, env.has_gpu
     torch.manual_seed(seed)
-    if suite.serving_only:
+    if suite.serving_only or model is not None:
         from overdrive.serve.serving import run_serving
 
-        serving = run_serving(suite, env, slo_ms=slo_ms, seed=seed, progress=progress)
+        serving = run_serving(suite, env, slo_ms=slo_ms, seed=seed, progress=progress, model=model)
+        what = "click model" if model is None else model.identity["factory"]
         return {**header(LATENCY_SCHEMA, env), "suite": dict(suite.__dict__), "slo_ms": slo_ms, "workloads": {},
                 "serving": serving,
-                "recommendation": {"text": f"click model under a request stream: {serving['text']}"}}
+                "recommendation": {"text": f"{what} under a request stream: {serving['text']}"}}
     from overdrive.measure.threads import load_report
 
     load_before = load_report()
@@ -400,5 +407,6 @@ class InferenceWorkload(Workload):
         raise DataError("--data does not apply to --workload inference: latency depends on shapes, not values, so "
                         "it runs on synthetic inputs (drop --data)")
 
-    def run(self, suite: LatencySuite, env: EnvReport, *, slo_ms: float, seed: int = 0, progress=None) -> dict:
-        return run_latency(suite, env, slo_ms=slo_ms, seed=seed, progress=progress)
+    def run(self, suite: LatencySuite, env: EnvReport, *, slo_ms: float, seed: int = 0, progress=None,
+            model=None) -> dict:
+        return run_latency(suite, env, slo_ms=slo_ms, seed=seed, progress=progress, model=model)
