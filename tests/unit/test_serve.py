@@ -337,6 +337,40 @@ def test_export_cli_refuses_bad_flags_before_work(tmp_path, capsys):
     assert "not found" in capsys.readouterr().err
 
 
+def test_bench_of_your_own_model_refuses_bad_input_in_one_line(tmp_path, capsys):
+    from overdrive.cli import main
+    from overdrive.serve.engines import Engine, ServingError, check_engines
+
+    (tmp_path / "m.py").write_text("import torch\n"
+                                   "def make():\n    return torch.nn.Linear(4, 1)\n"
+                                   "def three():\n    return 3\n"
+                                   "def x(b):\n    return torch.randn(b, 4)\n"
+                                   "def short(b):\n    return torch.randn(2, 4)\n")
+    m = str(tmp_path / "m.py")
+    cases = [(["--model", f"{m}:make"], "needs example inputs: pass --inputs FILE.py:FN"),
+             (["--inputs", f"{m}:x"], "pass --model FILE.py:FACTORY too"),
+             (["--model", m, "--inputs", f"{m}:x"], "is not FILE.py:FACTORY"),
+             (["--model", f"{m}:three", "--inputs", f"{m}:x"], "returned int, not an nn.Module"),
+             (["--model", f"{m}:make", "--inputs", f"{m}:short"],
+              "the first dimension of every input must be the batch"),
+             (["--model", f"{m}:make", "--inputs", f"{m}:x", "--dynamic", "0:2"], "input 'input' has 2 dimensions"),
+             (["--model", f"{tmp_path}/nope.py:make", "--inputs", f"{m}:x"], "not found")]
+    for args, msg in cases:
+        assert main(["bench", "--workload", "inference", "--suite", "inference-quick", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert msg in err and len(err.strip().splitlines()) == 1, (args, err)
+    assert main(["bench", "--model", f"{m}:make", "--inputs", f"{m}:x"]) == 2  # --workload transformer
+    assert "apply to --workload inference" in capsys.readouterr().err
+    # A model that fails at a batch its example did not try: one line naming the batch, nothing timed.
+    def eager(b):
+        if b > 4:
+            raise RuntimeError("index out of range in self")
+        return np.zeros((b, 1))
+
+    with pytest.raises(ServingError, match="fails in eager PyTorch at batch 16: RuntimeError: index out of range"):
+        check_engines([Engine("eager", "eager", eager)], [1, 4, 16])
+
+
 def test_export_refuses_a_withheld_verdict(tmp_path, capsys):
     from overdrive.cli import main
 

@@ -358,6 +358,75 @@ def test_timed_rounds_halve_the_field_and_keep_to_the_budget(monkeypatch):
         assert len(by[slow].ms) < len(by["fp32"].ms)  # the budget went to the contenders
 
 
+def _fake_session(monkeypatch, speed: dict, *, budget_s: float, noise: dict | None = None, twin: bool = True,
+                  sleep: bool = False):
+    """A Session whose workers are faked: each run steps at speed[name] ms (x uniform noise, 1% unless
+    noise[name]), a twin of the baseline beside them (the A/A control); sleep: each step also takes its
+    ms of wall time (the budget is spent as a real run's would be)."""
+    import random
+    import time
+
+    from overdrive.tune.measure import Run, Session
+
+    names = [n for n in speed if n != "baseline"]
+    cands = named_candidates(names, CPU)
+    rng = random.Random(0)
+    s = Session(Workload(model_fn=Net, batch_fn=_batch), CPU, budget_s=budget_s)
+    s.runs = [Run(cand=c, worker=object(), warmup_ms=[50.0, speed[c.name], speed[c.name]]) for c in cands]
+    if twin:
+        s.twin = Run(cand=s.runs[0].cand, worker=object(), warmup_ms=[50.0, speed["baseline"]] * 2)
+    noise = noise or {}
+
+    def fake_call(run, msg, timeout, on_timeout):
+        name = "twin" if run is s.twin else run.cand.name
+        x = noise.get(name, 0.01)
+        ms = [speed["baseline" if name == "twin" else name] * rng.uniform(1 - x, 1 + x) for _ in range(msg[1])]
+        if sleep:
+            time.sleep(sum(ms) / 1e3)
+        return {"steps": [{"ms": m, "loss": 1.0, "gnorm": None} for m in ms]}
+
+    def fake_end(run, status, reason, *, collect=False):
+        run.status, run.reason, run.worker = status, reason, None
+
+    monkeypatch.setattr(s, "_call", fake_call)
+    monkeypatch.setattr(s, "_end", fake_end)
+    return s
+
+
+def test_timed_rounds_stop_at_the_first_look_once_every_verdict_is_settled(monkeypatch):
+    # A steady A/A twin, a leader 2x faster than the baseline, a rival surely slower than the leader:
+    # nothing left to learn at the first look (round 4), far inside a 60 s budget.
+    speed = {"baseline": 10.0, "amp-bf16": 5.0, "fp32": 9.8}
+    s = _fake_session(monkeypatch, speed, budget_s=60)
+    s._timed(s.runs[0], reserve_s=0.1)
+    assert s.rounds == 4 and s.stop_reason.startswith("settled after 4 rounds"), s.stop_reason
+    assert "leader amp-bf16" in s.stop_reason
+
+
+def test_timed_rounds_measure_on_while_the_a_a_twin_is_too_noisy_to_judge(monkeypatch):
+    # The same field, but the twin (the host's own noise) swings ±40%: no look may stop the rounds early.
+    speed = {"baseline": 10.0, "amp-bf16": 5.0, "fp32": 9.8}
+    s = _fake_session(monkeypatch, speed, budget_s=60, noise={"twin": 0.4, "baseline": 0.4})
+    s._timed(s.runs[0], reserve_s=0.1)
+    assert s.rounds == 32 and s.stop_reason == "the last look (32 rounds)", s.stop_reason
+
+
+def test_a_squeezed_budget_halves_at_round_3_without_proof(monkeypatch):
+    # Six rivals 1% apart and an A/A twin too noisy (±20%) for any of them to be surely slower; a budget
+    # (0.55 s, ~60 ms a round) that after round 3 fits fewer than 8 more rounds of them: the rung at round 3
+    # halves the field on the medians anyway, and says why.
+    speed = {"baseline": 1.0, "fp32": 0.90, "fp32+foreach": 0.91, "amp-bf16": 0.92, "amp-fp16": 0.93,
+             "fp32+compile": 0.94, "amp-bf16+compile": 0.95}
+    noise = {n: 0.002 for n in speed} | {"baseline": 0.2, "twin": 0.2}
+    s = _fake_session(monkeypatch, speed, budget_s=0.55, noise=noise, sleep=True)
+    s._timed(s.runs[0], reserve_s=0.05)
+    at3 = {r.cand.name: r.reason for r in s.runs if r.reason.startswith("successive halving after round 3:")}
+    assert set(at3) == {"amp-fp16", "fp32+compile", "amp-bf16+compile"}, [(r.cand.name, r.status, r.reason)
+                                                                         for r in s.runs]
+    assert all(w.endswith("(too little budget left for this many)") for w in at3.values()), at3
+    assert s.runs[1].status == "pending"  # the leader stays (later rungs may halve the rest again)
+
+
 def test_warm_up_stops_the_far_slower_flags_the_unsafe_and_never_times_emulation(monkeypatch):
     from overdrive.tune.measure import Run, Session
 

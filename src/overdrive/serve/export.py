@@ -192,8 +192,8 @@ def _user(factory: str, inputs: str | None, weights: str | None, dynamic: list[s
     for n, t in zip(names, ex):
         bad = [ax for ax in dyn[n] if ax >= t.dim()]
         if bad:
-            raise ExportError(f"--dynamic {n}:{bad[0]}: input {n} has {t.dim()} dimensions (shape {tuple(t.shape)} at "
-                              f"batch 2), so its axes are 1..{t.dim() - 1}")
+            raise ExportError(f"--dynamic {n}:{bad[0]}: input {n!r} has {t.dim()} dimensions (shape "
+                              f"{tuple(t.shape)} at batch 2), so its axes are 1..{t.dim() - 1}")
     with torch.no_grad():
         out = model(*ex)
     outs = (out,) if isinstance(out, torch.Tensor) else tuple(out) if isinstance(out, (tuple, list)) else None
