@@ -137,10 +137,11 @@ def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
 
     if args.slo_ms <= 0:
         raise UserError(f"--slo-ms must be positive, got {args.slo_ms}")
+    from overdrive.serve.engines import ServingError
+    from overdrive.serve.export import ExportError, user_served_model
+
     model = None
     if args.model:
-        from overdrive.serve.export import ExportError, user_served_model
-
         try:
             model = user_served_model(args.model, args.inputs, dynamic=args.dynamic)
         except ExportError as e:
@@ -149,9 +150,6 @@ def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
     console.print(f"overdrive bench: inference latency, suite [bold]{escape(suite.name)}[/], SLO p99 <= "
                   f"{args.slo_ms:g} ms" + (f"; {escape(model.description)} under a request stream only (the "
                                            "fixed-batch tables are the built-in models')" if model else ""))
-    from overdrive.serve.engines import ServingError
-    from overdrive.serve.export import ExportError
-
     try:
         with Progress(console=console, transient=not console.is_terminal) as progress:
             r = workload.run(suite, env, slo_ms=args.slo_ms, seed=args.seed, progress=progress, model=model)

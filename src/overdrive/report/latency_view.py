@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import os
+import shlex
 
 from rich.console import Console
 from rich.markup import escape
@@ -99,8 +100,9 @@ def export_command(sv: dict, out_dir: str) -> str:
     given = (sv.get("model_identity") or {}).get("given")
     if not given:
         return f"overdrive export --model recsys --slo-from {out_dir} --out export/"
-    extra = "".join(f" --dynamic {d}" for d in given.get("dynamic") or [])
-    return f"overdrive export {given['factory']} --inputs {given['inputs']}{extra} --slo-from {out_dir} --out export/"
+    args = [given["factory"], "--inputs", given["inputs"]] + [a for d in given.get("dynamic") or []
+                                                               for a in ("--dynamic", d)]
+    return f"overdrive export {shlex.join(args)} --slo-from {shlex.quote(out_dir)} --out export/"
 
 
 def render_serving(sv: dict, console: Console) -> None:

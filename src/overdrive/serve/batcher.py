@@ -73,35 +73,34 @@ class ServiceTimes:
     def largest(self) -> int:
         return self.sizes[-1]
 
+    def _bracket(self, b: int) -> tuple[int, int, float]:
+        """(lower, upper measured size, weight of the upper) around a batch of b: (m, m, 1) at a measured size
+        and below the smallest one."""
+        i = bisect.bisect_left(self.sizes, b)
+        if i == len(self.sizes):
+            raise ValueError(f"batch {b} is above the largest measured batch {self.largest}")
+        hi = self.sizes[i]
+        if hi == b or i == 0:
+            return hi, hi, 1.0
+        lo = self.sizes[i - 1]
+        return lo, hi, (b - lo) / (hi - lo)
+
     def quantile(self, b: int, u: float) -> float:
         """The service time (ms) of a batch of b at quantile u in [0, 1): for a measured size the sample
         of rank floor(u * n), so a uniform u is a uniform draw of its samples; between two measured sizes
         the interpolation of both at the same u (a slow moment is slow for every batch size)."""
-        i = bisect.bisect_left(self.sizes, b)
-        if i == len(self.sizes):
-            raise ValueError(f"batch {b} is above the largest measured batch {self.largest}")
-        hi = self.sizes[i]
+        lo, hi, w = self._bracket(b)
         xs = self._sorted[hi]
         top = xs[min(int(u * len(xs)), len(xs) - 1)]
-        if hi == b or i == 0:
+        if w == 1.0:
             return top
-        lo = self.sizes[i - 1]
         ys = self._sorted[lo]
-        low = ys[min(int(u * len(ys)), len(ys) - 1)]
-        return low + (top - low) * (b - lo) / (hi - lo)
+        return ys[min(int(u * len(ys)), len(ys) - 1)] * (1 - w) + top * w
 
     def median(self, b: int) -> float:
         """The median service time (ms) of a batch of b, interpolated between measured sizes as `quantile` does."""
-        i = bisect.bisect_left(self.sizes, b)
-        if i == len(self.sizes):
-            raise ValueError(f"batch {b} is above the largest measured batch {self.largest}")
-        hi = self.sizes[i]
-        top = float(np.median(self.samples[hi]))
-        if hi == b or i == 0:
-            return top
-        lo = self.sizes[i - 1]
-        low = float(np.median(self.samples[lo]))
-        return low + (top - low) * (b - lo) / (hi - lo)
+        lo, hi, w = self._bracket(b)
+        return float(np.median(self.samples[lo])) * (1 - w) + float(np.median(self.samples[hi])) * w
 
     def capacity(self, b: int, instances: int = 1) -> float:
         """Requests per second at a steady stream of full batches of b (median service time)."""

@@ -18,7 +18,7 @@ import numpy as np
 
 from overdrive.measure.rounds import interleaved_rounds, time_fn
 
-__all__ = ["Engine", "ServingError", "click_engines", "serving_engines", "check_engines", "measure_service"]
+__all__ = ["Engine", "ServingError", "serving_engines", "check_engines", "measure_service"]
 
 # fp32 engines against eager fp32 on the same inputs: ORT and inductor reorder sums (the interaction's
 # bmm, the MLPs), so agreement is to rounding, not bits.
@@ -54,15 +54,6 @@ def _ort_providers(env) -> list[tuple[str, str, list, str]]:
         out.append(("onnxruntime-tensorrt", "ONNX Runtime (TensorRT EP)",
                     ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"], "KIND_GPU"))
     return out
-
-
-def click_engines(model, inputs: dict[int, tuple], env, *, compile: bool = True, workdir: str | None = None,
-                  bag: int = 5) -> list[Engine]:
-    """Engines for the click serving module `model` (dense, ids) -> (B, 1); `inputs[b]` are host tensors."""
-    from overdrive.serve.export import CLICK_DYNAMIC, CLICK_SPEC
-
-    return serving_engines(model, inputs, env, spec=CLICK_SPEC, dynamic=CLICK_DYNAMIC, compile=compile,
-                           workdir=workdir)
 
 
 def serving_engines(model, inputs: dict[int, tuple], env, *, spec: dict, dynamic: dict, compile: bool = True,

@@ -495,7 +495,8 @@ def click_served_model(suite, seed: int = 0):
     import torch
 
     from overdrive.recsys import DLRM, CriteoSpec
-    from overdrive.serve.export import CLICK_DYNAMIC, CLICK_SPEC, ClickServing, ServedModel, click_inputs
+    from overdrive.serve.export import (CLICK_DYNAMIC, CLICK_IDENTITY, CLICK_SPEC, ClickServing, ServedModel,
+                                       click_inputs)
 
     torch.manual_seed(seed)
     base = CriteoSpec()
@@ -503,7 +504,7 @@ def click_served_model(suite, seed: int = 0):
     return ServedModel(ClickServing(DLRM(spec)).eval(), lambda b: click_inputs(b, 5, seed=seed + b, spec=spec),
                        CLICK_SPEC, CLICK_DYNAMIC,
                        f"DLRM click model, {sum(spec.table_sizes):,} embedding rows, bag length 5",
-                       {"builtin": "click", "table_scale": suite.table_scale})
+                       {**CLICK_IDENTITY, "table_scale": suite.table_scale})
 
 
 def serving_threads(load: dict, default: int) -> tuple[int, str]:
