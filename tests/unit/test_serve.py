@@ -345,7 +345,16 @@ def test_bench_of_your_own_model_refuses_bad_input_in_one_line(tmp_path, capsys)
                                    "def make():\n    return torch.nn.Linear(4, 1)\n"
                                    "def three():\n    return 3\n"
                                    "def x(b):\n    return torch.randn(b, 4)\n"
-                                   "def short(b):\n    return torch.randn(2, 4)\n")
+                                   "def short(b):\n    return torch.randn(2, 4)\n"
+                                   "def boom():\n    raise RuntimeError('no weights here')\n"
+                                   "def noarg():\n    return torch.randn(2, 4)\n"
+                                   "def wide(b):\n    return torch.randn(b, 7)\n"
+                                   "def as_dict(b):\n    return {'x': torch.randn(b, 4)}\n"
+                                   "class Mix(torch.nn.Module):\n    def forward(self, x):\n        return x - x.mean(0)\n"
+                                   "def mix():\n    return Mix()\n"
+                                   "class Nan(torch.nn.Module):\n    def forward(self, x):\n        return x * float('nan')\n"
+                                   "def nan():\n    return Nan()\n")
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\n")
     m = str(tmp_path / "m.py")
     cases = [(["--model", f"{m}:make"], "needs example inputs: pass --inputs FILE.py:FN"),
              (["--inputs", f"{m}:x"], "pass --model FILE.py:FACTORY too"),
@@ -354,11 +363,26 @@ def test_bench_of_your_own_model_refuses_bad_input_in_one_line(tmp_path, capsys)
              (["--model", f"{m}:make", "--inputs", f"{m}:short"],
               "the first dimension of every input must be the batch"),
              (["--model", f"{m}:make", "--inputs", f"{m}:x", "--dynamic", "0:2"], "input 'input' has 2 dimensions"),
-             (["--model", f"{tmp_path}/nope.py:make", "--inputs", f"{m}:x"], "not found")]
+             (["--model", f"{tmp_path}/nope.py:make", "--inputs", f"{m}:x"], "not found"),
+             (["--model", f"{m}:boom", "--inputs", f"{m}:x"], "raised RuntimeError: no weights here"),
+             (["--model", f"{m}:make", "--inputs", f"{m}:noarg"], f"--inputs {m}:noarg(2) raised TypeError"),
+             (["--model", f"{m}:make", "--inputs", f"{m}:wide"], "fails on --inputs"),
+             (["--model", f"{m}:make", "--inputs", f"{m}:as_dict"], "returned a dict: a served model takes positional"),
+             (["--model", f"{m}:mix", "--inputs", f"{m}:x"], "a dynamic batcher would change its answers"),
+             (["--model", f"{m}:nan", "--inputs", f"{m}:x"], "returns non-finite values"),
+             (["--model", f"{tmp_path}/exits.py:f", "--inputs", f"{m}:x"], "fails to import: SystemExit: 3"),
+             (["--model", f"{m}:make", "--inputs", f"{m}:x", "--slo-ms", "nan"], "--slo-ms must be positive")]
     for args, msg in cases:
         assert main(["bench", "--workload", "inference", "--suite", "inference-quick", *args]) == 2, args
         err = capsys.readouterr().err
         assert msg in err and len(err.strip().splitlines()) == 1, (args, err)
+        if args[0] == "--model" and args[2:3] == ["--inputs"] and "--slo-ms" not in args:
+            # export reads the model the same way, before writing anything
+            assert main(["export", args[1], "--inputs", args[3], *args[4:], "--no-onnx",
+                         "--out", str(tmp_path / "o")]) == 2, args
+            err = capsys.readouterr().err
+            assert msg in err and len(err.strip().splitlines()) == 1, (args, err)
+            assert not (tmp_path / "o" / "model.pt2").exists()
     assert main(["bench", "--model", f"{m}:make", "--inputs", f"{m}:x"]) == 2  # --workload transformer
     assert "apply to --workload inference" in capsys.readouterr().err
     # A model that fails at a batch its example did not try: one line naming the batch, nothing timed.
@@ -369,6 +393,32 @@ def test_bench_of_your_own_model_refuses_bad_input_in_one_line(tmp_path, capsys)
 
     with pytest.raises(ServingError, match="fails in eager PyTorch at batch 16: RuntimeError: index out of range"):
         check_engines([Engine("eager", "eager", eager)], [1, 4, 16])
+
+
+def test_slo_from_results_with_settings_out_of_range_are_refused_before_anything_is_written(tmp_path, capsys):
+    from overdrive.cli import main
+
+    good = {"max_batch_size": 64, "preferred_batch_size": [32, 64], "max_queue_delay_us": 500, "instances": 1,
+            "kind": "KIND_CPU"}
+    bad = [({"max_batch_size": 10 ** 9}, "max_batch_size 1000000000"), ({"max_batch_size": "64"}, "max_batch_size '64'"),
+           ({"max_queue_delay_us": -1}, "max_queue_delay_us -1"), ({"preferred_batch_size": [128]}, "[128]"),
+           ({"preferred_batch_size": "abc"}, "'abc'"), ({"instances": 0}, "instances 0"), ({"kind": "GPU"}, "'GPU'")]
+    for change, msg in bad:
+        res = {"slo_ms": 5.0, "workloads": {}, "serving": {"engines": {"onnxruntime": {
+            "label": "ORT", "status": "ok", "best": {"rate": 9000.0, "config": {**good, **change}}}}}}
+        (tmp_path / "results.json").write_text(json.dumps(res))
+        assert main(["export", "--model", "recsys", "--slo-from", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err
+        assert "its best setting is not a batcher setting" in err and msg in err and len(err.strip().splitlines()) == 1
+        assert not (tmp_path / "o" / "triton").exists()
+    for broken in ('{"slo_ms": 5, "serving": "x"}', '{"slo_ms": 5, "serving": {"engines": {"onnxruntime": {"status": '
+                   '"ok", "best": {"rate": 1, "config": []}}}}}'):
+        (tmp_path / "results.json").write_text(broken)
+        assert main(["export", "--model", "recsys", "--slo-from", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("overdrive: error: --slo-from") and len(err.strip().splitlines()) == 1, err
+    assert main(["export", "--model", "recsys", "--max-batch", str(10 ** 8), "--out", str(tmp_path / "o")]) == 2
+    assert "--max-batch must be 1..65536" in capsys.readouterr().err
 
 
 def test_export_refuses_a_withheld_verdict(tmp_path, capsys):

@@ -62,7 +62,8 @@ def test_repository_loads_as_triton_reads_it(tmp_path):
     root = _repo(tmp_path)
     [m] = check_repository(str(root))
     assert m == {"name": "click_model", "platform": "onnxruntime_onnx", "versions": [1], "max_batch_size": 64,
-                 "preferred_batch_size": [32, 64], "max_queue_delay_microseconds": 500, "instances": 1, "ran": True}
+                 "preferred_batch_size": [32, 64], "max_queue_delay_microseconds": 500, "instances": 1, "ran": True,
+                 "parameters": {}}
     cfg = parse_config((root / "click_model" / "config.pbtxt").read_text())
     assert [list(i.dims) for i in cfg.input] == [[13], [26, -1]]  # the bag length is a dynamic dimension
     assert cfg.instance_group[0].kind == 2  # KIND_CPU
@@ -105,12 +106,39 @@ def test_config_dims_must_match_the_model(tmp_path):
         check_repository(str(_repo(tmp_path / "c", batching={**MEASURED, "preferred_batch_size": [128]})))
 
 
+def test_a_per_request_scalar_input_is_dims_1_reshaped_and_empty_dims_are_refused(tmp_path):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    from overdrive.serve.export import triton_config
+    from overdrive.serve.triton_repo import TritonRepoError, check_repository
+
+    # The model takes item_id of shape (batch,): Triton needs dims [ 1 ] and reshape { shape: [ ] }.
+    g = helper.make_graph([helper.make_node("Cast", ["item_id"], ["f"], to=TensorProto.FLOAT),
+                           helper.make_node("Unsqueeze", ["f", "ax"], ["score"])], "scalar",
+                          [helper.make_tensor_value_info("item_id", TensorProto.INT64, ["batch"])],
+                          [helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch", 1])],
+                          [onnx.numpy_helper.from_array(np.array([1], dtype=np.int64), "ax")])
+    spec = {"inputs": [("item_id", [], "TYPE_INT64")], "outputs": [("score", [1], "TYPE_FP32")]}
+    v = tmp_path / "triton" / "scalar" / "1"
+    v.mkdir(parents=True)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), str(v / "model.onnx"))
+    text = triton_config("scalar", "onnxruntime_onnx", spec, 8)
+    assert 'dims: [ 1 ] reshape: { shape: [ ] }' in text
+    (v.parent / "config.pbtxt").write_text(text)
+    assert check_repository(str(tmp_path / "triton"))[0]["ran"]  # run at batch 1 and 8 with the reshaped shape
+    (v.parent / "config.pbtxt").write_text(text.replace("dims: [ 1 ] reshape: { shape: [ ] }", "dims: [ ]"))
+    with pytest.raises(TritonRepoError, match="has no dims, which Triton refuses"):
+        check_repository(str(tmp_path / "triton"))
+
+
 def test_config_carries_the_measured_batcher_settings(tmp_path):
     from overdrive.serve.export import batching_from, triton_config
     from overdrive.serve.triton_repo import parse_config
 
     res = {"slo_ms": 5.0, "device": "cpu", "created": "now", "workloads": {"recsys": {"best": {"batch": 256}}},
-           "serving": {"engines": {"onnxruntime": {"label": "ONNX Runtime (CPU EP)", "best": {
+           "serving": {"threads": 1, "engines": {"onnxruntime": {"label": "ONNX Runtime (CPU EP)", "best": {
                "rate": 12345.0, "config": {"max_batch_size": 32, "preferred_batch_size": [16, 32],
                                            "max_queue_delay_us": 250, "instances": 1, "kind": "KIND_CPU"}}}}}}
     (tmp_path / "results.json").write_text(json.dumps(res))
@@ -118,6 +146,9 @@ def test_config_carries_the_measured_batcher_settings(tmp_path):
     cfg = parse_config(triton_config("click_model", "onnxruntime_onnx", SPEC, b))
     assert cfg.max_batch_size == 32 and list(cfg.dynamic_batching.preferred_batch_size) == [16, 32]
     assert cfg.dynamic_batching.max_queue_delay_microseconds == 250 and cfg.name == "click_model"
+    # ONNX Runtime's thread pools as measured (1 intra-op thread), not the backend's default of every core.
+    assert {k: v.string_value for k, v in cfg.parameters.items()} == {"intra_op_thread_count": "1",
+                                                                      "inter_op_thread_count": "1"}
     res["serving"]["engines"]["onnxruntime"]["best"] = None
     (tmp_path / "results.json").write_text(json.dumps(res))
     from overdrive.serve.export import ExportError

@@ -135,8 +135,8 @@ def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
     from overdrive.report.console import wide_console
     from overdrive.report.latency_view import render_latency, write_latency_report
 
-    if args.slo_ms <= 0:
-        raise UserError(f"--slo-ms must be positive, got {args.slo_ms}")
+    if not args.slo_ms > 0 or args.slo_ms == float("inf"):  # nan and inf too
+        raise UserError(f"--slo-ms must be positive (a number of milliseconds), got {args.slo_ms}")
     from overdrive.serve.engines import ServingError
     from overdrive.serve.export import ExportError, user_served_model
 
@@ -148,8 +148,8 @@ def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
             raise UserError(str(e).splitlines()[0]) from None
     console = wide_console()
     console.print(f"overdrive bench: inference latency, suite [bold]{escape(suite.name)}[/], SLO p99 <= "
-                  f"{args.slo_ms:g} ms" + (f"; {escape(model.description)} under a request stream only (the "
-                                           "fixed-batch tables are the built-in models')" if model else ""))
+                  f"{args.slo_ms:g} ms" + (f"; {escape(model.description)}, under a request stream only (the "
+                                           "fixed-batch tables are for the built-in models)" if model else ""))
     try:
         with Progress(console=console, transient=not console.is_terminal) as progress:
             r = workload.run(suite, env, slo_ms=args.slo_ms, seed=args.seed, progress=progress, model=model)

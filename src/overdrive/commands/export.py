@@ -11,8 +11,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from overdrive.io import check_writable
     from overdrive.serve.export import ExportError, batching_from, export_for_serving, model_identity
 
-    if args.max_batch is not None and args.max_batch < 1:
-        raise UserError(f"--max-batch must be >= 1, got {args.max_batch}")
+    from overdrive.serve.export import MAX_BATCH
+
+    if args.max_batch is not None and not 1 <= args.max_batch <= MAX_BATCH:
+        raise UserError(f"--max-batch must be 1..{MAX_BATCH}, got {args.max_batch}")
     if args.factory and ".py:" not in args.factory:
         raise UserError(f"{args.factory!r} is not FILE.py:FACTORY (e.g. models.py:make_model)")
     if args.factory and not args.inputs:

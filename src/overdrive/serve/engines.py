@@ -75,15 +75,21 @@ def serving_engines(model, inputs: dict[int, tuple], env, *, spec: dict, dynamic
             xs = tuple(x.to(dev, non_blocking=True) for x in inputs[b])
             with torch.inference_mode():
                 out = fn(*xs)
-            return [o.cpu().numpy() for o in (out if isinstance(out, (tuple, list)) else (out,))]  # host to host
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            # host to host; numpy has no bfloat16: such an output comes back widened to fp32
+            return [(o.float() if o.dtype == torch.bfloat16 else o).cpu().numpy() for o in outs]
         return run
 
     kind = "KIND_GPU" if gpu else "KIND_CPU"
-    engines.append(Engine("eager", f"PyTorch eager fp32 ({dev})", torch_run(m), kind=kind))
+    # The label says the precision the model's weights are in (the engines run it as given, no autocast).
+    dtype = next((p.dtype for p in m.parameters() if p.is_floating_point()), torch.float32)
+    prec = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}.get(
+        dtype, str(dtype).replace("torch.", ""))
+    engines.append(Engine("eager", f"PyTorch eager {prec} ({dev})", torch_run(m), kind=kind))
     if compile:
         st = env.engine("torch.compile")
         if st.ok:
-            engines.append(Engine("compiled", f"torch.compile dynamic fp32 ({dev})",
+            engines.append(Engine("compiled", f"torch.compile dynamic {prec} ({dev})",
                                   torch_run(torch.compile(m, dynamic=True)), kind=kind))
         else:
             engines.append(Engine("compiled", "torch.compile", None, "unavailable",
@@ -109,6 +115,11 @@ def serving_engines(model, inputs: dict[int, tuple], env, *, spec: dict, dynamic
     finally:
         model.to(dev)
     names = [n for n, _, _ in spec["inputs"]]
+    odd = sorted({str(x.dtype) for xs in inputs.values() for x in xs if x.dtype == torch.bfloat16})
+    if odd:  # numpy has no bfloat16: onnxruntime's Python API cannot be fed these inputs
+        engines.append(Engine("onnxruntime", "ONNX Runtime", None, "unavailable",
+                              f"inputs of {', '.join(odd)} have no numpy type to feed onnxruntime's Python API"))
+        return engines
     np_in = {b: {n: x.numpy() for n, x in zip(names, xs)} for b, xs in inputs.items()}
     for name, label, providers, kind in _ort_providers(env):
         try:
@@ -144,6 +155,9 @@ def check_engines(engines: list[Engine], batches: list[int], *, atol: float = AT
         except Exception as ex:  # noqa: BLE001 — the model itself fails: nothing to serve, said in one line
             first = str(ex).strip().splitlines()[0][:200] if str(ex).strip() else ""
             raise ServingError(f"the model fails in eager PyTorch at batch {b}: {type(ex).__name__}: {first}") from None
+        if not all(np.isfinite(o.astype(np.float64)).all() for o in ref[b] if o.dtype.kind in "fc"):
+            raise ServingError(f"the model's outputs in eager PyTorch at batch {b} are not finite (NaN or inf): "
+                               "nothing to serve or compare")
     for e in engines:
         if e.status != "ok" or e is ref_engine:
             continue

@@ -24,6 +24,11 @@ class ExportError(RuntimeError):
     """An export that failed its round trip, or bad input to the export; the message says which."""
 
 
+def _first(e: BaseException) -> str:
+    """'TypeError: the first line of its message': what a one-line error quotes of an exception."""
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+
+
 class GPTServing(nn.Module):
     """Next-token logits of the last position: input_ids (B, T) int64 -> logits (B, V)."""
 
@@ -167,14 +172,25 @@ def _user(factory: str, inputs: str | None, weights: str | None, dynamic: list[s
         make, inputs_fn = load_file_fn(factory, "model factory"), load_file_fn(inputs, "--inputs")
     except UserError as e:
         raise ExportError(str(e)) from None
-    model = make()
+    try:
+        model = make()
+    except Exception as e:  # noqa: BLE001 — the user's code: one line, not a traceback
+        raise ExportError(f"model factory {factory} raised {_first(e)} (it must take no arguments and return an "
+                          "nn.Module)") from None
     if not isinstance(model, nn.Module):
         raise ExportError(f"model factory {factory} returned {type(model).__name__}, not an nn.Module")
     if weights:
         _load_weights(model, weights, f"the model of {factory}")
 
     def fn(b, v=0):
-        x = inputs_fn(b)
+        try:
+            x = inputs_fn(b)
+        except Exception as e:  # noqa: BLE001
+            raise ExportError(f"--inputs {inputs}({b}) raised {_first(e)} (FN(batch) returns example inputs, batch "
+                              "first)") from None
+        if isinstance(x, dict):
+            raise ExportError(f"--inputs {inputs} returned a dict: a served model takes positional tensors; return a "
+                              "tuple in the order of the model's forward arguments")
         x = (x,) if isinstance(x, torch.Tensor) else tuple(x) if isinstance(x, (tuple, list)) else None
         if not x or not all(isinstance(t, torch.Tensor) for t in x):
             raise ExportError(f"--inputs {inputs} must return a tensor or a tuple of tensors for FN(batch)")
@@ -194,12 +210,27 @@ def _user(factory: str, inputs: str | None, weights: str | None, dynamic: list[s
         if bad:
             raise ExportError(f"--dynamic {n}:{bad[0]}: input {n!r} has {t.dim()} dimensions (shape "
                               f"{tuple(t.shape)} at batch 2), so its axes are 1..{t.dim() - 1}")
-    with torch.no_grad():
-        out = model(*ex)
+    try:
+        with torch.no_grad():
+            out = model(*ex)
+            row = model(*(t[:1] for t in ex))
+    except Exception as e:  # noqa: BLE001
+        raise ExportError(f"the model of {factory} fails on --inputs {inputs}(2): {_first(e)}") from None
     outs = (out,) if isinstance(out, torch.Tensor) else tuple(out) if isinstance(out, (tuple, list)) else None
     if not outs or not all(isinstance(t, torch.Tensor) and t.dim() >= 1 and t.shape[0] == 2 for t in outs):
         raise ExportError(f"the model of {factory} must return a tensor (or a tuple of tensors) with the batch first "
                           "to be served with dynamic batching")
+    rows = (row,) if isinstance(row, torch.Tensor) else tuple(row)
+    for o, r in zip(outs, rows):
+        if not torch.isfinite(o.float()).all():
+            raise ExportError(f"the model of {factory} returns non-finite values on --inputs {inputs}(2): nothing "
+                              "to serve or compare")
+        tol = 1e-2 if o.dtype in (torch.bfloat16, torch.float16) else 1e-5
+        if not torch.allclose(o[:1].float(), r.float(), rtol=10 * tol, atol=tol):
+            err = float((o[:1].float() - r.float()).abs().max())
+            raise ExportError(f"the model of {factory} answers a request differently alone than beside another one "
+                              f"(max abs difference {err:.3g} between batch 1 and row 0 of batch 2): a dynamic "
+                              "batcher would change its answers (e.g. a mean over the batch, batch norm in train mode)")
     spec = {"inputs": [(n, [-1 if a + 1 in dyn[n] else d for a, d in enumerate(t.shape[1:])],
                         _triton_type(t, f"input {n}")) for n, t in zip(names, ex)],
             "outputs": [(f"output{i}" if len(outs) > 1 else "output", [d for d in t.shape[1:]] or [1],
@@ -352,17 +383,25 @@ def triton_config(name: str, platform: str, spec: dict, batching: dict | int, *,
     def dims(d):
         return "[ " + ", ".join(str(x) for x in d) + " ]"
 
-    ins = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: {dims(d)} }}' for n, d, t in spec["inputs"])
+    # A per-request scalar (the model takes shape (batch,)): Triton wants dims, so [ 1 ] reshaped to [ ].
+    ins = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: {dims(d)} }}' if d else
+                     f'  {{ name: "{n}" data_type: {t} dims: [ 1 ] reshape: {{ shape: [ ] }} }}'
+                     for n, d, t in spec["inputs"])
     outs = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: {dims(d)} }}' for n, d, t in spec["outputs"])
     pref = b.get("preferred_batch_size") or []
     db = ([f"  preferred_batch_size: [ {', '.join(map(str, pref))} ]"] if pref else []) + \
         [f"  max_queue_delay_microseconds: {int(b.get('max_queue_delay_us', 0))}"]
     src = b.get("source")
+    # The ONNX Runtime backend's own thread pools (onnxruntime_backend: parameters intra_op_thread_count,
+    # inter_op_thread_count), set to what was measured: unset, it takes every core.
+    params = "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in
+                     (("intra_op_thread_count", b.get("threads")), ("inter_op_thread_count", 1))
+                     if platform == "onnxruntime_onnx" and b.get("threads"))
     return ((f"# {src}\n" if src else "") +
             f'name: "{name}"\nplatform: "{platform}"\nmax_batch_size: {int(b["max_batch_size"])}\n'
             f"input [\n{ins}\n]\noutput [\n{outs}\n]\n"
             "dynamic_batching {\n" + "\n".join(db) + "\n}\n"
-            f"instance_group [ {{ count: {int(b.get('instances', 1))} kind: {kind} }} ]\n")
+            f"instance_group [ {{ count: {int(b.get('instances', 1))} kind: {kind} }} ]\n" + params)
 
 
 def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, model: dict | None = None) -> dict:
@@ -390,14 +429,17 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, mode
             if sv.get("withheld") or (ort and all(r.get("withheld") for r in ort)):
                 why = sv.get("withheld") or ort[0]["withheld"]
                 raise ExportError(f"--slo-from {path}: the bench withheld its verdict ({why}); re-run the bench on a "
-                                  "quieter host, or pass --max-batch")
+                                  "quieter host, or drop --slo-from and pass --max-batch")
             # ONNX Runtime under any execution provider measured (CPU, CUDA, TensorRT): the fastest one.
             ok = [serving[n] for n in serving if n.startswith(engine) and (serving[n] or {}).get("best")]
             got = max(ok, key=lambda r: r["best"]["rate"]) if ok else None
             if got is None:
-                raise ExportError(f"--slo-from {path}: no setting of {engine} met p99 <= {slo:g} ms; pass --max-batch "
-                                  "or bench with a larger --slo-ms")
-            c = dict(got["best"]["config"])
+                raise ExportError(f"--slo-from {path}: no setting of {engine} met p99 <= {slo:g} ms; drop --slo-from and "
+                                  "pass --max-batch, or bench with a larger --slo-ms")
+            c = _valid_setting(got["best"].get("config"), path)
+            threads = sv.get("threads")
+            c["threads"] = threads if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1 \
+                else None  # the intra-op threads every engine was measured with
             ci = got["best"].get("ci")
             c["source"] = (f"measured: {got['label']} on {res.get('device')}, highest rate {got['best']['rate']:,.0f} "
                            + (f"[{ci[0]:,.0f}-{ci[1]:,.0f}] " if ci else "")
@@ -406,12 +448,42 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, mode
                            + f"req/s at p99 <= {slo:g} ms (overdrive bench, {res.get('created')})")
             return c
         b = res["workloads"][workload]["best"]["batch"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ExportError(f"--slo-from {path}: not an inference bench result with workload {workload} ({e})") \
-            from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+        raise ExportError(f"--slo-from {path}: not an inference bench result with workload {workload} "
+                          f"({type(e).__name__}: {e}); re-run the bench") from None
     if not b:
         raise ExportError(f"--slo-from {path}: no batch met the SLO for {workload}; pass --max-batch")
     return {**default_batching(int(b)), "source": f"measured: the largest fixed batch with p99 <= {slo:g} ms"}
+
+
+MAX_BATCH = 65536
+"""The largest max_batch_size export writes: the checks run the model at it, and a batch above this many
+requests is no latency setting."""
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _valid_setting(c, path: str) -> dict:
+    """A measured batcher setting read from a results file (untrusted): every field in range, or one line."""
+    if not isinstance(c, dict):
+        raise ExportError(f"--slo-from {path}: its best setting is {type(c).__name__}, not an object; re-run the bench")
+    mb, pref = c.get("max_batch_size"), c.get("preferred_batch_size") or []
+    delay, inst = c.get("max_queue_delay_us", 0), c.get("instances", 1)
+    problems = [] if _is_int(mb) and 1 <= mb <= MAX_BATCH else [f"max_batch_size {mb!r} (an integer 1..{MAX_BATCH})"]
+    if not problems and not (isinstance(pref, list) and all(_is_int(p) and 1 <= p <= mb for p in pref)):
+        problems.append(f"preferred_batch_size {pref!r} (integers 1..{mb})")
+    if not (_is_int(delay) and 0 <= delay <= 10_000_000):
+        problems.append(f"max_queue_delay_us {delay!r} (an integer 0..10,000,000)")
+    if not (_is_int(inst) and 1 <= inst <= 256):
+        problems.append(f"instances {inst!r} (an integer 1..256)")
+    if c.get("kind") not in (None, "KIND_CPU", "KIND_GPU"):
+        problems.append(f"kind {c.get('kind')!r} (KIND_CPU or KIND_GPU)")
+    if problems:
+        raise ExportError(f"--slo-from {path}: its best setting is not a batcher setting: {'; '.join(problems)}; "
+                          "re-run the bench (nothing was written)")
+    return {**c, "preferred_batch_size": list(pref), "max_queue_delay_us": delay, "instances": inst}
 
 
 def slo_batch_from(path: str, workload: str) -> int:
@@ -477,12 +549,14 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
             batching["max_batch_size"] = max_batch
             batching["preferred_batch_size"] = [p for p in batching.get("preferred_batch_size") or []
                                                 if isinstance(max_batch, int) and p <= max_batch]
-            batching["source"] = f"{batching.get('source', 'measured')}; max_batch_size {max_batch} from --max-batch"
+            batching["source"] = (f"{batching.get('source', 'measured')}; max_batch_size {max_batch} from --max-batch, not "
+                                  "measured (the rate above is the measured setting's)")
     else:
         batching = default_batching(1024 if max_batch is None else max_batch)
     mb = batching["max_batch_size"]
-    if not isinstance(mb, int) or mb < 1:
-        raise ExportError(f"max batch (--max-batch) must be an integer >= 1, got {mb}")
+    if not _is_int(mb) or not 1 <= mb <= MAX_BATCH:
+        raise ExportError(f"max_batch_size must be an integer 1..{MAX_BATCH}, got {mb!r} (--max-batch, or the "
+                          "--slo-from results)")
     if bag_len < 1:
         raise ExportError(f"--bag-len must be >= 1, got {bag_len}")
     from overdrive.env import get_env
@@ -521,8 +595,14 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
         report["onnx"] = f"skipped: {st.reason} ({st.fix})"
     if have_onnx:
         path = os.path.join(out_dir, "model.onnx")
-        files = export_onnx(module, example, path, spec, dyn, mb, limits)
-        report["checks"]["onnxruntime"] = _check(_ort_runner(path), module, fresh, "model.onnx under onnxruntime")
+        try:
+            files = export_onnx(module, example, path, spec, dyn, mb, limits)
+            report["checks"]["onnxruntime"] = _check(_ort_runner(path), module, fresh, "model.onnx under onnxruntime")
+        except ExportError:
+            raise
+        except Exception as e:  # noqa: BLE001 — the exporter or onnxruntime refused this model (e.g. a bf16 Gemm)
+            raise ExportError(f"ONNX Runtime cannot run {kind} as exported ({_first(e)}); pass --no-onnx to serve it "
+                              "as TorchScript on libtorch") from None
         report["files"] += files
 
     # Triton: the ONNX model on onnxruntime when we have it, else TorchScript on libtorch.

@@ -91,10 +91,11 @@ def service_floor(pairs: list[dict], slo_ms: float, *, requests: int = 4000, see
             ra, rb = (max_rate_under_slo(cfg, ServiceTimes({p["batch"]: _flat(x)}), slo_ms, requests=requests,
                                          seed=seed) for x in (a, b))
             row["rates"] = [ra, rb]
-            ratio = (max(ra, rb) / min(ra, rb)) if ra and rb else (1.0 if ra == rb else math.inf)
-            row["rate_ratio"] = ratio if math.isfinite(ratio) else None  # None: one twin met the SLO, the other not
-            row["rate_split"] = not math.isfinite(ratio)
-            out["busy"] = out["busy"] or ratio > BUSY_FLOOR
+            # None: neither twin met the SLO (nothing to compare), or one met it and the other not (a split)
+            ratio = (max(ra, rb) / min(ra, rb)) if ra and rb else (math.inf if bool(ra) != bool(rb) else None)
+            row["rate_ratio"] = ratio if ratio is not None and math.isfinite(ratio) else None
+            row["rate_split"] = ratio == math.inf
+            out["busy"] = out["busy"] or (ratio is not None and ratio > BUSY_FLOOR)
         out["pairs"].append(row)
     if out["pairs"]:
         worst = max(out["pairs"], key=lambda r: (r["round_floor"] or {}).get("spread_pct") or 0.0)
@@ -119,6 +120,8 @@ def _floor_figures(floor: dict | None, loads: tuple[dict, dict] | None) -> str:
             parts.append("one A/A twin met the SLO, the other not")
         elif rs is not None:
             parts.append(f"A/A rates differ by {rs:.1f}%")
+        elif any("rates" in r for r in floor["pairs"]):
+            parts.append("neither A/A twin met the SLO")
     return ", ".join(parts)
 
 

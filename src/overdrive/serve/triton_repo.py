@@ -78,14 +78,21 @@ def _model_config_class():
     msg("ModelDynamicBatching", [("preferred_batch_size", 1, F.TYPE_INT32, R, None),
                                  ("max_queue_delay_microseconds", 2, F.TYPE_UINT64, O, None),
                                  ("preserve_ordering", 3, F.TYPE_BOOL, O, None)])
-    msg("ModelConfig", [("name", 1, F.TYPE_STRING, O, None), ("platform", 2, F.TYPE_STRING, O, None),
+    msg("ModelParameter", [("string_value", 1, F.TYPE_STRING, O, None)])
+    cfg = msg("ModelConfig", [("name", 1, F.TYPE_STRING, O, None), ("platform", 2, F.TYPE_STRING, O, None),
                         ("max_batch_size", 4, F.TYPE_INT32, O, None),
                         ("input", 5, F.TYPE_MESSAGE, R, ".inference.ModelInput"),
                         ("output", 6, F.TYPE_MESSAGE, R, ".inference.ModelOutput"),
                         ("instance_group", 7, F.TYPE_MESSAGE, R, ".inference.ModelInstanceGroup"),
                         ("default_model_filename", 8, F.TYPE_STRING, O, None),
                         ("dynamic_batching", 11, F.TYPE_MESSAGE, O, ".inference.ModelDynamicBatching"),
+                        ("parameters", 14, F.TYPE_MESSAGE, R, ".inference.ModelConfig.ParametersEntry"),
                         ("backend", 17, F.TYPE_STRING, O, None)])
+    # map<string, ModelParameter> parameters = 14: a repeated nested entry message marked map_entry.
+    entry = cfg.nested_type.add(name="ParametersEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=F.TYPE_STRING, label=O)
+    entry.field.add(name="value", number=2, type=F.TYPE_MESSAGE, label=O, type_name=".inference.ModelParameter")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
     _CLASS = message_factory.GetMessageClass(pool.FindMessageTypeByName("inference.ModelConfig"))
@@ -135,13 +142,22 @@ def _check_io(cfg_io, model_io: dict, batched: bool, what: str, where: str) -> N
         typ, dims = model_io[t.name]
         if names[t.data_type] != typ:
             raise TritonRepoError(f"{where}: {what} {t.name!r} is {names[t.data_type]} in the config, {typ} in the model")
-        want = ([-1] if batched else []) + list(t.dims)
+        if not len(t.dims):  # Triton's ValidateIOShape: "must specify 'dims'"
+            raise TritonRepoError(f"{where}: {what} {t.name!r} has no dims, which Triton refuses (a per-request scalar "
+                                  "is dims: [ 1 ] with reshape: { shape: [ ] })")
+        want = ([-1] if batched else []) + list(_model_dims(t))
         if len(want) != len(dims) or any(m != -1 and c != m for c, m in zip(want, dims)) or \
                 (batched and dims[0] != -1):
             raise TritonRepoError(f"{where}: {what} {t.name!r} has dims {list(t.dims)} (batch "
                                   f"{'prepended' if batched else 'none'}), the model {dims}")
     if seen != set(model_io):
         raise TritonRepoError(f"{where}: the model's {what}s {sorted(set(model_io) - seen)} are not in the config")
+
+
+def _model_dims(t) -> list[int]:
+    """The dims the model sees for a config input/output: its reshape's when it has one (Triton reshapes
+    each request's tensor to it), else its dims."""
+    return list(t.reshape.shape) if t.HasField("reshape") else list(t.dims)
 
 
 def _run_onnx(path: str, cfg, batch: int) -> None:
@@ -155,7 +171,7 @@ def _run_onnx(path: str, cfg, batch: int) -> None:
                 "TYPE_INT32": np.int32, "TYPE_INT8": np.int8, "TYPE_UINT8": np.uint8, "TYPE_BOOL": np.bool_}
     feed = {}
     for t in cfg.input:
-        shape = ([batch] if cfg.max_batch_size > 0 else []) + [3 if d == -1 else int(d) for d in t.dims]
+        shape = ([batch] if cfg.max_batch_size > 0 else []) + [3 if d == -1 else int(d) for d in _model_dims(t)]
         feed[t.name] = np.zeros(shape, dtype=np_types[_DATA_TYPES[t.data_type]])
     outs = sess.run([o.name for o in cfg.output], feed)
     for o, got in zip(cfg.output, outs):
@@ -211,7 +227,8 @@ def check_repository(root: str, *, run: bool = True) -> list[dict]:
                     "max_batch_size": cfg.max_batch_size,
                     "preferred_batch_size": list(cfg.dynamic_batching.preferred_batch_size),
                     "max_queue_delay_microseconds": cfg.dynamic_batching.max_queue_delay_microseconds,
-                    "instances": sum(g.count or 1 for g in cfg.instance_group) or 1, "ran": run and
+                    "instances": sum(g.count or 1 for g in cfg.instance_group) or 1,
+                    "parameters": {k: v.string_value for k, v in cfg.parameters.items()}, "ran": run and
                     cfg.platform == "onnxruntime_onnx"})
     if not out:
         raise TritonRepoError(f"{root} holds no model folder")

@@ -41,7 +41,7 @@ def load_file_fn(ref: str, what: str) -> Callable:
         mod = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(mod)
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # a script's sys.exit() at import is a failure to import, said so
             raise UserError(f"{what} file {path} fails to import: {type(e).__name__}: {_first_line(e)}") from None
         sys.modules[mod_name] = mod
     fn = getattr(mod, name, None)
