@@ -221,6 +221,7 @@ def test_export_takes_settings_only_from_a_bench_of_the_same_model(tmp_path):
 
     rel = model_identity(os.path.relpath(fac), os.path.relpath(inp), ["ids:1"])
     assert batching_from(bench(mine), "serving", model=rel)["max_batch_size"] == 64
+    assert "note" not in batching_from(bench(mine), "serving", model=rel)  # no other engine measured
     assert "9,000 [8,000-9,900]" in batching_from(bench(mine), "serving", model=mine)["source"]
     with pytest.raises(ExportError, match="it measured the built-in click model, not ranker.py:make_ranker"):
         batching_from(bench(None), "serving", model=mine)  # results from before identities: the click model
@@ -232,6 +233,13 @@ def test_export_takes_settings_only_from_a_bench_of_the_same_model(tmp_path):
         batching_from(bench(mine), "serving", model=other)
     with pytest.raises(ExportError, match="with --dynamic ids:1, not \\(none\\)"):  # another ONNX graph than timed
         batching_from(bench(mine), "serving", model=model_identity(fac, inp))
+    # Eager surely faster than ONNX Runtime in the same bench: said beside the settings (the ONNX model still ships).
+    res = json.loads(open(bench(mine)).read())
+    res["serving"]["engines"]["eager"] = {"label": "PyTorch eager fp32 (cpu)", "status": "ok",
+                                          "best": {"rate": 90000.0, "ci": [80000.0, 99000.0], "config": cfg}}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    got = batching_from(str(tmp_path / "results.json"), "serving", model=mine)
+    assert got["note"].startswith("PyTorch eager fp32 (cpu) served this model faster in the same bench: 90,000")
     path = bench(mine)
     (tmp_path / "ranker.py").write_text(USER_MODEL + "\n# edited\n")  # the model file changed since the bench
     with pytest.raises(ExportError, match="ranker.py changed since it was measured"):

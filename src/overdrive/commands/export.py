@@ -41,6 +41,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     print(f"exported {rep['name']} (max_batch_size {b['max_batch_size']}, preferred "
           f"{b.get('preferred_batch_size') or 'none'}, delay {b.get('max_queue_delay_us', 0)} µs — "
           f"{b.get('source', 'given')}): " + ", ".join(rep["files"]))
+    if b.get("note"):
+        print(f"note: {b['note']}")
     print("round-trip max abs error vs eager: " + ", ".join(f"{k} {v:.2g}" for k, v in rep["checks"].items()))
     for m in rep.get("triton_check") or []:
         print(f"Triton repository read as Triton reads it: {m['name']}/ (name = folder, version "
