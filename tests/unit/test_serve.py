@@ -233,6 +233,13 @@ def test_export_takes_settings_only_from_a_bench_of_the_same_model(tmp_path):
         batching_from(bench(mine), "serving", model=other)
     with pytest.raises(ExportError, match="with --dynamic ids:1, not \\(none\\)"):  # another ONNX graph than timed
         batching_from(bench(mine), "serving", model=model_identity(fac, inp))
+    # The same axis by position or by name is the same model (the identities of loaded models carry axis names).
+    from overdrive.serve.export import user_served_model
+
+    by_name = user_served_model(fac, inp, dynamic=["ids:1"]).identity
+    assert batching_from(bench(by_name), "serving", model=user_served_model(fac, inp, dynamic=["1:1"]).identity)
+    with pytest.raises(ExportError, match="with --dynamic ids:1, not \\(none\\)"):
+        batching_from(bench(by_name), "serving", model=user_served_model(fac, inp).identity)
     # Eager surely faster than ONNX Runtime in the same bench: said beside the settings (the ONNX model still ships).
     res = json.loads(open(bench(mine)).read())
     res["serving"]["engines"]["eager"] = {"label": "PyTorch eager fp32 (cpu)", "status": "ok",

@@ -9,7 +9,7 @@ from overdrive.errors import UserError
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from overdrive.io import check_writable
-    from overdrive.serve.export import ExportError, batching_from, export_for_serving, model_identity
+    from overdrive.serve.export import ExportError, batching_from, export_for_serving, user_served_model
 
     from overdrive.serve.export import MAX_BATCH
 
@@ -25,16 +25,16 @@ def _cmd_export(args: argparse.Namespace) -> int:
                         "know their inputs; --bag-len sets the click model's)")
     check_writable(args.out, flag="--out")  # before the export, not after it
     try:
-        batching = None
+        batching = served = None
         if args.slo_from:
             if args.factory:  # the bench must have measured this very model (`bench --model FILE.py:FACTORY`)
-                batching = batching_from(args.slo_from, "serving", model=model_identity(args.factory, args.inputs,
-                                                                                         args.dynamic))
+                served = user_served_model(args.factory, args.inputs, dynamic=args.dynamic, weights=args.weights)
+                batching = batching_from(args.slo_from, "serving", model=served.identity)
             else:
                 batching = batching_from(args.slo_from, "recsys" if args.model == "recsys" else "gpt_prefill")
         rep = export_for_serving(args.factory or args.model, args.out, size=args.size, weights=args.weights,
                                  max_batch=args.max_batch, batching=batching, onnx=False if args.no_onnx else None,
-                                 inputs=args.inputs, dynamic=args.dynamic, bag_len=args.bag_len)
+                                 inputs=args.inputs, dynamic=args.dynamic, bag_len=args.bag_len, served=served)
     except (ExportError, ValueError, FileNotFoundError) as e:
         raise UserError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
     b = rep["batching"]

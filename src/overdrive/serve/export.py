@@ -248,8 +248,9 @@ class ServedModel:
     them, the variable axes, and what identifies it (a bench's results and an export must be of one model)."""
 
     module: nn.Module
-    inputs: Callable[[int], tuple]
-    """inputs(batch) -> a tuple of host tensors, batch first."""
+    inputs: Callable[..., tuple]
+    """inputs(batch) -> a tuple of host tensors, batch first (a user's model: inputs(batch, 1) is the variant
+    with other sizes of its dynamic axes that export checks with)."""
     spec: dict
     dynamic: dict
     description: str
@@ -263,7 +264,8 @@ def _sha256(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def model_identity(factory: str, inputs: str | None, dynamic: list[str] | None = None) -> dict:
+def model_identity(factory: str, inputs: str | None, dynamic: list[str] | None = None, *,
+                   resolved: dict | None = None) -> dict:
     """{"factory": "FILE.py:FN", "inputs": ..., "sha256": {file name: digest}, "given": the arguments as
     typed}: the functions by file name (a relative or absolute path to the same file is the same model)
     and the files' contents (an edited model file is another model). Modules the file imports are not
@@ -280,8 +282,11 @@ def model_identity(factory: str, inputs: str | None, dynamic: list[str] | None =
     def name(ref):
         return f"{os.path.basename(ref.rpartition(':')[0])}:{ref.rpartition(':')[2]}" if ref else None
 
-    return {"factory": name(factory), "inputs": name(inputs), "sha256": files,
-            "given": {"factory": factory, "inputs": inputs, "dynamic": list(dynamic or [])}}
+    out = {"factory": name(factory), "inputs": name(inputs), "sha256": files,
+           "given": {"factory": factory, "inputs": inputs, "dynamic": list(dynamic or [])}}
+    if resolved is not None:  # the variable axes by input name (--dynamic 0:1 and ids:1 are one axis)
+        out["axes"] = sorted(f"{n}:{ax}" for n, axes in resolved.items() for ax in axes if ax)
+    return out
 
 
 CLICK_IDENTITY = {"builtin": "click"}
@@ -299,7 +304,10 @@ def same_model(measured: dict | None, exporting: dict) -> str | None:
     if bool(measured.get("builtin")) != bool(exporting.get("builtin")) or \
             measured.get("factory") != exporting.get("factory") or measured.get("inputs") != exporting.get("inputs"):
         return f"it measured {what(measured)}, not {what(exporting)}"
-    dyn = [sorted((i.get("given") or {}).get("dynamic") or []) for i in (measured, exporting)]
+    if "axes" in measured and "axes" in exporting:
+        dyn = [measured["axes"], exporting["axes"]]
+    else:
+        dyn = [sorted((i.get("given") or {}).get("dynamic") or []) for i in (measured, exporting)]
     if dyn[0] != dyn[1]:  # another set of dynamic axes is another ONNX graph than the one timed
         return (f"it measured {what(measured)} with --dynamic {' '.join(dyn[0]) or '(none)'}, not "
                 f"{' '.join(dyn[1]) or '(none)'}")
@@ -315,9 +323,8 @@ def user_served_model(factory: str, inputs: str | None, *, dynamic: list[str] | 
     module, fn, spec, dyn = _user(factory, inputs, weights, dynamic)
     n = sum(p.numel() for p in module.parameters())
     shapes = ", ".join(f"{name} {list(d)}" for name, d, _ in spec["inputs"])
-    return ServedModel(module, lambda b: fn(b), spec, dyn,
-                       f"{factory} ({n:,} parameters; inputs per request: {shapes})",
-                       model_identity(factory, inputs, dynamic))
+    return ServedModel(module, fn, spec, dyn, f"{factory} ({n:,} parameters; inputs per request: {shapes})",
+                       model_identity(factory, inputs, dynamic, resolved=dyn))
 
 
 class _Unsqueeze(nn.Module):
@@ -546,7 +553,8 @@ def _folder_name(s: str) -> str:
 
 def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", weights: str | None = None,
                        max_batch: int | None = None, onnx: bool | None = None, batching: dict | None = None,
-                       inputs: str | None = None, dynamic: list[str] | None = None, bag_len: int = 5) -> dict:
+                       inputs: str | None = None, dynamic: list[str] | None = None, bag_len: int = 5,
+                       served: ServedModel | None = None) -> dict:
     """Write model.pt2 (+ model.onnx) and a Triton repository under out_dir; returns what was written.
 
     kind: "recsys", "gpt", or "FILE.py:FACTORY" (then `inputs` is "FILE.py:FN", FN(batch) -> example
@@ -576,7 +584,10 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
     have_onnx = onnx is not False and st.ok
     if onnx and not st.ok:  # before any work
         raise ExportError(f"ONNX export needs onnx, onnxscript and onnxruntime ({st.status}: {st.reason}): {st.fix}")
-    if ".py:" in kind:
+    if served is not None:  # the user's model, already loaded (export --slo-from checked its identity)
+        module, inputs_fn, spec, dyn = served.module, served.inputs, served.spec, served.dynamic
+        name = _folder_name(kind.rpartition(":")[2])
+    elif ".py:" in kind:
         module, inputs_fn, spec, dyn = _user(kind, inputs, weights, dynamic)
         name = _folder_name(kind.rpartition(":")[2])
     else:
