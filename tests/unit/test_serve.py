@@ -436,6 +436,20 @@ def test_slo_from_results_with_settings_out_of_range_are_refused_before_anything
     assert "--max-batch must be 1..65536" in capsys.readouterr().err
 
 
+def test_float_flags_refuse_nan_inf_and_non_positive_before_work(capsys):
+    from overdrive.cli import main
+
+    for argv, msg in ((["tune", "m.py:f", "--budget-s", "nan"], "--budget-s must be a positive"),
+                      (["tune", "m.py:f", "--budget-s", "inf"], "--budget-s must be a positive"),
+                      (["tune", "m.py:f", "--lr", "nan"], "--lr must be a positive"),
+                      (["tune", "m.py:f", "--lr", "-1"], "--lr must be a positive"),
+                      (["bench", "--workload", "inference", "--slo-ms", "nan"], "--slo-ms must be positive"),
+                      (["bench", "--workload", "inference", "--slo-ms", "inf"], "--slo-ms must be positive")):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert msg in err and len(err.strip().splitlines()) == 1, (argv, err)
+
+
 def test_export_refuses_a_withheld_verdict(tmp_path, capsys):
     from overdrive.cli import main
 

@@ -14,8 +14,12 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         raise UserError("pass the model as FILE.py:FACTORY (a function returning a fresh nn.Module), or --hf CONFIG")
     if args.factory and args.hf:
         raise UserError("pass either FILE.py:FACTORY or --hf CONFIG, not both")
-    if args.budget_s <= 0:
+    import math
+
+    if not (args.budget_s > 0 and math.isfinite(args.budget_s)):  # nan and inf too
         raise UserError(f"--budget-s must be a positive number of seconds, got {args.budget_s:g}")
+    if not (args.lr > 0 and math.isfinite(args.lr)):
+        raise UserError(f"--lr must be a positive learning rate, got {args.lr:g}")
     from overdrive.measure.procs import parent_ends_on_sigterm
 
     with parent_ends_on_sigterm():  # SIGTERM: the workers end with us, the --out lock is released
