@@ -153,8 +153,9 @@ def check_engines(engines: list[Engine], batches: list[int], *, atol: float = AT
         try:
             ref[b] = _outputs(ref_engine.run(b))
         except Exception as ex:  # noqa: BLE001 — the model itself fails: nothing to serve, said in one line
-            first = str(ex).strip().splitlines()[0][:200] if str(ex).strip() else ""
-            raise ServingError(f"the model fails in eager PyTorch at batch {b}: {type(ex).__name__}: {first}") from None
+            from overdrive.serve.export import _first
+
+            raise ServingError(f"the model fails in eager PyTorch at batch {b}: {_first(ex)}") from None
         if not all(np.isfinite(o.astype(np.float64)).all() for o in ref[b] if o.dtype.kind in "fc"):
             raise ServingError(f"the model's outputs in eager PyTorch at batch {b} are not finite (NaN or inf): "
                                "nothing to serve or compare")
