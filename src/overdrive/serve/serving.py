@@ -11,9 +11,11 @@ over rounds, every batch size of a resample taken from the same rounds. The sett
 the one that holds the most (the rate it keeps in 90% of the resamples), not the one fastest on the
 pooled samples: near the SLO's edge the fastest is the one a repeated run loses.
 
-The verdict is withheld, with the figures, when
-- the host is too busy: an A/A twin's per-round interval is wider than `BUSY_FLOOR` (the bench's
-  "too busy to judge"), or the A/A twins' highest rates differ by more than it;
+Each engine is judged against its own control: its own A/A twins at the smallest batch (eager's also
+at the largest); an engine without twins (results written before, a server measured from outside) is
+judged against eager's. An engine's verdict is withheld, with the figures and the check that tripped, when
+- its control says the host is too busy: a twin pair's per-round interval is wider than `BUSY_FLOOR`
+  (the bench's "too busy to judge"), or the twins' highest rates under the SLO differ by more than it;
 - the answer is fragile: no setting keeps the SLO in `STABLE_SHARE` of the resamples; a setting not
   equivalent to the recommendation beats it beyond its interval in more than 1 - `STABLE_SHARE` of
   them (a setting at the SLO's edge: a repeated run may count it or not); or the rate is known only
@@ -83,9 +85,11 @@ def service_floor(pairs: list[dict], slo_ms: float, *, requests: int = 4000, see
         nf = noise_floor(round_medians(a), round_medians(b))
         row = {"of": p["of"], "batch": p["batch"], **aa_floor(_flat(a), _flat(b)),
                "rounds": min(len(a), len(b)), "round_floor": nf.to_dict() if nf else None}
+        why = []
         if nf:
             out["factor"] = max(out["factor"], nf.factor)
-            out["busy"] = out["busy"] or host_too_busy(nf)
+            if host_too_busy(nf):
+                why.append(f"{p['of']}: the twins' per-round interval is ±{nf.spread_pct:.1f}%")
         if p.get("rate_check"):
             cfg = BatcherConfig(max_batch_size=p["batch"])
             ra, rb = (max_rate_under_slo(cfg, ServiceTimes({p["batch"]: _flat(x)}), slo_ms, requests=requests,
@@ -95,7 +99,13 @@ def service_floor(pairs: list[dict], slo_ms: float, *, requests: int = 4000, see
             ratio = (max(ra, rb) / min(ra, rb)) if ra and rb else (math.inf if bool(ra) != bool(rb) else None)
             row["rate_ratio"] = ratio if ratio is not None and math.isfinite(ratio) else None
             row["rate_split"] = ratio == math.inf
-            out["busy"] = out["busy"] or (ratio is not None and ratio > BUSY_FLOOR)
+            if ratio is not None and ratio > BUSY_FLOOR:
+                why.append(f"{p['of']}: " + (f"one twin met the SLO ({ra or rb:,.0f} req/s), the other not"
+                                            if row["rate_split"] else
+                                            f"the twins' highest rates under the SLO differ by "
+                                            f"{100 * (ratio - 1):.1f}% ({max(ra, rb):,.0f} vs {min(ra, rb):,.0f} req/s)"))
+        row["busy_why"] = "; ".join(why) or None
+        out["busy"] = out["busy"] or bool(why)
         out["pairs"].append(row)
     if out["pairs"]:
         worst = max(out["pairs"], key=lambda r: (r["round_floor"] or {}).get("spread_pct") or 0.0)
@@ -292,10 +302,8 @@ def summarize_serving(measured: dict, engines: list, slo_ms: float, *, requests:
         out["load"] = {"before": loads[0], "after": loads[1],
                        "busy": bool(loads[0].get("busy") or loads[1].get("busy"))}
     figures = _floor_figures(floor, loads)
-    busy_reason = (f"too busy to judge: the A/A control is beyond ±{100 * (BUSY_FLOOR - 1):.0f}% ({figures})"
-                   if floor["busy"] else None)
-    out["verdict"] = "withheld" if busy_reason else "given"
-    out["withheld"] = busy_reason
+    own = _own_floors(measured.get("aa") or [], slo_ms, requests=requests, seed=seed)
+    out["noise_floors"] = own
     for e in engines:
         row: dict = {"label": e.label, "status": e.status, "reason": e.reason, "kind": e.kind,
                      "max_abs_error_vs_eager": e.meta.get("max_abs_error_vs_eager"), "best": None}
@@ -305,10 +313,13 @@ def summarize_serving(measured: dict, engines: list, slo_ms: float, *, requests:
             continue
         rounds = {int(b): _rounds(xs) for b, xs in samples.items()}
         row["service"] = {str(b): latency_summary(_flat(rs)) for b, rs in rounds.items()}
+        control = own.get(e.name) or floor  # its own twins; else eager's (all the pairs measured)
+        row["control"] = e.name if e.name in own else (floor.get("of") or "none measured")
+        busy_reason = _busy_reason(control, loads)
         est = engine_verdict(rounds, slo_ms, requests=requests, seed=seed, resamples=resamples,
-                             floor_factor=floor["factor"], delays_us=delays_us)
+                             floor_factor=control["factor"], delays_us=delays_us)
         row["estimate"] = est
-        why = busy_reason or (f"{est['fragile']} ({figures})" if est["fragile"] else None)
+        why = busy_reason or (f"{est['fragile']} ({_floor_figures(control, loads)})" if est["fragile"] else None)
         row["verdict"] = "withheld" if why else "given"
         row["withheld"] = why
         if not why and est["config"]:
@@ -324,24 +335,48 @@ def summarize_serving(measured: dict, engines: list, slo_ms: float, *, requests:
         row["tried"] = est["tried"]
         out["engines"][e.name] = row
     given = {k: r for k, r in out["engines"].items() if r.get("best")}
-    # The run's verdict is given only where an engine's is: a host quiet enough but every answer fragile is
-    # no verdict either.
-    if not any(r.get("verdict") == "given" for r in out["engines"].values()):
-        out["verdict"] = "withheld"
-        out["withheld"] = busy_reason or f"no engine's answer held: each was fragile or failed ({figures})"
+    # The run's verdict is given where any engine's is (each judged against its own control); none given:
+    # the run's reason is the engines' own reasons, never a figure that was inside the limit.
+    judged = [r for r in out["engines"].values() if r.get("verdict")]
+    out["verdict"] = "given" if any(r["verdict"] == "given" for r in judged) else "withheld"
+    out["withheld"] = None
+    if out["verdict"] == "withheld":
+        busy = [r["withheld"] for r in judged if (r.get("withheld") or "").startswith("too busy")]
+        out["withheld"] = ((busy[0] if len(set(busy)) == 1 else "; ".join(dict.fromkeys(busy)))
+                           if busy and len(busy) == len(judged) else
+                           f"no engine's answer held: each was fragile, too noisy or failed ({figures})")
     out["winner"] = None
-    if given:
+    # A winner only among engines that were all judged: one whose verdict was withheld may be the faster.
+    if given and not any(r.get("verdict") == "withheld" for r in judged):
         k = max(given, key=lambda k: given[k]["best"]["rate"])
         others = [r["best"]["ci"][1] for k2, r in given.items() if k2 != k]
         # A winner only when its interval clears every other engine's.
         out["winner"] = k if not others or given[k]["best"]["ci"][0] > max(others) else None
     out["text"] = "; ".join(f"{k}: {_best_text(r)}" for k, r in out["engines"].items())
-    if busy_reason:
-        out["text"] = f"no verdict: {busy_reason}"
-    if out.get("load", {}).get("busy") and not busy_reason:
+    if out["verdict"] == "withheld":
+        out["text"] = f"no verdict: {out['withheld']}"
+    if out.get("load", {}).get("busy") and out["verdict"] == "given":
         out["text"] += (f" (host busy: load {out['load']['before']['load1']} -> {out['load']['after']['load1']} on "
                         f"{out['load']['before']['cores']} cores; figures are this host's, now)")
     return out
+
+
+def _own_floors(pairs: list[dict], slo_ms: float, *, requests: int, seed: int) -> dict:
+    """engine -> the floor of its own twins (pairs carry "engine"; older results name it in "of")."""
+    by: dict[str, list[dict]] = {}
+    for p in pairs:
+        by.setdefault(p.get("engine") or str(p["of"]).rsplit(" at batch", 1)[0], []).append(p)
+    return {e: service_floor(ps, slo_ms, requests=requests, seed=seed) for e, ps in by.items()}
+
+
+def _busy_reason(floor: dict, loads: tuple[dict, dict] | None) -> str | None:
+    """'too busy to judge: eager at batch 1: the twins' highest rates ... (load ...)': the checks that
+    tripped, by name, then the figures; None when the control is within the limit."""
+    if not floor.get("busy"):
+        return None
+    tripped = "; ".join(p["busy_why"] for p in floor["pairs"] if p.get("busy_why"))
+    return (f"too busy to judge: {tripped} (limit ±{100 * (BUSY_FLOOR - 1):.0f}%; "
+            f"{_floor_figures(floor, loads)})")
 
 
 def _best_text(r: dict) -> str:
