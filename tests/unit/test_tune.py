@@ -472,3 +472,27 @@ def test_a_busy_host_keeps_the_baseline_unless_a_difference_clears_its_noise():
     rows[1].update(speedup=1.9, speedup_ci=[1.5, 2.4], verdict="faster")
     best, text, confident = _pick(rows, runs, floor=floor, busy=True)
     assert best.name == "fp32" and "busy" in text and not confident  # never cached over a quiet run's winner
+
+
+def test_tuned_entry_survives_unrelated_installs_and_says_what_changed(tmp_path, monkeypatch):
+    """Installing an engine the winner does not use keeps the entry (it used to be 'no tuned recipe' after
+    `pip install onnx` or torchao); an engine the winner runs on that changed makes it stale, by name; another
+    torch build finds no entry but says an older one exists and what differs."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    bare = build_report(machine(None))  # no torchao here
+    sig = model_signature(Net())
+    win = Recipe(name="fp32+foreach", precision="fp32", optimizer="foreach")
+    save_tuned(win, signature=sig, fingerprint=machine_fingerprint(bare), summary="1.2x", env=bare)
+    acc = overdrive.accelerate(Net(), "tuned", env=CPU)  # torchao installed since: the winner does not use it
+    assert acc.resolved.recipe == win and not acc.resolved.decisions[0].fallback
+
+    fp8 = Recipe(name="fp8", precision="fp8")
+    save_tuned(fp8, signature=model_signature(Net(64)), fingerprint=machine_fingerprint(CPU), summary="1.1x", env=CPU)
+    stale = overdrive.accelerate(Net(64), "tuned", env=bare).resolved.decisions[0]
+    assert stale.fallback and "stale" in stale.reason and "torchao was '" in stale.reason and "is 'missing' now" in stale.reason
+
+    facts = machine(None, torchao=TORCHAO_EMU)
+    facts["torch"]["version"] = "2.99.0"
+    newer = overdrive.accelerate(Net(), "tuned", env=build_report(facts)).resolved.decisions[0]
+    assert newer.fallback and "an older entry for it exists" in newer.reason
+    assert "torch " in newer.reason and "-> 2.99.0" in newer.reason

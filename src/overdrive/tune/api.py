@@ -187,7 +187,7 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
     res = TuneResult(best=best, rows=rows, summary=summary, meta=meta, _lock=lock)
     if cache and base.signature:
         path, written = save_tuned(best, signature=base.signature, fingerprint=meta["fingerprint"], summary=summary,
-                                   threads=s.plan.threads, confident=confident)
+                                   threads=s.plan.threads, confident=confident, env=env)
         meta["cached_at"] = path
         if not written:
             meta["cache_note"] = (f"this run was inconclusive: the confident winner cached at {path} was kept")
