@@ -496,3 +496,31 @@ def test_tuned_entry_survives_unrelated_installs_and_says_what_changed(tmp_path,
     newer = overdrive.accelerate(Net(), "tuned", env=build_report(facts)).resolved.decisions[0]
     assert newer.fallback and "an older entry for it exists" in newer.reason
     assert "torch " in newer.reason and "-> 2.99.0" in newer.reason
+
+
+def test_compile_warm_up_follows_this_models_measured_compile_time(monkeypatch):
+    """The first compile may use the warm-up time left (it was a fixed third of the budget: at 120 s a 30 s
+    compile under load was dropped); later compiles get 3x the slowest measured one, not a fixed share."""
+    from overdrive.tune.measure import Run, Session
+
+    cands = {c.name: c for c in named_candidates(["amp-bf16+compile", "fp32+compile"], CPU)}
+    assert all(c.resolved.compile != "off" for c in cands.values() if c.name != "baseline")
+    first_ms = {"baseline": 10.0, "amp-bf16+compile": 10_000.0, "fp32+compile": 9_000.0}
+    s = Session(Workload(model_fn=Net, batch_fn=_batch), CPU, budget_s=120)
+    runs = {n: Run(cand=c, worker=object()) for n, c in cands.items()}
+    s.runs = list(runs.values())
+    timeouts = {}
+
+    def fake_call(run, msg, timeout, on_timeout):
+        timeouts.setdefault(run.cand.name, timeout)
+        ms = first_ms[run.cand.name] if not run.warmup_ms else 10.0
+        return {"steps": [{"ms": ms, "loss": 2.0 - 0.01 * (len(run.loss) + i), "gnorm": 1.0} for i in range(msg[1])]}
+
+    monkeypatch.setattr(s, "_call", fake_call)
+    monkeypatch.setattr(s, "_end", lambda run, status, reason, collect=False: setattr(run, "status", status))
+    base = runs["baseline"]
+    s._warm(base, None)
+    s._warm(runs["amp-bf16+compile"], base)
+    s._warm(runs["fp32+compile"], base)
+    assert timeouts["amp-bf16+compile"] > 0.6 * 120  # all the warm-up time left (0.65 of the budget), not 40 s
+    assert timeouts["fp32+compile"] == pytest.approx(30.0)  # 3x the 10 s compile measured for this model
