@@ -141,12 +141,12 @@ def tune(model_fn: Callable | str | None = None, batch_fn: Callable | str | None
 
 def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, seed, threads, tolerance, progress, env,
           cache, t0, lock) -> TuneResult:
-    bf, lf = _fn(batch_fn, "--batch"), _fn(loss_fn, "--loss")
+    bf, lf = _fn(batch_fn, "--batch"), _fn(loss_fn, "--loss-fn")
     if hf:
         wl = hf_workload(hf, batch_fn=bf, loss_fn=lf)
     else:
         if model_fn is None:
-            raise UserError("no model: pass FILE.py:FACTORY (a function returning a fresh nn.Module) or --hf CONFIG")
+            raise UserError("no model: pass --model FILE.py:FACTORY (a function returning a fresh nn.Module) or --model CONFIG")
         if bf is None:
             raise UserError("no batches: pass --batch FILE.py:FN (FN(step) returns a tensor, tuple or dict)")
         mf = _fn(model_fn, "model factory")

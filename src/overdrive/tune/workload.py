@@ -138,7 +138,7 @@ def compute_loss(model, batch, loss_fn: Callable | None):
             out = model(**batch) if isinstance(batch, dict) else model(*batch) if isinstance(batch, (tuple, list)) \
                 else model(batch)
         except TypeError as e:  # the batch does not fit the model's forward signature
-            raise UserError(f"{call} fails ({_first_line(e)}): pass --loss FILE.py:FN (loss_fn(model, batch) -> "
+            raise UserError(f"{call} fails ({_first_line(e)}): pass --loss-fn FILE.py:FN (loss_fn(model, batch) -> "
                             "scalar loss)") from None
         where = "the model"
         if not isinstance(out, torch.Tensor):
@@ -150,7 +150,7 @@ def compute_loss(model, batch, loss_fn: Callable | None):
         shape = f"a tensor of shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
         raise UserError(f"{where} returned {shape}, not a scalar loss: "
                         + ("return loss (one float tensor)" if loss_fn is not None
-                           else "pass --loss FILE.py:FN (loss_fn(model, batch) -> scalar)"))
+                           else "pass --loss-fn FILE.py:FN (loss_fn(model, batch) -> scalar)"))
     return out.reshape(())
 
 
