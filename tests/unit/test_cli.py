@@ -94,7 +94,7 @@ def test_bench_suite_help_lists_every_registered_suite():
     text = " ".join(_subparsers(build_parser())["bench"].format_help().split())
     for name in [*SUITES, *RECSYS_SUITES, *LATENCY_SUITES]:
         assert name in text, f"bench --help does not list suite {name}"
-    assert "timed rounds" in text  # --steps says what it sets
+    assert "timed rounds" in text  # --rounds says what it sets
 
 
 def test_report_refuses_a_third_folder(tmp_path, capsys):

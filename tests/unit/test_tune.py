@@ -524,3 +524,24 @@ def test_compile_warm_up_follows_this_models_measured_compile_time(monkeypatch):
     s._warm(runs["fp32+compile"], base)
     assert timeouts["amp-bf16+compile"] > 0.6 * 120  # all the warm-up time left (0.65 of the budget), not 40 s
     assert timeouts["fp32+compile"] == pytest.approx(30.0)  # 3x the 10 s compile measured for this model
+
+
+def test_a_winner_merged_with_fallback_names_says_what_ran():
+    """Where FP8 cannot run, the FP8 presets fall back to another row's recipe: the winner line used to read
+    "Winner: amp-bf16 (also named fp8, fp8-rowwise, ... mxfp8)", as if FP8 ran."""
+    from overdrive.recipes.labels import same_recipe_text
+    from overdrive.tune.candidates import preset_candidates
+    from overdrive.tune.measure import Run
+
+    nofp8 = build_report(machine(None))  # no torchao: every FP8 preset falls back (to fp32 on this fake CPU)
+    cands = preset_candidates(nofp8)
+    merged = next(c for c in cands if "fp8" in c.names)
+    assert merged.resolved.precision == "fp32" and {"fp8", "mxfp8", "fp32-fused"} <= set(merged.names)
+    runs = [Run(cand=c) for c in cands]
+    rows = [_rowd(cands[0].name, 1.0, None), _rowd(merged.name, 1.2, [1.1, 1.3])]
+    rows[0]["names"], rows[1]["names"] = list(cands[0].names), list(merged.names)
+    _, text, _ = _pick(rows, runs)
+    assert text.startswith(f"Winner: {merged.name} (the same recipe here as fp32-fused, auto; ")
+    assert "fp8, fp8-rowwise, fp8-delayed, mxfp8 asked for fp8, mxfp8 and fell back to this recipe here: fp32 ran" \
+        in text and "also named" not in text
+    assert same_recipe_text(["fp32-fused"], "fp32") == " (the same recipe here as fp32-fused)"

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from overdrive.recipes.labels import ran_label
+from overdrive.recipes.labels import ran_label, same_recipe_text, what_runs
 from overdrive.env import EnvReport, get_env
 from overdrive.errors import UserError
 from overdrive.measure.stats import compare, host_too_busy, round_medians, summarize
@@ -246,7 +246,7 @@ def _pick(rows: list[dict], runs: list[Run], *, floor=None, busy: bool = False, 
         w = max(winners, key=lambda r: r["speedup"])
         lo, hi = w["speedup_ci"]
         run = next(x for x in runs if x.cand.name == w["name"])
-        also = f" (also named {', '.join(w['names'][1:])})" if len(w["names"]) > 1 else ""
+        also = same_recipe_text(w["names"][1:], what_runs(run.cand.resolved))
         text = (f"Winner: {w['name']}{also}: {w['speedup']:.2f}x the baseline ({base['name']}, plain fp32 PyTorch), "
                 f"95% CI {lo:.2f}-{hi:.2f}{floor_txt}, over {w['rounds']} paired rounds ({w['n']} vs {n_base} "
                 f"timed steps) "
