@@ -9,7 +9,7 @@ from overdrive.bench.results import suite_title, throughput
 from overdrive.io import write_atomic
 from overdrive.report.advice import next_step, precision_note, role_order, verdict_text
 from overdrive.report.page import esc, img_tag, page, rec_block, table
-from overdrive.report.tables import emulated_note, mfu_cell
+from overdrive.report.tables import emulated_note, mfu_cell, rate_text
 
 __all__ = ["write_html", "bench_rows"]
 
@@ -100,7 +100,7 @@ def write_html(results: dict, out_dir: str, plots: list[str]) -> str:
         body.append("<h2>Micro-benchmarks</h2>")
         body.append(table(["group", "provider", "ms median", "p10–p90", "rate"], [
             [esc(m["group"]), esc(m["provider"]), f"{m['ms']['median']:.3f}",
-             f"{m['ms']['p10']:.3f}–{m['ms']['p90']:.3f}", f"{_f(m.get('rate'), '{:.3f}')} {esc(m.get('unit', ''))}"]
+             f"{m['ms']['p10']:.3f}–{m['ms']['p90']:.3f}", esc(rate_text(m.get("rate"), m.get("unit", "")))]
             for m in micro], left=2))
     verdict = []
     for v in env.get("verdict", []):
