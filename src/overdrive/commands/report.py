@@ -179,5 +179,5 @@ def register(sub) -> None:
                    "(suite, models, batch, sequence): show the rows anyway, without a verdict")
     r.add_argument("--screenshot", action="store_true", help="also save full-page PNGs of the page at 1280 and 390 "
                    "px wide beside it (needs a headless Chromium: apt-get install chromium; pip install "
-                   "'overdrive[browser]')")
+                   "playwright, the overdrive[browser] extra)")
     r.set_defaults(func=_cmd_report)

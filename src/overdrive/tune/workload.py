@@ -160,7 +160,7 @@ def _hf_config(path: str):
     try:
         import transformers
     except ImportError:
-        raise UserError("--hf needs transformers: pip install 'overdrive[hf]'") from None
+        raise UserError("--hf needs transformers: pip install transformers (the overdrive[hf] extra)") from None
     p = os.path.join(path, "config.json") if os.path.isdir(path) else path
     if not os.path.isfile(p):
         raise UserError(f"--hf {path}: no such config (pass a folder with config.json, or a config .json file)")
