@@ -128,6 +128,9 @@ def _bench(args: argparse.Namespace, held: list) -> int:
         results = run_bench(suite, env=env, data=args.data, seed=args.seed, micro=not args.no_micro,
                             progress=progress, threads=args.threads)
     render_bench(results, console)
+    from overdrive.bench.findings import save_findings
+
+    save_findings(results, env)  # for `overdrive doctor`: what the bench measured, beside what the probes expect
     if args.out:
         _write_report(results, args.out, console)
     return 0
