@@ -89,7 +89,10 @@ def write_html(results: dict, out_dir: str, plots: list[str]) -> str:
             f"{esc(suite_title(results))} · {esc(str(results.get('created')))} · commit "
             f"{esc(str(results.get('git_commit')))} · torch "
             f"{esc(str((results.get('versions') or {}).get('torch')))}</p>"]
-    body += rec_block(verdict_text(results), next_step(results).html(esc), why)
+    rec = results.get("recommendation") or {}
+    # "too busy to judge" or nothing completed: no verdict, never drawn in the green of a result
+    answered = not rec.get("too_busy") and not str(rec.get("text", "")).startswith("no configuration completed")
+    body += rec_block(verdict_text(results), next_step(results).html(esc), why, answered=answered)
     head, rows = bench_rows(results)
     body.append(table(head, rows, left=3))
     body += [f"<p class='note'>{esc(n)}</p>" for n in _notes(results)]
