@@ -236,8 +236,8 @@ def measure_service(engines: list[Engine], batches: list[int], *, rounds: int, r
     One key per (engine, batch), plus A/A twins (each measured as two keys): of every engine at the
     smallest batch (each engine's verdict is judged against its own control: one engine's outliers
     say nothing of another's), and of `aa` at the largest batch too; `rounds` rounds of `reps` calls
-    per key (more for short calls: a key's round lasts at least `min_round_ms` by its warm-up's median call, up to MAX_REP_FACTOR x reps), in an
-    order shuffled afresh each round (`measure.rounds.shuffled`: no key always follows the same
+    per key (more for short calls: a key's round lasts at least `min_round_ms` by its warm-up's median
+    call, up to MAX_REP_FACTOR x reps), in an order shuffled afresh each round (`measure.rounds.shuffled`: no key always follows the same
     neighbour), so the host's drift and contention fall on every key alike and each round is one
     moment's evidence. Warm-up calls first, apart. Timing is host to host on the wall clock (the
     outputs come back to the host, which syncs); `timer(fn) -> ms` replaces the clock in tests."""
