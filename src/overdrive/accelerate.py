@@ -215,12 +215,16 @@ class Accelerated(ProcessHelpers):
         if r.emulated:
             fmt = {"mxfp8": "MXFP8", "nvfp4": "NVFP4"}.get(r.fp8_scaling, "FP8")
             lines.append(f"  NOTE: {fmt} is emulated: it shows {fmt} numerics, it is not faster.")
-        lines.append(f"  optimizer: {self._opt_note}; gradient clipping "
-                     + (f"at {self.grad_clip:g} (grad_clip=None turns it off)" if self.grad_clip else "off")
-                     + (f"; scheduler {type(self.scheduler).__name__} (lr now {self._lr_now():g})"
-                        if self.scheduler is not None and self.optimizer is not None else "")
-                     + (f"; gradients accumulated over {self.grad_accum_steps} micro-steps"
-                        if self.grad_accum_steps > 1 else ""))
+        if getattr(self, "_under_trainer", False):  # the Trainer steps, clips and accumulates by its own arguments
+            lines.append(f"  optimizer: {self._opt_note}; clipping, accumulation and the LR schedule: the Trainer's "
+                         "(TrainingArguments max_grad_norm, gradient_accumulation_steps, lr_scheduler_type)")
+        else:
+            lines.append(f"  optimizer: {self._opt_note}; gradient clipping "
+                         + (f"at {self.grad_clip:g} (grad_clip=None turns it off)" if self.grad_clip else "off")
+                         + (f"; scheduler {type(self.scheduler).__name__} (lr now {self._lr_now():g})"
+                            if self.scheduler is not None and self.optimizer is not None else "")
+                         + (f"; gradients accumulated over {self.grad_accum_steps} micro-steps"
+                            if self.grad_accum_steps > 1 else ""))
         for what, decs in self.conversions.items():
             conv = [d for d in decs if d.converted]
             lines.append(f"  {what} swaps: {len(conv)} of {len(decs)} layers converted")

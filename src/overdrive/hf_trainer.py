@@ -101,6 +101,7 @@ def trainer_kwargs(acc) -> dict:
     only when the user chose one in accelerate(); otherwise the Trainer builds its own from TrainingArguments
     (learning_rate, weight_decay, optim, lr_scheduler_type), and report() says so."""
     kw = {"model": acc.model, "callbacks": [recipe_callback(acc)]}
+    acc._under_trainer = True  # report(): the Trainer clips, accumulates and schedules, by its arguments
     if acc.optimizer is not None and acc.optimizer_chosen:
         kw["optimizers"] = (acc.optimizer, acc.scheduler)
         return kw

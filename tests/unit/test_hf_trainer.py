@@ -107,7 +107,9 @@ def test_trainer_hyperparameters_win(build_optimizer, tmp_path):
     ours = _losses(None, tmp_path / "od", acc=acc, **user)
     assert len(ours) == len(plain) == 4
     assert ours == pytest.approx(plain, rel=1e-4, abs=1e-5)
-    assert "Trainer's own" in acc.report()
+    text = acc.report()
+    assert "Trainer's own" in text and "clipping, accumulation and the LR schedule: the Trainer's" in text
+    assert "gradient clipping at 1" not in text
 
 
 def test_trainer_lr_set_twice_differently_is_refused(tmp_path):
