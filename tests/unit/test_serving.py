@@ -646,3 +646,15 @@ def test_a_withheld_page_is_not_green_names_the_users_model_and_wraps_its_reason
     assert "overdrive export --model ranker.py:make --inputs ranker.py:example --dynamic ids:1 --max-batch N" in page
     assert "--model recsys" not in page
     assert "<td class='w'>no verdict: too busy" in page and "td.w{white-space:normal" in page
+
+
+def test_a_rate_that_some_resamples_lose_says_so_not_zero_to_infinity():
+    """The ONNX Runtime row of a user's bench read "the rate is known only to [0, inf] req/s": the real reason is
+    that some resamples of the rounds met the SLO at no rate."""
+    from overdrive.serve.serving import engine_verdict
+
+    rng = np.random.default_rng(1)
+    rounds = {1: [list(np.where(rng.random(40) < 0.004 * (k % 3), 6.0, 1.0)) for k in range(10)]}
+    v = engine_verdict(rounds, 5.0, requests=1000, resamples=20)
+    assert v["ci"][0] == 0.0 and "[0, inf]" not in v["fragile"]
+    assert v["fragile"].startswith("fragile: in 1 of 20 resamples of the 10 rounds the recommended setting")

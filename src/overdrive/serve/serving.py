@@ -172,7 +172,11 @@ def engine_verdict(rounds: dict[int, list[list[float]]], slo_ms: float, *, reque
     stability = float(1 - beaten.mean())
     rival = max(wins, key=lambda c: wins[c].mean()) if wins else None
     fragile = None
-    if not lo or not math.isfinite(hi) or hi / lo > BUSY_FLOOR ** 2:
+    missed = sum(1 for b in boots[chosen] if b <= 0)
+    if missed:  # the interval is [0, inf]: say why, not "known only to [0, inf]"
+        fragile = (f"fragile: in {missed} of {resamples} resamples of the {n_rounds} rounds the recommended setting "
+                   f"({_short(chosen.to_dict())}) met the SLO at no rate (its p99 rests on a few slow calls)")
+    elif not lo or not math.isfinite(hi) or hi / lo > BUSY_FLOOR ** 2:
         fragile = (f"fragile: the rate is known only to [{lo:,.0f}, {hi:,.0f}] req/s, wider than "
                    f"±{100 * (BUSY_FLOOR - 1):.0f}%")
     elif stability < STABLE_SHARE:
