@@ -658,3 +658,23 @@ def test_a_rate_that_some_resamples_lose_says_so_not_zero_to_infinity():
     v = engine_verdict(rounds, 5.0, requests=1000, resamples=20)
     assert v["ci"][0] == 0.0 and "[0, inf]" not in v["fragile"]
     assert v["fragile"].startswith("fragile: in 1 of 20 resamples of the 10 rounds the recommended setting")
+
+
+def test_the_runs_no_verdict_names_each_engines_own_reason():
+    from overdrive.serve.engines import Engine
+    from overdrive.serve.serving import summarize_serving
+
+    rng = np.random.default_rng(1)
+    svc = {1: [list(np.where(rng.random(40) < 0.004 * (k % 3), 6.0, 1.0)) for k in range(10)]}
+    calm = [[1.0] * 40 for _ in range(10)]
+    swing = [[1.0 * (2.0 if k % 2 else 0.6)] * 40 for k in range(10)]
+    ld = {"load1": 5.0, "cores": 2, "per_core": 2.5, "busy": True}
+    m = {"samples": {"eager": {1: calm}, "onnxruntime": svc},
+         "aa": [{"of": "eager at batch 1", "engine": "eager", "batch": 1, "a": calm, "b": swing},
+                {"of": "onnxruntime at batch 1", "engine": "onnxruntime", "batch": 1, "a": calm, "b": calm}]}
+    out = summarize_serving(m, [Engine("eager", "eager", None), Engine("onnxruntime", "ORT", None)], 5.0,
+                            loads=(ld, ld), requests=1000, resamples=20, curve=False)
+    why = out["withheld"]
+    assert out["verdict"] == "withheld" and why.startswith("no engine's answer held: eager: too busy to judge: eager at")
+    assert "; onnxruntime: fragile: in " in why and "met the SLO at no rate" in why
+    assert why.count("load 5.0 -> 5.0 on 2 cores") == 1  # the figures once, at the end

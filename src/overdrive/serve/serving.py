@@ -276,7 +276,9 @@ def summarize_serving(measured: dict, engines: list, slo_ms: float, *, requests:
         busy = [r["withheld"] for r in judged if (r.get("withheld") or "").startswith("too busy")]
         out["withheld"] = ((busy[0] if len(set(busy)) == 1 else "; ".join(dict.fromkeys(busy)))
                            if busy and len(busy) == len(judged) else
-                           f"no engine's answer held: each was fragile, too noisy or failed ({figures})")
+                           "no engine's answer held: " + "; ".join(
+                               f"{k}: {_no_figures(r.get('withheld')) or 'no setting met the SLO'}"
+                               for k, r in out["engines"].items() if r.get("verdict")) + f" ({figures})")
     out["winner"] = None
     # A winner only among engines that were all judged: one whose verdict was withheld may be the faster.
     if given and not any(r.get("verdict") == "withheld" for r in judged):
@@ -291,6 +293,11 @@ def summarize_serving(measured: dict, engines: list, slo_ms: float, *, requests:
         out["text"] += (f" (host busy: load {out['load']['before']['load1']} -> {out['load']['after']['load1']} on "
                         f"{out['load']['before']['cores']} cores; figures are this host's, now)")
     return out
+
+
+def _no_figures(why: str | None) -> str | None:
+    """An engine's reason without the figures in its last parenthesis (the run's line says them once)."""
+    return why.rsplit(" (", 1)[0] if why and why.endswith(")") else why
 
 
 def _best_text(r: dict) -> str:
