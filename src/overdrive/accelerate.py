@@ -67,6 +67,7 @@ class Accelerated(ProcessHelpers):
         if autocast_forward:
             wrap_forward_in(model, self.applied.autocast)
         self.user_optimizer = optimizer is not None
+        self._under_trainer = False  # set by trainer_kwargs(): the Trainer then clips, accumulates and schedules
         # Whether the user chose the optimizer's settings (optimizer=, or lr/weight_decay/betas): under
         # transformers.Trainer only then does ours run; otherwise the Trainer's own arguments decide.
         self.optimizer_chosen = optimizer is not None or any(v is not None for v in (lr, weight_decay, betas))
@@ -215,7 +216,7 @@ class Accelerated(ProcessHelpers):
         if r.emulated:
             fmt = {"mxfp8": "MXFP8", "nvfp4": "NVFP4"}.get(r.fp8_scaling, "FP8")
             lines.append(f"  NOTE: {fmt} is emulated: it shows {fmt} numerics, it is not faster.")
-        if getattr(self, "_under_trainer", False):  # the Trainer steps, clips and accumulates by its own arguments
+        if self._under_trainer:
             lines.append(f"  optimizer: {self._opt_note}; clipping, accumulation and the LR schedule: the Trainer's "
                          "(TrainingArguments max_grad_norm, gradient_accumulation_steps, lr_scheduler_type)")
         else:
