@@ -207,7 +207,7 @@ def recommend(configs: list[dict], schedule: dict, task: str = "gpt") -> dict:
         best = max(faster, key=lambda c: c["speedup"])
         lo, hi = best["speedup_ci"]
         lo_s = f"{lo:.2f}" if round(lo, 2) > 1.0 else f"{lo:.3f}"  # never print a lower bound above 1.0 as "1.00"
-        also = same_recipe_text([a["name"] for a in best.get("also") or []], best["precision"])
+        also = same_recipe_text([a["name"] for a in best.get("also") or []], best.get("precision"))
         hint = apply_hint(best, task)
         text = (f"fastest safe recipe here: {best['label']}{also} — {best['speedup']:.2f}x [{lo_s}–{hi:.2f}] the "
                 f"baseline's speed ({'+'.join(best['models'])} step {best['step_ms']['median']:.1f} ms), "

@@ -69,10 +69,11 @@ def ran_label(name: str, r: ResolvedRecipe, env: EnvReport) -> str:
     return f"{head} (fallback: {'; '.join(_short(d, env) for d in falls)})"
 
 
-def same_recipe_text(names: list[str], ran: str) -> str:
+def same_recipe_text(names: list[str], ran: str | None) -> str:
     """What the other names of a merged row mean, beside its name, said so that none reads as if it ran:
     ' (fp8, mxfp8 asked for fp8 and fell back to this recipe here: bf16 ran)' for fallbacks,
-    ' (the same recipe here as fp32-fused)' for names that ask for what ran. `ran`: what_runs()."""
+    ' (the same recipe here as fp32-fused)' for names that ask for what ran. `ran`: what_runs() (None:
+    not recorded, every name is said as the same recipe)."""
     from overdrive.recipes import PRESETS
 
     def asked(n: str) -> str | None:
@@ -81,7 +82,7 @@ def same_recipe_text(names: list[str], ran: str) -> str:
             return None
         return rec.fp8_scaling if rec.fp8_scaling in ("mxfp8", "nvfp4") else rec.precision
 
-    fell = [n for n in names if asked(n) is not None and not ran.startswith(asked(n))]
+    fell = [n for n in names if ran and asked(n) is not None and not ran.startswith(asked(n))]
     same = [n for n in names if n not in fell]
     parts = [f"the same recipe here as {', '.join(same)}"] if same else []
     if fell:
