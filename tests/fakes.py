@@ -33,7 +33,7 @@ _BASE = {
 TE_OK = {"import_ok": True, "ext_ok": True, "version": "2.8.0", "fp8_available": True, "fp8_reason": "",
          "smoke_ok": True, "smoke_fp8": True}
 APEX_OK = {"import_ok": True, "is_nvidia_apex": True, "amp_C": True, "fused_layer_norm_cuda": True,
-           "smoke_ok": True, "version": None}
+           "smoke_ok": True, "norm_smoke_ok": True, "norm_max_error": 0.008, "version": None}
 TORCHAO_EMU = {"import_ok": True, "version": "0.18.0", "emulate_ok": True, "mxfp8_emulate_ok": True}
 # Blackwell (SM 10.0): what TE >= 2.9 and torchao 0.18 report when their MXFP8/NVFP4 kernels ran.
 TE_B200 = dict(TE_OK, version="2.9.0", is_mxfp8_available=True, is_nvfp4_available=True, mxfp8_smoke_ok=True,
