@@ -76,9 +76,13 @@ def _nvfp4_rows(x: torch.Tensor) -> torch.Tensor:
     amax = x.abs().amax()
     if amax == 0:
         return x
-    tensor_scale = amax / (6.0 * 448.0)                           # fp32 level: block scales use E4M3's range
+    # Divisors are tensors on x's device: CUDA divides by a Python float as a multiply by its reciprocal
+    # (BinaryDivTrueKernel.cu, a CPU scalar operand), CPU truly divides, and ~23% of fp32 quotients then differ
+    # by 1 ulp between the two. A tensor / tensor division is IEEE-exact on both, so CPU and CUDA agree.
+    six, e4m3_max = x.new_tensor(6.0), x.new_tensor(448.0)
+    tensor_scale = amax / (six * e4m3_max)                        # fp32 level: block scales use E4M3's range
     xb = x.reshape(x.shape[0], -1, 16)                            # (R, C/16, 16)
-    block = (xb.abs().amax(-1, keepdim=True) / 6.0) / tensor_scale
+    block = (xb.abs().amax(-1, keepdim=True) / six) / tensor_scale
     # E4M3 block scales; the floor is E4M3's smallest normal (2^-6), as torchao clamps.
     block = block.clamp(min=torch.finfo(torch.float8_e4m3fn).tiny, max=448.0).to(torch.float8_e4m3fn).float()
     scaled = xb * ((1.0 / tensor_scale) / block)                   # reciprocal first, as torchao/MSLK round
