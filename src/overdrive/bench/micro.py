@@ -105,7 +105,12 @@ def _norms(env: EnvReport, shape: tuple[int, int], device: str, dtype) -> dict[s
     for backend, (modname, ln, rms) in mods.items():
         lib = importlib.import_module(modname)
         for kind, cls in (("layernorm", ln), ("rmsnorm", rms)):
-            m = getattr(lib, cls)(cols).to(device=device, dtype=dtype)
+            # LigerRMSNorm's default in_place=True writes dX into dY's storage (liger_kernel ops/rms_norm.py:
+            # 555-556), so the gy every provider reuses would be overwritten each call. in_place=False runs the
+            # same kernel into a fresh dX (one zeros_like more, ops/rms_norm.py:557-558); cloning gy per call
+            # would put a read and a write more in the timed region.
+            kw = {"in_place": False} if (backend, kind) == ("liger", "rmsnorm") else {}
+            m = getattr(lib, cls)(cols, **kw).to(device=device, dtype=dtype)
 
             def fn(m=m):
                 y = m(x)
