@@ -50,3 +50,9 @@ def test_liger_rmsnorm_does_not_overwrite_the_gradient_every_provider_reuses(mon
     torch_fn = groups["rmsnorm"]["torch"][0]
     torch_fn()
     assert torch.allclose(torch_fn.__defaults__[0].weight.grad, first, atol=1e-6)
+
+
+def test_fp8_gemm_shapes_scaled_mm_refuses_are_skipped_with_the_rule():
+    rows = micro._gemm(build_report(machine("h100")), 32, 40, 32, "cpu")
+    assert isinstance(rows["fp8"], str) and "divisible by 16" in rows["fp8"]
+    assert not isinstance(micro._gemm(build_report(machine("h100")), 24, 32, 32, "cpu")["fp8"], str)  # M is free

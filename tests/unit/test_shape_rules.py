@@ -164,3 +164,20 @@ def test_padding_changes_no_numbers():
     x.grad = w.grad = None
     F.linear(x, w).square().sum().backward()
     assert torch.allclose(gx, x.grad) and torch.allclose(gw, w.grad, rtol=1e-5)
+
+
+def test_fp8_filter_judges_shapes_by_the_engines_rules():
+    """The filter hard-coded "% 16": an MXFP8 candidate would have timed a 48-wide layer its engine refuses,
+    and the rows did not say at what token count the FP8 layer really ran."""
+    from overdrive.tune.fp8_filter import LinearSite, measure_filter
+
+    sites = [LinearSite(fqn="a", in_features=48, out_features=64, tokens=40),
+             LinearSite(fqn="b", in_features=64, out_features=64, tokens=40)]
+    timed = []
+    res = measure_filter(sites, bench=lambda m, k, n, fp8: timed.append((m, k, n, fp8)) or (1.0 if fp8 else 2.0),
+                         fmt="mxfp8", backend="torchao")
+    a, b = res.layers
+    assert not a["convert"] and "not divisible by 32" in a["reason"] and b["convert"]
+    assert {t[:3] for t in timed} == {(40, 64, 64)} and b["fp8_tokens"] == 64 and res.shapes == "64x64"
+    fp8 = measure_filter(sites, bench=lambda m, k, n, fp8: 1.0, fmt="fp8", backend="transformer_engine").layers
+    assert [r["fp8_tokens"] for r in fp8] == [48, 48] and "not divisible" not in fp8[0].get("reason", "")

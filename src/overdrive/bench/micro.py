@@ -144,7 +144,12 @@ def _gemm(env: EnvReport, m: int, k: int, n: int, device: str) -> dict:
     else:
         out["tf32"] = "TF32 is a tensor-core format: GPU only"
     out["bf16"] = (mm(a32.bfloat16(), b32.bfloat16()), flops, "TFLOP/s")
-    if env.gpus and env.gpus[0].capabilities["fp8"]:
+    from overdrive.convert.shape_rules import SCALED_MM
+
+    (_, c1), (r2, c2) = SCALED_MM["mat1"], SCALED_MM["mat2"]  # ATen's operand rule for (M, K) @ (K, N)
+    if env.gpus and env.gpus[0].capabilities["fp8"] and (k % c1 or k % r2 or n % c2):
+        out["fp8"] = f"torch._scaled_mm needs K and N divisible by 16 (ScaledBlas.cpp), not {m}x{k}x{n}"
+    elif env.gpus and env.gpus[0].capabilities["fp8"]:
         a8 = a32.to(torch.float8_e4m3fn)
         b8 = b32.t().contiguous().to(torch.float8_e4m3fn).t()  # column-major B, as cuBLASLt wants
         one = torch.ones((), device=device)
