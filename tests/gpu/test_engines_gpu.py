@@ -92,3 +92,49 @@ def test_fsdp2_compiles_each_block_and_trains_torchao_fp8(tmp_path):
         assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0] - 0.3, losses
     finally:
         dist.destroy_process_group()
+
+
+def _sqnr(ref, y) -> float:
+    ref, y = ref.detach().float(), y.detach().float()
+    return float(20 * torch.log10(ref.norm() / (ref - y).norm()))
+
+
+@pytest.mark.parametrize("tokens", [24, 40, 100])
+def test_fp8_wgrad_needs_tokens_16_and_overdrive_pads_them(tokens):
+    """The rule the fakes enforce (overdrive.convert.shape_rules): the FP8 wgrad GEMM reduces over the tokens,
+    torch._scaled_mm (torchao float8) and cuBLASLt FP8 on Hopper (Transformer Engine) need them % 16. The
+    engines' own modules crash in backward at these counts; Overdrive's converted layers pad and train."""
+    from torch import nn
+
+    from overdrive.convert import convert_fp8
+    from overdrive.convert.fp8 import te_autocast, te_fp8_recipe
+
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("FP8 needs SM >= 8.9")
+    backends = [b for b, mod in (("torchao", "torchao"), ("transformer_engine", "transformer_engine"))
+                if importlib.util.find_spec(mod)]
+    if not backends:
+        pytest.skip("neither torchao nor Transformer Engine is installed")
+    torch.manual_seed(0)
+    x = torch.randn(tokens, 256, device="cuda", requires_grad=True)
+    for backend in backends:
+        for scaling in ("tensorwise", "rowwise") if backend == "torchao" else ("tensorwise", "delayed"):
+            if backend == "torchao" and scaling == "tensorwise":
+                from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+                raw = nn.Sequential(nn.Linear(256, 256)).cuda()
+                convert_to_float8_training(raw, config=Float8LinearConfig.from_recipe_name(scaling))
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    y = raw(x)
+                with pytest.raises(RuntimeError, match="divisible by 16"):
+                    y.float().sum().backward()
+            model = nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256)).cuda()
+            ref = model(x)
+            (ref_dx,) = torch.autograd.grad(ref.sum(), x)
+            assert all(d.converted for d in convert_fp8(model, backend=backend, scaling=scaling, min_dim=16))
+            ctx = te_autocast(te_fp8_recipe(scaling)) if backend == "transformer_engine" else torch.autocast(
+                "cuda", dtype=torch.bfloat16)
+            with ctx:
+                y = model(x)
+            (dx,) = torch.autograd.grad(y.float().sum(), x)
+            assert _sqnr(ref, y) > 20 and _sqnr(ref_dx, dx) > 15, (backend, scaling)
