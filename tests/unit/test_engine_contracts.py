@@ -160,7 +160,7 @@ def test_torchao_nvfp4_pads_the_sequence_to_128(monkeypatch):
 @pytest.mark.parametrize("scaling,recipe_cls,tokens", [("tensorwise", "Float8CurrentScaling", (3, 5)),
                                                        ("mxfp8", "MXFP8BlockScaling", (2, 31))])
 def test_te_linears_pad_tokens_for_their_recipe(monkeypatch, scaling, recipe_cls, tokens):
-    """Item 5: TE asserts M % 8 (per-tensor FP8) and M % 32 (MXFP8): other batch x sequence products failed."""
+    """Item 5: TE needs M % 16 (per-tensor FP8: its wgrad GEMM; the forward asserts only % 8) and M % 32 (MXFP8)."""
     from overdrive.convert import convert_fp8
 
     mods, state = fake_te()

@@ -87,9 +87,12 @@ _TE_FP8 = (
     *_rules({"fprop": (("M", 8), ("K", 16), ("N", 8))}, error="ValueError", message=_TE_DIMS_MSG,
             source="transformer_engine/pytorch/utils.py:613-623 assert_dim_for_fp8_exec, from module/linear.py:336"),
     # cuBLASLt FP8 on Hopper is TN only: common/gemm/cublaslt_gemm.cu takes the transposed copy of each
-    # operand, so its leading dim is the GEMM's reduction dim, and checks lda % 16 (:161) and ldb % 16 (:252),
-    # "Caller must pad". dgrad general_gemm(weight, grad_output, layout="NN") (linear.py:1024-1027)
-    # reduces over N; wgrad general_gemm(x, dy, layout="NT") (linear.py:1184-1220) reduces over M.
+    # operand (lda = k, :143), so its leading dim is the GEMM's reduction dim, and checks lda % 16 (:161) and
+    # ldb % 16 (:252), "Caller must pad". dgrad general_gemm(weight, grad_output, layout="NN")
+    # (linear.py:1024-1027) reduces over N; wgrad general_gemm(x, dy, layout="NT") (linear.py:1184-1220)
+    # reduces over M. TE's autocast docstring says as much (pytorch/quantization.py:972-975: "both dimensions
+    # divisible by 16 ... padding sequence length"). Blackwell runs non-TN FP8 and drops the M rule; we pad
+    # everywhere (zero rows cost nothing when M % 16 == 0).
     *_rules({"fprop": (("K", 16),), "dgrad": (("N", 16),), "wgrad": (("M", 16),)}, error="RuntimeError",
             message="Leading dimension requirement on A for FP8 GEMM. Caller must pad.",
             source="transformer_engine/common/gemm/cublaslt_gemm.cu:161,252 (lda/ldb % 16); module/linear.py:1024-1027 "
