@@ -6,6 +6,7 @@ export is called done.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Callable
@@ -210,27 +211,16 @@ def _user(factory: str, inputs: str | None, weights: str | None, dynamic: list[s
         if bad:
             raise ExportError(f"--dynamic {n}:{bad[0]}: input {n!r} has {t.dim()} dimensions (shape "
                               f"{tuple(t.shape)} at batch 2), so its axes are 1..{t.dim() - 1}")
-    try:
-        with torch.no_grad():
-            out = model(*ex)
-            row = model(*(t[:1] for t in ex))
-    except Exception as e:  # noqa: BLE001
-        raise ExportError(f"the model of {factory} fails on --inputs {inputs}(2): {_first(e)}") from None
-    outs = (out,) if isinstance(out, torch.Tensor) else tuple(out) if isinstance(out, (tuple, list)) else None
-    if not outs or not all(isinstance(t, torch.Tensor) and t.dim() >= 1 and t.shape[0] == 2 for t in outs):
-        raise ExportError(f"the model of {factory} must return a tensor (or a tuple of tensors) with the batch first "
-                          "to be served with dynamic batching")
-    rows = (row,) if isinstance(row, torch.Tensor) else tuple(row)
-    for o, r in zip(outs, rows):
-        if not torch.isfinite(o.float()).all():
-            raise ExportError(f"the model of {factory} returns non-finite values on --inputs {inputs}(2): nothing "
-                              "to serve or compare")
-        tol = 1e-2 if o.dtype in (torch.bfloat16, torch.float16) else 1e-5
-        if not torch.allclose(o[:1].float(), r.float(), rtol=10 * tol, atol=tol):
-            err = float((o[:1].float() - r.float()).abs().max())
-            raise ExportError(f"the model of {factory} answers a request differently alone than beside another one "
-                              f"(max abs difference {err:.3g} between batch 1 and row 0 of batch 2): a dynamic "
-                              "batcher would change its answers (e.g. a mean over the batch, batch norm in train mode)")
+    ex3 = fn(3)
+    for n, t2, t3 in zip(names, ex, ex3):
+        moved = [a for a in range(1, t2.dim()) if a not in dyn[n] and (t3.dim() != t2.dim() or t3.shape[a] != t2.shape[a])]
+        if t3.dim() != t2.dim() or moved:
+            raise ExportError(f"--inputs {inputs}: input {n!r} is {tuple(t2.shape)} at batch 2 and {tuple(t3.shape)} at "
+                              f"batch 3: only the batch may change with the batch (pass --dynamic {n}:AXIS for an axis "
+                              "that varies per request, or return the same width at every batch)")
+    from overdrive.serve.neighbours import check_batch_independent
+
+    outs = check_batch_independent(model, [ex, ex3], what=f"the model of {factory}", on=f"--inputs {inputs}")
     spec = {"inputs": [(n, [-1 if a + 1 in dyn[n] else d for a, d in enumerate(t.shape[1:])],
                         _triton_type(t, f"input {n}")) for n, t in zip(names, ex)],
             "outputs": [(f"output{i}" if len(outs) > 1 else "output", [d for d in t.shape[1:]] or [1],
@@ -363,9 +353,18 @@ def _as_tuple(x) -> tuple:
 
 def _check(fn, eager: nn.Module, fresh_inputs: tuple, what: str) -> float:
     """Max abs error of `fn` against the eager model on inputs it was not exported with (fp32: 1e-4)."""
-    with torch.no_grad():
-        ref = _as_tuple(eager(*fresh_inputs))
-        got = _as_tuple(fn(*fresh_inputs))
+    b = fresh_inputs[0].shape[0] if fresh_inputs and hasattr(fresh_inputs[0], "shape") else "?"
+    try:
+        with torch.no_grad():
+            ref = _as_tuple(eager(*fresh_inputs))
+    except Exception as e:  # noqa: BLE001 — the user's model raised on a later call: one line, nothing written
+        raise ExportError(f"the model raised {_first(e)} when called again (a batch of {b}, to check {what}): it "
+                          "must answer every call") from None
+    try:
+        with torch.no_grad():
+            got = _as_tuple(fn(*fresh_inputs))
+    except Exception as e:  # noqa: BLE001
+        raise ExportError(f"{what} fails on a batch of {b}: {_first(e)}") from None
     err = 0.0
     for r, g in zip(ref, got):
         g = torch.as_tensor(g)
@@ -466,6 +465,8 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, mode
                              "(--no-onnx serves TorchScript on libtorch instead)")
             return c
         b = res["workloads"][workload]["best"]["batch"]
+    except RecursionError:
+        raise ExportError(f"--slo-from {path}: nested too deeply to be bench results; re-run the bench") from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
         raise ExportError(f"--slo-from {path}: not an inference bench result with workload {workload} "
                           f"({type(e).__name__}: {e}); re-run the bench") from None
@@ -551,11 +552,51 @@ def _folder_name(s: str) -> str:
     return out or "model"
 
 
-def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", weights: str | None = None,
+def export_for_serving(kind: str, out_dir: str, **options) -> dict:
+    """Write model.pt2 (+ model.onnx) and a Triton repository under out_dir; returns what was written
+    (the options are `_export_into`'s).
+
+    `out_dir` must be new, empty or Overdrive's (`measure.lock.claim_results_dir`: a folder holding the
+    user's own files is refused, and its lock keeps a second export, or a running bench/tune, out); no
+    entry export writes may be a symbolic link. Everything is written into a hidden staging folder inside
+    `out_dir`, checked there, then renamed into place, export.json last: a failed export changes nothing,
+    and one cut short has no export.json."""
+    from overdrive.io import discard_stage, publish, refuse_links, stage_folder
+    from overdrive.measure.lock import claim_results_dir
+
+    lock = claim_results_dir(out_dir, what="overdrive export")
+    stage = None
+    try:
+        refuse_links(out_dir, [*_OUTPUTS, "triton", "export.json"])
+        stage = stage_folder(out_dir)
+        report = _export_into(kind, stage, **options)
+        report["files"] = [os.path.join(out_dir, os.path.relpath(f, stage)) for f in report["files"]]
+        write_atomic(os.path.join(stage, "export.json"), json.dumps(report, indent=1))
+        extra = [os.path.relpath(f, out_dir) for f in report["files"] if os.path.dirname(f) == out_dir]
+        publish(stage, out_dir, sorted({*_OUTPUTS, *extra, f"triton/{report['name']}"}), last="export.json")
+        return report
+    except ExportError as e:  # said of the staging folder: name the folder the user gave
+        raise ExportError(str(e).replace(stage or "\0", out_dir)) from None
+    except OSError as e:
+        raise ExportError(f"cannot write the export into {out_dir} ({e.strerror or type(e).__name__}"
+                          f"{': ' + e.filename if getattr(e, 'filename', None) else ''}): free space or pass another "
+                          "--out (what was there before is kept unless export.json is missing)") from None
+    finally:
+        if stage is not None:
+            discard_stage(stage)
+        lock.release()
+
+
+_OUTPUTS = ("model.pt2", "model.onnx", "model.onnx.data")
+"""What an export writes at the top of --out besides triton/ and export.json (an export without ONNX
+removes a previous export's model.onnx: a folder never mixes two exports)."""
+
+
+def _export_into(kind: str, out_dir: str, *, size: str = "cpu-student", weights: str | None = None,
                        max_batch: int | None = None, onnx: bool | None = None, batching: dict | None = None,
                        inputs: str | None = None, dynamic: list[str] | None = None, bag_len: int = 5,
                        served: ServedModel | None = None) -> dict:
-    """Write model.pt2 (+ model.onnx) and a Triton repository under out_dir; returns what was written.
+    """Write model.pt2 (+ model.onnx) and a Triton repository into out_dir (a staging folder).
 
     kind: "recsys", "gpt", or "FILE.py:FACTORY" (then `inputs` is "FILE.py:FN", FN(batch) -> example
     inputs, and `dynamic` names further variable axes as INPUT:AXIS). batching: the dynamic batcher
@@ -593,7 +634,6 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
     else:
         module, inputs_fn, spec, dyn = _builtin(kind, size, weights, bag_len)
         name = "click_model" if kind == "recsys" else f"gpt_{size.replace('-', '_')}"
-    os.makedirs(out_dir, exist_ok=True)
     report: dict = {"kind": kind, "name": name, "max_batch": mb, "batching": batching, "files": [], "checks": {},
                     "spec": spec}
     # The example batch is min(8, max(2, max_batch)): never 1 (torch.export would specialise a size-1 dim), so it
@@ -609,7 +649,9 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
         first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
         raise ExportError(f"torch.export cannot export {kind}: {type(e).__name__}: {first}") from None
     pt2 = os.path.join(out_dir, "model.pt2")
-    torch.export.save(ep, pt2)
+    buf = io.BytesIO()  # in memory first: a full disk is then an OSError from Python, never a C++ terminate
+    torch.export.save(ep, buf)
+    write_atomic(pt2, buf.getvalue())
     report["files"].append(pt2)
     report["checks"]["torch.export"] = _check(torch.export.load(pt2).module(), module, fresh, "model.pt2")
 
@@ -643,7 +685,9 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
     else:
         platform, model_file = "pytorch_libtorch", os.path.join(repo, "1", "model.pt")
         traced = torch.jit.trace(module, example, check_trace=False)
-        traced.save(model_file)
+        buf = io.BytesIO()
+        torch.jit.save(traced, buf)
+        write_atomic(model_file, buf.getvalue())
         report["checks"]["torchscript"] = _check(torch.jit.load(model_file), module, fresh, "TorchScript model.pt")
     cfg_path = os.path.join(repo, "config.pbtxt")
     write_atomic(cfg_path, triton_config(name, platform, spec, batching,
@@ -652,6 +696,11 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
     report["triton_platform"] = platform
     from overdrive.serve.triton_repo import check_repository
 
-    report["triton_check"] = check_repository(os.path.join(out_dir, "triton"), run=have_onnx)
-    write_atomic(os.path.join(out_dir, "export.json"), json.dumps(report, indent=1))
+    try:  # the staged repository holds only this model: another model's folder in --out is not ours to judge
+        report["triton_check"] = check_repository(os.path.join(out_dir, "triton"), run=have_onnx)
+    except ExportError:
+        raise
+    except Exception as e:  # noqa: BLE001 — e.g. onnxruntime's bad_alloc running a wide output at max_batch_size
+        raise ExportError(f"the Triton repository of {kind} fails its check ({_first(e)}); a smaller --max-batch "
+                          "may fit (nothing was written)") from None
     return report
