@@ -1,0 +1,167 @@
+"""Hostile pass on train and acc.save/acc.load (issue 41): `--resume` in a folder with no run touches
+nothing, two processes saving to one folder never mix, a kill while a save cleans up never blocks the
+next save, and every field read back from a resealed extra file is checked."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+import overdrive
+from overdrive.checkpoint import hash_files, read_manifest, write_manifest
+from overdrive.checkpoint.safe import load_tensors, save_tensors
+from overdrive.cli import main
+from overdrive.errors import UserError
+
+TINY = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "tiny.toml")
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("overdrive: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+# --- Critical 4: --resume where there is no run -----------------------------------------------------
+
+def test_resume_in_a_folder_of_the_users_files_is_refused_and_touches_nothing(tmp_path, capsys):
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "config.json").write_text('{"my": "settings"}')
+    (d / "metrics.jsonl").write_text('{"mine": 1}\n')
+    before = {n: (d / n).read_bytes() for n in os.listdir(d)}
+    argv = ["train", TINY, "--set", f'train.out_dir="{d}"', "--set", "train.steps=2", "--resume"]
+    assert main(argv) == 2
+    assert "holds no overdrive run to continue" in _one_line(capsys)
+    assert {n: (d / n).read_bytes() for n in os.listdir(d)} == before  # no run.lock either
+
+
+def test_a_folder_of_the_users_files_without_resume_gets_a_sibling_and_no_lock_file(tmp_path):
+    from overdrive.train.rundir import claim_run_dir
+
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "notes.txt").write_text("mine")
+    said = []
+    got = claim_run_dir(str(d), resume=False, overwrite=False, say=said.append)
+    got.lock.release()
+    assert got.path == f"{d}-2" and os.listdir(d) == ["notes.txt"] and "no overdrive run" in said[0]
+
+
+# --- Critical 5: two processes acc.save to one folder -------------------------------------------------
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def _acc(seed=0, recipe="fp32"):
+    torch.manual_seed(seed)
+    m = _Net()
+    return overdrive.accelerate(m, recipe, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
+
+
+def test_a_second_save_to_a_folder_being_saved_is_refused_and_the_first_is_whole(tmp_path, monkeypatch):
+    from overdrive.checkpoint import accel
+
+    a, b = _acc(0), _acc(1)
+    a.steps, b.steps = 7, 99
+    target = str(tmp_path / "ck")
+    real, seen = accel.save_folder, []
+
+    def racing(path, *args, **kw):  # another process saves to the same folder while this one writes
+        if not seen:
+            seen.append(1)
+            with pytest.raises(UserError, match=r"in use by another process saving there \(pid") as e:
+                b.save(target)
+            assert "\n" not in str(e.value)
+        return real(path, *args, **kw)
+
+    monkeypatch.setattr(accel, "save_folder", racing)
+    a.save(target)
+    assert seen and sorted(os.listdir(tmp_path)) == ["ck"]  # no lock file, .tmp or .old left
+    c = _acc(2)
+    c.load(target)
+    assert c.steps == 7 and torch.equal(c.model.fc.weight, a.model.fc.weight)  # one process's save, whole
+
+
+def test_a_kill_while_a_save_removes_the_previous_copy_never_blocks_later_saves(tmp_path, monkeypatch):
+    acc = _acc()
+    target = str(tmp_path / "ck")
+    acc.save(target)
+    real_unlink, real_rmdir, armed = os.unlink, os.rmdir, []
+
+    def unlink(p, *a, **kw):
+        if armed == [True]:
+            armed.append("killed")
+            raise KeyboardInterrupt  # the kill lands on the first removal after the manifest's
+        real_unlink(p, *a, **kw)
+        if os.path.basename(os.fspath(p)) == "manifest.json" and not armed:
+            armed.append(True)
+
+    def rmdir(p, *a, **kw):
+        if armed == [True]:
+            armed.append("killed")
+            raise KeyboardInterrupt
+        real_rmdir(p, *a, **kw)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    monkeypatch.setattr(os, "remove", unlink)
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    acc.steps = 3
+    with pytest.raises(KeyboardInterrupt):
+        acc.save(target)
+    monkeypatch.undo()
+    assert armed == [True, "killed"]
+    acc.steps = 5
+    acc.save(target)  # the next save cleans what the kill left
+    again = _acc(3)
+    again.load(target)
+    assert again.steps == 5 and not os.path.exists(target + ".old")
+
+
+# --- Major: every field of a resealed extra file is checked --------------------------------------------
+
+@pytest.mark.parametrize("field,value", [("steps", -100), ("steps", "7"), ("steps", 10 ** 30), ("micro", None),
+                                         ("skipped", -1), ("world", 0), ("scaler", [1]), (None, None)])
+def test_a_resealed_extra_file_with_a_wrong_field_is_one_line_and_changes_nothing(tmp_path, field, value):
+    acc = _acc()
+    acc.steps = 4
+    ck = acc.save(str(tmp_path / "ck"))
+    p = os.path.join(ck, "extra_rank0.pt")
+    extra = load_tensors(p)
+    if field is None:
+        del extra["steps"]
+    else:
+        extra[field] = value
+    save_tensors(p, extra)
+    info = read_manifest(ck)
+    write_manifest(ck, hash_files(ck), **{k: v for k, v in info.items() if k not in ("files", "format")})
+    other = _acc(1)
+    before = other.model.fc.weight.detach().clone()
+    with pytest.raises(UserError, match="extra_rank0.pt holds .*the file was edited") as e:
+        other.load(ck)
+    assert "\n" not in str(e.value) and other.steps == 0 and torch.equal(other.model.fc.weight, before)
+
+
+# --- Minor: paths that are not checkpoint folders -------------------------------------------------------
+
+def test_acc_load_of_nothing_or_the_root_and_acc_save_of_home_are_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    acc = _acc()
+    acc.save("ck")
+    monkeypatch.chdir(os.path.join(tmp_path, "ck"))  # the working folder is a checkpoint: never loaded by ""
+    for p in ("", "/"):
+        with pytest.raises(UserError):
+            acc.load(p)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with pytest.raises(UserError, match="home folder"):
+        acc.save("~")
+    assert not os.path.exists(os.path.join(tmp_path, "ck", "~"))
