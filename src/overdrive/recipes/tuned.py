@@ -62,12 +62,16 @@ def save_tuned(recipe: Recipe, *, signature: str, fingerprint: str, summary: str
                confident: bool = True) -> tuple[str, bool]:
     """Record `recipe` as the tuned winner for this model, machine and thread count; returns (path,
     written). An inconclusive run (`confident=False`: nothing beat the baseline with evidence, or
-    the host was too busy to judge) never replaces a confident winner already cached."""
+    the host was too busy to judge) never replaces a confident winner already cached; a cached "keep
+    the baseline" (no winner: it changes nothing) is always replaceable, so an entry a faulty run left
+    never blocks later runs."""
     from overdrive.io import write_atomic
 
     p = tuned_path(signature, fingerprint, threads)
     old = _read(p)
-    if not confident and old is not None and old.get("confident", True):
+    rec = old.get("recipe") if old is not None else None
+    kept_baseline = not isinstance(rec, dict) or rec.get("name") == "baseline"  # (an unreadable entry: replaceable)
+    if not confident and old is not None and old.get("confident", True) and not kept_baseline:
         return p, False
     write_atomic(p, json.dumps({"recipe": recipe.to_dict(), "signature": signature, "fingerprint": fingerprint,
                                 "threads": threads, "confident": confident, "summary": summary}, indent=2) + "\n")

@@ -139,7 +139,7 @@ def write_report(res: dict, out_dir: str) -> str:
             parts.append(f"<h3>Per-layer FP8 filter for {e(r['name'])}</h3><table><tr><th>layer</th><th>shape</th>"
                          "<th>M</th><th>bf16 ms</th><th>fp8 ms</th><th>decision</th></tr>")
             for d in f["layers"]:
-                parts.append(f"<tr><td>{e(d['fqn'])}</td><td>{d['shape']}</td><td>{d['tokens']}</td>"
+                parts.append(f"<tr><td>{e(str(d['fqn']))}</td><td>{e(str(d['shape']))}</td><td>{e(str(d['tokens']))}</td>"
                              f"<td>{'-' if d['bf16_ms'] is None else format(d['bf16_ms'], '.3f')}</td>"
                              f"<td>{'-' if d['fp8_ms'] is None else format(d['fp8_ms'], '.3f')}</td>"
                              f"<td>{e(d['reason'])}</td></tr>")

@@ -185,7 +185,7 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
                       "load_1min": max((x for x in s.load if x is not None), default=None), "cores": s.plan.cores,
                       "twin": None if s.twin is None else {"status": s.twin.status, "reason": s.twin.reason}}}
     res = TuneResult(best=best, rows=rows, summary=summary, meta=meta, _lock=lock)
-    if cache and base.signature:
+    if cache and base.signature and rows[0]["safe"] is not False:  # an unsafe baseline is never cached
         path, written = save_tuned(best, signature=base.signature, fingerprint=meta["fingerprint"], summary=summary,
                                    threads=s.plan.threads, confident=confident)
         meta["cached_at"] = path
