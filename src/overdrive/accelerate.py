@@ -38,6 +38,15 @@ _DEFAULTS_NOTE = "weight decay 0.1, betas (0.9, 0.95) (GPT-3/Llama values; torch
 Optimizer = torch.optim.Optimizer | Callable[[list], torch.optim.Optimizer]
 
 
+class _NonFinite(Exception):
+    pass
+
+
+def _finite_or_skip(grad_norm) -> None:
+    if grad_norm is not None and not bool(torch.isfinite(grad_norm)):
+        raise _NonFinite
+
+
 class Accelerated(ProcessHelpers):
     """A model converted per a ResolvedRecipe, with its optimizer, scheduler, scaler and autocast."""
 
@@ -46,8 +55,9 @@ class Accelerated(ProcessHelpers):
                  module_filter_fn: Callable[[nn.Module, str], bool] | None = None, build_optimizer: bool = True,
                  optimizer: Optimizer | None = None, scheduler=None, grad_accum_steps: int = 1,
                  distributed: str | None = None, autocast_forward: bool = True, dataloader=None) -> None:
-        if grad_accum_steps < 1:
-            raise UserError(f"grad_accum_steps={grad_accum_steps}: use an integer >= 1")
+        if not isinstance(grad_accum_steps, int) or isinstance(grad_accum_steps, bool) or grad_accum_steps < 1:
+            raise UserError(f"grad_accum_steps={grad_accum_steps!r}: use an integer >= 1 (2.5 would step every "
+                            "5th micro-batch)")
         if distributed not in (None, "fsdp", "ddp"):
             raise UserError(f"distributed={distributed!r}: use None (one process), 'ddp' (a replica per rank) or "
                             "'fsdp' (sharded), the last two under torchrun")
@@ -105,7 +115,8 @@ class Accelerated(ProcessHelpers):
 
     @property
     def skipped_steps(self) -> int:
-        """Optimizer steps the fp16 GradScaler skipped (inf/nan gradients). Reading it syncs."""
+        """Optimizer steps skipped for inf/nan gradients (by the fp16 GradScaler, or by acc.step's own check
+        without one). Reading it syncs."""
         return int(self._skipped)
 
     def backward(self, loss: torch.Tensor) -> None:
@@ -139,8 +150,19 @@ class Accelerated(ProcessHelpers):
                             "accelerate(..., optimizer=opt) and call acc.step()")
         if self._micro % self.grad_accum_steps:
             return {"stepped": False, "skipped": False, "grad_norm": None, "scale": None}
-        s = self._stepper().step()
-        if self.scaler is not None:
+        if self.scaler is None:  # fp32/bf16: no GradScaler skips a NaN/inf gradient, so this step does
+            st = TrainStep(self.model, self.optimizer, applied=self.applied, grad_clip=self.grad_clip,
+                           measure_norm=True, accum=self.grad_accum_steps, fsdp=self.applied.fsdp)
+            try:
+                s = st.step(guard=_finite_or_skip)
+            except _NonFinite:  # one host sync per optimizer step; every parameter NaN otherwise
+                self.optimizer.zero_grad(set_to_none=True)
+                self._skipped += 1
+                logging.getLogger("overdrive").warning("acc.step(): the gradients hold NaN/inf (a non-finite loss?): "
+                                                       "this optimizer step was skipped, the parameters are unchanged")
+                return {"stepped": False, "skipped": True, "grad_norm": None, "scale": None}
+        else:
+            s = self._stepper().step()
             self._skipped += s.skipped.to(self._skipped.device, torch.int64)
         if self.scheduler is not None:
             self.scheduler.step()

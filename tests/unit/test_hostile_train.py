@@ -165,3 +165,64 @@ def test_acc_load_of_nothing_or_the_root_and_acc_save_of_home_are_refused(tmp_pa
     with pytest.raises(UserError, match="home folder"):
         acc.save("~")
     assert not os.path.exists(os.path.join(tmp_path, "ck", "~"))
+
+
+# --- Major: train --resume reads back only a step count it can trust ----------------------------------------
+
+@pytest.mark.parametrize("step", [-100, "2", None, 2.5])
+def test_a_resealed_train_checkpoint_with_a_bad_step_is_damaged_and_the_previous_one_resumes(tmp_path, step):
+    from overdrive.checkpoint import resume_checkpoint, save_checkpoint
+    from overdrive.checkpoint.rng import rng_state
+
+    def model(seed):
+        torch.manual_seed(seed)
+        m = torch.nn.Linear(4, 2)
+        return m, torch.optim.SGD(m.parameters(), lr=0.1)
+
+    m, opt = model(0)
+    for n in (1, 2):
+        bad = save_checkpoint(str(tmp_path), n, m, opt, {"step": n, "rng": rng_state()}, rank=0, world=1, keep_last=3,
+                              run_id="run-a")
+    p = os.path.join(bad, "extra_rank0.pt")
+    extra = load_tensors(p)
+    if step is None:
+        del extra["step"]
+    else:
+        extra["step"] = step
+    save_tensors(p, extra)
+    info = read_manifest(bad)
+    write_manifest(bad, hash_files(bad), **{k: v for k, v in info.items() if k not in ("files", "format")})
+    said = []
+    path, got = resume_checkpoint(str(tmp_path), *model(1), run_id="run-a", rank=0, world=1, say=said.append)
+    assert got["step"] == 1 and path != bad
+    assert len(said) == 1 and "extra_rank0.pt holds step" in said[0] and "\n" not in said[0]
+
+
+def test_grad_accum_steps_must_be_a_whole_number():
+    for bad in (2.5, 0, True, "2"):
+        with pytest.raises(UserError, match="grad_accum_steps"):
+            overdrive.accelerate(_Net(), "fp32", optimizer=torch.optim.SGD(_Net().parameters(), lr=0.1),
+                                 grad_accum_steps=bad)
+
+
+def test_a_nan_loss_in_fp32_skips_the_step_instead_of_poisoning_every_parameter():
+    acc = _acc()
+    before = [p.detach().clone() for p in acc.model.parameters()]
+    loss = acc.model(torch.randn(3, 4)).sum() * float("nan")
+    acc.backward(loss)
+    out = acc.step()
+    assert out["skipped"] is True and not out["stepped"] and acc.skipped_steps == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, acc.model.parameters()))
+    acc.backward(acc.model(torch.randn(3, 4)).square().mean())  # the next finite step steps
+    assert acc.step()["stepped"] and not all(torch.equal(a, b) for a, b in zip(before, acc.model.parameters()))
+
+
+def test_fp32_and_amp_fp16_loads_say_what_happened_to_the_loss_scale(tmp_path, caplog):
+    a = _acc(recipe="fp32")
+    ck = a.save(str(tmp_path / "ck"))
+    b = _acc(recipe="amp-fp16")
+    if b.scaler is None:
+        pytest.skip("amp-fp16 resolves to no GradScaler on this machine")
+    with caplog.at_level("WARNING", logger="overdrive"):
+        b.load(ck)
+    assert "saved without a GradScaler" in caplog.text

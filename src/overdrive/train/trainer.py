@@ -244,8 +244,10 @@ def _resume(run: _Run, say: Callable[[str], None]) -> None:
     if "rng" in extra:
         for what in set_rng_state(extra["rng"]):
             say(f"{ck}: {what} not restored (another device count): dropout masks differ from the saved run's")
-    else:  # an older checkpoint: the CPU generator only
+    elif isinstance(extra.get("rng_cpu"), torch.Tensor):  # an older checkpoint: the CPU generator only
         torch.set_rng_state(extra["rng_cpu"])
+    else:
+        say(f"{ck}: no RNG state saved: dropout masks differ from the saved run's")
     if run.scaler is not None:
         if isinstance(extra.get("scaler"), dict) and extra["scaler"]:
             run.scaler.load_state_dict(extra["scaler"])
