@@ -208,3 +208,34 @@ def test_a_file_beside_the_model_never_shadows_a_library(tmp_path):
     cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=120)
     assert cp.returncode == 0, cp.stderr
     assert not (tmp_path / "onnx.py.ran").exists() and "site-packages" in cp.stdout
+
+
+# --- Major: a full disk, another model's folder in the repository ---------------------------------------
+
+WIDE = "import torch\nfrom torch import nn\n\ndef make():\n    return nn.Linear(4, 20000)\n\n" \
+       "def ex(b):\n    return torch.randn(b, 4)\n"
+
+
+def test_a_full_disk_during_export_is_one_line_and_leaves_no_partial_model(tmp_path):
+    (tmp_path / "wide.py").write_text(WIDE)
+    out = tmp_path / "out"
+    code = ("import resource, signal, sys\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (150_000, 150_000))  # model.pt2 needs ~330 kB\n"
+            "from overdrive.cli import main\n"
+            f"sys.exit(main(['export', '{tmp_path}/wide.py:make', '--inputs', '{tmp_path}/wide.py:ex', '--no-onnx', "
+            f"'--max-batch', '16', '--out', '{out}']))\n")
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert cp.returncode == 2, (cp.returncode, cp.stderr[-2000:])
+    assert cp.stderr.count("\n") == 1 and "File too large" in cp.stderr and "Traceback" not in cp.stderr
+    assert sorted(os.listdir(out)) == [".overdrive-results", ".overdrive.lock"]  # no model.pt2, no staging
+
+
+def test_another_models_folder_in_the_repository_is_neither_judged_nor_touched(tmp_path, models, capsys):
+    out = tmp_path / "out"
+    assert main(_export(models, "lin", out)) == 0
+    other = out / "triton" / "other"
+    other.mkdir()
+    cfg = 'name: "other"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0\nversion_policy: { latest: { num_versions: 1 } }\n'
+    (other / "config.pbtxt").write_text(cfg)
+    assert main(_export(models, "lin", out)) == 0, capsys.readouterr().err
+    assert (other / "config.pbtxt").read_text() == cfg and (out / "export.json").exists()

@@ -662,7 +662,7 @@ def _export_into(kind: str, out_dir: str, *, size: str = "cpu-student", weights:
         try:
             files = export_onnx(module, example, path, spec, dyn, mb, limits)
             report["checks"]["onnxruntime"] = _check(_ort_runner(path), module, fresh, "model.onnx under onnxruntime")
-        except ExportError:
+        except (ExportError, OSError):  # OSError: a full disk, said as such by export_for_serving
             raise
         except Exception as e:  # noqa: BLE001 — the exporter or onnxruntime refused this model (e.g. a bf16 Gemm)
             raise ExportError(f"ONNX Runtime cannot run {kind} as exported ({_first(e)}); pass --no-onnx to serve it "
