@@ -176,3 +176,44 @@ def test_a_tampered_tune_result_is_one_line_naming_the_field(tmp_path, capsys, p
     assert err.count("\n") == 1 and "Traceback" not in err and "not a valid overdrive tune result" in err, err
     assert says in err and "<script>" not in err.split("at ")[0]
     assert not (d / "report.html").exists()
+
+
+# --- Major: a cache folder that cannot be written costs the cache, never the measurement -------------
+
+USER_CODE = '''
+import torch
+from torch import nn
+
+
+def model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+
+
+def batch(step):
+    g = torch.Generator().manual_seed(step)
+    return torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
+
+
+def loss(m, b):
+    return nn.functional.cross_entropy(m(b[0]), b[1])
+'''
+
+
+@pytest.mark.slow  # one real tune of the baseline and fp32 (~20 s)
+def test_a_cache_folder_that_cannot_be_written_still_writes_the_results(tmp_path, monkeypatch, capsys):
+    import overdrive
+
+    overdrive.get_env()
+    blocker = tmp_path / "cache"
+    blocker.write_text("a file where the cache folder would be (root writes into read-only folders)")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    (tmp_path / "m.py").write_text(USER_CODE)
+    m = str(tmp_path / "m.py")
+    out = tmp_path / "o"
+    rc = main(["tune", f"{m}:model", "--batch", f"{m}:batch", "--loss", f"{m}:loss", "--budget-s", "40", "--candidates", "fp32",
+               "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    res = json.loads((out / "results.json").read_text())
+    assert res["cache_note"].startswith("not cached (") and "XDG_CACHE_HOME" in res["cache_note"]
+    assert "not cached (" in capsys.readouterr().out

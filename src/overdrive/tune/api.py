@@ -186,11 +186,16 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
                       "twin": None if s.twin is None else {"status": s.twin.status, "reason": s.twin.reason}}}
     res = TuneResult(best=best, rows=rows, summary=summary, meta=meta, _lock=lock)
     if cache and base.signature and rows[0]["safe"] is not False:  # an unsafe baseline is never cached
-        path, written = save_tuned(best, signature=base.signature, fingerprint=meta["fingerprint"], summary=summary,
-                                   threads=s.plan.threads, confident=confident)
-        meta["cached_at"] = path
-        if not written:
-            meta["cache_note"] = (f"this run was inconclusive: the confident winner cached at {path} was kept")
+        try:
+            path, written = save_tuned(best, signature=base.signature, fingerprint=meta["fingerprint"],
+                                       summary=summary, threads=s.plan.threads, confident=confident)
+            meta["cached_at"] = path
+            if not written:
+                meta["cache_note"] = (f"this run was inconclusive: the confident winner cached at {path} was kept")
+        except OSError as e:  # a read-only cache folder must not cost the whole measurement
+            meta["cache_note"] = (f"not cached ({e.strerror or type(e).__name__}: {e.filename or ''}): "
+                                  "accelerate(model, recipe=\"tuned\") will not find it; make that folder writable or "
+                                  "set XDG_CACHE_HOME (the results are written as usual)")
     if out:
         res.save(out)
     return res
