@@ -226,3 +226,18 @@ def test_fp32_and_amp_fp16_loads_say_what_happened_to_the_loss_scale(tmp_path, c
     with caplog.at_level("WARNING", logger="overdrive"):
         b.load(ck)
     assert "saved without a GradScaler" in caplog.text
+
+
+def test_acc_load_into_a_smaller_model_is_refused_not_a_silent_prefix_load(tmp_path):
+    big = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    acc = overdrive.accelerate(big, "fp32", optimizer=torch.optim.SGD(big.parameters(), lr=0.1))
+    ck = acc.save(str(tmp_path / "ck"))
+    small = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    before = small[0].weight.detach().clone()
+    other = overdrive.accelerate(small, "fp32", optimizer=torch.optim.SGD(small.parameters(), lr=0.1))
+    with pytest.raises(UserError, match=r"holds 2 model tensor\(s\) this one lacks \(1.bias, 1.weight\)"):
+        other.load(ck)
+    assert torch.equal(small[0].weight, before)
+    same = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    overdrive.accelerate(same, "fp32", optimizer=torch.optim.SGD(same.parameters(), lr=0.1)).load(ck)
+    assert torch.equal(same[1].weight, big[1].weight)

@@ -125,7 +125,8 @@ def load_state(path: str, acc) -> list[str]:
     state = _states(acc)
     try:
         # every field read back is checked before anything (the model's own tensors included) is changed
-        extra = load_folder(path, state, rank=rank, world=world, check_extra=lambda x: _check_extra(x, path, rank))
+        extra = load_folder(path, state, rank=rank, world=world, check_extra=lambda x: _check_extra(x, path, rank),
+                            exact="model")
         set_state_dict(acc.model, acc.optimizer if acc.optimizer is not None else [],
                        model_state_dict=state["model"], optim_state_dict=state.get("optim", {}))
     except CheckpointError as e:

@@ -195,6 +195,17 @@ def save_folder(final: str, states: dict, extra: dict, *, rank: int, world: int,
     return final
 
 
+def _same_keys(path: str, md, state: dict, prefix: str) -> None:
+    present = {f"{prefix}.{k}" for k in state}  # a non-tensor entry (TE's _extra_state) may flatten deeper:
+    nested = tuple(f"{prefix}.{k}." for k, v in state.items() if not isinstance(v, torch.Tensor))
+    more = sorted(k for k in md.state_dict_metadata
+                  if k.startswith(prefix + ".") and k not in present and not k.startswith(nested))
+    if more:
+        raise CheckpointError(f"cannot load {path}: it holds {len(more)} {prefix} tensor(s) this one lacks "
+                              f"({', '.join(m[len(prefix) + 1:] for m in more[:3])}{', ...' if len(more) > 3 else ''}): "
+                              "it was saved from another (larger) model; load it into the model it was saved from")
+
+
 def verify_folder(path: str, *, rank: int = 0, world: int = 1) -> str | None:
     """None if the folder is a complete, intact checkpoint, else the first problem (collective when world > 1)."""
     if not os.path.isdir(path):
@@ -207,17 +218,21 @@ def verify_folder(path: str, *, rank: int = 0, world: int = 1) -> str | None:
 
 
 def load_folder(path: str, states: dict, *, rank: int, world: int,
-                check_extra: Callable[[dict], None] | None = None) -> dict:
+                check_extra: Callable[[dict], None] | None = None, exact: str | None = None) -> dict:
     """Verify, then fill `states` in place (resharded to this world size); returns this rank's extra
     (rank 0's when the folder was saved on fewer ranks). Any failure is a one-line CheckpointError.
     `check_extra(extra)` runs before the tensors are read into `states` (which may be the model's own
-    parameters): an extra file it refuses changes nothing."""
+    parameters): an extra file it refuses changes nothing. `exact="model"`: the folder may hold no
+    tensor under states["model"] that the model lacks (DCP alone fills a smaller model from a larger
+    one's matching keys, silently)."""
     recover_folder(path, rank=rank, world=world)
     bad = verify_folder(path, rank=rank, world=world)
     if bad:
         raise CheckpointError(f"{path} is damaged: {bad}")
     try:
-        SafeReader(path).read_metadata()  # the trust check first, in our words, before DCP sees the folder
+        md = SafeReader(path).read_metadata()  # the trust check first, in our words, before DCP sees the folder
+        if exact is not None:
+            _same_keys(path, md, states.get(exact) or {}, exact)
         mine = os.path.join(path, f"extra_rank{rank}.pt")
         extra = load_tensors(mine if os.path.exists(mine) else os.path.join(path, "extra_rank0.pt"))
         if not isinstance(extra, dict):
