@@ -241,3 +241,55 @@ def test_acc_load_into_a_smaller_model_is_refused_not_a_silent_prefix_load(tmp_p
     same = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
     overdrive.accelerate(same, "fp32", optimizer=torch.optim.SGD(same.parameters(), lr=0.1)).load(ck)
     assert torch.equal(same[1].weight, big[1].weight)
+
+
+# --- Major: SIGTERM during first-run probing leaves no probe running ------------------------------------
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = open(f"/proc/{d}/stat").read()
+                cmd = open(f"/proc/{d}/cmdline").read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and "overdrive.env._probes" in cmd:
+                out.append(int(d))
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_sigterm_while_probing_ends_the_probe_processes_too(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    # The compile probe runs torch.compile: seconds on a CPU, long enough to be caught mid-way.
+    parent = subprocess.Popen([sys.executable, "-c", "from overdrive.env.probing import run_probe\n"
+                               "run_probe('compile', timeout=120)"])
+    kids: list[int] = []
+    try:
+        t0 = time.time()
+        while not kids and time.time() - t0 < 60:
+            kids[:] = _children(parent.pid)
+            time.sleep(0.05)
+        assert kids, "the probe never started"
+        time.sleep(0.5)  # past the probe's start-up, inside its work
+        parent.send_signal(signal.SIGTERM)
+        parent.wait(timeout=30)
+        t0 = time.time()
+        while any(os.path.exists(f"/proc/{k}") and "Z" not in open(f"/proc/{k}/stat").read().rsplit(")", 1)[1][:3]
+                  for k in kids) and time.time() - t0 < 5:
+            time.sleep(0.05)
+        alive = [k for k in kids if os.path.exists(f"/proc/{k}")
+                 and "Z" not in open(f"/proc/{k}/stat").read().rsplit(")", 1)[1][:3]]
+        assert not alive, f"probe processes {alive} outlived their parent"
+    finally:
+        for k in kids:
+            try:
+                os.kill(k, signal.SIGKILL)  # a probe this test started (the old code left it running)
+            except ProcessLookupError:
+                pass
+        parent.kill()
