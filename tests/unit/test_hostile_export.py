@@ -239,3 +239,45 @@ def test_another_models_folder_in_the_repository_is_neither_judged_nor_touched(t
     (other / "config.pbtxt").write_text(cfg)
     assert main(_export(models, "lin", out)) == 0, capsys.readouterr().err
     assert (other / "config.pbtxt").read_text() == cfg and (out / "export.json").exists()
+
+
+# --- Minor and Major: --slo-from results are untrusted ----------------------------------------------------
+
+GOOD = {"max_batch_size": 64, "preferred_batch_size": [32, 64], "max_queue_delay_us": 500, "instances": 1,
+        "kind": "KIND_CPU"}
+
+
+def _slo(tmp_path, *, slo=5.0, rate=9000.0, threads=2):
+    res = {"slo_ms": slo, "device": "cpu", "created": "now", "workloads": {}, "serving": {"threads": threads,
+           "engines": {"onnxruntime": {"label": "ORT", "status": "ok", "best": {"rate": rate, "config": GOOD}}}}}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("edit,says", [({"threads": 10 ** 9}, "threads 1000000000"), ({"threads": 0}, "threads 0"),
+                                       ({"rate": float("nan")}, "rate of nan"), ({"slo": float("nan")}, "slo_ms nan"),
+                                       ({"slo": -5}, "slo_ms -5")])
+def test_slo_from_refuses_absurd_threads_nan_rates_and_slos(tmp_path, capsys, edit, says):
+    d = _slo(tmp_path, **edit)
+    assert main(["export", "--model", "recsys", "--slo-from", d, "--out", str(tmp_path / "o")]) == 2
+    err = _one_line(capsys)
+    assert err.startswith("overdrive: error: --slo-from") and says in err
+    assert not (tmp_path / "o" / "triton").exists()
+
+
+def test_a_deeply_nested_slo_from_is_one_line(tmp_path, capsys):
+    (tmp_path / "results.json").write_text('{"slo_ms": ' + "[" * 100000 + "]" * 100000 + "}")
+    assert main(["export", "--model", "recsys", "--slo-from", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "nested too deeply" in _one_line(capsys)
+
+
+def test_a_note_from_results_prints_without_its_terminal_escapes(tmp_path, capsys, monkeypatch):
+    from overdrive.serve import export as ex
+
+    note = "eager served it faster\x1b[2J\x1b]0;owned\x07"
+    monkeypatch.setattr(ex, "batching_from", lambda *a, **k: dict(GOOD, source="measured\x1b[31m", note=note))
+    monkeypatch.setattr(ex, "export_for_serving", lambda *a, **k: {
+        "name": "m", "files": [], "checks": {}, "batching": k["batching"], "triton_check": []})
+    assert main(["export", "--model", "recsys", "--slo-from", str(tmp_path), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\\x1b[2J" in out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -293,3 +294,26 @@ def test_sigterm_while_probing_ends_the_probe_processes_too(tmp_path):
             except ProcessLookupError:
                 pass
         parent.kill()
+
+
+# --- Minor: absurd or empty train settings, a manifest field of the wrong type ------------------------------
+
+@pytest.mark.parametrize("kv,says", [("train.eval_batches=100000000", "at most 4,096"),
+                                     ('train.out_dir=""', "'train.out_dir' is empty")])
+def test_unbounded_eval_batches_and_an_empty_out_dir_are_one_line(tmp_path, capsys, kv, says):
+    assert main(["train", TINY, "--set", kv, "--set", f'train.out_dir="{tmp_path / "r"}"' if "out_dir" not in kv
+                 else "train.steps=2"]) == 2
+    assert says in _one_line(capsys)
+
+
+def test_a_manifest_size_given_as_a_string_is_malformed_not_a_size_mismatch(tmp_path):
+    acc = _acc()
+    ck = acc.save(str(tmp_path / "ck"))
+    m = json.load(open(os.path.join(ck, "manifest.json")))
+    n = next(iter(m["files"]))
+    m["files"][n]["bytes"] = str(m["files"][n]["bytes"])
+    with open(os.path.join(ck, "manifest.json"), "w") as f:
+        json.dump(m, f)
+    with pytest.raises(UserError, match=f"manifest entry '{re.escape(n)}' is malformed") as e:
+        _acc(1).load(ck)
+    assert "the manifest says" not in str(e.value)

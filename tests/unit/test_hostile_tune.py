@@ -217,3 +217,24 @@ def test_a_cache_folder_that_cannot_be_written_still_writes_the_results(tmp_path
     res = json.loads((out / "results.json").read_text())
     assert res["cache_note"].startswith("not cached (") and "XDG_CACHE_HOME" in res["cache_note"]
     assert "not cached (" in capsys.readouterr().out
+
+
+# --- Minor: a tampered tune cache entry -------------------------------------------------------------------
+
+def test_a_tampered_cache_entry_is_unreadable_or_renamed_by_its_fields(tmp_path, monkeypatch):
+    from overdrive.recipes.tuned import load_tuned, model_signature, machine_fingerprint, tuned_path
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    net = Net()
+    p, _ = save_tuned(Recipe(name="fp32+foreach", precision="fp32", optimizer="foreach"),
+                      signature=model_signature(net), fingerprint=machine_fingerprint(CPU), summary="1.2x",
+                      threads=torch.get_num_threads())
+    d = json.load(open(p))
+    d["recipe"]["name"] = "amp-bf16 (FAST!)"  # the name says one thing, the fields another
+    open(p, "w").write(json.dumps(d))
+    rec, why = load_tuned(net, CPU)
+    assert rec.name == "fp32+foreach" and "cached as 'amp-bf16 (FAST!)'" in why
+    d["recipe"]["fp8_min_dim"] = "big"
+    open(p, "w").write(json.dumps(d))
+    rec, why = load_tuned(net, CPU)
+    assert rec is None and "fp8_min_dim='big'" in why and "unreadable" in why

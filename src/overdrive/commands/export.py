@@ -37,7 +37,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
                                  inputs=args.inputs, dynamic=args.dynamic, bag_len=args.bag_len, served=served)
     except (ExportError, ValueError, FileNotFoundError) as e:
         raise UserError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
-    b = rep["batching"]
+    b = {k: _printable(v) if isinstance(v, str) else v for k, v in rep["batching"].items()}
     print(f"exported {rep['name']} (max_batch_size {b['max_batch_size']}, preferred "
           f"{b.get('preferred_batch_size') or 'none'}, delay {b.get('max_queue_delay_us', 0)} µs — "
           f"{b.get('source', 'given')}): " + ", ".join(rep["files"]))
@@ -52,6 +52,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if rep.get("onnx"):
         print(f"ONNX {rep['onnx']}")
     return 0
+
+
+def _printable(s: str) -> str:
+    """Text from a results file (untrusted) as the terminal should show it: escapes, never control codes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
 
 
 def register(sub) -> None:

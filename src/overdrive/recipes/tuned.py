@@ -104,4 +104,12 @@ def load_tuned(model, env: EnvReport) -> tuple[Recipe | None, str]:
                       "run `overdrive tune` or overdrive.tune() first")
     except (OSError, ValueError, TypeError, KeyError) as e:
         return None, f"the tuned recipe at {p} is unreadable ({e}): run `overdrive tune` again"
+    from overdrive.recipes.names import recipe_name
+
+    named = recipe_name(rec)  # the name says what the fields are: a cached name is never trusted
+    if rec.name != named:
+        import dataclasses
+
+        note += f"; cached as {str(rec.name)[:40]!r}, its fields are {named!r}"
+        rec = dataclasses.replace(rec, name=named)
     return rec, (f"tuned winner for this model on this machine ({d.get('summary', '')})".replace(" ()", "") + note)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -420,6 +421,9 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, mode
         with open(p) as f:
             res = json.load(f)
         slo = res["slo_ms"]
+        if not (isinstance(slo, (int, float)) and not isinstance(slo, bool) and math.isfinite(slo) and slo > 0):
+            raise ExportError(f"--slo-from {path}: slo_ms {slo!r} is not a positive number of milliseconds; re-run "
+                              "the bench")
         serving = (res.get("serving") or {}).get("engines") or {}
         if model is not None and not serving:
             raise ExportError(f"--slo-from {path}: no serving results in it (run `overdrive bench --workload "
@@ -438,14 +442,22 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, mode
                                   "quieter host, or drop --slo-from and pass --max-batch")
             # ONNX Runtime under any execution provider measured (CPU, CUDA, TensorRT): the fastest one.
             ok = [serving[n] for n in serving if n.startswith(engine) and (serving[n] or {}).get("best")]
+            for r in ok:
+                rate = r["best"].get("rate")
+                if not (isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate)
+                        and rate > 0):
+                    raise ExportError(f"--slo-from {path}: a measured rate of {rate!r} req/s is no rate; re-run the "
+                                      "bench (nothing was written)")
             got = max(ok, key=lambda r: r["best"]["rate"]) if ok else None
             if got is None:
                 raise ExportError(f"--slo-from {path}: no setting of {engine} met p99 <= {slo:g} ms; drop --slo-from and "
                                   "pass --max-batch, or bench with a larger --slo-ms")
             c = _valid_setting(got["best"].get("config"), path)
             threads = sv.get("threads")
-            c["threads"] = threads if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1 \
-                else None  # the intra-op threads every engine was measured with
+            if threads is not None and not (_is_int(threads) and 1 <= threads <= MAX_THREADS):
+                raise ExportError(f"--slo-from {path}: threads {threads!r} is not a thread count (1..{MAX_THREADS}); "
+                                  "re-run the bench (nothing was written)")
+            c["threads"] = threads  # the intra-op threads every engine was measured with
             ci = got["best"].get("ci")
             c["source"] = (f"measured: {got['label']} on {res.get('device')}, highest rate {got['best']['rate']:,.0f} "
                            + (f"[{ci[0]:,.0f}-{ci[1]:,.0f}] " if ci else "")
@@ -474,6 +486,9 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, mode
         raise ExportError(f"--slo-from {path}: no batch met the SLO for {workload}; pass --max-batch")
     return {**default_batching(int(b)), "source": f"measured: the largest fixed batch with p99 <= {slo:g} ms"}
 
+
+MAX_THREADS = 4096
+"""The most intra-op threads a measured setting may carry (a results file is untrusted: 10^9 was accepted)."""
 
 MAX_BATCH = 65536
 """The largest max_batch_size export writes: the checks run the model at it, and a batch above this many

@@ -120,6 +120,9 @@ class TrainConfig:
 _SECTIONS = {"model": ModelCfg, "data": DataCfg, "optimizer": OptimCfg, "train": LoopCfg, "teacher": TeacherCfg}
 
 
+MAX_EVAL_BATCHES = 4096
+"""Batches per evaluation at most (each is a forward at micro_batch x seq_len)."""
+
 def _type_ok(value, tp) -> bool:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -251,6 +254,11 @@ def _check(cfg: TrainConfig) -> None:
     if t.eval_batches < 1:
         raise ConfigError(f"'train.eval_batches' must be >= 1, got {t.eval_batches} (to skip evaluation set "
                           "train.eval_every = 0)")
+    if t.eval_batches > MAX_EVAL_BATCHES:  # 1e8 ran 14 minutes inside one step, deaf to SIGTERM
+        raise ConfigError(f"'train.eval_batches' must be at most {MAX_EVAL_BATCHES:,}, got {t.eval_batches:,}: an "
+                          "evaluation is a sample of the validation split, not a pass over it")
+    if not t.out_dir.strip():
+        raise ConfigError("'train.out_dir' is empty: set a folder, e.g. train.out_dir = \"runs/tiny\"")
     if not t.dist_timeout_s > 0:
         raise ConfigError(f"'train.dist_timeout_s' must be > 0 seconds, got {t.dist_timeout_s}")
     for key, v in (("optimizer.beta1", o.beta1), ("optimizer.beta2", o.beta2)):
