@@ -97,6 +97,9 @@ class Accelerated(ProcessHelpers):
         self._micro = 0
         self.steps = 0
         self._skipped = torch.zeros((), dtype=torch.int64, device=self.device)  # summed on device: no sync
+        from overdrive.step_flops import StepFlops
+
+        self._flops = StepFlops(model, device=self.device, enabled=distributed is None)  # for report()'s TFLOP/s
 
     # -- the training-loop API -------------------------------------------------------------
     def autocast(self) -> contextlib.AbstractContextManager:
@@ -116,6 +119,7 @@ class Accelerated(ProcessHelpers):
                             "optimizer to accelerate(..., optimizer=opt) so acc.step() unscales before stepping")
         last = self._micro % self.grad_accum_steps == self.grad_accum_steps - 1
         self._stepper().backward(loss, last=last)
+        self._flops.finish()
         self._micro += 1
         self._ddp_sync_next()
 
@@ -145,6 +149,7 @@ class Accelerated(ProcessHelpers):
         if self.scheduler is not None:
             self.scheduler.step()
         self.steps += 1
+        self._flops.mark_step()
         return {"stepped": True, "skipped": s.skipped, "grad_norm": s.grad_norm, "scale": s.scale}
 
     def lm_loss(self, hidden: torch.Tensor, head_weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -224,6 +229,7 @@ class Accelerated(ProcessHelpers):
             for reason, fqns in by_reason.items():
                 shown = ", ".join(fqns[:4]) + (f" and {len(fqns) - 4} more" if len(fqns) > 4 else "")
                 lines.append(f"    skipped {shown}: {reason}")
+        lines.append(self._flops.line(accum=self.grad_accum_steps, precision=r.precision, emulated=r.emulated))
         if self.checkpointed:
             lines.append(f"  activation checkpointing on {len(self.checkpointed)} blocks: "
                          + ", ".join(self.checkpointed[:6]) + (" ..." if len(self.checkpointed) > 6 else ""))
@@ -234,7 +240,9 @@ class Accelerated(ProcessHelpers):
                 "conversions": {k: [vars(d) for d in v] for k, v in self.conversions.items()},
                 "checkpointed": self.checkpointed, "sharded": self.applied.sharded,
                 "optimizer": self._opt_note, "grad_clip": self.grad_clip, "grad_accum_steps": self.grad_accum_steps,
-                "distributed": self.distributed, "dataloaders": [d.state_dict() for d in self.dataloaders]}
+                "distributed": self.distributed, "dataloaders": [d.state_dict() for d in self.dataloaders],
+                "flops": self._flops.report(accum=self.grad_accum_steps, precision=self.resolved.precision,
+                                            emulated=self.resolved.emulated)}
 
 
 def _describe_optimizer(opt: torch.optim.Optimizer) -> str:
