@@ -22,12 +22,13 @@ import importlib.util
 import json
 import os
 import re
+import sys
 import time
 
 from overdrive.errors import UserError
 
 __all__ = ["TRACKERS", "parse_report_to", "open_trackers", "Trackers", "flat_params", "machine_params",
-           "accelerate_trackers", "train_params"]
+           "accelerate_trackers", "train_params", "report_results"]
 
 TRACKERS = ("tensorboard", "mlflow", "wandb")
 _NEEDS = {"tensorboard": ("tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow-skinny"),
@@ -252,3 +253,48 @@ def train_params(cfg, resolved, world: int) -> dict:
     return {"config": cfg.to_dict(), "recipe": resolved.recipe.to_dict(),
             "ran": {"precision": resolved.precision, "fp8_backend": resolved.fp8_backend, "compile": resolved.compile,
                     "optimizer": resolved.optimizer}, "world_size": world, "machine": machine_params(get_env())}
+
+
+def _num(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def report_results(res: dict, report_to, *, out: str, kind: str, env=None) -> list[str]:
+    """`tune`/`bench` --report-to: one run per tracker; params the winner (or the suite) and the machine;
+    each candidate's figures at step 0 and its per-step training losses at their steps (one series per
+    candidate, steps rising, as W&B requires). Returns where each tracker wrote."""
+    if env is None:
+        from overdrive.env import get_env
+
+        env = get_env()
+    rows = res.get("candidates") or res.get("configs") or []
+    params = {"kind": kind, "machine": machine_params(env)}
+    if kind == "tune":
+        params.update(winner=res.get("recipe"), workload=res.get("workload"), budget_s=res.get("budget_s"))
+    else:
+        params.update(suite=res.get("suite"), configs=[c.get("name") for c in rows])
+    per_step: dict[int, dict[str, float]] = {}
+    for c in rows:
+        name = metric_key(str(c.get("name")))
+        step_ms = c.get("step_ms")
+        figs = {"step_ms": step_ms.get("median") if isinstance(step_ms, dict) else step_ms,
+                "speedup": c.get("speedup"), "tflops": c.get("tflops"), "mfu": c.get("mfu"),
+                "loss_delta_pct": c.get("loss_delta_pct")}
+        for role, m in (c.get("models") or {}).items():
+            for k in ("tokens_per_s", "examples_per_s", "tflops", "mfu_bf16_peak"):
+                figs[f"{role}/{k}"] = (m or {}).get(k)
+        per_step.setdefault(0, {}).update({f"{name}/{k}": v for k, v in figs.items() if _num(v) is not None})
+        series = {"loss": c.get("losses") or []}  # tune: one loss per step; bench: per role, in raw
+        series.update({k: v for k, v in (c.get("raw") or {}).items() if k.endswith("_loss") and isinstance(v, list)})
+        for key, losses in series.items():
+            for i, loss in enumerate(losses):
+                if _num(loss) is not None:
+                    per_step.setdefault(i, {})[f"{name}/{key}"] = loss
+    trk = open_trackers(report_to, out_dir=out, run_name=f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}", params=params)
+    try:
+        for step in sorted(per_step):
+            trk.log(per_step[step], step=step)
+    finally:
+        where = list(trk.where)
+        trk.close(ok=sys.exc_info()[0] is None)
+    return where
