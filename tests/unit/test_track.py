@@ -160,3 +160,47 @@ def test_acc_log_without_trackers_does_nothing():
     acc = overdrive.accelerate(nn.Linear(4, 4), "fp32", env=CPU)
     acc.log({"loss": 1.0}, step=1)  # no report_to: nothing to send, no error
     acc.end_training()
+
+
+def test_tune_and_bench_results_go_to_mlflow_per_candidate(tmp_path, clean_env):
+    pytest.importorskip("mlflow", reason="the trackers extra (mlflow-skinny) is not installed")
+    from mlflow import MlflowClient
+
+    from overdrive.track import report_results
+
+    tune = {"recipe": {"name": "amp-bf16"}, "workload": "w", "budget_s": 60,
+            "candidates": [{"name": "baseline", "step_ms": 20.0, "speedup": 1.0, "tflops": 0.5, "losses": [3.0, 2.5]},
+                           {"name": "amp-bf16+compile", "step_ms": 10.0, "speedup": 2.0, "tflops": 1.0, "mfu": None,
+                            "losses": [3.0, 2.4, 2.2]}]}
+    where = report_results(tune, "mlflow", out=str(tmp_path / "t"), kind="tune", env=CPU)
+    assert len(where) == 1 and "MLflow" in where[0]
+    c = MlflowClient(tracking_uri="file:" + str(tmp_path / "t" / "mlruns"))
+    (run,) = c.search_runs([c.get_experiment_by_name("overdrive").experiment_id])
+    assert run.data.params["winner.name"] == "amp-bf16" and run.data.params["machine.device"] == "cpu"
+    assert run.data.metrics["amp-bf16_compile/speedup"] == 2.0 and "amp-bf16_compile/mfu" not in run.data.metrics
+    hist = c.get_metric_history(run.info.run_id, "amp-bf16_compile/loss")
+    assert [(m.step, m.value) for m in hist] == [(0, 3.0), (1, 2.4), (2, 2.2)]
+    bench = {"suite": "cpu-quick", "configs": [{"name": "fp32", "step_ms": {"median": 12.0}, "speedup": 1.0,
+                                                "models": {"student": {"tokens_per_s": 900.0, "tflops": 0.01}},
+                                                "raw": {"student_loss": [4.0, 3.5]}}]}
+    report_results(bench, "mlflow", out=str(tmp_path / "b"), kind="bench", env=CPU)
+    c = MlflowClient(tracking_uri="file:" + str(tmp_path / "b" / "mlruns"))
+    (run,) = c.search_runs([c.get_experiment_by_name("overdrive").experiment_id])
+    assert run.data.metrics["fp32/step_ms"] == 12.0 and run.data.metrics["fp32/student/tokens_per_s"] == 900.0
+    assert [m.value for m in c.get_metric_history(run.info.run_id, "fp32/student_loss")] == [4.0, 3.5]
+    assert run.data.params["suite"] == "cpu-quick"
+
+
+def test_tune_flags_are_checked_before_the_run(tmp_path, capsys):
+    from overdrive.cli import main
+
+    (tmp_path / "m.py").write_text("import torch\ndef f():\n    return torch.nn.Linear(2, 2)\n"
+                                   "def b(s):\n    return torch.randn(2, 2)\n")
+    base = ["tune", f"{tmp_path}/m.py:f", "--batch", f"{tmp_path}/m.py:b", "--budget-s", "30"]
+    assert main(base + ["--emit", "trainer"]) == 2
+    assert "--emit writes into the results folder: add --out DIR" in capsys.readouterr().err
+    assert main(base + ["--emit", "deepspeed", "--out", str(tmp_path / "o")]) == 2
+    assert "stacks are accelerate, trainer, torchtitan, lightning" in capsys.readouterr().err
+    assert main(base + ["--report-to", "comet"]) == 2
+    assert "trackers are tensorboard, mlflow, wandb" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
