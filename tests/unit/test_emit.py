@@ -176,3 +176,6 @@ def test_cli_emit_for_prints_each_line(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "training_args.json" in out and "lightning_trainer.yaml" in out
     assert main(["emit", str(tmp_path / "recipe.json"), "--for", "nope", "--out", str(tmp_path / "o")]) == 2
+    from overdrive.commands.emit import STACKS as NAMES
+
+    assert NAMES == tuple(STACKS)  # the CLI's help lists the registry's stacks

@@ -23,9 +23,10 @@ def _cmd_emit(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub) -> None:
-    from overdrive.emit import STACKS
+STACKS = ("accelerate", "trainer", "torchtitan", "lightning")  # overdrive.emit.STACKS, without importing it here
 
+
+def register(sub) -> None:
     p = sub.add_parser("emit", help="write a tuned recipe as Accelerate / Trainer / torchtitan / Lightning config",
                        description="The winner of `overdrive tune` (its folder or results.json: the recipe as it "
                                    "ran there, with the measured per-layer FP8 filter) or a recipe.json (resolved "
