@@ -142,6 +142,15 @@ def _type_name(tp) -> str:
                        for a in args)
 
 
+def micro_batch_from_accum(t: LoopCfg, world: int) -> LoopCfg:
+    """[train] with grad_accum_steps: the micro-batch is global_batch / (ranks x grad_accum_steps)."""
+    per_rank = t.global_batch // world
+    if per_rank % t.grad_accum_steps:
+        raise ValueError(f"train.global_batch / world = {per_rank} is not a multiple of train.grad_accum_steps="
+                         f"{t.grad_accum_steps}: pick an accumulation that divides it")
+    return dataclasses.replace(t, micro_batch=per_rank // t.grad_accum_steps)
+
+
 # Other stacks' spellings of a key -> Overdrive's (the config is reported under Overdrive's name).
 _KEY_ALIASES = {"train": {"gradient_accumulation_steps": "grad_accum_steps"}}
 

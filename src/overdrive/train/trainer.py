@@ -28,6 +28,7 @@ import torch.distributed as dist
 from overdrive.checkpoint import (clean_partial_saves, latest_checkpoint, load_model_weights, resume_checkpoint,
                                   rng_state, save_checkpoint, set_rng_state, verify_checkpoint)
 from overdrive.convert import Applied, apply_recipe
+from overdrive.convert.apply import prepare_teacher
 from overdrive.data import TokenData, load_tokens
 from overdrive.env import get_env
 from overdrive.io import check_writable, write_atomic
@@ -35,7 +36,7 @@ from overdrive.losses import distill_loss
 from overdrive.models import GPT
 from overdrive.optim import build_adamw
 from overdrive.recipes import Recipe, get_recipe, resolve
-from overdrive.train.config import TrainConfig
+from overdrive.train.config import TrainConfig, micro_batch_from_accum
 from overdrive.train.identity import RunMismatch, check_identity, run_identity
 from overdrive.train.memory import check_fits, estimate_bytes, free_bytes
 from overdrive.train.metrics import MetricsLog
@@ -181,11 +182,7 @@ def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hook
                          f"use a multiple of {world}")
     per_rank = t.global_batch // world
     if t.grad_accum_steps:  # the micro-batch follows from the accumulation (Accelerate's and HF's way of saying it)
-        if per_rank % t.grad_accum_steps:
-            raise ValueError(f"train.global_batch / world = {per_rank} is not a multiple of train.grad_accum_steps="
-                             f"{t.grad_accum_steps}: pick an accumulation that divides it")
-        t = dataclasses.replace(t, micro_batch=per_rank // t.grad_accum_steps)
-        cfg = dataclasses.replace(cfg, train=t)
+        cfg = dataclasses.replace(cfg, train=(t := micro_batch_from_accum(t, world)))
     if per_rank % t.micro_batch:
         raise ValueError(f"train.global_batch / world = {per_rank} is not a multiple of train.micro_batch="
                          f"{t.micro_batch}: pick a micro-batch that divides it")
@@ -214,6 +211,8 @@ def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hook
         model = build_model(cfg, vocab)
         applied = _prepare(model, get_recipe(t.recipe), cfg, world, device, fsdp)
         res = applied.resolved
+        if teacher is not None:
+            say(prepare_teacher(teacher, applied))
         from overdrive.track import train_params
 
         for where in log.start(train_params(cfg, res, world), run_name=run_id):
