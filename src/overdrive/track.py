@@ -161,6 +161,7 @@ class _WandB:
             if mode == "offline":
                 note = " (offline: no W&B API key here; `wandb sync` uploads it)"
         os.makedirs(out_dir, exist_ok=True)
+        # reinit="create_new" (wandb >= 0.19.10): a run of its own even when the user has one open
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "overdrive"), name=run_name, config=params,
                               mode=mode, dir=out_dir, reinit="create_new")
         self.where = f"W&B ({mode}): run {self.run.id} in {self.run.dir}{note}"
