@@ -79,7 +79,6 @@ def test_tune_emit_accelerate_and_trainer_load_as_written(tmp_path, monkeypatch,
     assert args.bf16 == (best["resolved"]["precision"] == "bf16") and args.use_cpu
     for k, v in _accelerate_env(out / "accelerate_config.yaml").items():
         monkeypatch.setenv(k, v)
-    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
     mp = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[best["resolved"]["precision"]]
     assert Accelerator().mixed_precision == mp
     assert json.load(open(out / "emit.json"))["recipe"] == res["best"]

@@ -50,10 +50,10 @@ def test_accelerate_config_runs_an_accelerator_with_the_recipe(tmp_path, monkeyp
 
     (e,) = emit(_t(), stacks=["accelerate"], out=str(tmp_path))
     cfg = load_config_from_file(e.path)
-    assert cfg.mixed_precision == "bf16" and cfg.dynamo_config["dynamo_backend"] == "INDUCTOR"
+    assert cfg.mixed_precision == "bf16" and cfg.dynamo_config["dynamo_backend"] == "INDUCTOR" and cfg.use_cpu
     for k, v in _accelerate_env(e.path).items():
         monkeypatch.setenv(k, v)
-    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
+    assert _accelerate_env(e.path)["ACCELERATE_USE_CPU"] == "True"  # it ran on a CPU: the config says so
     acc = Accelerator()
     assert acc.mixed_precision == "bf16" and acc.state.dynamo_plugin.backend.value == "INDUCTOR"
     assert acc.state.dynamo_plugin.mode == "default"

@@ -44,6 +44,8 @@ def accelerate_config(t: Target) -> tuple[dict, list[str]]:
     cfg: dict = {"compute_environment": "LOCAL_MACHINE", "distributed_type": "NO", "num_machines": 1,
                  "num_processes": 1, "machine_rank": 0, "downcast_bf16": "no",
                  "mixed_precision": {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}.get(p, "bf16")}
+    if ran.get("device") == "cpu":
+        cfg["use_cpu"] = True  # it ran on a CPU
     if t.fp8:
         backend, scaling = ran["fp8_backend"], ran.get("fp8_scaling")
         if backend == "emulated":

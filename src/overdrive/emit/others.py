@@ -25,8 +25,6 @@ def torchtitan_config(t: Target) -> tuple[dict, list[str]]:
     if p == "fp16":
         notes.append("fp16 autocast with a GradScaler: torchtitan's mixed precision is bf16 or fp32 (FSDP "
                      "mixed_precision_param); set to float32")
-    if p == "fp32":
-        notes.append("fp32: torchtitan's FSDP mixed precision applies only when sharding; float32 keeps it off")
     converters = []
     if t.fp8:
         backend, scaling = ran["fp8_backend"], ran.get("fp8_scaling")
