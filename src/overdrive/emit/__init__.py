@@ -29,8 +29,10 @@ from overdrive.errors import UserError
 
 __all__ = ["STACKS", "emit", "Emitted", "load_target", "Target", "parse_stacks"]
 
-STACKS = {"accelerate": ("accelerate_config.yaml", accelerate_config), "trainer": ("training_args.json", training_args),
-          "torchtitan": ("torchtitan.toml", torchtitan_config), "lightning": ("lightning_trainer.yaml", lightning_config)}
+STACKS = {"accelerate": ("accelerate_config.yaml", accelerate_config),
+          "trainer": ("training_args.json", training_args),
+          "torchtitan": ("torchtitan.toml", torchtitan_config),
+          "lightning": ("lightning_trainer.yaml", lightning_config)}
 
 
 @dataclass(frozen=True, kw_only=True)

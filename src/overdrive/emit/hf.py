@@ -122,8 +122,9 @@ def training_args(t: Target) -> tuple[dict, list[str]]:
     ac = ran.get("activation_checkpointing", "none")
     kw["gradient_checkpointing"] = ac != "none"
     if ac == "selective":
-        notes.append(f"selective checkpointing (every {ran.get('checkpoint_every', 2)}th block): gradient_checkpointing "
-                     "checkpoints every block of a transformers model; set to full")
+        every = ran.get("checkpoint_every", 2)
+        notes.append(f"selective checkpointing (every {every}th block): gradient_checkpointing checkpoints every "
+                     "block of a transformers model; set to full")
     norm, flce = ran.get("norm") == "liger", ran.get("loss") == "fused-linear-cross-entropy"
     if norm or flce:
         kw["use_liger_kernel"] = True

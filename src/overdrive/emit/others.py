@@ -86,7 +86,8 @@ def lightning_config(t: Target) -> tuple[dict, list[str]]:
                          f"1024); for the measured recipe pass plugins=[TransformerEnginePrecision(weights_dtype="
                          f"torch.float32, recipe={TE_DELAYED})]")
             if scaling != "delayed":
-                notes.append(f"TE {scaling} (current) scaling: Lightning's TE plugin takes a DelayedScaling recipe only")
+                notes.append(f"TE {scaling} (current) scaling: Lightning's TE plugin takes a DelayedScaling "
+                             "recipe only")
         else:
             notes.append(f"{'FP8' if p == 'fp8' else 'NVFP4'} via {backend} ({scaling}): Lightning has no precision "
                          "plugin for it; bf16-mixed is set, convert the Linears in configure_model "
