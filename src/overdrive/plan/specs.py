@@ -10,7 +10,7 @@ import stat
 from dataclasses import dataclass
 
 __all__ = ["ModelSpec", "MODEL_PRESETS", "get_model", "model_from_hf_config", "mpt", "MPT_SIZES", "MAX_DIM",
-           "read_json_file"]
+           "read_json_file", "ENCODER_DECODER_TYPES", "ENCODER_TYPES"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,7 +184,7 @@ def get_model(name: str) -> ModelSpec:
 
     if name in GPT_SIZES:
         return _from_reference_gpt(name)
-    if name.endswith(".json") or os.path.exists(name):
+    if name.endswith(".json") or os.path.exists(name):   # a config file, or a folder holding config.json
         return model_from_hf_config(name)
     known = ", ".join(list(MODEL_PRESETS) + list(GPT_SIZES))
     raise ValueError(f"unknown model '{name}': known models are {known}, or a path to a Hugging Face config.json")
@@ -239,14 +239,41 @@ def _dim(path: str, key: str, v) -> int:
     return v
 
 
+ENCODER_DECODER_TYPES = ("t5", "mt5", "umt5", "longt5", "switch_transformers", "bart", "mbart", "pegasus",
+                         "pegasus_x", "marian", "led", "m2m_100", "nllb_moe", "blenderbot", "blenderbot-small",
+                         "prophetnet", "fsmt", "plbart", "whisper", "speech_to_text", "encoder-decoder")
+"""Hugging Face model types with an encoder and a decoder (cross-attention); configs that do not say
+`is_encoder_decoder` (T5 writes it, some exporters drop it) are caught by their type."""
+ENCODER_TYPES = ("bert", "roberta", "xlm-roberta", "deberta", "deberta-v2", "electra", "distilbert", "albert",
+                 "modernbert", "vit", "deit", "beit", "swin", "swinv2", "dinov2", "convnext", "clip", "siglip",
+                 "clip_vision_model", "siglip_vision_model", "wav2vec2", "hubert")
+"""Encoder-only types (bidirectional attention, no LM head over a vocabulary, or no tokens at all for ViT):
+planned as a causal LM they would get a head and a causal attention they do not have."""
+
+
 def model_from_hf_config(path: str) -> ModelSpec:
+    """A ModelSpec from a Hugging Face config: the config.json file, or a folder holding one (as tune --hf)."""
     if not os.path.exists(path):
-        raise ValueError(f"{path} does not exist: pass a Hugging Face config.json")
+        raise ValueError(f"{path} does not exist: pass a Hugging Face config.json or the folder holding it")
     if os.path.isdir(path):
-        raise ValueError(f"{path} is a directory: pass the config.json inside it")
+        inner = os.path.join(path, "config.json")
+        if not os.path.isfile(inner):
+            raise ValueError(f"{path} is a folder without a config.json: pass a folder a config.save_pretrained() "
+                             "wrote, or the config .json file itself")
+        path = inner
     c = read_json_file(path, "a Hugging Face config.json")
     if not isinstance(c, dict):
         raise ValueError(f"{path} is not a Hugging Face config (a JSON object expected)")
+    mtype = str(c.get("model_type", ""))
+    # before the key checks: T5 names its dims d_model/num_layers, and "missing keys" would hide the real reason
+    if c.get("is_encoder_decoder") is True or mtype in ENCODER_DECODER_TYPES:
+        raise ValueError(f"{path}: {mtype or 'this model'} is an encoder-decoder model, which is not supported: "
+                         "the planner models decoder-only (causal LM) Transformers; plan its decoder as a custom "
+                         "model (--layers, --hidden, --heads) for an estimate")
+    if mtype in ENCODER_TYPES:
+        raise ValueError(f"{path}: {mtype} is an encoder-only model, which is not supported: the planner models "
+                         "decoder-only (causal LM) Transformers; plan a custom model (--layers, --hidden, --heads) "
+                         "for an estimate of a same-shaped decoder")
 
     def g(*keys, default=None):
         """(key found, value): the first of `keys` present, else the default under the first key's name."""
