@@ -146,7 +146,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                      recompute_layers=args.recompute_layers, recompute_modules=args.recompute_modules or (),
                      offload_activations=args.offload_activations, grad_dtype=args.grad_dtype,
                      embedding_in_pipeline_split=args.embedding_in_pipeline_split, stack=args.stack,
-                     attention=args.attention, block_code=args.block_code or "")
+                     attention=args.attention, block_code=args.block_code or "",
+                     sequence_parallel=args.sequence_parallel == "on", z_loss=args.z_loss,
+                     gather_dtype=args.gather_dtype or "", fused_kernels=args.fused_kernels)
+        if args.fused_kernels and not args.no_compile:
+            raise ValueError("--fused-kernels describes eager code: add --no-compile (compiled code fuses anyway)")
+        if args.qk_norm and not model.qk_norm:
+            import dataclasses
+
+            model = dataclasses.replace(model, qk_norm=True)
         if args.micro_batch is not None:
             setup["micro_batch"] = args.micro_batch
         shardings = args.sharding.split(",") if args.sharding else None
@@ -272,6 +280,19 @@ def register(sub) -> None:
       help="the embedding and the loss each take a block's place in the pipeline split (Megatron)")
     a("--lora-rank", type=int, default=0, help="> 0: LoRA fine-tuning with a frozen bf16 base")
     a("--fp8-all-gather", action="store_true", help="all-gather FP8 weights under FSDP")
+    a("--gather-dtype", choices=["fp32", "bf16"], default=None,
+      help="FSDP all-gather dtype when it is not the compute dtype: fp32 (fp32 parameters gathered, then cast: "
+           "Lightning's bf16-mixed FSDP), bf16")
+    a("--sequence-parallel", choices=["on", "off"], default="on",
+      help="with --tp: off keeps the norms, residuals and their activations on every token of each TP rank "
+           "(Megatron before 2022)")
+    a("--qk-norm", action="store_true", help="the model normalizes q and k per head (OLMo 2, Qwen3, Gemma 3; "
+                                             "read from a config.json by its model type)")
+    a("--z-loss", action="store_true", help="PaLM's z-loss beside the cross-entropy (one more pass over the fp32 "
+                                            "logits unless the loss kernel is fused)")
+    a("--fused-kernels", action="store_true",
+      help="with --no-compile: hand-fused eager kernels (Apex/Liger/TE norms, fused SwiGLU/RoPE) move what "
+           "compiled code moves")
     a("--no-compile", action="store_true", help="eager mode: memory-bound ops unfused")
     a("--block-code", choices=["torchtune", "hf"], default=None,
       help="whose Llama block runs: torchtune (k, v copied to every head) or transformers (k, v shared); with "

@@ -32,6 +32,8 @@ class ModelSpec:
     """Linear and LayerNorm biases (GPT-2 style); Llama has none."""
     attn_head_dim: int = 0
     """Width of one attention head when it is not hidden / heads (Qwen3, Gemma: config's head_dim); 0 = hidden / heads."""
+    qk_norm: bool = False
+    """RMSNorm on q and k per head (OLMo 2, Qwen3, Gemma 3): two more norms per block, their inputs saved."""
     squared_relu: bool = False
     """A 2-matrix MLP with a squared-ReLU activation (Nemotron); needs gated_mlp False. Same shapes and saved
     tensors as GELU's, a cheaper elementwise op."""
@@ -75,7 +77,7 @@ class ModelSpec:
         h, q = self.hidden, self.q_dim
         attn = 2 * h * q + 2 * h * self.kv_dim
         mlp = (3 if self.gated_mlp else 2) * h * self.ffn
-        n = attn + mlp + 2 * h
+        n = attn + mlp + 2 * h + (2 * self.head_dim if self.qk_norm else 0)   # q and k norm gains, per head width
         if self.bias:  # qkv + out, MLP inner(s) + out, two norm biases
             n += (q + 2 * self.kv_dim + h) + self.ffn * (2 if self.gated_mlp else 1) + h + 2 * h
         return n
@@ -205,6 +207,8 @@ def _hf_name(path: str, c: dict) -> str:
 
 GELU_MLP_TYPES = ("gpt2", "gpt_neox", "opt", "gptj", "falcon", "phi", "bloom", "gpt_bigcode", "starcoder2")
 """Hugging Face model types whose MLP is two matrices with a GELU (not SwiGLU's three)."""
+QK_NORM_TYPES = ("qwen3", "olmo2", "gemma3", "gemma3_text", "chameleon")
+"""Hugging Face model types that normalize q and k per head (their modeling code; the config has no flag)."""
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
 
 
@@ -308,9 +312,10 @@ def model_from_hf_config(path: str) -> ModelSpec:
     if not isinstance(tied, bool):
         raise ValueError(f"{path}: tie_word_embeddings must be true or false, got {tied!r}: fix the config.json")
     pos = _dim(path, "n_positions", c["n_positions"]) if not gated and "n_positions" in c else 0
+    qk_norm = model_type in QK_NORM_TYPES or any(c.get(k) is True for k in ("qk_layernorm", "use_qk_norm", "qk_norm"))
     try:
         return ModelSpec(name=_hf_name(path, c), n_layer=L, hidden=h, n_head=heads, n_kv_head=kv, ffn=ffn,
                          vocab=vocab, tied=tied, gated_mlp=gated, learned_pos=pos, attn_head_dim=head_dim,
-                         squared_relu=relu2)
+                         squared_relu=relu2, qk_norm=qk_norm)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
