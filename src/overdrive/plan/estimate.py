@@ -1,7 +1,8 @@
 """One configuration -> memory per GPU, step time, tokens/s: the memory model (memory.py), the per-op
 roofline (throughput.py) and communication (comm.py) put together.
 
-  step = GA × t_mb × (1 + bubble) + optimizer + max(0, dp_comm − overlap × GA × t_mb)
+  step = GA × t_mb × (1 + bubble) + optimizer + exposed data-parallel communication (comm.dp_exposed: FSDP
+         max(first gather + last reduce-scatter, dp_comm − overlap × GA × t_mb); DDP/ZeRO bucket by bucket)
   t_mb = GEMM + attention + memory-bound + recompute + exposed TP/CP/PP communication + exposed activation offload
   tokens/s/GPU = GA · micro_batch · seq / (tp · pp · cp) / step
   MFU = tokens/s/GPU × (6N + 12·L·H·Q·T) / bf16 peak (nanoGPT/torchtitan's convention; FP8 runs are
