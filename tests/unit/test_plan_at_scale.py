@@ -3,10 +3,7 @@
 
 import dataclasses
 import json
-import os
 import random
-import subprocess
-import sys
 
 import pytest
 
@@ -155,15 +152,22 @@ def test_hand_fused_eager_kernels_move_what_compiled_code_moves():
     assert compute_times(m, fused)["memory"] == compute_times(m, s)["memory"] < compute_times(m, eager)["memory"]
 
 
-def test_cli_flags_of_the_older_stacks():
-    env = dict(os.environ, COLUMNS="200")
+def test_cli_flags_of_the_older_stacks(capsys):
+    from overdrive.cli import main
+
+    def call(*a):
+        try:
+            rc = main(["plan", *a])
+        except SystemExit as e:
+            rc = e.code
+        out = capsys.readouterr()
+        return rc, out.out, out.err
 
     def run(*a):
-        cp = subprocess.run([sys.executable, "-m", "overdrive", "plan", "--model", "llama3-8b", "--json",
-                             "--precision", "bf16", "--micro-batch", "1", "--checkpointing", "none", *a],
-                            capture_output=True, text=True, env=env, timeout=300)
-        assert cp.returncode == 0, cp.stderr
-        return json.loads(cp.stdout)["candidates"][0]
+        rc, out, err = call("--model", "llama3-8b", "--json", "--precision", "bf16", "--micro-batch", "1",
+                            "--checkpointing", "none", *a)
+        assert rc == 0, err
+        return json.loads(out)["candidates"][0]
 
     base = run("--tp", "4")
     off = run("--tp", "4", "--sequence-parallel", "off")
@@ -173,10 +177,9 @@ def test_cli_flags_of_the_older_stacks():
     assert run("--qk-norm")["breakdown"]["activations"] > run()["breakdown"]["activations"]
     assert run("--z-loss")["times_s"]["memory_bound"] > run()["times_s"]["memory_bound"]
     assert run("--no-compile", "--fused-kernels")["times_s"]["memory_bound"] == run()["times_s"]["memory_bound"]
-    cp = subprocess.run([sys.executable, "-m", "overdrive", "plan", "--fused-kernels"], capture_output=True,
-                        text=True, env=env, timeout=300)
-    assert cp.returncode == 2 and "--no-compile" in cp.stderr
-    cp = subprocess.run([sys.executable, "-m", "overdrive", "plan", "--tp", "16", "--gpus", "8", "--nodes", "2",
-                         "--json", "--micro-batch", "1", "--precision", "bf16"], capture_output=True, text=True,
-                        env=env, timeout=300)
-    assert cp.returncode == 0, cp.stderr
+    rc, _, err = call("--fused-kernels")
+    assert rc == 2 and "--no-compile" in err
+    rc, out, err = call("--tp", "16", "--gpus", "8", "--nodes", "2", "--json", "--micro-batch", "1",
+                        "--precision", "bf16")
+    assert rc == 0, err
+    assert any("spans 2 nodes" in n for n in json.loads(out)["candidates"][0]["notes"])

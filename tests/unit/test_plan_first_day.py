@@ -3,12 +3,11 @@ tiny model, a safety margin in the ranking, an honest refusal of encoder-decoder
 and a next step that is the accelerate(...) call Overdrive runs."""
 
 import json
-import os
-import subprocess
-import sys
+from types import SimpleNamespace
 
 import pytest
 
+from overdrive.cli import main
 from overdrive.plan import get_model, model_from_hf_config, plan
 from overdrive.plan.runnable import how_to_run, not_in_overdrive
 from overdrive.recipes import get_recipe
@@ -20,10 +19,17 @@ T5 = {"model_type": "t5", "d_model": 512, "num_layers": 6, "num_heads": 8, "d_ff
       "is_encoder_decoder": True}
 
 
-def _cli(*args):
-    env = dict(os.environ, COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "overdrive", "plan", *args], capture_output=True, text=True,
-                          env=env, timeout=300)
+@pytest.fixture
+def cli(capsys):
+    """The CLI in-process (a subprocess pays torch's import on every call): returncode, stdout, stderr."""
+    def _run(*a):
+        try:
+            rc = main(["plan", *a])
+        except SystemExit as e:  # argparse's own refusals
+            rc = e.code
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
+    return _run
 
 
 @pytest.fixture
@@ -40,8 +46,8 @@ def test_formats_keep_small_models_and_short_steps_readable():
     assert fmt_step(2e-5) == "20 µs"
 
 
-def test_one_gpu_tiny_hf_model_shows_its_size_and_step(tiny_dir):
-    cp = _cli("--model", str(tiny_dir / "config.json"), "--gpus", "1", "--seq", "1024")
+def test_one_gpu_tiny_hf_model_shows_its_size_and_step(cli, tiny_dir):
+    cp = cli("--model", str(tiny_dir / "config.json"), "--gpus", "1", "--seq", "1024")
     assert cp.returncode == 0, cp.stderr
     assert "0.00B" not in cp.stdout and "M params" in cp.stdout
     assert " 0.000 " not in cp.stdout and " ms " in cp.stdout
@@ -50,17 +56,17 @@ def test_one_gpu_tiny_hf_model_shows_its_size_and_step(tiny_dir):
     assert {c["sharding"] for c in r["candidates"]} == {"none"}
 
 
-def test_a_folder_with_config_json_plans_like_the_file(tiny_dir):
+def test_a_folder_with_config_json_plans_like_the_file(cli, tiny_dir):
     a = model_from_hf_config(str(tiny_dir))
     b = model_from_hf_config(str(tiny_dir / "config.json"))
     assert a == b
-    cp = _cli("--model", str(tiny_dir), "--gpus", "1", "--json")
+    cp = cli("--model", str(tiny_dir), "--gpus", "1", "--json")
     assert cp.returncode == 0, cp.stderr
     assert json.loads(cp.stdout)["model"]["n_layer"] == 4
 
 
-def test_a_folder_without_config_json_is_one_line_with_the_fix(tmp_path):
-    cp = _cli("--model", str(tmp_path))
+def test_a_folder_without_config_json_is_one_line_with_the_fix(cli, tmp_path):
+    cp = cli("--model", str(tmp_path))
     assert cp.returncode == 2 and cp.stdout == ""
     assert "without a config.json" in cp.stderr and cp.stderr.count("\n") == 1
 
@@ -70,13 +76,13 @@ def test_a_folder_without_config_json_is_one_line_with_the_fix(tmp_path):
                                         "decoder_layers": 6, "vocab_size": 50265}, "encoder-decoder"),
                                       ({"model_type": "vit", "num_hidden_layers": 12, "hidden_size": 768,
                                         "num_attention_heads": 12, "intermediate_size": 3072}, "encoder-only")])
-def test_encoder_decoder_and_encoder_models_are_refused_by_what_they_are(tmp_path, cfg, word):
+def test_encoder_decoder_and_encoder_models_are_refused_by_what_they_are(cli, tmp_path, cfg, word):
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match=f"{word} model, which is not supported") as e:
         model_from_hf_config(str(p))
     assert "needs num_hidden_layers" not in str(e.value)
-    cp = _cli("--model", str(p))
+    cp = cli("--model", str(p))
     assert cp.returncode == 2 and "not supported" in cp.stderr and cp.stderr.count("\n") == 1
 
 
@@ -98,17 +104,17 @@ def test_ranking_keeps_a_safety_margin_the_user_sees_and_sets():
     assert fast["top"]["headroom_gib"] < 8
 
 
-def test_min_headroom_flag_is_checked_and_shown():
-    cp = _cli("--model", "llama2-13b", "--min-headroom", "100")
+def test_min_headroom_flag_is_checked_and_shown(cli):
+    cp = cli("--model", "llama2-13b", "--min-headroom", "100")
     assert cp.returncode == 2 and "--min-headroom 100" in cp.stderr
-    cp = _cli("--model", "llama2-13b", "--min-headroom", "20", "--json")
+    cp = cli("--model", "llama2-13b", "--min-headroom", "20", "--json")
     assert cp.returncode == 0, cp.stderr
     r = json.loads(cp.stdout)
     assert r["min_headroom_gib"] == 20 and r["top"]["headroom_gib"] >= 20
 
 
-def test_next_step_is_the_accelerate_call_with_a_recipe_name_it_accepts():
-    cp = _cli("--model", "llama2-13b")
+def test_next_step_is_the_accelerate_call_with_a_recipe_name_it_accepts(cli):
+    cp = cli("--model", "llama2-13b")
     assert cp.returncode == 0, cp.stderr
     out = " ".join(cp.stdout.split())
     assert "overdrive train CONFIG" not in out

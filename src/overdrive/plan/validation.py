@@ -22,7 +22,7 @@ _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "t
                "pure_bf16", "fp8_all_gather", "compile", "async_tp", "inter_gbs", "optimizer_dtype", "stack", "loss", "fp8_activations", "grad_dtype", "recompute_layers",
                "recompute_modules", "offload_activations", "embedding_in_pipeline_split", "attention", "block_code",
                "optimizer", "master_weights", "optimizer_in_backward", "sequence_parallel", "z_loss", "gather_dtype",
-               "fused_kernels")
+               "fused_kernels", "lora_rank")
 
 
 def load_runs() -> list[dict]:
@@ -114,7 +114,7 @@ def why_not_fitting(r: dict) -> str:
 _FLAG_DEFAULTS = {"micro_batch": None, "precision": None, "sharding": None, "tp": 1, "pp": 1, "cp": 1, "vpp": None,
                   "checkpointing": None, "stack": "pytorch", "loss": "standard", "grad_dtype": "fp32",
                   "optimizer_dtype": "fp32", "inter_gbs": 50, "recompute_layers": 0, "offload_activations": 0,
-                  "attention": "flash", "optimizer": "adamw", "master_weights": "fp32", "block_code": ""}
+                  "attention": "flash", "optimizer": "adamw", "master_weights": "fp32", "block_code": "", "lora_rank": 0}
 _BOOL_FLAGS = {"pure_bf16": "--pure-bf16", "fp8_all_gather": "--fp8-all-gather", "fp8_activations": "--fp8-activations",
                "embedding_in_pipeline_split": "--embedding-in-pipeline-split",
                "optimizer_in_backward": "--optimizer-in-backward", "z_loss": "--z-loss",
