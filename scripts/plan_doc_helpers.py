@@ -67,7 +67,9 @@ def _fitted_by() -> str:
                 lines.append(f"- `gemm_eff[{stack}][{gen}]`: no calibration run; "
                              + ("Hopper's value" if stack == "pytorch" else "the pytorch value of the generation "
                                 "(the same cuBLAS GEMMs)"))
-    lines.append("- the shared constants (`gemm_k0`, `lowp_rel`, `rowwise_rel`, `attn_rel`, `nocompile`): all the "
+    lines.append("- `gemm_k0`: fixed at 128, not fitted (leave-one-source-out refits ran it to 2-8 without helping "
+                 "the held-out source)")
+    lines.append("- the shared constants (`lowp_rel`, `rowwise_rel`, `attn_rel`, `nocompile`): all the "
                  "calibration runs together")
     return "\n".join(lines)
 

@@ -24,6 +24,13 @@ def _loso_module():
     return mod
 
 
+def _calibrate_shared() -> list[str]:
+    spec = importlib.util.spec_from_file_location("plan_calibrate", os.path.join(HERE, "plan_calibrate.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.SHARED
+
+
 def loso_result() -> dict:
     with open(LOSO) as f:
         return json.load(f)
@@ -40,8 +47,8 @@ def loso_section() -> str:
     gap = 100 * (s["loso"]["median"] - s["in_sample"]["median"])
     return f"""## Leave-one-source-out: the error on a source no constant saw
 
-`scripts/plan_loso.py` refits every constant of `CALIBRATION` ({', '.join(sorted(res['neutral_start']))}) once per
-source, on the runs of all the other sources (calibration and validation rows alike, the power-limited B200s and
+`scripts/plan_loso.py` refits every fitted constant of `CALIBRATION` (gemm_eff per stack and GPU generation,
+{', '.join(_calibrate_shared())}; gemm_k0 is fixed) once per source, on the runs of all the other sources (calibration and validation rows alike, the power-limited B200s and
 the memory-only rows apart), from a neutral start no run set ({_neutral(res['neutral_start'])}), and predicts the
 held-out source with those constants. A source's GEMM efficiency that only it covered falls back to the derived
 value (`plan_calibrate.derive`: Hopper's for a PyTorch generation with no run; a stack's edge over PyTorch carried

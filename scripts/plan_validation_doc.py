@@ -100,7 +100,7 @@ torchtitan's FSDP validation runs: {100 * sv['memory_median_abs_error']:.1f}%, {
 |---|---|---|
 | gemm_eff[pytorch] (SM 8.x / 9.x / 10.x) | {CALIBRATION['gemm_eff']['pytorch'][8]} / {CALIBRATION['gemm_eff']['pytorch'][9]} / {CALIBRATION['gemm_eff']['pytorch'][10]} | GEMM fraction of the dense peak, PyTorch stacks (FSDP2, torchtitan, llm-foundry), before shape effects |
 | gemm_eff[megatron] (SM 8.x / 9.x / 10.x) | {CALIBRATION['gemm_eff']['megatron'][8]} / {CALIBRATION['gemm_eff']['megatron'][9]} / {CALIBRATION['gemm_eff']['megatron'][10]} | the same for Megatron-Core + Transformer Engine |
-| gemm_k0 | {CALIBRATION['gemm_k0']} | inner-dimension roll-off: a GEMM over K runs at K/(K + k0) of its tile rate |
+| gemm_k0 | {CALIBRATION['gemm_k0']} | inner-dimension roll-off: a GEMM over K runs at K/(K + k0) of its tile rate (fixed, no longer fitted) |
 | lowp_rel | {CALIBRATION['lowp_rel']} | FP8/MXFP8/NVFP4 GEMM efficiency relative to bf16 |
 | rowwise_rel | {CALIBRATION['rowwise_rel']} | rowwise-scaled FP8 GEMMs relative to tensorwise |
 | attn_rel | {CALIBRATION['attn_rel']} | flash attention's fraction relative to the GEMMs |
