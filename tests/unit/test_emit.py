@@ -98,6 +98,7 @@ def test_torchtitan_toml_loads_in_its_config_manager(tmp_path):
     cm = pytest.importorskip("torchtitan.config", reason="torchtitan (0.2.x, its TOML JobConfig) is not installed")
     (e,) = emit(_t(layers=LAYERS, activation_checkpointing="selective", **{**FP8_AO, "fp8_scaling": "rowwise"}),
                 stacks=["torchtitan"], out=str(tmp_path))
+    assert open(e.path).readline().startswith("# torchtitan 0.2.x (--job.config_file")
     job = cm.ConfigManager().parse_args(["--job.config_file", e.path])
     f8 = job.quantize.linear.float8
     assert job.model.converters == ["quantize.linear.float8"] and f8.recipe_name == "rowwise"

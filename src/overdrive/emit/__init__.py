@@ -85,7 +85,8 @@ def _toml(d: dict, prefix: str = "") -> list[str]:
 def _render(stack: str, cfg: dict, cannot: list[str], t: Target) -> str:
     if stack == "trainer":
         return json.dumps(cfg, indent=2) + "\n"
-    head = [f"# {stack} configuration written by `overdrive emit` from recipe {t.recipe.name} ({t.where}).",
+    what = "torchtitan 0.2.x (--job.config_file; 0.3 configures in Python)" if stack == "torchtitan" else stack
+    head = [f"# {what} configuration written by `overdrive emit` from recipe {t.recipe.name} ({t.where}).",
             *(["# Not expressible here (one line each):"] + [f"#   - {c}" for c in cannot] if cannot else [])]
     body = _toml(cfg) if stack == "torchtitan" else _yaml(cfg)
     return "\n".join(head + [""] + [x for x in body if x or stack == "torchtitan"]).strip() + "\n"
