@@ -170,3 +170,73 @@ def test_fsdp_with_compile_per_block_trains_like_eager(one_rank):
         if mode == "default":
             assert all(b._compiled_call_impl is not None for b in model.blocks)
     assert losses["default"] == pytest.approx(losses["off"], rel=1e-4, abs=1e-5)
+
+
+def test_the_teacher_is_sharded_and_cast_like_the_student_under_fsdp(one_rank):
+    """Under FSDP2 + bf16 the student's autocast is off (FSDP casts its parameters): a teacher left as it
+    was ran a full fp32 forward on every rank each micro-step. It is sharded like the student, in bf16."""
+    from torch.distributed.fsdp import FSDPModule
+
+    from overdrive.convert.apply import prepare_teacher
+
+    torch.manual_seed(0)
+    student, teacher = GPT(gpt_config("tiny", n_embd=32, n_head=2)), GPT(gpt_config("tiny", n_embd=64, n_head=2))
+    x = torch.randint(0, teacher.config.vocab_size, (2, 16))
+    with torch.no_grad():
+        ref = teacher(x)[0].float()
+    applied = apply_recipe(student, resolve("amp-bf16", CPU), fsdp=True, world=1)
+    assert applied.autocast_dtype is None  # the student's forward gets no autocast: FSDP casts instead
+    what = prepare_teacher(teacher, applied)
+    assert "sharded" in what and "bfloat16" in what
+    assert isinstance(teacher, FSDPModule) and all(isinstance(b, FSDPModule) for b in teacher.blocks)
+    assert not any(p.requires_grad for p in teacher.parameters())
+    with torch.no_grad(), applied.autocast():
+        got = teacher(x)[0]
+    assert got.dtype == torch.bfloat16  # computed in the recipe's dtype, not fp32
+    rel = ((got.float() - ref).norm() / ref.norm()).item()
+    assert rel < 3e-2, rel  # bf16 against the fp32 teacher
+    # Without FSDP: replicated, run under the student's autocast (on in that case)
+    plain = apply_recipe(GPT(gpt_config("tiny", n_embd=32, n_head=2)), resolve("amp-bf16", CPU))
+    assert "replicated" in prepare_teacher(GPT(gpt_config("tiny", n_embd=32, n_head=2)), plain)
+    assert plain.autocast_dtype == torch.bfloat16
+
+
+def test_fsdp_leaves_the_move_to_fully_shard_block_by_block(one_rank, monkeypatch):
+    """Under FSDP2 the whole fp32 model was moved to the device before sharding: a full copy on every
+    rank (a 7B+ model OOMs on 8 GPUs). fully_shard moves each block's own states as it shards it; the
+    root is never moved whole. Without FSDP (or where a device-checked kernel needs it) it still is."""
+    from torch.distributed.fsdp import FSDPModule
+
+    moved = []
+    real = nn.Module.to
+    monkeypatch.setattr(nn.Module, "to", lambda self, *a, **k: moved.append(type(self).__name__) or real(self, *a, **k))
+    model = GPT(gpt_config("tiny", n_embd=32, n_head=2))
+    applied = apply_recipe(model, resolve("amp-bf16", CPU), fsdp=True, world=1)
+    assert "GPT" not in moved and isinstance(model, FSDPModule)
+    assert any(d.field == "placement" and "one full block at a time" in d.reason for d in applied.resolved.decisions)
+    x = torch.randint(0, model.config.vocab_size, (2, 16))
+    _, loss = model(x, x)
+    loss.backward()  # trains as before
+    moved.clear()
+    apply_recipe(GPT(gpt_config("tiny", n_embd=32, n_head=2)), resolve("amp-bf16", CPU))
+    assert "GPT" in moved
+
+
+def test_fsdp_hooks_stay_outside_the_blocks_compiled_in_place(one_rank):
+    """Each block is compiled in place (nn.Module.compile, so state_dict keys stay plain) and then
+    sharded. FSDP2's hooks run outside the compiled graphs (dynamo skips them: `skip_fsdp_hooks`), as
+    with torchtitan's compiled wrapper: no graph break, one graph for the repeated blocks."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = GPT(gpt_config("tiny", n_embd=32, n_head=2))
+    apply_recipe(model, resolve(get_recipe("fp32", compile="default", optimizer="for-loop"), CPU), fsdp=True, world=1)
+    x = torch.randint(0, model.config.vocab_size, (2, 16))
+    for _ in range(2):
+        _, loss = model(x, x)
+        loss.backward()
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] == 1
+    assert not any("_orig_mod" in k for k in model.state_dict())

@@ -83,6 +83,9 @@ def _bench(args: argparse.Namespace, held: list) -> int:
             raise UserError(str(e)) from None
     if args.steps is not None and args.steps < 1:
         raise UserError(f"--steps must be >= 1 timed round, got {args.steps}")
+    from overdrive.track import parse_report_to
+
+    report_to = parse_report_to(args.report_to)  # a missing tracker package: one line, before the run
     if args.out:
         from overdrive.io import check_writable
 
@@ -100,6 +103,8 @@ def _bench(args: argparse.Namespace, held: list) -> int:
         raise UserError(f"unknown {workload.name} suite '{name}': suites are {', '.join(workload.suites)}")
     suite = workload.suites[name]
     if workload.name == "inference":
+        if report_to:
+            raise UserError("--report-to logs training benches; the inference bench writes its results with --out")
         return _bench_inference(args, env, workload, suite)
     if args.configs:
         try:
@@ -120,10 +125,15 @@ def _bench(args: argparse.Namespace, held: list) -> int:
                   TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), console=console, transient=not console.is_terminal) as progress:
         results = run_bench(suite, env=env, data=args.data, seed=args.seed, micro=not args.no_micro,
-                            progress=progress)
+                            progress=progress, on_partial=_partial_writer(args.out))
     render_bench(results, console)
     if args.out:
         _write_report(results, args.out, console)
+    if report_to:
+        from overdrive.track import report_results
+
+        for where in report_results(results, report_to, out=args.out or ".", kind="bench", env=env):
+            console.print(escape(f"logged to {where}"))
     return 0
 
 
@@ -161,6 +171,16 @@ def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
         files = write_latency_report(r, args.out)
         console.print(escape(f"wrote {args.out}/results.json and " + ", ".join(os.path.basename(f) for f in files)))
     return 0
+
+
+def _partial_writer(out: str | None):
+    """results.json and .csv at every look, so a bench killed later (a time limit, a lost machine)
+    still leaves what it measured; the finished bench overwrites them and adds the report."""
+    if not out:
+        return None
+    from overdrive.bench import save_results
+
+    return lambda results: save_results(results, out)
 
 
 def _write_report(results: dict, out: str, console) -> None:
@@ -215,4 +235,6 @@ def register(sub) -> None:
                                               "suite's fixed parity steps")
     b.add_argument("--seed", type=int, default=0, help="seed for model init and data order (default 0)")
     b.add_argument("--no-micro", action="store_true", help="skip the micro-benchmarks")
+    b.add_argument("--report-to", metavar="TRACKERS", help="log the results to tensorboard, mlflow and/or wandb "
+                   "(comma-separated): the suite and the machine as params, each configuration's figures as metrics")
     b.set_defaults(func=_cmd_bench)

@@ -31,7 +31,7 @@ from overdrive.convert.swap import LayerDecision
 from overdrive.recipes import Decision, ResolvedRecipe
 from overdrive.recipes.resolve import TE_AC_CONFLICT
 
-__all__ = ["apply_recipe", "Applied", "optimizer_under_fsdp", "wrap_forward_in"]
+__all__ = ["apply_recipe", "Applied", "optimizer_under_fsdp", "prepare_teacher", "wrap_forward_in"]
 
 
 @dataclass
@@ -159,6 +159,24 @@ def _shard(model: nn.Module, autocast_dtype: str | None) -> list[str]:
     return done + [""]
 
 
+def prepare_teacher(teacher: nn.Module, applied: Applied) -> str:
+    """A frozen distillation teacher beside the student `applied` was made for; returns what was done.
+
+    Under FSDP2 the student's autocast is off (its MixedPrecisionPolicy casts the parameters), so a
+    teacher left as it was would hold a full fp32 copy on every rank and run an fp32 forward each
+    micro-step. It is sharded like the student instead (each repeated block, then the root), with the
+    same parameter dtype: 1/world of it per rank, its forward in the recipe's compute dtype. Without
+    FSDP it runs under the student's autocast context, as the loop calls it."""
+    teacher.eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    if not applied.fsdp:
+        return "teacher replicated, its forward under the student's autocast"
+    dt = applied.resolved.autocast_dtype
+    n = len(_shard(teacher, dt))
+    return f"teacher sharded by FSDP2 like the student ({n} fully_shard calls), parameters in {dt or 'float32'}"
+
+
 def apply_recipe(model: nn.Module, resolved: ResolvedRecipe, *,
                  module_filter_fn: Callable[[nn.Module, str], bool] | None = None,
                  fsdp: bool = False, world: int = 1) -> Applied:
@@ -173,7 +191,17 @@ def apply_recipe(model: nn.Module, resolved: ResolvedRecipe, *,
         raise ValueError(f"{type(model).__name__} has its own (Hugging Face) gradient checkpointing on, and "
                          f"{TE_AC_CONFLICT}: call model.gradient_checkpointing_disable(), or resolve with "
                          "model_checkpointing=True (accelerate() does) so torchao runs the FP8")
-    model.to(torch.device(resolved.device))
+    if fsdp and resolved.norm == "torch" and resolved.fp8_backend != "transformer_engine":
+        # fully_shard moves only the states it manages to the mesh's device, one call at a time
+        # (torch/distributed/fsdp/_fully_shard/_fsdp_init.py `_move_states_to_device`): left where they
+        # are, each rank holds its shards plus one full block at a time, not the whole fp32 model (a 7B
+        # model is 28 GB before sharding). The swaps below follow the weights' device.
+        decide("placement", "device", "moved by fully_shard", f"FSDP2 moves each block to {resolved.device} as it "
+               "shards it: one full block at a time on the device, never the whole model")
+    else:
+        # Liger/Apex norm kernels are checked on the device, and TE modules are built there: the whole
+        # model goes first (under FSDP2 that is a full copy per rank until it is sharded).
+        model.to(torch.device(resolved.device))
     conversions: dict[str, list[LayerDecision]] = {}
     if resolved.norm == "liger":
         patched = apply_liger_model_patches(model, fused_linear_cross_entropy=resolved.loss ==
