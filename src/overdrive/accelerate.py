@@ -38,15 +38,6 @@ _DEFAULTS_NOTE = "weight decay 0.1, betas (0.9, 0.95) (GPT-3/Llama values; torch
 Optimizer = torch.optim.Optimizer | Callable[[list], torch.optim.Optimizer]
 
 
-class _NonFinite(Exception):
-    pass
-
-
-def _finite_or_skip(grad_norm) -> None:
-    if grad_norm is not None and not bool(torch.isfinite(grad_norm)):
-        raise _NonFinite
-
-
 class Accelerated(ProcessHelpers):
     """A model converted per a ResolvedRecipe, with its optimizer, scheduler, scaler and autocast."""
 
@@ -56,8 +47,7 @@ class Accelerated(ProcessHelpers):
                  optimizer: Optimizer | None = None, scheduler=None, grad_accum_steps: int = 1,
                  distributed: str | None = None, autocast_forward: bool = True, dataloader=None) -> None:
         if not isinstance(grad_accum_steps, int) or isinstance(grad_accum_steps, bool) or grad_accum_steps < 1:
-            raise UserError(f"grad_accum_steps={grad_accum_steps!r}: use an integer >= 1 (2.5 would step every "
-                            "5th micro-batch)")
+            raise UserError(f"grad_accum_steps={grad_accum_steps!r}: use an integer >= 1")
         if distributed not in (None, "fsdp", "ddp"):
             raise UserError(f"distributed={distributed!r}: use None (one process), 'ddp' (a replica per rank) or "
                             "'fsdp' (sharded), the last two under torchrun")
@@ -118,8 +108,7 @@ class Accelerated(ProcessHelpers):
 
     @property
     def skipped_steps(self) -> int:
-        """Optimizer steps skipped for inf/nan gradients (by the fp16 GradScaler, or by acc.step's own check
-        without one). Reading it syncs."""
+        """Optimizer steps skipped for inf/nan gradients (the GradScaler's, or acc.step's own). Reading it syncs."""
         return int(self._skipped)
 
     def backward(self, loss: torch.Tensor) -> None:
@@ -143,7 +132,8 @@ class Accelerated(ProcessHelpers):
     def _stepper(self) -> TrainStep:
         """The one training step (train/step.py), over this object's current optimizer and scaler."""
         return TrainStep(self.model, self.optimizer or [], scaler=self.scaler, applied=self.applied,
-                         grad_clip=self.grad_clip, accum=self.grad_accum_steps, fsdp=self.applied.fsdp)
+                         grad_clip=self.grad_clip, accum=self.grad_accum_steps, fsdp=self.applied.fsdp,
+                         measure_norm=self.scaler is None)
 
     def step(self) -> dict:
         """On the last micro-step: unscale (fp16), clip, optimizer step, scaler update, scheduler step,
@@ -154,19 +144,13 @@ class Accelerated(ProcessHelpers):
                             "accelerate(..., optimizer=opt) and call acc.step()")
         if self._micro % self.grad_accum_steps:
             return {"stepped": False, "skipped": False, "grad_norm": None, "scale": None}
-        if self.scaler is None:  # fp32/bf16: no GradScaler skips a NaN/inf gradient, so this step does
-            st = TrainStep(self.model, self.optimizer, applied=self.applied, grad_clip=self.grad_clip,
-                           measure_norm=True, accum=self.grad_accum_steps, fsdp=self.applied.fsdp)
-            try:
-                s = st.step(guard=_finite_or_skip)
-            except _NonFinite:  # one host sync per optimizer step; every parameter NaN otherwise
-                self.optimizer.zero_grad(set_to_none=True)
-                self._skipped += 1
-                logging.getLogger("overdrive").warning("acc.step(): the gradients hold NaN/inf (a non-finite loss?): "
-                                                       "this optimizer step was skipped, the parameters are unchanged")
-                return {"stepped": False, "skipped": True, "grad_norm": None, "scale": None}
-        else:
-            s = self._stepper().step()
+        s = self._stepper().step(skip_non_finite=self.scaler is None)  # no GradScaler to skip NaN/inf gradients
+        if not s.stepped:
+            self._skipped += 1
+            logging.getLogger("overdrive").warning("acc.step(): the gradients hold NaN/inf (a non-finite loss?): this "
+                                                   "optimizer step was skipped, the parameters are unchanged")
+            return {"stepped": False, "skipped": True, "grad_norm": None, "scale": None}
+        if self.scaler is not None:
             self._skipped += s.skipped.to(self._skipped.device, torch.int64)
         if self.scheduler is not None:
             self.scheduler.step()

@@ -235,7 +235,8 @@ def test_another_models_folder_in_the_repository_is_neither_judged_nor_touched(t
     assert main(_export(models, "lin", out)) == 0
     other = out / "triton" / "other"
     other.mkdir()
-    cfg = 'name: "other"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0\nversion_policy: { latest: { num_versions: 1 } }\n'
+    cfg = ('name: "other"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
+           "version_policy: { latest: { num_versions: 1 } }\n")
     (other / "config.pbtxt").write_text(cfg)
     assert main(_export(models, "lin", out)) == 0, capsys.readouterr().err
     assert (other / "config.pbtxt").read_text() == cfg and (out / "export.json").exists()

@@ -211,7 +211,8 @@ def test_a_cache_folder_that_cannot_be_written_still_writes_the_results(tmp_path
     (tmp_path / "m.py").write_text(USER_CODE)
     m = str(tmp_path / "m.py")
     out = tmp_path / "o"
-    rc = main(["tune", f"{m}:model", "--batch", f"{m}:batch", "--loss", f"{m}:loss", "--budget-s", "40", "--candidates", "fp32",
+    rc = main(["tune", f"{m}:model", "--batch", f"{m}:batch", "--loss", f"{m}:loss", "--budget-s", "40",
+               "--candidates", "fp32",
                "--out", str(out)])
     assert rc == 0, capsys.readouterr().err
     res = json.loads((out / "results.json").read_text())

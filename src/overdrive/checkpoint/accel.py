@@ -174,7 +174,8 @@ def _check_extra(extra: dict, path: str, rank: int) -> None:
     if dl is not None and not (isinstance(dl, list) and all(isinstance(d, dict) for d in dl)):
         bad.append(f"dataloaders ({type(dl).__name__})")
     if bad:
-        raise CheckpointError(f"cannot load {path}: extra_rank{rank}.pt holds {', '.join(bad)}, not what acc.save() writes "
+        raise CheckpointError(f"cannot load {path}: extra_rank{rank}.pt holds {', '.join(bad)}, not what acc.save() "
+                              "writes "
                         "(a count >= 0, a state dict): the file was edited; load another checkpoint")
 
 

@@ -201,8 +201,8 @@ def _same_keys(path: str, md, state: dict, prefix: str) -> None:
     more = sorted(k for k in md.state_dict_metadata
                   if k.startswith(prefix + ".") and k not in present and not k.startswith(nested))
     if more:
-        raise CheckpointError(f"cannot load {path}: it holds {len(more)} {prefix} tensor(s) this one lacks "
-                              f"({', '.join(m[len(prefix) + 1:] for m in more[:3])}{', ...' if len(more) > 3 else ''}): "
+        names = ", ".join(m[len(prefix) + 1:] for m in more[:3]) + (", ..." if len(more) > 3 else "")
+        raise CheckpointError(f"cannot load {path}: it holds {len(more)} {prefix} tensor(s) this one lacks ({names}): "
                               "it was saved from another (larger) model; load it into the model it was saved from")
 
 

@@ -214,11 +214,11 @@ def _user(factory: str, inputs: str | None, weights: str | None, dynamic: list[s
                               f"{tuple(t.shape)} at batch 2), so its axes are 1..{t.dim() - 1}")
     ex3 = fn(3)
     for n, t2, t3 in zip(names, ex, ex3):
-        moved = [a for a in range(1, t2.dim()) if a not in dyn[n] and (t3.dim() != t2.dim() or t3.shape[a] != t2.shape[a])]
-        if t3.dim() != t2.dim() or moved:
-            raise ExportError(f"--inputs {inputs}: input {n!r} is {tuple(t2.shape)} at batch 2 and {tuple(t3.shape)} at "
-                              f"batch 3: only the batch may change with the batch (pass --dynamic {n}:AXIS for an axis "
-                              "that varies per request, or return the same width at every batch)")
+        moved = t3.dim() != t2.dim() or any(a not in dyn[n] and t3.shape[a] != t2.shape[a] for a in range(1, t2.dim()))
+        if moved:
+            raise ExportError(f"--inputs {inputs}: input {n!r} is {tuple(t2.shape)} at batch 2 and {tuple(t3.shape)} "
+                              f"at batch 3: only the batch may change with the batch (pass --dynamic {n}:AXIS for an "
+                              "axis that varies per request, or return the same width at every batch)")
     from overdrive.serve.neighbours import check_batch_independent
 
     outs = check_batch_independent(model, [ex, ex3], what=f"the model of {factory}", on=f"--inputs {inputs}")

@@ -71,6 +71,6 @@ def check_batch_independent(model: nn.Module, batches: list[tuple], *, what: str
                         f"{what} answers a request differently alone than beside others (row {i} of a batch of {b}: "
                         + (f"max abs difference {err:.3g}" if err == err else
                            f"shape {tuple(r.shape)} alone, {tuple(o[i:i + 1].shape)} in the batch")
-                        + "): a dynamic batcher would change its answers (e.g. a mean or cumulative sum over the batch, "
-                        "batch norm in train mode)")
+                        + "): a dynamic batcher would change its answers (e.g. a mean or cumulative sum over the "
+                        "batch, batch norm in train mode)")
     return first

@@ -45,7 +45,8 @@ class RunLock:
     """An exclusive, non-blocking flock on FOLDER/run.lock; the file names the holder while held."""
 
     def __init__(self, folder: str, *, name: str = LOCK_FILE, what: str | None = None, transient: bool = False,
-                 holder: str = "another trainer", fix: str = "wait for it to finish or set another train.out_dir") -> None:
+                 holder: str = "another trainer",
+                 fix: str = "wait for it to finish or set another train.out_dir") -> None:
         """`name`: the lock file in `folder`; `what` (default: the folder), `holder` and `fix` word the refusal.
         transient: the file is removed on release (acc.save locks PARENT/.NAME.lock beside each folder it
         writes, and leaves no litter); a taker then checks it locked the file still at that path."""
