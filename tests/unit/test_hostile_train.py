@@ -325,3 +325,20 @@ def test_a_manifest_size_given_as_a_string_is_malformed_not_a_size_mismatch(tmp_
     with pytest.raises(UserError, match=f"manifest entry '{re.escape(n)}' is malformed") as e:
         _acc(1).load(ck)
     assert "the manifest says" not in str(e.value)
+
+
+def test_a_really_full_disk_during_acc_save_is_a_sentence_not_a_tuple_repr(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import resource, signal, sys, torch, overdrive\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            "m = torch.nn.Linear(200, 200)\n"
+            "acc = overdrive.accelerate(m, 'fp32', optimizer=torch.optim.SGD(m.parameters(), lr=0.1))\n"
+            f"acc.save({str(tmp_path / 'ck')!r})\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, 50_000))  # the weights need 160 kB\n"
+            f"try:\n    acc.save({str(tmp_path / 'ck')!r})\nexcept Exception as e:\n    print(str(e))\n")
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    msg = cp.stdout.strip().splitlines()[-1]
+    assert "cannot write checkpoint" in msg and "(RuntimeError(" not in msg and "FrameSummary" not in msg, msg
+    assert "disk full" in msg or "File too large" in msg, msg
+    assert os.listdir(tmp_path) == ["ck"]  # the previous save kept, no .tmp left

@@ -64,9 +64,13 @@ def _why(e: BaseException) -> str:
     if isinstance(e, CheckpointException) and getattr(e, "failures", None):
         e = next(iter(e.failures.values()))
         e = getattr(e, "exception", e)
+        if isinstance(e, tuple) and e and isinstance(e[0], BaseException):  # (exception, traceback) in torch 2.x
+            e = e[0]
     if isinstance(e, OSError) and e.strerror:
         return f"{e.strerror}" + (f" ({e.filename})" if e.filename else "")
     text = str(e).strip().splitlines()
+    if "unexpected pos" in str(e):  # torch's zip writer, its file cut short under it
+        return "a file could not be written whole (disk full, or a file-size limit)"
     return f"{type(e).__name__}: {(text[0] if text else '')[:200]}"
 
 
