@@ -239,3 +239,12 @@ def test_a_tampered_cache_entry_is_unreadable_or_renamed_by_its_fields(tmp_path,
     open(p, "w").write(json.dumps(d))
     rec, why = load_tuned(net, CPU)
     assert rec is None and "fp8_min_dim='big'" in why and "unreadable" in why
+
+
+# --- Minor: plan flags that are empty --------------------------------------------------------------------
+
+@pytest.mark.parametrize("flag", ["--precision", "--sharding", "--checkpointing"])
+def test_an_empty_plan_list_flag_is_one_line_not_all_of_them(capsys, flag):
+    assert main(["plan", "--model", "llama3-8b", flag, ""]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{flag} '' names an empty value" in err

@@ -157,6 +157,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             model = dataclasses.replace(model, qk_norm=True)
         if args.micro_batch is not None:
             setup["micro_batch"] = args.micro_batch
+        for flag, v in (("--precision", args.precision), ("--sharding", args.sharding),
+                        ("--checkpointing", args.checkpointing)):  # '' meant "all of them", silently
+            if v is not None and not all(x.strip() for x in v.split(",")):
+                raise UserError(f"{flag} {v!r} names an empty value: pass a comma list without empty items, or leave "
+                                f"{flag} out for all of them")
         shardings = args.sharding.split(",") if args.sharding else None
         if args.zero:
             shardings = [{1: "zero1", 2: "zero2", 3: "fsdp"}[args.zero]]
