@@ -248,3 +248,20 @@ def test_an_empty_plan_list_flag_is_one_line_not_all_of_them(capsys, flag):
     assert main(["plan", "--model", "llama3-8b", flag, ""]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{flag} '' names an empty value" in err
+
+
+# --- Minor: a figure near 1e308 in `report` -----------------------------------------------------------------
+
+def test_a_huge_figure_in_report_is_our_one_line_note_not_matplotlibs_warnings(tmp_path, capsys):
+    import os
+    import warnings
+
+    d = json.load(open(os.path.join(os.path.dirname(__file__), "data", "bench_cpu_quick.json")))
+    for m in d["configs"][1]["models"].values():
+        m["speedup"], m["speedup_ci"] = 1e308, [1e308, 1e308]
+    (tmp_path / "results.json").write_text(json.dumps(d))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert main(["report", str(tmp_path)]) == 0
+    assert not [w for w in seen if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in seen]
+    assert "could not draw speedup.png: overflow" in capsys.readouterr().out

@@ -165,7 +165,11 @@ def write_report(res: dict, out_dir: str) -> str:
                              f"<td>{e(d['reason'])}</td></tr>")
             parts.append("</table>")
     try:
-        parts += _plots(res)
+        import warnings
+
+        with warnings.catch_warnings():  # huge figures overflow matplotlib's ticks: our note, not its warning
+            warnings.simplefilter("error", RuntimeWarning)
+            parts += _plots(res)
     except Exception as ex:  # a plot must never cost the results
         parts.append(f"<p class='note'>plots unavailable: {e(str(ex))}</p>")
     parts.append("</body></html>")
