@@ -265,3 +265,21 @@ def test_a_huge_figure_in_report_is_our_one_line_note_not_matplotlibs_warnings(t
         assert main(["report", str(tmp_path)]) == 0
     assert not [w for w in seen if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in seen]
     assert "could not draw speedup.png: overflow" in capsys.readouterr().out
+
+
+# --- Minor: the threads a model sets itself are the threads recorded ------------------------------------------
+
+@pytest.mark.slow  # one real tune of the baseline (~20 s)
+def test_tune_records_the_threads_the_model_set_not_the_planned_ones(tmp_path, monkeypatch, capsys):
+    import overdrive
+
+    overdrive.get_env()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "m.py").write_text(USER_CODE.replace("    torch.manual_seed(0)\n",
+                                                     "    torch.manual_seed(0)\n    torch.set_num_threads(7)\n"))
+    m = str(tmp_path / "m.py")
+    rc = main(["tune", f"{m}:model", "--batch", f"{m}:batch", "--loss", f"{m}:loss", "--budget-s", "40",
+               "--candidates", "fp32", "--out", str(tmp_path / "o")])
+    assert rc == 0, capsys.readouterr().err
+    t = json.loads((tmp_path / "o" / "results.json").read_text())["threads"]
+    assert t["threads"] == 7 and t["planned"] != 7 and t["source"].startswith("the model")

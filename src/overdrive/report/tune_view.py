@@ -26,7 +26,8 @@ def measured_line(res: dict) -> str:
         bits.append(f"load {n['load_1min']:.1f} on {n.get('cores')} cores")
     t = res.get("threads") or {}
     if t:
-        bits.append(f"{t['threads']} torch thread(s) per worker ({'--threads' if t.get('source') == 'user' else 'auto'})")
+        how = {"user": "--threads", "auto": "auto"}.get(t.get("source"), str(t.get("source")))
+        bits.append(f"{t['threads']} torch thread(s) per worker ({how})")
     return "; ".join(bits)
 
 

@@ -185,7 +185,7 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
             "rounds_stop": s.stop_reason, "baseline": base.cand.name, "signature": base.signature,
             "fingerprint": machine_fingerprint(env), "tolerance": tolerance.describe(),
             "memory_limit": s.memory_note, "cpu": env.platform.get("cpu", {}).get("model"),
-            "gpu": env.gpus[0].name if env.gpus else None, "threads": s.plan.to_dict(),
+            "gpu": env.gpus[0].name if env.gpus else None, "threads": _threads_ran(s),
             "torch": env.torch.get("version"), "confident": confident, "flops": flops.to_dict(),
             "noise": {"aa": floor.to_dict() if floor else None, "too_busy": busy,
                       "load_1min": max((x for x in s.load if x is not None), default=None), "cores": s.plan.cores,
@@ -205,6 +205,15 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
     if out:
         res.save(out)
     return res
+
+
+def _threads_ran(s) -> dict:
+    """The thread plan, with the count the workers really stepped with when the model set its own."""
+    t = s.plan.to_dict()
+    ran = s.runs[0].threads if s.runs else None
+    if isinstance(ran, int) and ran != t["threads"]:
+        t.update(threads=ran, planned=t["threads"], source="the model (it sets torch's threads when built)")
+    return t
 
 
 def _row(r: Run, base: Run, env: EnvReport, floor=None) -> dict:

@@ -85,6 +85,8 @@ class Run:
     memory: dict | None = None
     safety: SafetyResult | None = None
     worker: Worker | None = None
+    threads: int | None = None
+    """The torch threads its worker stepped with (the plan's, unless the user's model set its own)."""
 
     @property
     def live(self) -> bool:
@@ -222,6 +224,7 @@ class Session:
             self._failed(run, reply, "set-up did not finish within the budget")
         else:
             run.setup_s, run.conversions = reply["setup_s"], reply.get("conversions", {})
+            run.threads = reply.get("threads")
             run.signature = reply.get("signature")
 
     def _record(self, run: Run, steps: list[dict], *, timed: bool) -> None:
