@@ -20,6 +20,7 @@ ARG_ERRORS = {
     "train": ["train"],
     "export": ["export", "--model", "nope"],
     "tune": ["tune", "--budget-s", "soon"],
+    "emit": ["emit", "tuned"],
 }
 HEAVY = ("torch", "matplotlib", "transformers", "torchao", "onnx")
 
