@@ -43,6 +43,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
           f"{b.get('source', 'given')}): " + ", ".join(rep["files"]))
     if b.get("note"):
         print(f"note: {b['note']}")
+    for line in rep.get("shapes") or []:
+        print(line)
     print("round-trip max abs error vs eager: " + ", ".join(f"{k} {v:.2g}" for k, v in rep["checks"].items()))
     for m in rep.get("triton_check") or []:
         print(f"Triton repository read as Triton reads it: {m['name']}/ (name = folder, version "

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from overdrive.io import write_atomic
+from overdrive.serve.triton_config import triton_config
 
 __all__ = ["export_for_serving", "ExportError", "triton_config", "slo_batch_from", "batching_from", "export_onnx",
            "click_inputs", "default_batching", "ort_session"]
@@ -233,13 +234,10 @@ def _user(factory: str, inputs: str | None, weights: str | None, dynamic: list[s
                               "batcher would change its answers (e.g. a mean over the batch, batch norm in train mode)")
     spec = {"inputs": [(n, [-1 if a + 1 in dyn[n] else d for a, d in enumerate(t.shape[1:])],
                         _triton_type(t, f"input {n}")) for n, t in zip(names, ex)],
-            "outputs": [(f"output{i}" if len(outs) > 1 else "output", [d for d in t.shape[1:]] or [1],
+            # a (B,) output keeps its shape: [] here is dims [ 1 ] with reshape [ ] in config.pbtxt
+            "outputs": [(f"output{i}" if len(outs) > 1 else "output", [d for d in t.shape[1:]],
                          _triton_type(t, f"output {i}")) for i, t in enumerate(outs)]}
-    if any(t.dim() == 1 for t in outs):  # (B,) outputs: Triton wants at least one non-batch dim
-        module = _Unsqueeze(model).eval()
-    else:
-        module = model
-    return module, fn, spec, dyn
+    return model, fn, spec, dyn
 
 
 @dataclass
@@ -327,20 +325,6 @@ def user_served_model(factory: str, inputs: str | None, *, dynamic: list[str] | 
                        model_identity(factory, inputs, dynamic, resolved=dyn))
 
 
-class _Unsqueeze(nn.Module):
-    """(B,) outputs as (B, 1): a batched Triton model needs one non-batch dimension per output."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, *xs):
-        out = self.model(*xs)
-        if isinstance(out, torch.Tensor):
-            return out.unsqueeze(1) if out.dim() == 1 else out
-        return tuple(o.unsqueeze(1) if o.dim() == 1 else o for o in out)
-
-
 def _dims(dynamic: dict, max_batch: int, limits: dict | None = None) -> tuple:
     """torch.export Dims: the batch up to max_batch (at least 2: the example batch), others up to their
     limit if the model has one (a GPT's sequence: its block size)."""
@@ -353,8 +337,9 @@ def _dims(dynamic: dict, max_batch: int, limits: dict | None = None) -> tuple:
 
 
 def _shapes_for(module: nn.Module, dims: tuple) -> tuple:
-    """torch.export wants one dynamic-shape entry per parameter of forward: forward(*xs) has one, a tuple."""
-    return (dims,) if isinstance(module, _Unsqueeze) else dims
+    """torch.export wants one dynamic-shape entry per parameter of forward (the served modules take their
+    inputs as named parameters, one per input)."""
+    return dims
 
 
 def _as_tuple(x) -> tuple:
@@ -381,34 +366,6 @@ def default_batching(max_batch: int) -> dict:
     """Triton's own defaults (no preferred sizes, no delay): what `export` writes when nothing was measured."""
     return {"max_batch_size": max_batch, "preferred_batch_size": [], "max_queue_delay_us": 0, "instances": 1,
             "source": "Triton's defaults (not measured): pass --slo-from DIR of `overdrive bench --workload inference`"}
-
-
-def triton_config(name: str, platform: str, spec: dict, batching: dict | int, *, kind: str = "KIND_CPU") -> str:
-    """config.pbtxt: the I/O with dims (-1 = dynamic, batch excluded), dynamic_batching and instance_group."""
-    b = default_batching(batching) if isinstance(batching, int) else batching
-
-    def dims(d):
-        return "[ " + ", ".join(str(x) for x in d) + " ]"
-
-    # A per-request scalar (the model takes shape (batch,)): Triton wants dims, so [ 1 ] reshaped to [ ].
-    ins = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: {dims(d)} }}' if d else
-                     f'  {{ name: "{n}" data_type: {t} dims: [ 1 ] reshape: {{ shape: [ ] }} }}'
-                     for n, d, t in spec["inputs"])
-    outs = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: {dims(d)} }}' for n, d, t in spec["outputs"])
-    pref = b.get("preferred_batch_size") or []
-    db = ([f"  preferred_batch_size: [ {', '.join(map(str, pref))} ]"] if pref else []) + \
-        [f"  max_queue_delay_microseconds: {int(b.get('max_queue_delay_us', 0))}"]
-    src = b.get("source")
-    # The ONNX Runtime backend's own thread pools (onnxruntime_backend: parameters intra_op_thread_count,
-    # inter_op_thread_count), set to what was measured: unset, it takes every core.
-    params = "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in
-                     (("intra_op_thread_count", b.get("threads")), ("inter_op_thread_count", 1))
-                     if platform == "onnxruntime_onnx" and b.get("threads"))
-    return ((f"# {src}\n" if src else "") +
-            f'name: "{name}"\nplatform: "{platform}"\nmax_batch_size: {int(b["max_batch_size"])}\n'
-            f"input [\n{ins}\n]\noutput [\n{outs}\n]\n"
-            "dynamic_batching {\n" + "\n".join(db) + "\n}\n"
-            f"instance_group [ {{ count: {int(b.get('instances', 1))} kind: {kind} }} ]\n" + params)
 
 
 def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, model: dict | None = None) -> dict:
@@ -595,7 +552,9 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
         name = "click_model" if kind == "recsys" else f"gpt_{size.replace('-', '_')}"
     os.makedirs(out_dir, exist_ok=True)
     report: dict = {"kind": kind, "name": name, "max_batch": mb, "batching": batching, "files": [], "checks": {},
-                    "spec": spec}
+                    "spec": spec, "shapes": [f"output {n!r}: the model returns (B,) and the exported files keep it; "
+                                             "Triton returns it as (B, 1) (config.pbtxt: dims [ 1 ], reshape [ ])"
+                                             for n, d, _ in spec["outputs"] if not d]}
     # The example batch is min(8, max(2, max_batch)): never 1 (torch.export would specialise a size-1 dim), so it
     # may exceed a max_batch of 1; the exported batch dim then goes up to 2. The check uses another batch (and
     # variant 1 of the other dims: a longer bag, a shorter prompt) than the example, to prove the dims are dynamic.
