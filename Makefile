@@ -49,9 +49,9 @@ endif
 
 $(DEV): pyproject.toml $(BASE)
 ifeq ($(MODE),system)
-	$(PIP) install -q --no-build-isolation -e ".[dev,hf,torchao,export]" || $(PY) -c "import pytest" || { echo "make: no pytest here and pip cannot install it (offline?)"; exit 2; }
+	$(PIP) install -q --no-build-isolation -e ".[dev,hf,torchao,export,triton]" || $(PY) -c "import pytest" || { echo "make: no pytest here and pip cannot install it (offline?)"; exit 2; }
 else
-	$(PIP) install -q -e ".[dev,hf,torchao,export,liger]"
+	$(PIP) install -q -e ".[dev,hf,torchao,export,liger,triton]"
 endif
 	touch $@
 

