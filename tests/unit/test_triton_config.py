@@ -92,3 +92,21 @@ def test_a_user_model_returning_batch_only_is_not_reshaped_silently(tmp_path):
     assert served.spec["outputs"] == [("output", [], "TYPE_FP32")]
     out = parse_config(triton_config("make", "onnxruntime_onnx", served.spec, 8)).output[0]
     assert list(out.dims) == [1] and list(out.reshape.shape) == [] and out.HasField("reshape")
+
+
+def test_slo_from_prefers_the_real_server_result(tmp_path):
+    path = _results(tmp_path)
+    res = json.loads((tmp_path / "results.json").read_text())
+    res["triton"] = {"status": "ok", "measured_rate": 850.0, "simulated_rate": 1000.0, "setting": {
+        "max_batch_size": 32, "preferred_batch_size": [16, 32], "max_queue_delay_us": 250, "instances": 1,
+        "kind": "KIND_CPU"}}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    b = batching_from(path, "recsys")
+    assert b["source"].startswith("measured on a real tritonserver") and "850 req/s" in b["source"]
+    assert b["max_batch_size"] == 32 and b["threads"] == 1
+    res["triton"]["measured_rate"] = "9\ninstance_group [ ]"  # tampered: refused, nothing written
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    from overdrive.serve.export import ExportError
+
+    with pytest.raises(ExportError, match="not one a bench writes"):
+        batching_from(path, "recsys")

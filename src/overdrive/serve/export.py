@@ -410,6 +410,9 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, mode
                            + (f"(holds {got['best']['held']:,.0f} in 90% of resamples) "
                               if got["best"].get("held") is not None else "")
                            + f"req/s at p99 <= {slo:g} ms (overdrive bench, {res.get('created')})")
+            real = _real_server_source(res, slo, path)
+            if real:  # a real tritonserver ran this setting: its measured rate is the evidence, not the simulation's
+                c = {**_valid_setting(res["triton"].get("setting"), path), "threads": c["threads"], "source": real}
             # Another engine surely faster (its interval's lower end above ONNX Runtime's upper end): say so,
             # the repository still serves what was asked for (the ONNX model on onnxruntime).
             faster = [(n, r) for n, r in serving.items() if not n.startswith(engine) and isinstance(r, dict)
@@ -429,6 +432,24 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, mode
     if not b:
         raise ExportError(f"--slo-from {path}: no batch met the SLO for {workload}; pass --max-batch")
     return {**default_batching(int(b)), "source": f"measured: the largest fixed batch with p99 <= {slo:g} ms"}
+
+
+def _real_server_source(res: dict, slo: float, path: str) -> str | None:
+    """Where a bench also ran a real tritonserver (`--server triton`): what it measured, in words."""
+    t = res.get("triton")
+    if not isinstance(t, dict) or t.get("status") != "ok":
+        return None
+
+    def num(x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and x >= 0
+
+    got, sim = t.get("measured_rate"), t.get("simulated_rate")
+    if not num(sim) or not (got is None or num(got)):
+        raise ExportError(f"--slo-from {path}: its real-server result is not one a bench writes (rates "
+                          f"{got!r}, {sim!r}); re-run the bench")
+    met = f"highest rate {got:,.0f} req/s" if got is not None else "no rate tried"
+    return (f"measured on a real tritonserver (python backend, ONNX Runtime): {met} at p99 <= {slo:g} ms with every "
+            f"request answered, simulated {sim:,.0f} (overdrive bench --server triton, {res.get('created')})")
 
 
 MAX_BATCH = 65536
@@ -618,5 +639,11 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
         onnx_files = [os.path.join(repo, "1", f) for f in ["model.onnx", *_external_data(model_file)]]
         report["files"] += write_local_variant(out_dir, name, spec, batching, onnx_files,
                                                kind="KIND_GPU" if batching.get("kind") == "KIND_GPU" else "KIND_CPU")
+        from overdrive.serve.triton_local import load_in_server
+
+        report["triton_server_check"] = load_in_server(out_dir)
+        if report["triton_server_check"].get("ready") is False:
+            raise ExportError(f"tritonserver did not load {out_dir}/triton_local: "
+                              f"{report['triton_server_check'].get('error')}")
     write_atomic(os.path.join(out_dir, "export.json"), json.dumps(report, indent=1))
     return report

@@ -27,7 +27,7 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 
-__all__ = ["TritonEnvError", "TritonEnv", "unavailable_reason", "ensure_env", "env_dir", "PYTRITON"]
+__all__ = ["TritonEnvError", "TritonEnv", "unavailable_reason", "ensure_env", "ready_env", "env_dir", "PYTRITON"]
 
 PYTRITON = "nvidia-pytriton==0.7.0"
 """The wheel the server binary comes from (tritonserver 2.51, python backend, stubs for Python 3.8-3.13)."""
@@ -129,6 +129,12 @@ def _make(root: str, say) -> None:
     so = os.path.join(libdir or "", f"{ldlib}.1.0" if ldlib and ldlib.endswith(".so") else ldlib or "")
     if os.path.isfile(so):  # the stub finds this Python's libpython first (<env>/lib leads LD_LIBRARY_PATH)
         os.symlink(so, os.path.join(root, "lib", os.path.basename(so)))
+
+
+def ready_env() -> TritonEnv | None:
+    """The server's environment if it was already made here (nothing installed), else None."""
+    root = env_dir()
+    return _paths(root) if unavailable_reason() is None and os.path.isfile(os.path.join(root, ".complete")) else None
 
 
 def ensure_env(*, say=print) -> TritonEnv:

@@ -16,7 +16,7 @@ import os
 
 from overdrive.io import write_atomic
 
-__all__ = ["LOCAL_DIR", "PRODUCTION", "LOCAL", "write_local_variant", "find_local_repository"]
+__all__ = ["LOCAL_DIR", "PRODUCTION", "LOCAL", "write_local_variant", "find_local_repository", "load_in_server"]
 
 LOCAL_DIR = "triton_local"
 PRODUCTION = ("production: the ONNX Runtime backend of Triton's container (onnxruntime_onnx); the same model.onnx "
@@ -82,3 +82,24 @@ def find_local_repository(path: str) -> str:
             raise UserError(f"{cfg_path}: {cfg.platform or cfg.backend or 'this model'} needs Triton's container (the "
                             f"tritonserver here has the python backend only); {hint}")
     return path
+
+
+def load_in_server(out_dir: str) -> dict:
+    """The repository check by the server itself: tritonserver loads triton_local/ and every model must be
+    READY in /v2/repository/index. Runs where the server's environment is already made (export installs
+    nothing); else says how to get the check."""
+    from overdrive.serve.triton_env import ready_env, unavailable_reason
+    from overdrive.serve.triton_server import TritonServer, TritonServerError
+
+    why = unavailable_reason()
+    env = None if why else ready_env()
+    if env is None:
+        return {"ran": False, "why": why or "the server's environment is not made yet: `overdrive serve "
+                f"{out_dir}` makes it once and loads this repository"}
+    try:
+        with TritonServer(os.path.join(out_dir, LOCAL_DIR), env=env) as s:
+            models = s.index()
+    except TritonServerError as e:
+        return {"ran": True, "ready": False, "error": str(e).splitlines()[0]}
+    return {"ran": True, "ready": all(m.get("state") == "READY" for m in models),
+            "models": [f"{m['name']} v{m['version']} {m['state']}" for m in models]}
