@@ -6,7 +6,9 @@
 #   inference only while time is left; each step under its own `timeout`, capped by what is left of
 #   BUDGET; every step's output appended under $OUT as it runs, so a killed check still returns what
 #   it did. At most 8 files come back from $OUT (2 folders deep): log.txt, steps.tsv, doctor.json,
-#   gpu_tests.xml, results.tar.gz (re-packed after each step).
+#   gpu_tests.tsv (one line per test as it ends: a killed pytest still says what passed), gpu_tests.xml,
+#   results.tar.gz (re-packed after each step: each step's own log under logs/, the bench's results.json,
+#   which it rewrites at every look, tune's and inference's folders).
 #
 # torchao and liger-kernel travel as wheels (no index there): before the call, here,
 #   mkdir -p .whl && cp ../shared/wheels-py312/*.whl .whl/      (.whl/ is git-ignored; carry ".whl")
@@ -29,7 +31,7 @@ start=$(now)
 status=0
 : > "$LOG"
 printf 'step\tlimit_s\tseconds\trc\tstatus\n' > "$STEPS"
-rm -rf "$RES" && mkdir -p "$RES"
+rm -rf "$RES" && mkdir -p "$RES/logs"
 
 pack() {  # what the finished steps wrote, in one file that comes back even if a later step is killed
   [ -n "$FAKE" ] && return 0
@@ -59,8 +61,9 @@ step() {
     FAKE_NOW=$(( FAKE_NOW + took ))
     echo "would run: $*" >> "$LOG"
   else
-    timeout --kill-after=5 "$limit" "$@" >> "$LOG" 2>&1
-    rc=$?
+    # its own log in the packed results as it runs, and the shared log.txt
+    timeout --kill-after=5 "$limit" "$@" 2>&1 | tee "$RES/logs/$name.log" >> "$LOG"
+    rc=${PIPESTATUS[0]}
   fi
   local secs=$(( $(now) - t0 )) st=ok
   [ "$rc" -eq 0 ] || st=$([ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && echo "timed out" || echo "failed")
@@ -81,7 +84,7 @@ fi
 # then tune and inference are skipped; tests/unit/test_gpu_check_plan.py checks this with fake timings.
 step setup 40 30 1 -- bash -c "$WHEELS && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv"
 step doctor 75 50 1 -- bash -c "'$PY' -m overdrive doctor --json > '$OUT/doctor.json'"
-step gpu_tests 160 120 1 -- "$PY" -m pytest -v -m gpu tests/gpu -p no:cacheprovider --durations=15 \
+step gpu_tests 160 120 1 -- env OVERDRIVE_TEST_LOG="$OUT/gpu_tests.tsv" "$PY" -m pytest -v -m gpu tests/gpu -p no:cacheprovider --durations=15 \
   -o junit_family=xunit2 --junitxml="$OUT/gpu_tests.xml"
 # Short bench: bf16 eager and compiled, FP8 under compile (torchao from the wheel on SM 9.0), 3 timed
 # rounds, no micro-benchmarks; the suite's own 90 s round budget sits inside this limit with the

@@ -170,3 +170,32 @@ def test_fsdp_with_compile_per_block_trains_like_eager(one_rank):
         if mode == "default":
             assert all(b._compiled_call_impl is not None for b in model.blocks)
     assert losses["default"] == pytest.approx(losses["off"], rel=1e-4, abs=1e-5)
+
+
+def test_the_teacher_is_sharded_and_cast_like_the_student_under_fsdp(one_rank):
+    """Under FSDP2 + bf16 the student's autocast is off (FSDP casts its parameters): a teacher left as it
+    was ran a full fp32 forward on every rank each micro-step. It is sharded like the student, in bf16."""
+    from torch.distributed.fsdp import FSDPModule
+
+    from overdrive.convert.apply import prepare_teacher
+
+    torch.manual_seed(0)
+    student, teacher = GPT(gpt_config("tiny", n_embd=32, n_head=2)), GPT(gpt_config("tiny", n_embd=64, n_head=2))
+    x = torch.randint(0, teacher.config.vocab_size, (2, 16))
+    with torch.no_grad():
+        ref = teacher(x)[0].float()
+    applied = apply_recipe(student, resolve("amp-bf16", CPU), fsdp=True, world=1)
+    assert applied.autocast_dtype is None  # the student's forward gets no autocast: FSDP casts instead
+    what = prepare_teacher(teacher, applied)
+    assert "sharded" in what and "bfloat16" in what
+    assert isinstance(teacher, FSDPModule) and all(isinstance(b, FSDPModule) for b in teacher.blocks)
+    assert not any(p.requires_grad for p in teacher.parameters())
+    with torch.no_grad(), applied.autocast():
+        got = teacher(x)[0]
+    assert got.dtype == torch.bfloat16  # computed in the recipe's dtype, not fp32
+    rel = ((got.float() - ref).norm() / ref.norm()).item()
+    assert rel < 3e-2, rel  # bf16 against the fp32 teacher
+    # Without FSDP: replicated, run under the student's autocast (on in that case)
+    plain = apply_recipe(GPT(gpt_config("tiny", n_embd=32, n_head=2)), resolve("amp-bf16", CPU))
+    assert "replicated" in prepare_teacher(GPT(gpt_config("tiny", n_embd=32, n_head=2)), plain)
+    assert plain.autocast_dtype == torch.bfloat16

@@ -224,3 +224,36 @@ def test_the_worker_reports_what_the_applier_ran_per_model():
     reply = conn.recv()
     assert "error" not in reply, reply
     assert {r: a["precision"] for r, a in reply["applied"].items()} == {"teacher": "bf16", "student": "bf16"}
+
+
+def test_results_are_written_at_every_look_and_warm_ups_overlap(tmp_path, monkeypatch):
+    """A bench killed by a time limit still leaves what it measured: at each look the results so far
+    (marked partial, no verdict) go to results.json, schema-valid. Every worker's warm-up is sent before
+    any is collected (their compiles overlap), as their setups are."""
+    import json
+
+    from overdrive.bench import load_results, runner, save_results
+
+    batches = []
+    real = runner.call_all
+    monkeypatch.setattr(runner, "call_all", lambda ws, msgs, t: batches.append(msgs) or real(ws, msgs, t))
+
+    seen = []
+
+    def partial(doc):
+        save_results(doc, str(tmp_path))
+        seen.append(load_results(str(tmp_path)))
+
+    suite = dataclasses.replace(TINY, rounds=2, min_rounds=2, max_rounds=4)
+    final = run_bench(suite.with_candidates((BASELINE, FUSED)), env=CPU, on_partial=partial, **FAST)
+    assert seen, "no results written before the end"
+    first = seen[0]
+    assert first["partial"]["rounds"] == first["schedule"]["rounds_run"] >= 2
+    assert first["recommendation"]["name"] is None and "partial" in first["recommendation"]["text"]
+    base = next(c for c in first["configs"] if c["baseline"])
+    assert len(base["raw"]["rounds_ms"]) == first["partial"]["rounds"] and base["first_step_s"] > 0
+    assert all(c["safe"] is None for c in first["configs"])  # quality is never judged mid-run
+    assert "partial" not in final and all(c["first_step_s"] > 0 for c in final["configs"])
+    assert json.loads(json.dumps(final))["schedule"]["rounds_run"] >= first["partial"]["rounds"]
+    warm = [m for m in batches if m and m[0] == ("run", 1)]
+    assert warm and len(warm[0]) == 3  # baseline, fp32-fused and the A/A twin at once

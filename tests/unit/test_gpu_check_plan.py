@@ -73,7 +73,28 @@ def test_random_timings_never_break_the_budget(tmp_path):
 
 def test_the_script_limits_and_writes_each_step_as_it_goes():
     text = SCRIPT.read_text()
-    assert 'timeout --kill-after=5 "$limit" "$@" >> "$LOG"' in text  # each real step under its own timeout
+    # each real step under its own timeout, its output in its own log (packed after every step) and log.txt
+    assert 'timeout --kill-after=5 "$limit" "$@" 2>&1 | tee "$RES/logs/$name.log" >> "$LOG"' in text
+    assert "rc=${PIPESTATUS[0]}" in text  # the step's status, not tee's
+    assert 'OVERDRIVE_TEST_LOG="$OUT/gpu_tests.tsv"' in text  # each GPU test's outcome as it ends
     assert text.index("step gpu_tests") < text.index("step bench") < text.index("step tune")
     assert "--no-micro" in text and "pytest -v -m gpu tests/gpu" in text
     assert text.count("\nstep ") == len(ORDER)
+
+
+def test_a_real_run_records_each_steps_own_status_and_log(tmp_path):
+    """Not faked: every step really runs (PYTHON=false: each fails at once) through the tee into its own
+    log; the status recorded is the step's (rc 1), never tee's 0, and the packed results hold the logs."""
+    import tarfile
+
+    out, res = tmp_path / "out", tmp_path / "res"
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(out), "PYTHON": "false", "GPU_CHECK_RES": str(res), "BUDGET": "400"}
+    r = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=120)
+    rows = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()[1:]]
+    by = {row[0]: row for row in rows}
+    for name in ("doctor", "gpu_tests", "bench", "tune", "inference"):
+        assert by[name][3] == "1" and by[name][4] == "failed", by[name]
+    assert r.returncode == 1
+    with tarfile.open(out / "results.tar.gz") as tar:
+        names = tar.getnames()
+    assert {f"./logs/{n}.log" for n in ORDER} <= set(names), names

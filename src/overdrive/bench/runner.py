@@ -218,15 +218,16 @@ def _plan(suite: Suite, env: EnvReport, inject: dict) -> list[ConfigRun]:
 
 def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int = 0, threads: int | None = None,
             progress=None, step_timeout: float = 600.0, inject: dict | None = None,
-            isolate: bool = True) -> tuple[list[ConfigRun], Schedule]:
+            isolate: bool = True, on_look=None) -> tuple[list[ConfigRun], Schedule]:
     """Set up all distinct configurations, warm them up, run the timed rounds, top up to the parity
-    step. `inject` (tests only): candidate name -> faults/settings its worker applies
+    step. `on_look(runs, schedule, rounds)` is called at every look (the runs so far, the A/A twin
+    among them). `inject` (tests only): candidate name -> faults/settings its worker applies
     (fail_at_step, lr_scale, alloc_mb, slow, noise_ms). `isolate=False` runs the workers in this
     process, one after the other (tests; no per-process memory)."""
     runs: list[ConfigRun] = []
     try:
         return _run_e2e(runs, suite, env, data=data, seed=seed, threads=threads, progress=progress,
-                        step_timeout=step_timeout, inject=inject or {}, isolate=isolate)
+                        step_timeout=step_timeout, inject=inject or {}, isolate=isolate, on_look=on_look)
     finally:  # SIGTERM (SystemExit), Ctrl-C or a crash here: no worker outlives the bench
         for run in runs:  # every worker still alive here is killed at once, then reaped
             if run.worker is not None:
@@ -241,7 +242,7 @@ def _twin_of(baseline: ConfigRun | None) -> ConfigRun | None:
 
 
 def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed, threads, progress, step_timeout,
-             inject, isolate) -> tuple[list[ConfigRun], Schedule]:
+             inject, isolate, on_look) -> tuple[list[ConfigRun], Schedule]:
     runs.extend(_plan(suite, env, inject))
     sched = Schedule(rounds_planned=suite.rounds, budget_s=suite.budget_s, parity_steps=suite.parity_steps)
     baseline = next((r for r in runs if r.cand.baseline), None)
@@ -280,18 +281,19 @@ def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed,
                 run.applied = reply.get("applied")
         tick(f"set up {run.cand.name}")
 
-    # Warm-up: the first step carries compilation and allocator growth; timed apart, never judged.
-    for run in runs:
-        if run.live:
-            t0 = time.perf_counter()
-            reply = _call(run, ("run", 1), step_timeout)
+    # Warm-up: the first step carries compilation and allocator growth; timed apart, never judged. Every
+    # worker warms up at once (their compiles overlap, as their setups did: one after another, two cold
+    # compiles of a GPT cost minutes); no timed round starts until all are done.
+    for n in (1, suite.warmup - 1):
+        live = [r for r in runs if r.live]
+        if n < 1 or not live:
+            continue
+        for run, reply in zip(live, _call_all(live, lambda r, n=n: ("run", n), step_timeout)):
             if reply:
-                run.first_step_s = time.perf_counter() - t0
+                if run.first_step_s is None:  # the worker's own clock: replies are collected in turn
+                    run.first_step_s = sum(reply["steps"][0][f"{r}_ms"] for r in run.roles) / 1e3
                 _record(run, reply["steps"], kind="warmup")
-            if run.live and suite.warmup > 1:
-                reply = _call(run, ("run", suite.warmup - 1), step_timeout)
-                if reply:
-                    _record(run, reply["steps"], kind="warmup")
+    for run in runs:
         tick(f"warm up {run.cand.name}")
 
     t_rounds = time.perf_counter()
@@ -329,6 +331,9 @@ def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed,
         per_round, t_last[0] = now - t_last[0], now
         if done not in sched.looks:
             return False
+        if on_look is not None:
+            sched.rounds_run = done
+            on_look(runs, sched, done)
         if not any(r.live for r in runs if r is not baseline and not r.twin):
             sched.stop_reason = f"no configuration left to measure against the baseline after {done} rounds"
             return True

@@ -122,7 +122,7 @@ def _bench(args: argparse.Namespace, held: list) -> int:
                   TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), console=console, transient=not console.is_terminal) as progress:
         results = run_bench(suite, env=env, data=args.data, seed=args.seed, micro=not args.no_micro,
-                            progress=progress)
+                            progress=progress, on_partial=_partial_writer(args.out))
     render_bench(results, console)
     if args.out:
         _write_report(results, args.out, console)
@@ -185,6 +185,16 @@ def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
             files += [f for f in [write_triton_plot(r, args.out)] if f]
         console.print(escape(f"wrote {args.out}/results.json and " + ", ".join(os.path.basename(f) for f in files)))
     return 0
+
+
+def _partial_writer(out: str | None):
+    """results.json and .csv at every look, so a bench killed later (a time limit, a lost machine)
+    still leaves what it measured; the finished bench overwrites them and adds the report."""
+    if not out:
+        return None
+    from overdrive.bench import save_results
+
+    return lambda results: save_results(results, out)
 
 
 def _write_report(results: dict, out: str, console) -> None:

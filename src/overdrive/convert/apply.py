@@ -31,7 +31,7 @@ from overdrive.convert.swap import LayerDecision
 from overdrive.recipes import Decision, ResolvedRecipe
 from overdrive.recipes.resolve import TE_AC_CONFLICT
 
-__all__ = ["apply_recipe", "Applied", "optimizer_under_fsdp", "wrap_forward_in"]
+__all__ = ["apply_recipe", "Applied", "optimizer_under_fsdp", "prepare_teacher", "wrap_forward_in"]
 
 
 @dataclass
@@ -157,6 +157,24 @@ def _shard(model: nn.Module, autocast_dtype: str | None) -> list[str]:
             done.append(f"{fqn}.{i}" if fqn else str(i))
     fully_shard(model, mp_policy=mp)
     return done + [""]
+
+
+def prepare_teacher(teacher: nn.Module, applied: Applied) -> str:
+    """A frozen distillation teacher beside the student `applied` was made for; returns what was done.
+
+    Under FSDP2 the student's autocast is off (its MixedPrecisionPolicy casts the parameters), so a
+    teacher left as it was would hold a full fp32 copy on every rank and run an fp32 forward each
+    micro-step. It is sharded like the student instead (each repeated block, then the root), with the
+    same parameter dtype: 1/world of it per rank, its forward in the recipe's compute dtype. Without
+    FSDP it runs under the student's autocast context, as the loop calls it."""
+    teacher.eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    if not applied.fsdp:
+        return "teacher replicated, its forward under the student's autocast"
+    dt = applied.resolved.autocast_dtype
+    n = len(_shard(teacher, dt))
+    return f"teacher sharded by FSDP2 like the student ({n} fully_shard calls), parameters in {dt or 'float32'}"
 
 
 def apply_recipe(model: nn.Module, resolved: ResolvedRecipe, *,

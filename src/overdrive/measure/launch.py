@@ -28,13 +28,32 @@ from overdrive.measure.worker import LocalConn, Program, worker_main
 __all__ = ["Launcher", "Worker", "Failure", "call_all", "main_not_rerun", "worker_context"]
 
 
+FORK_SAFE = "overdrive.measure.fork_safe"
+"""Imported first in the fork server: its imports must not initialise CUDA (see that module)."""
+
+
+def fork_server_is_safe() -> bool:
+    """True where a fork server's imports cannot initialise the CUDA driver: a torch built without
+    CUDA, or one whose NVML counts the devices (then `is_available()` never calls `cuInit` under
+    `fork_safe`). Asked without initialising CUDA here either."""
+    import torch
+
+    if not torch.backends.cuda.is_built() or torch.version.hip:
+        return True
+    try:
+        return torch.cuda._device_count_nvml() >= 0  # -1: NVML could not count (no NVML, a bad mask)
+    except Exception:  # noqa: BLE001 — a private helper that moved: spawn, the safe choice
+        return False
+
+
 def worker_context(preload: Sequence[str] | None = None):
-    """forkserver with `preload` imported in the server where the platform has one and preload is
-    given; spawn otherwise. A preloaded module that is not installed (torchao) is skipped."""
-    if not preload or "forkserver" not in mp.get_all_start_methods():
+    """forkserver with `preload` imported in the server (after `fork_safe`) where the platform has one,
+    preload is given and the server's imports cannot initialise CUDA; spawn otherwise. A preloaded
+    module that is not installed (torchao) is skipped."""
+    if not preload or "forkserver" not in mp.get_all_start_methods() or not fork_server_is_safe():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(list(preload))
+    ctx.set_forkserver_preload([FORK_SAFE] + [m for m in preload if m != FORK_SAFE])
     return ctx
 
 

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from overdrive.checkpoint import (clean_partial_saves, latest_checkpoint, load_model_weights, resume_checkpoint,
                                   rng_state, save_checkpoint, set_rng_state, verify_checkpoint)
 from overdrive.convert import Applied, apply_recipe
+from overdrive.convert.apply import prepare_teacher
 from overdrive.data import TokenData, load_tokens
 from overdrive.env import get_env
 from overdrive.io import check_writable, write_atomic
@@ -206,6 +207,8 @@ def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hook
         model = build_model(cfg, vocab)
         applied = _prepare(model, get_recipe(t.recipe), cfg, world, device, fsdp)
         res = applied.resolved
+        if teacher is not None:
+            say(prepare_teacher(teacher, applied))
         opt = build_adamw(model, applied.optimizer, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
         scaler = applied.grad_scaler()
         stepper = TrainStep(model, opt, scaler=scaler, applied=applied, grad_clip=o.grad_clip or None,

@@ -53,6 +53,9 @@ from overdrive.tune.workload import Workload
 
 __all__ = ["Run", "Session", "measure", "GROSS_SLOWDOWN"]
 
+PRELOAD = ("torch", "overdrive.accelerate", "overdrive.tune.task", "torchao.float8")
+"""What tune's fork server imports before forking its workers (after `measure.fork_safe`)."""
+
 GROSS_SLOWDOWN = 10.0
 """During the warm-ups, a candidate this many times slower on every step is stopped at once."""
 LOOK_ROUNDS = look_rounds(4, 32, LOOKS)
@@ -116,7 +119,7 @@ class Session:
         # Forked from a server that has only imported torch and Overdrive (torchao too, where installed).
         self.launcher = Launcher(PROGRAM, plan=self.plan, grace_s=0.5, travels=(workload.model_fn, workload.batch_fn,
                                                                                  workload.loss_fn),
-                                 preload=["torch", "overdrive.accelerate", "overdrive.tune.task", "torchao.float8"])
+                                 preload=PRELOAD)
         self.twin: Run | None = None
         """The baseline's A/A twin: in the timed rounds, never a candidate."""
         self.load: list[float | None] = []
