@@ -96,7 +96,8 @@ def test_a_model_that_does_not_load_is_one_line_naming_it(tmp_path, monkeypatch)
         TritonServer(str(_local_repo(tmp_path) / "triton_local"), env=_fake(tmp_path)).start(timeout_s=20)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
+                         ids=["SIGTERM", "SIGINT"])  # ~7 s each (a subprocess importing the CLI): one in make test
 def test_serve_runs_in_the_foreground_until_a_signal_and_leaves_nothing(tmp_path, sig):
     env = _fake(tmp_path)
     out = _local_repo(tmp_path)
