@@ -23,7 +23,7 @@ def test_poisson_arrivals_have_exponential_gaps_at_the_rate():
 def test_requests_per_rate_are_bounded_and_enough_for_a_p99():
     assert requests_for(10.0) == 460  # a slow rate still sends enough for a p99 (368 + margin)
     assert requests_for(1000.0) == 4000 and requests_for(1e6) == MAX_REQUESTS
-    assert requests_for(50.0, seconds=100.0) == 500  # never more than MAX_SECONDS (10 s) of the stream
+    assert requests_for(50.0, seconds=100.0) == 1000  # never more than MAX_SECONDS (20 s) of the stream
 
 
 def _stats(success, queue_ns, infer_ns, execs, batches):
@@ -73,3 +73,10 @@ def test_the_setting_served_is_onnx_runtime_s_simulated_best():
                            "onnxruntime": {"best": {"rate": 5e4, "config": {"max_batch_size": 64, "instances": 1}}}}}
     assert ort_setting(serving) == ("onnxruntime", {"max_batch_size": 64, "instances": 1}, 5e4)
     assert ort_setting({"engines": {"eager": {"best": None}}}) is None
+
+
+def test_rate_search_stops_where_a_p99_would_outlast_the_time_bound():
+    from overdrive.serve.triton_client import MIN_RATE
+
+    assert next_rate([_pt(40, 80.0, answered_rate=30)], 5.0) == pytest.approx(MIN_RATE)  # 23 req/s, not 20
+    assert next_rate([_pt(40, 80.0), _pt(MIN_RATE, 50.0)], 5.0) is None  # the SLO met at no measurable rate

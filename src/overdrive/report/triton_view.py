@@ -31,7 +31,8 @@ def triton_lines(t: dict) -> list[str]:
     lines += [f"  failed: {n} x {why}" for why, n in fails.items()]
     for p in t["points"]:
         s, ts = p["latency_ms"], p.get("triton_stats") or {}
-        lines.append(f"  {p['rate']:>10,.0f} req/s: p50 {s['p50']:.2f} ms, p99 "
+        lines.append(f"  {p['rate']:>10,.0f} req/s: p50 " + (f"{s['p50']:.2f} ms" if s["p50"] is not None else "n/e")
+                     + ", p99 "
                      + (f"{s['p99']:.2f} ms" if s["p99"] is not None else f"not estimable ({s['note']})")
                      + f", {p['answered']}/{p['scheduled']} answered"
                      + (f"; Triton: queue {ts['queue_ms']:.2f} ms, infer {ts['compute_infer_ms']:.2f} ms per request, "

@@ -11,9 +11,12 @@ measured rate; the next one tried above it bounds it. The rate is repeated once 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import tempfile
+
+from overdrive.serve.triton_client import MIN_RATE
 
 __all__ = ["run_triton_bench", "meets", "next_rate", "ort_setting", "triton_unavailable"]
 
@@ -38,7 +41,7 @@ def next_rate(points: list[dict], slo_ms: float) -> float | None:
         last = min(bad, key=lambda p: p["rate"])
         seen = last.get("answered_rate") or 0
         r = min(last["rate"] / 2, 0.8 * seen) if seen > 0 else last["rate"] / 2
-        return r if r >= 1 else None
+        return max(r, MIN_RATE) if last["rate"] > MIN_RATE else None  # no lower: a p99 would outlast the time bound
     if hi is None:  # everything met: the simulated rate was too low for this server, go up
         return lo * 2 if lo * 2 <= 1e6 else None
     return math.sqrt(lo * hi) if hi / lo > 1.15 else None
@@ -102,8 +105,11 @@ def run_triton_bench(serving: dict, model, *, slo_ms: float, seed: int = 0, say=
     try:
         with tempfile.TemporaryDirectory(prefix="overdrive-triton-") as tmp:
             say(f"exporting the model with ONNX Runtime's simulated setting {setting} for tritonserver")
+            served = model
+            if model.identity.get("builtin"):  # the bench's click model takes inputs(batch) only: export's variant
+                served = dataclasses.replace(model, inputs=lambda b, v=0, f=model.inputs: f(b))  # check, same bag
             rep = export_for_serving("recsys" if model.identity.get("builtin") else model.identity["given"]["factory"],
-                                     tmp, batching=batching, served=model, onnx=True, server_check=False)
+                                     tmp, batching=batching, served=served, onnx=True, server_check=False)
             server = TritonServer(os.path.join(tmp, LOCAL_DIR), log_path=os.path.join(tmp, "tritonserver.log"))
             server.start()
             pgid = server.proc.pid
@@ -118,7 +124,8 @@ def run_triton_bench(serving: dict, model, *, slo_ms: float, seed: int = 0, say=
                 points.append(p)
                 say(f"  {rate:,.0f} req/s: {p['answered']}/{p['scheduled']} answered, p99 "
                     + (f"{p['latency_ms']['p99']:.2f} ms" if p["latency_ms"]["p99"] is not None else "not estimable")
-                    + (" (met)" if p["met"] else " (missed)"))
+                    + (" (met)" if p["met"] else " (missed)")
+                    + "".join(f"; {n} x {why}" for why, n in p["failed"].items()))
                 rate = next_rate(points, slo_ms)
             met = [p for p in points if p["met"]]
             top = max(met, key=lambda p: p["rate"]) if met else None

@@ -17,12 +17,16 @@ import numpy as np
 
 from overdrive.measure.percentiles import latency_summary, min_samples
 
-__all__ = ["poisson_arrivals", "requests_for", "stats_delta", "drive", "MAX_REQUESTS", "MAX_SECONDS"]
+__all__ = ["poisson_arrivals", "requests_for", "stats_delta", "drive", "MAX_REQUESTS", "MAX_SECONDS", "MIN_RATE"]
 
 MAX_REQUESTS = 6000
 """The most requests one rate sends."""
-MAX_SECONDS = 10.0
+MAX_SECONDS = 20.0
 """The longest one rate sends for; requests scheduled later are not sent (counted as such)."""
+P99_REQUESTS = int(min_samples(99) * 1.25)
+"""Requests per rate at least: 368 bound a p99; a few more leave room for a failure or two."""
+MIN_RATE = P99_REQUESTS / MAX_SECONDS
+"""The lowest rate whose p99 can be measured within MAX_SECONDS (23 req/s)."""
 
 
 def poisson_arrivals(rate: float, n: int, *, seed: int = 0) -> np.ndarray:
@@ -35,8 +39,7 @@ def poisson_arrivals(rate: float, n: int, *, seed: int = 0) -> np.ndarray:
 def requests_for(rate: float, *, seconds: float = 4.0, max_requests: int = MAX_REQUESTS) -> int:
     """Requests at one rate: `seconds` of the stream, at least enough for a p99 (and a margin), at most
     max_requests, and never more than MAX_SECONDS of the stream."""
-    need = int(min_samples(99) * 1.25)  # 368 bound a p99; a few more leave room for a failure or two
-    return int(max(need, min(rate * seconds, max_requests, rate * MAX_SECONDS)))
+    return int(max(P99_REQUESTS, min(rate * seconds, max_requests, rate * MAX_SECONDS)))
 
 
 def stats_delta(before: dict, after: dict) -> dict:
