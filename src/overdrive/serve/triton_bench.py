@@ -76,6 +76,20 @@ def _payloads(model, n: int = 64) -> list:
     return out
 
 
+def _drain(server, name: str, *, max_s: float = 15.0) -> None:
+    """Wait until Triton has no request of an earlier rate left (a client that timed out left them queued):
+    its executed count stops moving for half a second."""
+    import time
+
+    deadline, last = time.monotonic() + max_s, None
+    while time.monotonic() < deadline:
+        now = server.stats(name).get("execution_count")
+        if now == last:
+            return
+        last = now
+        time.sleep(0.5)
+
+
 def triton_unavailable() -> str | None:
     """Why a real server cannot be run here (the `triton` extra, the machine), or None."""
     import importlib.util
@@ -126,6 +140,8 @@ def run_triton_bench(serving: dict, model, *, slo_ms: float, seed: int = 0, say=
                     + (f"{p['latency_ms']['p99']:.2f} ms" if p["latency_ms"]["p99"] is not None else "not estimable")
                     + (" (met)" if p["met"] else " (missed)")
                     + "".join(f"; {n} x {why}" for why, n in p["failed"].items()))
+                if p["failed"] or p["not_sent"]:
+                    _drain(server, name)
                 rate = next_rate(points, slo_ms)
             met = [p for p in points if p["met"]]
             top = max(met, key=lambda p: p["rate"]) if met else None
