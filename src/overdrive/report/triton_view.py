@@ -24,6 +24,8 @@ def triton_lines(t: dict) -> list[str]:
              f"measured/simulated {ratio}",
              f"  requests: {q['sent']:,} sent, {q['answered']:,} answered, {q['failed']:,} failed, "
              f"{q['not_sent']:,} not sent (time bound)"]
+    if t.get("simulated_verdict", "given") != "given":
+        lines.append(f"  the simulated rate is an estimate: the simulation withheld its verdict ({t['simulated_verdict']})")
     fails = {}
     for p in t["points"]:
         for why, n in p["failed"].items():

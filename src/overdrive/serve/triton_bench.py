@@ -166,6 +166,8 @@ def run_triton_bench(serving: dict, model, *, slo_ms: float, seed: int = 0, say=
         "status": "ok", "server": "tritonserver 2.51 (nvidia-pytriton 0.7.0): python backend running the exported "
                                   "model.onnx in ONNX Runtime",
         "engine": engine, "setting": setting, "slo_ms": slo_ms, "simulated_rate": sim_rate,
+        # the simulation's own verdict on that rate: a withheld one (a busy host) is an estimate, said so
+        "simulated_verdict": ((serving.get("engines") or {}).get(engine) or {}).get("withheld") or "given",
         "measured_rate": measured, "missed_above": above,
         "ratio": measured / sim_rate if measured else None, "points": points, "aa": aa,
         "requests": {"sent": sum(p["sent"] for p in points), "answered": sum(p["answered"] for p in points),
