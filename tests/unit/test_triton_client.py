@@ -80,3 +80,22 @@ def test_rate_search_stops_where_a_p99_would_outlast_the_time_bound():
 
     assert next_rate([_pt(40, 80.0, answered_rate=30)], 5.0) == pytest.approx(MIN_RATE)  # 23 req/s, not 20
     assert next_rate([_pt(40, 80.0), _pt(MIN_RATE, 50.0)], 5.0) is None  # the SLO met at no measurable rate
+
+
+def test_the_report_names_failures_the_competing_client_and_a_withheld_simulation():
+    from overdrive.report.triton_view import triton_lines
+
+    pt = {**_pt(300, None, answered=450, scheduled=460, failed={"TimeoutError": 10}), "sent": 460, "met": False,
+          "latency_ms": {"p50": None, "p99": None, "note": "not estimable from 450 samples: p99 needs 368"},
+          "client_cpu_cores": 0.6, "server_cpu_cores": 0.5, "triton_stats": None}
+    t = {"status": "ok", "server": "tritonserver", "setting": {}, "slo_ms": 5.0, "measured_rate": None,
+         "missed_above": 300, "simulated_rate": 1000.0, "ratio": None, "simulated_verdict": "too busy to judge",
+         "requests": {"sent": 460, "answered": 450, "failed": 10, "not_sent": 0}, "points": [pt], "aa": None,
+         "load": {"before": {"load1": 3.0, "cores": 2}, "after": {"load1": 3.5, "cores": 2}},
+         "client_cpu_cores_max": 0.6, "server_cpu_cores_max": 0.5, "client_competes": True,
+         "leftover_processes": False, "note": "n"}
+    text = "\n".join(triton_lines(t))
+    assert "measured none" in text and "measured/simulated none (no rate tried met the SLO)" in text
+    assert "failed: 10 x TimeoutError" in text and "an estimate: the simulation withheld its verdict" in text
+    assert "it competed with the server, so the measured rate is a lower bound" in text
+    assert "no server process left" in text and "load 3.0 -> 3.5 on 2 cores" in text
