@@ -78,7 +78,8 @@ def test_the_setting_served_is_onnx_runtime_s_simulated_best():
 def test_rate_search_stops_where_a_p99_would_outlast_the_time_bound():
     from overdrive.serve.triton_client import MIN_RATE
 
-    assert next_rate([_pt(40, 80.0, answered_rate=30)], 5.0) == pytest.approx(MIN_RATE)  # 23 req/s, not 20
+    assert next_rate([_pt(40, 80.0, answered_rate=30)], 5.0) == pytest.approx(MIN_RATE)  # 29 req/s, not 20
+    assert poisson_arrivals(MIN_RATE, 460, seed=5)[-1] < 20  # its stream fits the time bound
     assert next_rate([_pt(40, 80.0), _pt(MIN_RATE, 50.0)], 5.0) is None  # the SLO met at no measurable rate
 
 

@@ -25,8 +25,9 @@ MAX_SECONDS = 20.0
 """The longest one rate sends for; requests scheduled later are not sent (counted as such)."""
 P99_REQUESTS = int(min_samples(99) * 1.25)
 """Requests per rate at least: 368 bound a p99; a few more leave room for a failure or two."""
-MIN_RATE = P99_REQUESTS / MAX_SECONDS
-"""The lowest rate whose p99 can be measured within MAX_SECONDS (23 req/s)."""
+MIN_RATE = P99_REQUESTS / (0.8 * MAX_SECONDS)
+"""The lowest rate whose p99 can be measured within MAX_SECONDS (29 req/s: a Poisson stream of 460
+requests at 23 req/s outlasts 20 s about half the time; the 20% margin keeps it inside)."""
 
 
 def poisson_arrivals(rate: float, n: int, *, seed: int = 0) -> np.ndarray:
