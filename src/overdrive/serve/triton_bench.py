@@ -160,8 +160,11 @@ def run_triton_bench(serving: dict, model, *, slo_ms: float, seed: int = 0, say=
     after = load_report()
     above = min((p["rate"] for p in points if not p["met"] and (top is None or p["rate"] > top["rate"])), default=None)
     measured = top["rate"] if top else None
-    client = max(p["client_cpu_cores"] for p in points)
-    srv = [p["server_cpu_cores"] for p in points if p["server_cpu_cores"] is not None]
+    # The CPU shares where the verdict is decided: the highest rate met and the one missed above it (an
+    # overload rate far above, where the client only queues requests, says nothing of the verdict).
+    near = [p for p in points if p["rate"] in (measured, above)] or points
+    client = max(p["client_cpu_cores"] for p in near)
+    srv = [p["server_cpu_cores"] for p in near if p["server_cpu_cores"] is not None]
     return {
         "status": "ok", "server": "tritonserver 2.51 (nvidia-pytriton 0.7.0): python backend running the exported "
                                   "model.onnx in ONNX Runtime",
