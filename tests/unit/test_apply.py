@@ -199,3 +199,44 @@ def test_the_teacher_is_sharded_and_cast_like_the_student_under_fsdp(one_rank):
     plain = apply_recipe(GPT(gpt_config("tiny", n_embd=32, n_head=2)), resolve("amp-bf16", CPU))
     assert "replicated" in prepare_teacher(GPT(gpt_config("tiny", n_embd=32, n_head=2)), plain)
     assert plain.autocast_dtype == torch.bfloat16
+
+
+def test_fsdp_leaves_the_move_to_fully_shard_block_by_block(one_rank, monkeypatch):
+    """Under FSDP2 the whole fp32 model was moved to the device before sharding: a full copy on every
+    rank (a 7B+ model OOMs on 8 GPUs). fully_shard moves each block's own states as it shards it; the
+    root is never moved whole. Without FSDP (or where a device-checked kernel needs it) it still is."""
+    from torch.distributed.fsdp import FSDPModule
+
+    moved = []
+    real = nn.Module.to
+    monkeypatch.setattr(nn.Module, "to", lambda self, *a, **k: moved.append(type(self).__name__) or real(self, *a, **k))
+    model = GPT(gpt_config("tiny", n_embd=32, n_head=2))
+    applied = apply_recipe(model, resolve("amp-bf16", CPU), fsdp=True, world=1)
+    assert "GPT" not in moved and isinstance(model, FSDPModule)
+    assert any(d.field == "placement" and "one full block at a time" in d.reason for d in applied.resolved.decisions)
+    x = torch.randint(0, model.config.vocab_size, (2, 16))
+    _, loss = model(x, x)
+    loss.backward()  # trains as before
+    moved.clear()
+    apply_recipe(GPT(gpt_config("tiny", n_embd=32, n_head=2)), resolve("amp-bf16", CPU))
+    assert "GPT" in moved
+
+
+def test_fsdp_hooks_stay_outside_the_blocks_compiled_in_place(one_rank):
+    """Each block is compiled in place (nn.Module.compile, so state_dict keys stay plain) and then
+    sharded. FSDP2's hooks run outside the compiled graphs (dynamo skips them: `skip_fsdp_hooks`), as
+    with torchtitan's compiled wrapper: no graph break, one graph for the repeated blocks."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = GPT(gpt_config("tiny", n_embd=32, n_head=2))
+    apply_recipe(model, resolve(get_recipe("fp32", compile="default", optimizer="for-loop"), CPU), fsdp=True, world=1)
+    x = torch.randint(0, model.config.vocab_size, (2, 16))
+    for _ in range(2):
+        _, loss = model(x, x)
+        loss.backward()
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] == 1
+    assert not any("_orig_mod" in k for k in model.state_dict())

@@ -21,6 +21,7 @@ ARG_ERRORS = {
     "export": ["export", "--model", "nope"],
     "serve": ["serve", "--port", "eighty"],
     "tune": ["tune", "--budget-s", "soon"],
+    "emit": ["emit", "tuned"],
 }
 HEAVY = ("torch", "matplotlib", "transformers", "torchao", "onnx")
 

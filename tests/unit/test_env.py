@@ -65,6 +65,17 @@ def test_apex_without_cuda_extensions_is_broken():
     assert any("apex is broken" in line for line in rep.verdict)
 
 
+def test_apex_whose_norm_kernels_fail_on_this_gpu_is_broken():
+    """fused_layer_norm_cuda imports on any build; a build without this GPU's arch fails at the first
+    launch: the probe runs the fused norms, and a failure makes Apex broken, not ok."""
+    apex = dict(APEX_OK, norm_smoke_ok=False, norm_smoke_error="RuntimeError: CUDA error: no kernel image is "
+                "available for execution on the device")
+    st = _valid(build_report(machine("h100", apex=apex))).engine("apex")
+    assert st.status == "broken" and "no kernel image" in st.reason and "TORCH_CUDA_ARCH_LIST" in st.fix
+    ok = build_report(machine("h100", apex=APEX_OK)).engine("apex")
+    assert ok.status == "ok" and "fused norms ran" in ok.reason
+
+
 def test_pypi_apex_impostor():
     rep = build_report(machine(None, apex={"import_ok": True, "is_nvidia_apex": False}))
     st = rep.engine("apex")

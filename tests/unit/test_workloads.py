@@ -121,3 +121,17 @@ def test_worker_compile_threads_follow_the_cores_it_has(monkeypatch):
     monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
     worker_main(Closed(), PROGRAM, compile_threads=4)  # 16 cores shared by 4 workers: not 1 (serialised Triton compiles)
     assert os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == "4"
+
+
+def test_a_suite_without_compiles_captures_no_cuda_graphs():
+    """inference-quick (the GPU check's) runs no compile; CUDA graphs are torch.compile's
+    reduce-overhead mode, one cold capture per shape: left out there too, with the reason."""
+    from overdrive.bench.workloads.inference import LATENCY_SUITES, _modes
+
+    h100 = build_report(machine("h100"))
+    assert h100.has_gpu and h100.engine_ok("torch.compile")
+    quick = _modes(h100, LATENCY_SUITES["inference-quick"])
+    assert "compile" not in quick and "runs no compile" in quick["cuda-graphs"]
+    full = _modes(h100, LATENCY_SUITES["inference-gpu"])
+    assert full["compile"] is None and full["cuda-graphs"] is None
+    assert "need a GPU" in _modes(CPU, LATENCY_SUITES["inference"])["cuda-graphs"]

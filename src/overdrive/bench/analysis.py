@@ -86,7 +86,8 @@ def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport, sched: Schedule
             # The precision this role really ran in (the applier's, when the worker reported it).
             role_precision = ((run.applied or {}).get(role) or {}).get("precision", precision)
             m = {"model": getattr(suite, role, role), "precision": role_precision, "step_ms": s, "tokens_per_s": None,
-                 "examples_per_s": None, "tflops": None, "mfu_bf16_peak": None, "mfu_fp8_peak": None, "speedup": None, "speedup_ci": None}
+                 "examples_per_s": None, "tflops": None, "mfu_bf16_peak": None, "mfu_fp8_peak": None, "mfu_fp4_peak": None, "speedup": None,
+                 "speedup_ci": None}
             if gpt:
                 n_params, fpt = _model_flops(getattr(suite, role), suite.seq)
                 m.update(params_nonembedding=n_params, flops_per_token=fpt)
@@ -99,6 +100,9 @@ def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport, sched: Schedule
                         m["mfu_bf16_peak"] = mfu(rate, fpt, spec.bf16_tflops)
                         if role_precision == "fp8":
                             m["mfu_fp8_peak"] = mfu(rate, fpt, spec.fp8_tflops)
+                        elif role_precision == "fp4" and spec.fp4_tflops:
+                            # NVFP4 runs its GEMMs on the FP4 tensor cores: the catalog's dense FP4 peak.
+                            m["mfu_fp4_peak"] = mfu(rate, fpt, spec.fp4_tflops)
             bms = base.ms[role] if base else []
             if not emulated and bms and ms and not run.cand.baseline:
                 ci = paired_ci(_role_rounds(base, role), _role_rounds(run, role), seed=ci_seed(run.cand.name))

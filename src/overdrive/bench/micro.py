@@ -105,7 +105,12 @@ def _norms(env: EnvReport, shape: tuple[int, int], device: str, dtype) -> dict[s
     for backend, (modname, ln, rms) in mods.items():
         lib = importlib.import_module(modname)
         for kind, cls in (("layernorm", ln), ("rmsnorm", rms)):
-            m = getattr(lib, cls)(cols).to(device=device, dtype=dtype)
+            # LigerRMSNorm's default in_place=True writes dX into dY's storage (liger_kernel ops/rms_norm.py:
+            # 555-556), so the gy every provider reuses would be overwritten each call. in_place=False runs the
+            # same kernel into a fresh dX (one zeros_like more, ops/rms_norm.py:557-558); cloning gy per call
+            # would put a read and a write more in the timed region.
+            kw = {"in_place": False} if (backend, kind) == ("liger", "rmsnorm") else {}
+            m = getattr(lib, cls)(cols, **kw).to(device=device, dtype=dtype)
 
             def fn(m=m):
                 y = m(x)
@@ -139,7 +144,12 @@ def _gemm(env: EnvReport, m: int, k: int, n: int, device: str) -> dict:
     else:
         out["tf32"] = "TF32 is a tensor-core format: GPU only"
     out["bf16"] = (mm(a32.bfloat16(), b32.bfloat16()), flops, "TFLOP/s")
-    if env.gpus and env.gpus[0].capabilities["fp8"]:
+    from overdrive.convert.shape_rules import SCALED_MM
+
+    (_, c1), (r2, c2) = SCALED_MM["mat1"], SCALED_MM["mat2"]  # ATen's operand rule for (M, K) @ (K, N)
+    if env.gpus and env.gpus[0].capabilities["fp8"] and (k % c1 or k % r2 or n % c2):
+        out["fp8"] = f"torch._scaled_mm needs K and N divisible by 16 (ScaledBlas.cpp), not {m}x{k}x{n}"
+    elif env.gpus and env.gpus[0].capabilities["fp8"]:
         a8 = a32.to(torch.float8_e4m3fn)
         b8 = b32.t().contiguous().to(torch.float8_e4m3fn).t()  # column-major B, as cuBLASLt wants
         one = torch.ones((), device=device)

@@ -36,7 +36,7 @@ def throughput(m: dict) -> tuple[float | None, str]:
 
 CSV_FIELDS = ["config", "label", "model", "status", "precision", "emulated", "step_ms_median", "step_ms_p10", "step_ms_p90",
               "tokens_per_s", "examples_per_s", "auc", "speedup", "speedup_lo", "speedup_hi", "tflops", "mfu_bf16_peak", "mfu_fp8_peak",
-              "peak_mb", "memory_saved_pct", "final_loss", "loss_delta_pct", "safe", "reason"]
+              "mfu_fp4_peak", "peak_mb", "memory_saved_pct", "final_loss", "loss_delta_pct", "safe", "reason"]
 
 
 def csv_rows(results: dict) -> list[dict]:
@@ -50,7 +50,7 @@ def csv_rows(results: dict) -> list[dict]:
                 "step_ms_p90": m["step_ms"]["p90"], "tokens_per_s": m["tokens_per_s"],
                 "examples_per_s": m.get("examples_per_s"), "auc": m.get("auc"), "speedup": m["speedup"],
                 "speedup_lo": ci[0], "speedup_hi": ci[1], "tflops": m["tflops"], "mfu_bf16_peak": m["mfu_bf16_peak"],
-                "mfu_fp8_peak": m["mfu_fp8_peak"], "peak_mb": c["peak_mb"], "memory_saved_pct": c["memory_saved_pct"],
+                "mfu_fp8_peak": m["mfu_fp8_peak"], "mfu_fp4_peak": m.get("mfu_fp4_peak"), "peak_mb": c["peak_mb"], "memory_saved_pct": c["memory_saved_pct"],
                 "final_loss": m["final_loss"], "loss_delta_pct": m["loss_delta_pct"], "safe": c["safe"],
                 "reason": c["reason"] or c.get("unsafe_reason") or c.get("not_assessed_reason") or ""})
     return rows
@@ -69,7 +69,7 @@ def save_results(results: dict, out_dir: str) -> None:
 # The figures the report prints or plots: NaN or inf there (a hand edit; the writer never puts one)
 # would print "nanx" or crash the plots. Losses and AUC may be NaN (a diverged run) and print as such.
 _FIGURES = {"median", "p10", "p90", "mean", "speedup", "speedup_ci", "peak_mb", "memory_saved_pct", "tokens_per_s",
-            "examples_per_s", "tflops", "mfu_bf16_peak", "mfu_fp8_peak", "loss_delta_pct", "rate", "p50", "p99",
+            "examples_per_s", "tflops", "mfu_bf16_peak", "mfu_fp8_peak", "mfu_fp4_peak", "loss_delta_pct", "rate", "p50", "p99",
             "slo_ms", "slo_throughput"}
 _NOT_FIGURES = {"raw", "final", "env", "schedule", "versions"}
 

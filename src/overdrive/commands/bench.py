@@ -85,6 +85,9 @@ def _bench(args: argparse.Namespace, held: list) -> int:
             raise UserError(str(e)) from None
     if args.steps is not None and args.steps < 1:
         raise UserError(f"--steps must be >= 1 timed round, got {args.steps}")
+    from overdrive.track import parse_report_to
+
+    report_to = parse_report_to(args.report_to)  # a missing tracker package: one line, before the run
     if args.out:
         from overdrive.io import check_writable
 
@@ -102,6 +105,8 @@ def _bench(args: argparse.Namespace, held: list) -> int:
         raise UserError(f"unknown {workload.name} suite '{name}': suites are {', '.join(workload.suites)}")
     suite = workload.suites[name]
     if workload.name == "inference":
+        if report_to:
+            raise UserError("--report-to logs training benches; the inference bench writes its results with --out")
         return _bench_inference(args, env, workload, suite)
     if args.configs:
         try:
@@ -126,6 +131,11 @@ def _bench(args: argparse.Namespace, held: list) -> int:
     render_bench(results, console)
     if args.out:
         _write_report(results, args.out, console)
+    if report_to:
+        from overdrive.track import report_results
+
+        for where in report_results(results, report_to, out=args.out or ".", kind="bench", env=env):
+            console.print(escape(f"logged to {where}"))
     return 0
 
 
@@ -253,4 +263,6 @@ def register(sub) -> None:
                                               "suite's fixed parity steps")
     b.add_argument("--seed", type=int, default=0, help="seed for model init and data order (default 0)")
     b.add_argument("--no-micro", action="store_true", help="skip the micro-benchmarks")
+    b.add_argument("--report-to", metavar="TRACKERS", help="log the results to tensorboard, mlflow and/or wandb "
+                   "(comma-separated): the suite and the machine as params, each configuration's figures as metrics")
     b.set_defaults(func=_cmd_bench)

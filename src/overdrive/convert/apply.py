@@ -191,7 +191,17 @@ def apply_recipe(model: nn.Module, resolved: ResolvedRecipe, *,
         raise ValueError(f"{type(model).__name__} has its own (Hugging Face) gradient checkpointing on, and "
                          f"{TE_AC_CONFLICT}: call model.gradient_checkpointing_disable(), or resolve with "
                          "model_checkpointing=True (accelerate() does) so torchao runs the FP8")
-    model.to(torch.device(resolved.device))
+    if fsdp and resolved.norm == "torch" and resolved.fp8_backend != "transformer_engine":
+        # fully_shard moves only the states it manages to the mesh's device, one call at a time
+        # (torch/distributed/fsdp/_fully_shard/_fsdp_init.py `_move_states_to_device`): left where they
+        # are, each rank holds its shards plus one full block at a time, not the whole fp32 model (a 7B
+        # model is 28 GB before sharding). The swaps below follow the weights' device.
+        decide("placement", "device", "moved by fully_shard", f"FSDP2 moves each block to {resolved.device} as it "
+               "shards it: one full block at a time on the device, never the whole model")
+    else:
+        # Liger/Apex norm kernels are checked on the device, and TE modules are built there: the whole
+        # model goes first (under FSDP2 that is a full copy per rank until it is sharded).
+        model.to(torch.device(resolved.device))
     conversions: dict[str, list[LayerDecision]] = {}
     if resolved.norm == "liger":
         patched = apply_liger_model_patches(model, fused_linear_cross_entropy=resolved.loss ==

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from overdrive.convert.policy import HEAD_NAMES, layer_policy
+from overdrive.convert.shape_rules import tokens_multiple
 from overdrive.convert.swap import LayerDecision, plan_swaps, share_params, swap_modules
 
 __all__ = ["fp8_layer_policy", "convert_fp8", "HEAD_NAMES", "te_fp8_recipe", "TE_RECIPE_SINCE", "te_linear_like",
@@ -49,10 +50,11 @@ def te_fp8_recipe(scaling: str | None):
     return rec.Float8CurrentScaling()
 
 
-# Transformer Engine's per-tensor FP8 asserts prod(shape[:-1]) % 8 and shape[-1] % 16 on the input and the
-# weight (`assert_dim_for_fp8_exec`, transformer_engine/pytorch/utils.py, v2.0-v2.18); K and N are the
-# policy's (dims_multiple 16), the token count M is padded here.
-TE_FP8_TOKENS_MULTIPLE = 8
+# Transformer Engine's per-tensor FP8 needs the token count M % 16, not 8: its forward asserts
+# prod(shape[:-1]) % 8 (`assert_dim_for_fp8_exec`), but the wgrad GEMM general_gemm(x, dy, layout="NT")
+# (module/linear.py:1184-1220) reduces over M, and cuBLASLt FP8 checks lda/ldb % 16 ("Caller must pad",
+# common/gemm/cublaslt_gemm.cu:161,252): 8 x 3 tokens crashed in backward. The rules: `convert.shape_rules`.
+TE_FP8_TOKENS_MULTIPLE = tokens_multiple("fp8", "transformer_engine")
 
 
 def te_linear_like(te, m: nn.Linear, *, tokens_multiple: int) -> nn.Module:
@@ -116,4 +118,23 @@ def convert_fp8(model: nn.Module, *, backend: str, scaling: str, min_dim: int = 
     chosen = {d.fqn for d in plan if d.converted}
     if chosen:
         convert_to_float8_training(model, config=cfg, module_filter_fn=lambda m, fqn: fqn in chosen)
+        if backend == "torchao":
+            _pad_float8_tokens(model, chosen)
     return plan
+
+
+def _pad_float8_tokens(model: nn.Module, chosen: set[str]) -> None:
+    """torchao's Float8Linear pads nothing: its wgrad torch.mm(grad_output.t(), input) (float8/float8_linear.py:
+    197-200) becomes `_scaled_mm` with mat1 (N, M), and ATen requires mat1's trailing dim M % 16 (ScaledBlas.cpp
+    `_scaled_mm_out_cuda`). Its `pad_inner_dim` (float8/config.py:231, off by default) would pad and re-lay-out
+    both operands of every GEMM, every step, aligned or not (float8_ops.py:335-345); padding the tokens costs
+    nothing when M % 16 == 0 (the usual batch x sequence) and one zero pad of x otherwise. The emulated path
+    never calls `_scaled_mm` and is left as it is."""
+    from torchao.float8.float8_linear import Float8Linear
+
+    from overdrive.convert.mx import _token_padded
+
+    padded = _token_padded(Float8Linear, tokens_multiple("fp8", "torchao"))
+    for fqn, m in model.named_modules():
+        if fqn in chosen and type(m) is Float8Linear:
+            m.__class__ = padded  # same module, same Parameters and state_dict keys; only forward pads

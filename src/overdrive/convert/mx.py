@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from overdrive.convert.shape_rules import tokens_multiple
+
 __all__ = ["mxfp8_fake_quantize", "nvfp4_fake_quantize", "NVFP4EmulatedLinear", "mx_factory", "EMULATED_GEMMS"]
 
 # What each emulation quantises, for reports: fprop = x @ W.T, dgrad = dy @ W, wgrad = dy.T @ x.
@@ -74,9 +76,13 @@ def _nvfp4_rows(x: torch.Tensor) -> torch.Tensor:
     amax = x.abs().amax()
     if amax == 0:
         return x
-    tensor_scale = amax / (6.0 * 448.0)                           # fp32 level: block scales use E4M3's range
+    # Divisors are tensors on x's device: CUDA divides by a Python float as a multiply by its reciprocal
+    # (BinaryDivTrueKernel.cu, a CPU scalar operand), CPU truly divides, and ~23% of fp32 quotients then differ
+    # by 1 ulp between the two. A tensor / tensor division is IEEE-exact on both, so CPU and CUDA agree.
+    six, e4m3_max = x.new_tensor(6.0), x.new_tensor(448.0)
+    tensor_scale = amax / (six * e4m3_max)                        # fp32 level: block scales use E4M3's range
     xb = x.reshape(x.shape[0], -1, 16)                            # (R, C/16, 16)
-    block = (xb.abs().amax(-1, keepdim=True) / 6.0) / tensor_scale
+    block = (xb.abs().amax(-1, keepdim=True) / six) / tensor_scale
     # E4M3 block scales; the floor is E4M3's smallest normal (2^-6), as torchao clamps.
     block = block.clamp(min=torch.finfo(torch.float8_e4m3fn).tiny, max=448.0).to(torch.float8_e4m3fn).float()
     scaled = xb * ((1.0 / tensor_scale) / block)                   # reciprocal first, as torchao/MSLK round
@@ -140,12 +146,12 @@ def pad_tokens(x: torch.Tensor, multiple: int, fn) -> torch.Tensor:
     return (y[:m] if pad else y).reshape(*x.shape[:-1], y.shape[-1])
 
 
-def _token_padded(cls: type, multiple: int = 32) -> type:
-    """`cls` with its input's tokens zero-padded to a multiple of `multiple`. The grad-weight GEMM reduces
-    over the tokens (M): torchao's MXFP8 dim-1 cast asserts M % 32 (`mxfp8_quantize_cuda`: "rows must be
-    a multiple of 32"; 4 x 31 tokens failed), its NVFP4 Triton GEMM raises unless `input.shape[-2]` % 128
-    (the sequence length of a (B, T, K) input, so the input goes in flattened), Transformer Engine asserts
-    M % 32 under MXFP8 and M % 8 under per-tensor FP8."""
+def _token_padded(cls: type, multiple: int) -> type:
+    """`cls` with its input's tokens zero-padded to a multiple of `multiple` (from `convert.shape_rules`,
+    where each engine's rule is cited). The grad-weight GEMM reduces over the tokens (M), so the FP8 GEMMs'
+    leading-dimension rules land on M: Transformer Engine's per-tensor FP8 and torchao's `_scaled_mm` need
+    M % 16, the MXFP8 casts and TE's NVFP4 transpose-cast M % 32, torchao's NVFP4 Triton GEMM M % 128 (it
+    reads M as `input.shape[-2]`, so the input goes in flattened)."""
     key = (cls, multiple)
     if key not in _PADDED:
         def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
@@ -194,8 +200,8 @@ def mx_factory(fmt: str, backend: str):
 
         from overdrive.convert.fp8 import te_linear_like
 
-        # The format comes from TE's autocast recipe; TE checks M % 32 (MXFP8; NVFP4 needs 16).
-        return lambda m, fqn: te_linear_like(te, m, tokens_multiple=32)
+        # The format comes from TE's autocast recipe: MXFP8 needs M % 32, NVFP4 M % 32 (its wgrad transpose-cast).
+        return lambda m, fqn: te_linear_like(te, m, tokens_multiple=tokens_multiple(fmt, "transformer_engine"))
     if fmt == "mxfp8":
         from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe
         from torchao.prototype.moe_training.mxfp8_linear import MXFP8Linear
@@ -206,7 +212,8 @@ def mx_factory(fmt: str, backend: str):
         # MXFP8TrainingWeightWrapperTensor, whose F.linear override drops the bias (torchao 0.18:
         # output off by the bias, 3.8 dB SQNR on a Linear with bias 0.5). MXFP8Linear runs the same
         # mx_mm autograd function with the config's settings and adds the bias.
-        cls = _token_padded(_mxfp8_bf16(MXFP8Linear) if backend != "emulated" else MXFP8Linear, 32)
+        cls = _token_padded(_mxfp8_bf16(MXFP8Linear) if backend != "emulated" else MXFP8Linear,
+                            tokens_multiple("mxfp8", "torchao"))  # emulated too: it runs the same padded M
         return lambda m, fqn: _new_like(cls, m, kernel_preference=cfg.kernel_preference,
                                         scale_calculation_mode=cfg.scale_calculation_mode,
                                         wgrad_with_hp=cfg.wgrad_with_hp)
@@ -214,7 +221,7 @@ def mx_factory(fmt: str, backend: str):
         from torchao.prototype.moe_training.nvfp4_training.nvfp4_training import NVFP4Linear, NVFP4TrainingConfig
 
         cfg = NVFP4TrainingConfig()
-        cls = _token_padded(NVFP4Linear, 128)  # nvfp4_mm_triton: M % 128, M = input.shape[-2]
+        cls = _token_padded(NVFP4Linear, tokens_multiple("nvfp4", "torchao"))  # M = input.shape[-2] % 128
 
         def ao_nvfp4(m: nn.Linear, fqn: str) -> nn.Module:
             new = cls.from_linear(m, kernel_preference=cfg.kernel_preference,

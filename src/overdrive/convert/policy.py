@@ -5,8 +5,8 @@ Rules, in order (a user `module_filter_fn(module, fqn) -> bool` replaces rules 3
    reported, not silently passed: HF `Conv1D` (GPT-2: a transposed Linear whose weight is (in, out))
    and `nn.MultiheadAttention` (its packed q/k/v weight and out_proj run inside
    F.multi_head_attention_forward).
-2. GEMM dims must divide the format's block: FP8 16 (cuBLAS FP8), MXFP8 32 (one E8M0 scale per 32),
-   NVFP4 32 in Transformer Engine (16-byte TMA alignment of FP4 data, Megatron's fp4 align size),
+2. GEMM dims must meet the engine's shape rules (`convert.shape_rules`, each cited): FP8 16 (cuBLAS FP8),
+   MXFP8 32 (one E8M0 scale per 32), NVFP4 32 in Transformer Engine (16-byte TMA alignment of FP4 data),
    128 in torchao's Triton NVFP4 kernels, 16 emulated (one E4M3 scale per 16).
 3. The output head stays in high precision unless `convert_head` (torchtitan keeps `output` in bf16
    in its float8 and MXFP8 runs).
@@ -25,21 +25,14 @@ from collections.abc import Callable
 
 from torch import nn
 
+from overdrive.convert.shape_rules import dims_multiple
+
 __all__ = ["layer_policy", "HEAD_NAMES", "KV_NAMES", "NVFP4_KEEP_LAST_FRACTION", "dims_multiple"]
 
 HEAD_NAMES = ("lm_head", "head", "output", "classifier", "score", "embed_out")
 KV_NAMES = ("wk", "wv", "k_proj", "v_proj")
 NVFP4_KEEP_LAST_FRACTION = 0.16
 _ENGINE_MODULES = ("torchao", "transformer_engine", "overdrive.convert")
-
-
-def dims_multiple(fmt: str, backend: str) -> int:
-    """What in_features and out_features must be divisible by for `fmt` on `backend`."""
-    if fmt == "mxfp8":
-        return 32
-    if fmt == "nvfp4":
-        return {"torchao": 128, "transformer_engine": 32}.get(backend, 16)
-    return 16
 
 
 def _tied_weight_ids(model: nn.Module) -> set[int]:

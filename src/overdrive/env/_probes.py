@@ -147,6 +147,28 @@ def probe_apex() -> dict:
             f["smoke_ok"] = True
         except BaseException as e:
             f["smoke_ok"], f["smoke_error"] = False, _err(e)
+    if _device() == "cuda" and f.get("fused_layer_norm_cuda"):
+        # Importing fused_layer_norm_cuda proves the library loads, not that its kernels were built for
+        # this GPU: a build without this arch (e.g. no sm_90) fails only at launch. One bf16 RMSNorm and
+        # LayerNorm forward+backward, checked against torch's.
+        try:
+            import torch
+            import torch.nn.functional as F
+            from apex.normalization import FusedLayerNorm, FusedRMSNorm
+
+            x = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            worst = 0.0
+            for cls, ref in ((FusedRMSNorm, lambda t: F.rms_norm(t.float(), (256,), eps=1e-5)),
+                             (FusedLayerNorm, lambda t: F.layer_norm(t.float(), (256,), eps=1e-5))):
+                y = cls(256, eps=1e-5).cuda()(x)
+                y.float().sum().backward()
+                torch.cuda.synchronize()
+                worst = max(worst, (y.float() - ref(x.detach())).abs().max().item())
+            f["norm_smoke_ok"], f["norm_max_error"] = worst < 5e-2, worst
+            if worst >= 5e-2:
+                f["norm_smoke_error"] = f"outputs differ from torch's by {worst:.3g} (bf16 allows ~1e-2)"
+        except BaseException as e:
+            f["norm_smoke_ok"], f["norm_smoke_error"] = False, _err(e)
     return f
 
 

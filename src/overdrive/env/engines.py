@@ -132,8 +132,15 @@ def _apex(f: dict, has_gpu: bool, gpu_name: str) -> EngineStatus:
     if f.get("smoke_ok") is False:
         return EngineStatus(name=n, status="broken", version=v,
                             reason=f"FusedAdam step failed on {gpu_name}: {f.get('smoke_error')}", fix=_APEX_BUILD)
+    if f.get("norm_smoke_ok") is False:
+        return EngineStatus(name=n, status="broken", version=v,
+                            reason=f"fused_layer_norm_cuda loads but its kernels fail on {gpu_name} (a build "
+                                   f"without this GPU's arch?): {f.get('norm_smoke_error')}",
+                            fix="rebuild for this GPU (TORCH_CUDA_ARCH_LIST set to its compute capability): "
+                                + _APEX_BUILD)
+    ran = "FusedAdam stepped" + (" and the fused norms ran" if f.get("norm_smoke_ok") else "")
     return EngineStatus(name=n, status="ok", version=v, reason=f"amp_C and fused_layer_norm_cuda load; "
-                                                              f"FusedAdam stepped on {gpu_name}")
+                                                              f"{ran} on {gpu_name}")
 
 
 def _torchao(f: dict, has_gpu: bool, gpu_name: str, fp8_gpu: bool) -> EngineStatus:

@@ -44,6 +44,8 @@ def mfu_cell(m: dict, precision: str) -> str:
     s = f"{100 * m['mfu_bf16_peak']:.1f}%"
     if precision == "fp8" and m.get("mfu_fp8_peak") is not None:
         s += f" ({100 * m['mfu_fp8_peak']:.1f}% of FP8)"
+    if precision == "fp4" and m.get("mfu_fp4_peak") is not None:
+        s += f" ({100 * m['mfu_fp4_peak']:.1f}% of FP4)"
     return s
 
 

@@ -162,6 +162,9 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
         if progress:
             progress("probing this machine (cached for a day after the first time)")
         env = get_env()
+    from overdrive.tune.flops import count_step_flops
+
+    flops = count_step_flops(wl.model_fn, wl.batch_fn, wl.loss_fn, seed=seed)  # on meta; one CPU step if that fails
     spent = time.perf_counter() - t0
     if spent > 1.0 and budget_s - spent < 5:
         raise UserError(f"--budget-s {budget_s:g} is too small: probing this machine alone took {spent:.0f} s "
@@ -171,6 +174,9 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
     base = s.runs[0]
     floor = s.floor(base)
     rows = [_row(r, base, env, floor) for r in s.runs]
+    from overdrive.tune.flops import add_rates
+
+    add_rates(rows, flops, env)
     busy = host_too_busy(floor)
     best, summary, confident = _pick(rows, s.runs, floor=floor, busy=busy, load=s.load, cores=s.plan.cores)
     meta = {"device": env.device, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -180,7 +186,7 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
             "fingerprint": machine_fingerprint(env), "tolerance": tolerance.describe(),
             "memory_limit": s.memory_note, "cpu": env.platform.get("cpu", {}).get("model"),
             "gpu": env.gpus[0].name if env.gpus else None, "threads": s.plan.to_dict(),
-            "torch": env.torch.get("version"), "confident": confident,
+            "torch": env.torch.get("version"), "confident": confident, "flops": flops.to_dict(),
             "noise": {"aa": floor.to_dict() if floor else None, "too_busy": busy,
                       "load_1min": max((x for x in s.load if x is not None), default=None), "cores": s.plan.cores,
                       "twin": None if s.twin is None else {"status": s.twin.status, "reason": s.twin.reason}}}

@@ -66,20 +66,25 @@ def linear_sites(model: nn.Module, run_forward: Callable[[], object]) -> list[Li
 
 
 def measure_filter(sites: list[LinearSite], *, bench: Callable[[int, int, int, bool], float],
-                   min_gain: float = 1.05, convert_head: bool = False) -> FilterResult:
+                   min_gain: float = 1.05, convert_head: bool = False, fmt: str = "fp8",
+                   backend: str = "torchao") -> FilterResult:
     """Time each distinct (M, K, N) once per mode with `bench(M, K, N, fp8) -> ms`; decide per layer.
 
     A (K, N) shape converts only when it wins at every token count it is used with (the recipe
-    filter is by K x N)."""
+    filter is by K x N). `fmt` on `backend` names the engine whose shape rules apply
+    (`convert.shape_rules`): K and N it cannot take stay in bf16, and the FP8 time is that of the token
+    count padded as the converted layer pads it (`fp8_tokens`)."""
     from overdrive.convert.fp8 import HEAD_NAMES
+    from overdrive.convert.shape_rules import dims_multiple, tokens_multiple
 
+    dims, pad = dims_multiple(fmt, backend), tokens_multiple(fmt, backend)
     timings: dict[tuple[int, int, int], tuple[float, float]] = {}
     layers: list[dict] = []
     for s in sites:
-        row = {"fqn": s.fqn, "shape": s.shape, "tokens": s.tokens, "bf16_ms": None, "fp8_ms": None,
-               "speedup": None, "convert": False}
-        if s.in_features % 16 or s.out_features % 16:
-            row["reason"] = "dims not divisible by 16: FP8 GEMM cannot run"
+        row = {"fqn": s.fqn, "shape": s.shape, "tokens": s.tokens, "fp8_tokens": -(-s.tokens // pad) * pad,
+               "bf16_ms": None, "fp8_ms": None, "speedup": None, "convert": False}
+        if s.in_features % dims or s.out_features % dims:
+            row["reason"] = f"dims not divisible by {dims}: the {fmt} GEMM ({backend}) cannot run"
         elif not convert_head and s.fqn.rsplit(".", 1)[-1] in HEAD_NAMES:
             row["reason"] = "output head stays in high precision"
         else:
@@ -104,7 +109,10 @@ def measure_filter(sites: list[LinearSite], *, bench: Callable[[int, int, int, b
 
 def bench_linear(tokens: int, k: int, n: int, fp8: bool, *, backend: str, scaling: str, compile: bool,
                  device: str, reps: int = 10) -> float:
-    """Forward + backward of one Linear (M x K) @ (K x N) under bf16 autocast, in ms (median of 5)."""
+    """Forward + backward of one Linear (M x K) @ (K x N) under bf16 autocast, in ms (median of 5).
+
+    In FP8 the Linear is converted as `accelerate` converts it, so the time includes what really runs: the
+    tokens padded to the engine's multiple (`convert.shape_rules`) and the GEMMs at that M."""
     import contextlib
     import statistics
 

@@ -110,7 +110,8 @@ def fp8_filter(spec: dict) -> dict:
     del model
     res = measure_filter(sites, bench=lambda m, k, n, fp8: bench_linear(
         m, k, n, fp8, backend=spec["backend"], scaling=spec["scaling"], compile=spec["compile"], device=dev),
-        min_gain=spec.get("min_gain", 1.05), convert_head=spec.get("convert_head", False))
+        min_gain=spec.get("min_gain", 1.05), convert_head=spec.get("convert_head", False),
+        fmt=spec["scaling"] if spec["scaling"] in ("mxfp8", "nvfp4") else "fp8", backend=spec["backend"])
     return {"shapes": res.shapes, "layers": res.layers, "summary": res.summary()}
 
 

@@ -103,8 +103,11 @@ def _modes(env: EnvReport, suite: LatencySuite) -> dict[str, str | None]:
     if suite.compile:
         st = env.engine("torch.compile")
         modes["compile"] = None if st.ok else f"torch.compile {st.status}: {st.reason}"
-    modes["cuda-graphs"] = None if env.has_gpu and env.engine_ok("torch.compile") else \
-        "CUDA graphs need a GPU (and torch.compile)"
+    # CUDA graphs are a compile too (mode "reduce-overhead", one capture per static shape): a suite that
+    # leaves compiles out (inference-quick, the GPU check's) leaves them out as well.
+    modes["cuda-graphs"] = ("this suite runs no compile (CUDA graphs are captured by torch.compile)"
+                            if not suite.compile else None if env.has_gpu and env.engine_ok("torch.compile") else
+                            "CUDA graphs need a GPU (and torch.compile)")
     return modes
 
 
