@@ -137,6 +137,10 @@ def test_serve_refuses_what_it_cannot_serve_in_one_line(tmp_path):
     with pytest.raises(UserError, match="onnxruntime_onnx needs Triton's container .* serve .*triton_local here"):
         find_local_repository(str(tmp_path / "triton"))
     assert find_local_repository(str(_local_repo(tmp_path))).endswith("out/triton_local")
+    (tmp_path / "noonnx").mkdir()
+    (tmp_path / "noonnx" / "export.json").write_text("{}")
+    with pytest.raises(UserError, match="exported without ONNX"):
+        find_local_repository(str(tmp_path / "noonnx"))
 
 
 def test_where_the_wheel_cannot_run_it_says_why(monkeypatch):

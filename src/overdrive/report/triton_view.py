@@ -17,7 +17,7 @@ def triton_lines(t: dict) -> list[str]:
     if t.get("status") != "ok":
         return [f"real Triton server: not run ({t.get('reason')})"]
     q = t["requests"]
-    ratio = f"{t['ratio']:.2f}" if t.get("ratio") is not None else "none (no rate tried met the SLO)"
+    ratio = f"{t['ratio']:.3g}" if t.get("ratio") is not None else "none (no rate tried met the SLO)"
     lines = [f"real Triton server ({t['server']}), setting {t['setting']}:",
              f"  highest rate under p99 <= {t['slo_ms']:g} ms: measured {_rate(t['measured_rate'])} "
              f"(next tried, missed: {_rate(t['missed_above'])}), simulated {_rate(t['simulated_rate'])}; "
@@ -92,7 +92,7 @@ def write_triton_plot(r: dict, out_dir: str) -> str | None:
     ax.set_yscale("log")
     ax.set_xlabel("request rate (req/s)")
     ax.set_ylabel("p99 latency (ms)")
-    ratio = f"{t['ratio']:.2f}" if t.get("ratio") is not None else "none"
+    ratio = f"{t['ratio']:.3g}" if t.get("ratio") is not None else "none"
     ax.set_title(f"highest rate under the SLO: measured/simulated {ratio}", fontsize=10)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
