@@ -165,3 +165,14 @@ def test_the_python_model_file_imports_nothing_of_overdrive():
 
     imports = [ln for ln in _model_py().decode().splitlines() if ln.startswith(("import ", "from "))]
     assert imports and not any("overdrive" in ln for ln in imports)  # it runs in the stub's environment alone
+
+
+def test_the_environment_lives_under_the_cache_the_user_names(monkeypatch, tmp_path):
+    from overdrive.serve.triton_env import env_dir, ready_env
+
+    monkeypatch.delenv("OVERDRIVE_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert env_dir().startswith(str(tmp_path / "xdg" / "overdrive" / "triton-env-py"))
+    monkeypatch.setenv("OVERDRIVE_CACHE", str(tmp_path / "od"))
+    assert env_dir().startswith(str(tmp_path / "od" / "triton-env-py"))
+    assert ready_env() is None  # nothing made there: export installs nothing and says how to get the check

@@ -84,9 +84,10 @@ def _requirements() -> list[str]:
 
 
 def env_dir() -> str:
-    """Where the environment lives: $OVERDRIVE_CACHE (default ~/.cache/overdrive)/triton-env-py3X-<hash of
-    the requirements and this Python's path>."""
-    base = os.environ.get("OVERDRIVE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "overdrive")
+    """Where the environment lives: $OVERDRIVE_CACHE (default $XDG_CACHE_HOME/overdrive, else
+    ~/.cache/overdrive)/triton-env-py3X-<hash of the requirements and this Python's path>."""
+    base = os.environ.get("OVERDRIVE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "overdrive")
     key = hashlib.sha256(repr((_requirements(), sys.base_prefix)).encode()).hexdigest()[:10]
     return os.path.join(base, f"triton-env-py{sys.version_info[0]}{sys.version_info[1]}-{key}")
 
