@@ -32,9 +32,9 @@ class StepFlops:
 
     def _pre(self, module, args) -> None:
         if self._mode is None:
-            from torch.utils.flop_counter import FlopCounterMode
+            from overdrive.measure.flop_count import flop_counter
 
-            self._mode = FlopCounterMode(display=False)
+            self._mode = flop_counter()
             self._mode.__enter__()
         else:  # a second forward before acc.backward: count what ran so far
             self.finish(note="forward and backward of the first micro-step, backward by another caller")

@@ -123,3 +123,31 @@ def test_tune_rows_carry_counted_rates_and_the_report_line():
     assert rows[1]["tflops"] == pytest.approx(0.3) and rows[1]["mfu"] is None
     none = flops_line({"flops": FlopCount(flops=None, how="not counted", note="on meta: X").to_dict()})
     assert "not counted" in none and "on meta: X" in none
+
+
+@pytest.mark.parametrize("kernel", ["flash", "efficient"])
+def test_a_fused_attention_kernel_counts_what_the_math_path_counts(kernel):
+    """On a GPU, SDPA runs a fused kernel whose backward torch's formula counts with the scores recomputed
+    (5 bmms: flop_counter.py `sdpa_backward_flop_count`): 14 L·H·Q·T per token where the math path (CPU,
+    meta: tune's count) and the 12 L·H·Q·T convention have 12, so tests/gpu/test_flops_gpu.py failed on every
+    GPU. The kernels' ops run here on the meta device, as the GPU dispatches them."""
+    from overdrive.measure.flop_count import count_flops
+
+    B, H, T, D = 2, 4, 64, 32
+    q = torch.empty(B, H, T, D, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    aten = torch.ops.aten
+
+    def fused():
+        if kernel == "flash":
+            o, lse, cq, ck, mq, mk, seed, off, _ = aten._scaled_dot_product_flash_attention(q, q, q, 0.0, True)
+            aten._scaled_dot_product_flash_attention_backward(o, q, q, q, o, lse, cq, ck, mq, mk, 0.0, True, seed, off)
+        else:
+            o, lse, seed, off = aten._scaled_dot_product_efficient_attention(q, q, q, None, True, 0.0, True)
+            aten._scaled_dot_product_efficient_attention_backward(o, q, q, q, None, o, lse, seed, off, 0.0,
+                                                                  [True, True, True, False], True)
+
+    def math():
+        F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+
+    fused_flops, math_flops = count_flops(fused)[0], count_flops(math)[0]
+    assert fused_flops == math_flops == 12 * B * H * D * T * T  # forward 4, backward 8

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["FlopCount", "count_flops", "peak_for", "rates"]
+__all__ = ["FlopCount", "count_flops", "flop_counter", "peak_for", "rates"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,11 +35,33 @@ class FlopCount:
                 "counter": "torch.utils.flop_counter.FlopCounterMode, one forward+backward"}
 
 
-def count_flops(run_step: Callable[[], object]) -> tuple[int, dict[str, int]]:
-    """(total FLOPs, per-op FLOPs) of `run_step()` (which runs a forward and its backward)."""
+def _fused_attention_backward(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
+                              **kwargs) -> int:
+    """A fused attention kernel's backward, counted as the model's: twice its forward. torch's formula
+    (torch/utils/flop_counter.py `sdpa_backward_flop_count`) adds "Step 1: We recompute the scores
+    matrix", a fifth bmm, so on a GPU (flash, memory-efficient, cuDNN) attention counted 4 + 10 = 14 L·H·Q·T
+    per token where the math path (CPU, meta: what tune counts) and the 12 L·H·Q·T convention count 4 + 8.
+    Recomputation is work, not model progress (as for activation checkpointing, above)."""
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    return 2 * sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def flop_counter():
+    """FlopCounterMode with the MFU convention: a fused attention backward counts twice its forward, so a
+    step counts the same on the GPU's fused kernels as on the CPU or meta math path."""
+    import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False) as fc:
+    names = ("_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward",
+             "_scaled_dot_product_cudnn_attention_backward")
+    ops = [getattr(torch.ops.aten, n) for n in names if hasattr(torch.ops.aten, n)]
+    return FlopCounterMode(display=False, custom_mapping={op: _fused_attention_backward for op in ops})
+
+
+def count_flops(run_step: Callable[[], object]) -> tuple[int, dict[str, int]]:
+    """(total FLOPs, per-op FLOPs) of `run_step()` (which runs a forward and its backward)."""
+    with flop_counter() as fc:
         run_step()
     ops = {str(op).split(".")[-1] if "." in str(op) else str(op): int(n)
            for op, n in fc.get_flop_counts().get("Global", {}).items()}
