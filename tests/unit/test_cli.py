@@ -19,6 +19,7 @@ ARG_ERRORS = {
     "plan": ["plan", "--gpus", "eight"],
     "train": ["train"],
     "export": ["export", "--model", "nope"],
+    "serve": ["serve", "--port", "eighty"],
     "tune": ["tune", "--budget-s", "soon"],
     "emit": ["emit", "tuned"],
 }

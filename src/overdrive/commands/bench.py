@@ -27,6 +27,8 @@ def _refuse_ignored_flags(args: argparse.Namespace, workload) -> None:
     if args.model and not args.inputs:
         raise UserError(f"--model {args.model} needs example inputs: pass --inputs FILE.py:FN, FN(batch) returning a "
                         "tensor or a tuple of tensors whose first dimension is the batch")
+    if args.server != "simulated" and workload.name != "inference":
+        raise UserError(f"--server {args.server} serves the inference bench's model: add --workload inference")
     if args.configs and not workload.configs_apply:
         raise UserError(f"--configs does not apply to --workload {workload.name}: it measures every mode; drop "
                         "--configs")
@@ -150,6 +152,12 @@ def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
     from overdrive.serve.engines import ServingError
     from overdrive.serve.export import ExportError, user_served_model
 
+    if args.server == "triton":  # before any work: the extra, and a machine the server binary runs on
+        from overdrive.serve.triton_bench import triton_unavailable
+
+        why = triton_unavailable()
+        if why:
+            raise UserError(f"--server triton: {why}")
     model = None
     if args.model:
         try:
@@ -166,9 +174,25 @@ def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
     except (ServingError, ExportError) as e:  # your model or its inputs, at a batch size the example did not try
         raise UserError(str(e).splitlines()[0]) from None
     render_latency(r, console)
+    if args.server == "triton":
+        from overdrive.report.triton_view import triton_lines
+        from overdrive.serve.serving import click_served_model
+        from overdrive.serve.triton_bench import run_triton_bench
+
+        try:
+            r["triton"] = run_triton_bench(r.get("serving") or {}, model or click_served_model(suite, args.seed),
+                                           slo_ms=args.slo_ms, seed=args.seed, say=lambda m: console.print(escape(m)))
+        except (ExportError, RuntimeError) as e:  # the server did not start or load: its own error line
+            raise UserError(f"--server triton: {str(e).splitlines()[0]}") from None
+        for line in triton_lines(r["triton"]):
+            console.print(escape(line))
     if args.out:
         write_atomic(os.path.join(args.out, "results.json"), json.dumps(r, indent=1) + "\n")
         files = write_latency_report(r, args.out)
+        if r.get("triton"):
+            from overdrive.report.triton_view import write_triton_plot
+
+            files += [f for f in [write_triton_plot(r, args.out)] if f]
         console.print(escape(f"wrote {args.out}/results.json and " + ", ".join(os.path.basename(f) for f in files)))
     return 0
 
@@ -227,6 +251,10 @@ def register(sub) -> None:
                    "tensor or a tuple, batch first)")
     b.add_argument("--dynamic", action="append", metavar="INPUT:AXIS", help="inference: a further variable dimension "
                    "of --model's input (e.g. ids:1; repeatable), as `overdrive export` takes it")
+    b.add_argument("--server", choices=["simulated", "triton"], default="simulated",
+                   help="inference: simulated (Triton's dynamic batcher simulated from measured service times) or "
+                        "triton (also a real tritonserver on 127.0.0.1 serving the exported model with the simulated "
+                        "setting, driven by an open-loop Poisson client: needs overdrive[triton])")
     b.add_argument("--configs", help="comma-separated candidates to run (the baseline always runs): the suite's, or "
                                      "any recipe name (e.g. fp8-rowwise, bf16+compile)")
     b.add_argument("--steps", type=int, help="sets the number of timed rounds, not optimizer steps: each round "

@@ -43,12 +43,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
           f"{b.get('source', 'given')}): " + ", ".join(rep["files"]))
     if b.get("note"):
         print(f"note: {b['note']}")
+    for line in rep.get("shapes") or []:
+        print(line)
     print("round-trip max abs error vs eager: " + ", ".join(f"{k} {v:.2g}" for k, v in rep["checks"].items()))
     for m in rep.get("triton_check") or []:
         print(f"Triton repository read as Triton reads it: {m['name']}/ (name = folder, version "
               f"{', '.join(map(str, m['versions']))}, config parsed, I/O against the model"
-              + (f", ran in onnxruntime at batch 1 and {m['max_batch_size']})" if m["ran"] else ")")
-              + "; no tritonserver here to load it")
+              + (f", ran in onnxruntime at batch 1 and {m['max_batch_size']})" if m["ran"] else ")"))
+    sc = rep.get("triton_server_check")
+    if sc:
+        print(f"loaded by a real tritonserver: {', '.join(sc['models'])} (triton_local/)" if sc.get("ready") else
+              f"not loaded by a real tritonserver: {sc.get('why')}")
     if rep.get("onnx"):
         print(f"ONNX {rep['onnx']}")
     return 0

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from overdrive.io import write_atomic
+from overdrive.serve.triton_config import triton_config
 
 __all__ = ["export_for_serving", "ExportError", "triton_config", "slo_batch_from", "batching_from", "export_onnx",
            "click_inputs", "default_batching", "ort_session"]
@@ -224,13 +225,10 @@ def _user(factory: str, inputs: str | None, weights: str | None, dynamic: list[s
     outs = check_batch_independent(model, [ex, ex3], what=f"the model of {factory}", on=f"--inputs {inputs}")
     spec = {"inputs": [(n, [-1 if a + 1 in dyn[n] else d for a, d in enumerate(t.shape[1:])],
                         _triton_type(t, f"input {n}")) for n, t in zip(names, ex)],
-            "outputs": [(f"output{i}" if len(outs) > 1 else "output", [d for d in t.shape[1:]] or [1],
+            # a (B,) output keeps its shape: [] here is dims [ 1 ] with reshape [ ] in config.pbtxt
+            "outputs": [(f"output{i}" if len(outs) > 1 else "output", [d for d in t.shape[1:]],
                          _triton_type(t, f"output {i}")) for i, t in enumerate(outs)]}
-    if any(t.dim() == 1 for t in outs):  # (B,) outputs: Triton wants at least one non-batch dim
-        module = _Unsqueeze(model).eval()
-    else:
-        module = model
-    return module, fn, spec, dyn
+    return model, fn, spec, dyn
 
 
 @dataclass
@@ -318,20 +316,6 @@ def user_served_model(factory: str, inputs: str | None, *, dynamic: list[str] | 
                        model_identity(factory, inputs, dynamic, resolved=dyn))
 
 
-class _Unsqueeze(nn.Module):
-    """(B,) outputs as (B, 1): a batched Triton model needs one non-batch dimension per output."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, *xs):
-        out = self.model(*xs)
-        if isinstance(out, torch.Tensor):
-            return out.unsqueeze(1) if out.dim() == 1 else out
-        return tuple(o.unsqueeze(1) if o.dim() == 1 else o for o in out)
-
-
 def _dims(dynamic: dict, max_batch: int, limits: dict | None = None) -> tuple:
     """torch.export Dims: the batch up to max_batch (at least 2: the example batch), others up to their
     limit if the model has one (a GPT's sequence: its block size)."""
@@ -344,8 +328,9 @@ def _dims(dynamic: dict, max_batch: int, limits: dict | None = None) -> tuple:
 
 
 def _shapes_for(module: nn.Module, dims: tuple) -> tuple:
-    """torch.export wants one dynamic-shape entry per parameter of forward: forward(*xs) has one, a tuple."""
-    return (dims,) if isinstance(module, _Unsqueeze) else dims
+    """torch.export wants one dynamic-shape entry per parameter of forward (the served modules take their
+    inputs as named parameters, one per input)."""
+    return dims
 
 
 def _as_tuple(x) -> tuple:
@@ -381,34 +366,6 @@ def default_batching(max_batch: int) -> dict:
     """Triton's own defaults (no preferred sizes, no delay): what `export` writes when nothing was measured."""
     return {"max_batch_size": max_batch, "preferred_batch_size": [], "max_queue_delay_us": 0, "instances": 1,
             "source": "Triton's defaults (not measured): pass --slo-from DIR of `overdrive bench --workload inference`"}
-
-
-def triton_config(name: str, platform: str, spec: dict, batching: dict | int, *, kind: str = "KIND_CPU") -> str:
-    """config.pbtxt: the I/O with dims (-1 = dynamic, batch excluded), dynamic_batching and instance_group."""
-    b = default_batching(batching) if isinstance(batching, int) else batching
-
-    def dims(d):
-        return "[ " + ", ".join(str(x) for x in d) + " ]"
-
-    # A per-request scalar (the model takes shape (batch,)): Triton wants dims, so [ 1 ] reshaped to [ ].
-    ins = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: {dims(d)} }}' if d else
-                     f'  {{ name: "{n}" data_type: {t} dims: [ 1 ] reshape: {{ shape: [ ] }} }}'
-                     for n, d, t in spec["inputs"])
-    outs = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: {dims(d)} }}' for n, d, t in spec["outputs"])
-    pref = b.get("preferred_batch_size") or []
-    db = ([f"  preferred_batch_size: [ {', '.join(map(str, pref))} ]"] if pref else []) + \
-        [f"  max_queue_delay_microseconds: {int(b.get('max_queue_delay_us', 0))}"]
-    src = b.get("source")
-    # The ONNX Runtime backend's own thread pools (onnxruntime_backend: parameters intra_op_thread_count,
-    # inter_op_thread_count), set to what was measured: unset, it takes every core.
-    params = "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in
-                     (("intra_op_thread_count", b.get("threads")), ("inter_op_thread_count", 1))
-                     if platform == "onnxruntime_onnx" and b.get("threads"))
-    return ((f"# {src}\n" if src else "") +
-            f'name: "{name}"\nplatform: "{platform}"\nmax_batch_size: {int(b["max_batch_size"])}\n'
-            f"input [\n{ins}\n]\noutput [\n{outs}\n]\n"
-            "dynamic_batching {\n" + "\n".join(db) + "\n}\n"
-            f"instance_group [ {{ count: {int(b.get('instances', 1))} kind: {kind} }} ]\n" + params)
 
 
 def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, model: dict | None = None) -> dict:
@@ -464,6 +421,9 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, mode
                            + (f"(holds {got['best']['held']:,.0f} in 90% of resamples) "
                               if got["best"].get("held") is not None else "")
                            + f"req/s at p99 <= {slo:g} ms (overdrive bench, {res.get('created')})")
+            real = _real_server_source(res, slo, path)
+            if real:  # a real tritonserver ran this setting: its measured rate is the evidence, not the simulation's
+                c = {**_valid_setting(res["triton"].get("setting"), path), "threads": c["threads"], "source": real}
             # Another engine surely faster (its interval's lower end above ONNX Runtime's upper end): say so,
             # the repository still serves what was asked for (the ONNX model on onnxruntime).
             faster = [(n, r) for n, r in serving.items() if not n.startswith(engine) and isinstance(r, dict)
@@ -489,6 +449,25 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, mode
 
 MAX_THREADS = 4096
 """The most intra-op threads a measured setting may carry (a results file is untrusted: 10^9 was accepted)."""
+
+
+def _real_server_source(res: dict, slo: float, path: str) -> str | None:
+    """Where a bench also ran a real tritonserver (`--server triton`): what it measured, in words."""
+    t = res.get("triton")
+    if not isinstance(t, dict) or t.get("status") != "ok":
+        return None
+
+    def num(x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and x >= 0
+
+    got, sim = t.get("measured_rate"), t.get("simulated_rate")
+    if not num(sim) or not (got is None or num(got)):
+        raise ExportError(f"--slo-from {path}: its real-server result is not one a bench writes (rates "
+                          f"{got!r}, {sim!r}); re-run the bench")
+    met = f"highest rate {got:,.0f} req/s" if got is not None else "no rate tried"
+    return (f"measured on a real tritonserver (python backend, ONNX Runtime): {met} at p99 <= {slo:g} ms with every "
+            f"request answered, simulated {sim:,.0f} (overdrive bench --server triton, {res.get('created')})")
+
 
 MAX_BATCH = 65536
 """The largest max_batch_size export writes: the checks run the model at it, and a batch above this many
@@ -582,13 +561,14 @@ def export_for_serving(kind: str, out_dir: str, **options) -> dict:
     lock = claim_results_dir(out_dir, what="overdrive export")
     stage = None
     try:
-        refuse_links(out_dir, [*_OUTPUTS, "triton", "export.json"])
+        refuse_links(out_dir, [*_OUTPUTS, "triton", "triton_local", "export.json"])
         stage = stage_folder(out_dir)
         report = _export_into(kind, stage, **options)
         report["files"] = [os.path.join(out_dir, os.path.relpath(f, stage)) for f in report["files"]]
         write_atomic(os.path.join(stage, "export.json"), json.dumps(report, indent=1))
         extra = [os.path.relpath(f, out_dir) for f in report["files"] if os.path.dirname(f) == out_dir]
-        publish(stage, out_dir, sorted({*_OUTPUTS, *extra, f"triton/{report['name']}"}), last="export.json")
+        publish(stage, out_dir, sorted({*_OUTPUTS, *extra, f"triton/{report['name']}", f"triton_local/{report['name']}"}),
+                last="export.json")
         return report
     except ExportError as e:  # said of the staging folder: name the folder the user gave
         raise ExportError(str(e).replace(stage or "\0", out_dir)) from None
@@ -610,13 +590,14 @@ removes a previous export's model.onnx: a folder never mixes two exports)."""
 def _export_into(kind: str, out_dir: str, *, size: str = "cpu-student", weights: str | None = None,
                        max_batch: int | None = None, onnx: bool | None = None, batching: dict | None = None,
                        inputs: str | None = None, dynamic: list[str] | None = None, bag_len: int = 5,
-                       served: ServedModel | None = None) -> dict:
+                       served: ServedModel | None = None, server_check: bool = True) -> dict:
     """Write model.pt2 (+ model.onnx) and a Triton repository into out_dir (a staging folder).
 
     kind: "recsys", "gpt", or "FILE.py:FACTORY" (then `inputs` is "FILE.py:FN", FN(batch) -> example
     inputs, and `dynamic` names further variable axes as INPUT:AXIS). batching: the dynamic batcher
     settings (from `batching_from`); else Triton's defaults at max_batch (1024 when None).
     onnx=None: export ONNX when onnx, onnxscript and onnxruntime import; True: require it.
+    server_check: load the python-backend variant in a real tritonserver where one is set up.
     """
     if batching is not None:
         batching = dict(batching)
@@ -650,7 +631,9 @@ def _export_into(kind: str, out_dir: str, *, size: str = "cpu-student", weights:
         module, inputs_fn, spec, dyn = _builtin(kind, size, weights, bag_len)
         name = "click_model" if kind == "recsys" else f"gpt_{size.replace('-', '_')}"
     report: dict = {"kind": kind, "name": name, "max_batch": mb, "batching": batching, "files": [], "checks": {},
-                    "spec": spec}
+                    "spec": spec, "shapes": [f"output {n!r}: the model returns (B,) and the exported files keep it; "
+                                             "Triton returns it as (B, 1) (config.pbtxt: dims [ 1 ], reshape [ ])"
+                                             for n, d, _ in spec["outputs"] if not d]}
     # The example batch is min(8, max(2, max_batch)): never 1 (torch.export would specialise a size-1 dim), so it
     # may exceed a max_batch of 1; the exported batch dim then goes up to 2. The check uses another batch (and
     # variant 1 of the other dims: a longer bag, a shorter prompt) than the example, to prove the dims are dynamic.
@@ -718,4 +701,15 @@ def _export_into(kind: str, out_dir: str, *, size: str = "cpu-student", weights:
     except Exception as e:  # noqa: BLE001 — e.g. onnxruntime's bad_alloc running a wide output at max_batch_size
         raise ExportError(f"the Triton repository of {kind} fails its check ({_first(e)}); a smaller --max-batch "
                           "may fit (nothing was written)") from None
+    if have_onnx:  # the variant a tritonserver here can load: the same model.onnx in the python backend
+        from overdrive.serve.triton_local import load_in_server, write_local_variant
+
+        onnx_files = [os.path.join(repo, "1", f) for f in ["model.onnx", *_external_data(model_file)]]
+        report["files"] += write_local_variant(out_dir, name, spec, batching, onnx_files,
+                                               kind="KIND_GPU" if batching.get("kind") == "KIND_GPU" else "KIND_CPU")
+        report["triton_server_check"] = load_in_server(out_dir) if server_check else {"ran": False,
+                                                                                      "why": "the caller serves it"}
+        if report["triton_server_check"].get("ready") is False:
+            raise ExportError(f"tritonserver did not load {out_dir}/triton_local: "
+                              f"{report['triton_server_check'].get('error')} (nothing was written)")
     return report
