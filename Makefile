@@ -49,9 +49,12 @@ endif
 
 $(DEV): pyproject.toml $(BASE)
 ifeq ($(MODE),system)
-	$(PIP) install -q --no-build-isolation -e ".[dev,hf,torchao,export]" || $(PY) -c "import pytest" || { echo "make: no pytest here and pip cannot install it (offline?)"; exit 2; }
+	$(PIP) install -q --no-build-isolation -e ".[dev,hf,torchao,export,triton]" || $(PY) -c "import pytest" || { echo "make: no pytest here and pip cannot install it (offline?)"; exit 2; }
 else
-	$(PIP) install -q -e ".[dev,hf,torchao,export,liger]"
+	$(PIP) install -q -e ".[dev,hf,torchao,export,liger,trackers,triton]"
+	@# the emit targets: lightning (and tyro) from the stacks extra; torchtitan without its dataset/tokenizer deps
+	$(PIP) install -q -e ".[stacks]" && $(PIP) install -q --no-deps "torchtitan==0.2.2" || \
+	  echo "make: the stacks extra did not install: the emit loader tests for Lightning/torchtitan will skip"
 endif
 	touch $@
 

@@ -16,11 +16,11 @@ from overdrive.quiet import install_from_env as _install_from_env  # noqa: E402
 
 _install_from_env()  # a bench worker or torchrun rank started by the CLI: filter the same known noise
 
-__all__ = ["__version__", "accelerate", "Accelerated", "get_env", "Recipe", "PRESETS", "resolve", "ResolvedRecipe",
-           "RecipeUnavailable", "tune", "TuneResult"]
+__all__ = ["__version__", "accelerate", "Accelerated", "get_env", "Recipe", "PRESETS", "get_recipe", "resolve",
+           "ResolvedRecipe", "RecipeUnavailable", "tune", "TuneResult"]
 
 _LAZY = {"Accelerated": "overdrive.accelerate", "get_env": "overdrive.env", "Recipe": "overdrive.recipes",
-         "PRESETS": "overdrive.recipes", "resolve": "overdrive.recipes", "ResolvedRecipe": "overdrive.recipes",
+         "PRESETS": "overdrive.recipes", "get_recipe": "overdrive.recipes", "resolve": "overdrive.recipes", "ResolvedRecipe": "overdrive.recipes",
          "RecipeUnavailable": "overdrive.recipes", "TuneResult": "overdrive.tune"}
 
 

@@ -47,8 +47,8 @@ class Accelerated(ProcessHelpers):
                  module_filter_fn: Callable[[nn.Module, str], bool] | None = None, build_optimizer: bool = True,
                  optimizer: Optimizer | None = None, scheduler=None, grad_accum_steps: int = 1,
                  distributed: str | None = None, autocast_forward: bool = True, dataloader=None) -> None:
-        if grad_accum_steps < 1:
-            raise UserError(f"grad_accum_steps={grad_accum_steps}: use an integer >= 1")
+        if not isinstance(grad_accum_steps, int) or isinstance(grad_accum_steps, bool) or grad_accum_steps < 1:
+            raise UserError(f"grad_accum_steps={grad_accum_steps!r}: use an integer >= 1")
         if distributed not in (None, "fsdp", "ddp"):
             raise UserError(f"distributed={distributed!r}: use None (one process), 'ddp' (a replica per rank) or "
                             "'fsdp' (sharded), the last two under torchrun")
@@ -105,6 +105,9 @@ class Accelerated(ProcessHelpers):
         self._micro = 0
         self.steps = 0
         self._skipped = torch.zeros((), dtype=torch.int64, device=self.device)  # summed on device: no sync
+        from overdrive.step_flops import StepFlops
+
+        self._flops = StepFlops(model, device=self.device, enabled=distributed is None)  # for report()'s TFLOP/s
 
     # -- the training-loop API -------------------------------------------------------------
     def autocast(self) -> contextlib.AbstractContextManager:
@@ -113,7 +116,7 @@ class Accelerated(ProcessHelpers):
 
     @property
     def skipped_steps(self) -> int:
-        """Optimizer steps the fp16 GradScaler skipped (inf/nan gradients). Reading it syncs."""
+        """Optimizer steps skipped for inf/nan gradients (the GradScaler's, or acc.step's own). Reading it syncs."""
         return int(self._skipped)
 
     def backward(self, loss: torch.Tensor) -> None:
@@ -124,6 +127,7 @@ class Accelerated(ProcessHelpers):
                             "optimizer to accelerate(..., optimizer=opt) so acc.step() unscales before stepping")
         last = self._micro % self.grad_accum_steps == self.grad_accum_steps - 1
         self._stepper().backward(loss, last=last)
+        self._flops.finish()
         self._micro += 1
         self._ddp_sync_next()
 
@@ -136,7 +140,8 @@ class Accelerated(ProcessHelpers):
     def _stepper(self) -> TrainStep:
         """The one training step (train/step.py), over this object's current optimizer and scaler."""
         return TrainStep(self.model, self.optimizer or [], scaler=self.scaler, applied=self.applied,
-                         grad_clip=self.grad_clip, accum=self.grad_accum_steps, fsdp=self.applied.fsdp)
+                         grad_clip=self.grad_clip, accum=self.grad_accum_steps, fsdp=self.applied.fsdp,
+                         measure_norm=self.scaler is None)
 
     def step(self) -> dict:
         """On the last micro-step: unscale (fp16), clip, optimizer step, scaler update, scheduler step,
@@ -147,12 +152,18 @@ class Accelerated(ProcessHelpers):
                             "accelerate(..., optimizer=opt) and call acc.step()")
         if self._micro % self.grad_accum_steps:
             return {"stepped": False, "skipped": False, "grad_norm": None, "scale": None}
-        s = self._stepper().step()
+        s = self._stepper().step(skip_non_finite=self.scaler is None)  # no GradScaler to skip NaN/inf gradients
+        if not s.stepped:
+            self._skipped += 1
+            logging.getLogger("overdrive").warning("acc.step(): the gradients hold NaN/inf (a non-finite loss?): this "
+                                                   "optimizer step was skipped, the parameters are unchanged")
+            return {"stepped": False, "skipped": True, "grad_norm": None, "scale": None}
         if self.scaler is not None:
             self._skipped += s.skipped.to(self._skipped.device, torch.int64)
         if self.scheduler is not None:
             self.scheduler.step()
         self.steps += 1
+        self._flops.mark_step()
         return {"stepped": True, "skipped": s.skipped, "grad_norm": s.grad_norm, "scale": s.scale}
 
     def lm_loss(self, hidden: torch.Tensor, head_weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -165,6 +176,20 @@ class Accelerated(ProcessHelpers):
                 self._flce = LigerFusedLinearCrossEntropyLoss()
             return self._flce(head_weight, h, targets.reshape(-1))
         return F.cross_entropy(F.linear(h, head_weight).float(), targets.reshape(-1))
+
+    # -- experiment trackers (accelerate(..., report_to=...)) ---------------------------------
+    trackers = None
+
+    def log(self, metrics: dict, step: int | None = None) -> None:
+        """Send the numbers in `metrics` (tensors are read: one sync) to the trackers of report_to=, at
+        `step` (default: the optimizer steps so far). Without report_to it does nothing."""
+        if self.trackers:
+            self.trackers.log(metrics, self.steps if step is None else step)
+
+    def end_training(self) -> None:
+        """Finish the trackers' runs (MLflow FINISHED, W&B synced or closed offline)."""
+        if self.trackers:
+            self.trackers.close(True)
 
     # -- checkpoints (torch.distributed.checkpoint: sharded under FSDP, reshardable) ----------
     def save(self, path: str) -> str:
@@ -237,6 +262,7 @@ class Accelerated(ProcessHelpers):
             for reason, fqns in by_reason.items():
                 shown = ", ".join(fqns[:4]) + (f" and {len(fqns) - 4} more" if len(fqns) > 4 else "")
                 lines.append(f"    skipped {shown}: {reason}")
+        lines.append(self._flops.line(accum=self.grad_accum_steps, precision=r.precision, emulated=r.emulated))
         if self.checkpointed:
             lines.append(f"  activation checkpointing on {len(self.checkpointed)} blocks: "
                          + ", ".join(self.checkpointed[:6]) + (" ..." if len(self.checkpointed) > 6 else ""))
@@ -250,7 +276,9 @@ class Accelerated(ProcessHelpers):
                 "conversions": {k: [vars(d) for d in v] for k, v in self.conversions.items()},
                 "checkpointed": self.checkpointed, "sharded": self.applied.sharded,
                 "optimizer": self._opt_note, "grad_clip": self.grad_clip, "grad_accum_steps": self.grad_accum_steps,
-                "distributed": self.distributed, "dataloaders": [d.state_dict() for d in self.dataloaders]}
+                "distributed": self.distributed, "dataloaders": [d.state_dict() for d in self.dataloaders],
+                "flops": self._flops.report(accum=self.grad_accum_steps, precision=self.resolved.precision,
+                                            emulated=self.resolved.emulated)}
 
 
 def _scheduler(scheduler, optimizer):
@@ -333,13 +361,21 @@ def accelerate(model: nn.Module, recipe: str | Recipe = "auto", *, lr: float | N
                module_filter_fn: Callable[[nn.Module, str], bool] | None = None, env: EnvReport | None = None,
                build_optimizer: bool = True, optimizer: Optimizer | None = None, scheduler=None,
                grad_accum_steps: int = 1, distributed: str | None = None,
-               autocast_forward: bool = True, dataloader=None) -> Accelerated:
+               autocast_forward: bool = True, dataloader=None, gradient_accumulation_steps: int | None = None,
+               report_to: str | list[str] | None = None, run_name: str | None = None,
+               logging_dir: str = "runs/accelerate") -> Accelerated:
     """Resolve `recipe` on this machine and apply it to `model` in place.
 
     optimizer: yours (an Optimizer over model.parameters(), or `lambda params: Optimizer`); else AdamW
     with lr/weight_decay/betas (3e-4, 0.1, (0.9, 0.95) when not given). scheduler: an LR scheduler or
     `lambda opt: Scheduler(opt, ...)`, stepped by acc.step() after each optimizer step.
-    grad_accum_steps=N: acc.backward divides the loss by N; acc.step() steps every N-th call.
+    grad_accum_steps=N: acc.backward divides the loss by N; acc.step() steps every N-th call
+    (gradient_accumulation_steps=N, Accelerate's and TrainingArguments' name, is the same setting).
+    recipe also takes Lightning's precision strings ("bf16-mixed", "16-mixed", "32-true",
+    "transformer-engine"); report() says the Overdrive recipe they ran as.
+    report_to="mlflow,wandb,tensorboard": acc.log({...}, step=...) sends metrics there, with the recipe
+    and the machine as the run's parameters (run_name names the run; local stores go in logging_dir);
+    acc.end_training() closes the runs.
     distributed="fsdp": FSDP2 under torchrun (each repeated block, then the root); "ddp":
     DistributedDataParallel (a replica per rank; no all-reduce on accumulation micro-steps).
     dataloader: a torch DataLoader, prepared as acc.dataloader (sharded, on the device, resumable);
@@ -350,6 +386,11 @@ def accelerate(model: nn.Module, recipe: str | Recipe = "auto", *, lr: float | N
     strict=True raises RecipeUnavailable instead of falling back. `module_filter_fn(module, fqn)`
     decides which nn.Linear layers go to FP8 (instead of the size and head rules).
     """
+    if gradient_accumulation_steps is not None:
+        if grad_accum_steps not in (1, gradient_accumulation_steps):
+            raise UserError(f"grad_accum_steps={grad_accum_steps} and gradient_accumulation_steps="
+                            f"{gradient_accumulation_steps} are the same setting: pass one")
+        grad_accum_steps = gradient_accumulation_steps
     env = env or get_env()
     tuned_note = None
     if isinstance(recipe, str) and recipe.strip().lower() == "tuned":
@@ -361,10 +402,15 @@ def accelerate(model: nn.Module, recipe: str | Recipe = "auto", *, lr: float | N
         resolved = dataclasses.replace(resolved, decisions=(tuned_note,) + resolved.decisions)
     if module_filter_fn is None and resolved.fp8_backend and resolved.recipe.fp8_shapes:
         module_filter_fn = _shape_filter(resolved.recipe.fp8_shapes, resolved.fp8_convert_head)
-    return Accelerated(model, resolved, lr=lr, weight_decay=weight_decay, betas=betas, grad_clip=grad_clip,
-                       module_filter_fn=module_filter_fn, build_optimizer=build_optimizer, optimizer=optimizer,
-                       scheduler=scheduler, grad_accum_steps=grad_accum_steps, distributed=distributed,
-                       autocast_forward=autocast_forward, dataloader=dataloader)
+    acc = Accelerated(model, resolved, lr=lr, weight_decay=weight_decay, betas=betas, grad_clip=grad_clip,
+                      module_filter_fn=module_filter_fn, build_optimizer=build_optimizer, optimizer=optimizer,
+                      scheduler=scheduler, grad_accum_steps=grad_accum_steps, distributed=distributed,
+                      autocast_forward=autocast_forward, dataloader=dataloader)
+    if report_to:
+        from overdrive.track import accelerate_trackers
+
+        acc.trackers = accelerate_trackers(acc, env, report_to, logging_dir=logging_dir, run_name=run_name)
+    return acc
 
 
 def _tuned(model: nn.Module, env: EnvReport) -> tuple[str | Recipe, Decision]:

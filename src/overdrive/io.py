@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 
 from overdrive.errors import UserError
 
-__all__ = ["write_atomic", "check_writable", "read_json"]
+__all__ = ["write_atomic", "check_writable", "read_json", "refuse_links", "stage_folder", "discard_stage", "publish"]
 
 
 def _umask() -> int:
@@ -93,3 +94,65 @@ def read_json(path: str, *, schema: dict | None = None, what: str = "JSON file",
             at = "/".join(str(x) for x in err.absolute_path) or "top level"
             raise ValueError(f"{path} is not a valid {what}: at {at}: {err.message[:200]}{tail}")
     return doc
+
+
+STAGE_PREFIX = ".staging-"
+"""Hidden folders inside an output folder where a multi-file result is written before it is published."""
+
+
+def refuse_links(out: str, entries: list[str], *, flag: str = "--out") -> None:
+    """Refuse, before any work, an output whose entries (or the folders on their way) are symbolic links:
+    writing through one would change a file outside `out`."""
+    for e in entries:
+        parts = e.split("/")
+        for i in range(1, len(parts) + 1):
+            p = os.path.join(out, *parts[:i])
+            if os.path.islink(p):
+                raise UserError(f"{flag} {out}: {os.path.join(*parts[:i])} is a symbolic link (to "
+                                f"{os.readlink(p)}): Overdrive never writes through one; remove it or pass another "
+                                "folder")
+
+
+def stage_folder(out: str) -> str:
+    """A fresh hidden folder inside `out` (same file system, so its entries rename into place); stale
+    ones a killed run left are removed first (the caller holds `out`'s lock)."""
+    for n in os.listdir(out):
+        p = os.path.join(out, n)
+        if n.startswith(STAGE_PREFIX) and os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p, ignore_errors=True)
+    return tempfile.mkdtemp(dir=out, prefix=STAGE_PREFIX)
+
+
+def discard_stage(stage: str) -> None:
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+def publish(stage: str, out: str, entries: list[str], *, last: str) -> None:
+    """Make each of `entries` (paths relative to `out`; `last` too) what it is in `stage`, or absent
+    when `stage` lacks it; then remove `stage`. `last` is removed first and moved in last: a publish cut
+    short leaves no `last` (an export without export.json is visibly unfinished). Renames never follow
+    a symbolic link: a link in the way is replaced, the file it points to is not touched. A folder entry
+    is replaced whole (the old one is moved aside, then deleted)."""
+    _replace(os.path.join(stage, last), os.path.join(out, last), stage, put=False)
+    for e in entries:
+        _replace(os.path.join(stage, e), os.path.join(out, e), stage)
+    _replace(os.path.join(stage, last), os.path.join(out, last), stage)
+    discard_stage(stage)
+
+
+def _replace(src: str, dst: str, stage: str, *, put: bool = True) -> None:
+    have = put and os.path.lexists(src)
+    if os.path.lexists(dst):
+        if os.path.isdir(dst) and not os.path.islink(dst):
+            aside = tempfile.mkdtemp(dir=stage, prefix=".old-")
+            os.rename(dst, os.path.join(aside, "x"))
+        elif not have or os.path.isdir(src):
+            os.unlink(dst)  # a file (or link) replaced by a folder, or by nothing
+        # else: rename(2) below replaces the file or the link itself, atomically
+    if have:
+        parent = os.path.dirname(dst)
+        if os.path.islink(parent) or (os.path.lexists(parent) and not os.path.isdir(parent)):
+            raise UserError(f"{parent} is a symbolic link or a file: Overdrive never writes through one; remove "
+                            "it and export again")
+        os.makedirs(parent, exist_ok=True)
+        os.rename(src, dst)

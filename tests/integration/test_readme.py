@@ -66,6 +66,11 @@ INSTEAD: dict[str, tuple[str | None, str]] = {
     "pip install -e '.[liger]'": (None, "downloads packages"),
     "pip install -e '.[te]'": (None, "downloads packages"),
     "pip install -e '.[hf]'": (None, "downloads packages"),
+    "pip install -e '.[triton]'": (None, "downloads packages"),
+    "overdrive serve out/ranker --port 8000": (None, "serves in the foreground until stopped; "
+                                               "tests/integration/test_triton_server.py starts and stops it"),
+    "overdrive bench --workload inference --server triton --slo-ms 5 --out out/triton-bench": (
+        None, "minutes of rate search; tests/integration/test_triton_server.py runs it on a small model"),
     "overdrive bench --workload inference --model ranker.py:make_ranker --inputs ranker.py:example --dynamic ids:1 "
     "--slo-ms 5 --out out/ranker-bench": (
         "overdrive bench --workload inference --suite inference-quick --model ranker.py:make_ranker --inputs "

@@ -240,3 +240,26 @@ def test_fsdp_hooks_stay_outside_the_blocks_compiled_in_place(one_rank):
     assert not counters["graph_break"], dict(counters["graph_break"])
     assert counters["stats"]["unique_graphs"] == 1
     assert not any("_orig_mod" in k for k in model.state_dict())
+
+
+def test_compile_is_regional_one_graph_for_the_repeated_blocks():
+    """Without FSDP too, each repeated block is compiled in place and the blocks share one graph (a
+    whole-model compile unrolled every block: the GPU check's cold compile of a 24-layer GPT); a model
+    without repeated blocks is compiled whole."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = GPT(gpt_config("tiny", n_embd=32, n_head=2))
+    applied = apply_recipe(model, resolve(get_recipe("fp32", compile="default"), CPU))
+    assert all(b._compiled_call_impl is not None for b in model.blocks) and model._compiled_call_impl is None
+    comp = [d for d in applied.resolved.decisions if d.field == "compile"][-1]
+    assert comp.chosen == "default per block" and "one graph serves them all" in comp.reason
+    x = torch.randint(0, model.config.vocab_size, (2, 16))
+    _, loss = model(x, x)
+    loss.backward()
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    flat = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    apply_recipe(flat, resolve(get_recipe("fp32", compile="default"), CPU))
+    assert flat._compiled_call_impl is not None

@@ -20,7 +20,9 @@ ARG_ERRORS = {
     "plan": ["plan", "--gpus", "eight"],
     "train": ["train"],
     "export": ["export", "--model", "nope"],
+    "serve": ["serve", "--port", "eighty"],
     "tune": ["tune", "--budget-s", "soon"],
+    "emit": ["emit", "tuned"],
 }
 HEAVY = ("torch", "matplotlib", "transformers", "torchao", "onnx")
 

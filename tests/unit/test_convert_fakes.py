@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fakes import fake_te_linear
+from fakes import fake_liger_norms, fake_te_linear
 from overdrive.accelerate import _keep_state_dict_plain
 from overdrive.convert import convert_fp8, convert_norms
 from overdrive.models import GPT, gpt_config
@@ -55,7 +55,7 @@ def fake_engines(monkeypatch):
     apex_norm = types.ModuleType("apex.normalization")
     apex_norm.FusedLayerNorm, apex_norm.FusedRMSNorm = _FakeLN, _FakeRMS
     liger = types.ModuleType("liger_kernel.transformers")
-    liger.LigerLayerNorm, liger.LigerRMSNorm = _FakeLN, _FakeRMS
+    liger.LigerRMSNorm, liger.LigerLayerNorm = fake_liger_norms()  # Liger's signatures, in_place included
     for name, mod in {"transformer_engine": types.ModuleType("transformer_engine"),
                       "transformer_engine.pytorch": te, "apex": types.ModuleType("apex"),
                       "apex.normalization": apex_norm, "liger_kernel": types.ModuleType("liger_kernel"),
@@ -111,10 +111,43 @@ def test_norm_swaps(fake_engines, backend):
         keys = m.state_dict().keys()
         decs = convert_norms(m, backend)
         assert len(decs) == 5 and all(d.converted for d in decs)  # 2 per block + final
-        assert isinstance(m.norm_f, _FakeLN if norm == "layernorm" else _FakeRMS)
+        lib = sys.modules["liger_kernel.transformers"]
+        ln, rms = (lib.LigerLayerNorm, lib.LigerRMSNorm) if backend == "liger" else (_FakeLN, _FakeRMS)
+        assert isinstance(m.norm_f, ln if norm == "layernorm" else rms)
         assert m.state_dict().keys() == keys
         out, _ = m(x)
         assert torch.allclose(out, ref, atol=1e-5)
+
+
+class _PostNorm(nn.Module):
+    """h + norm(h): the norm's output gradient is the residual's too (OLMo2's post-norm, Gemma's sandwich)."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.lin, self.norm, self.out = nn.Linear(d, d), nn.RMSNorm(d, eps=1e-6), nn.Linear(d, 1)
+
+    def forward(self, x):
+        h = self.lin(x)
+        return self.out(h + self.norm(h))
+
+
+def test_liger_rmsnorm_swap_keeps_the_residuals_gradient(fake_engines):
+    """LigerRMSNorm's default in_place=True writes dX over dY (liger_kernel ops/rms_norm.py:555-556), and Liger
+    warns it is wrong when dY is still needed (:646-648): here the residual add hands the norm and the residual
+    the same gradient tensor, so the residual's share was overwritten and lin's gradients came out wrong."""
+    torch.manual_seed(0)
+    m = _PostNorm()
+    with torch.no_grad():
+        m.norm.weight.normal_(1, 0.2)
+    x = torch.randn(8, 32)
+    m(x).sum().backward()
+    want = {n: p.grad.clone() for n, p in m.named_parameters()}
+    m.zero_grad(set_to_none=True)
+    assert [d.converted for d in convert_norms(m, "liger")] == [True]
+    assert type(m.norm).__name__ == "LigerRMSNorm" and m.norm.in_place is False
+    m(x).sum().backward()
+    for n, p in m.named_parameters():
+        assert torch.allclose(p.grad, want[n], atol=1e-5, rtol=1e-4), n
 
 
 def test_norm_without_bias_is_skipped_with_reason(fake_engines):

@@ -89,7 +89,9 @@ def test_plan_json_shape_and_impossible_request():
     c = r["candidates"][0]
     assert c["fits"] and {"memory_gib", "tokens_per_s_per_gpu", "breakdown"} <= set(c)
     assert set(c["breakdown"]) == {"params", "grads", "optimizer", "activations", "other"}
-    assert r["candidates"] == sorted(r["candidates"], key=lambda x: (not x["fits"], -x["tokens_per_s_per_gpu"]
+    # what fits, those keeping the safety margin first, by speed; then what does not, by memory
+    assert r["candidates"] == sorted(r["candidates"], key=lambda x: (not x["fits"], not x["margin_ok"],
+                                                                      -x["tokens_per_s_per_gpu"]
                                                                       if x["fits"] else x["memory_gib"]))
     r = plan(get_model("llama3-70b"), "h100-sxm", seq=8192)
     assert r["top"] is None and any("more GPUs" in s for s in r["suggestions"])

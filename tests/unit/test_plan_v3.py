@@ -198,7 +198,9 @@ def test_torchtitan_405b_pipeline_memory_is_no_longer_a_third_of_the_published()
 
     r = next(x for x in load_runs() if x["id"] == "torchtitan 405B 512xH100 TP8 PP8 1F1B")
     p = predict(r)
-    assert -0.30 <= p["memory_error"] <= 0.30, p["memory_error"]   # published 82.5 GiB; -68% before
+    # published 82.5 GiB; -68% before. -26% became -30% when the one-block recompute buffer stopped being counted
+    # once per micro-batch in flight (memory.py), which took the four CP rows of the same table from ~+20% to ~0%
+    assert -0.33 <= p["memory_error"] <= 0.33, p["memory_error"]
 
 
 def test_megatron_cross_entropy_is_counted_from_its_kernels():

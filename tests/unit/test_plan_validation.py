@@ -37,10 +37,12 @@ def test_doc_table_is_recomputed_from_the_data(validation):
     assert markdown_table(evaluate("calibration")) in doc
     found = re.findall(r"median \|throughput error\| (\d+\.\d)%, worst (\d+)%", doc)
     held = summary([r for r in validation if r["held_out"] == "new source"])
-    for (med, worst), s in zip(found, (held, summary(validation))):   # the held-out line, then all validation
+    # the leave-one-source-out line first (test_doc_states_leave_one_source_out...), then the held-out line,
+    # then all validation
+    for (med, worst), s in zip(found[1:], (held, summary(validation))):
         assert float(med) == round(100 * s["median_abs_error"], 1)
         assert int(worst) == round(100 * s["worst_abs_error"])
-    assert len(found) == 2
+    assert len(found) == 3
     assert expressed_table([r for r in validation if r["held_out"] == "new source"]) in doc
 
 
@@ -169,3 +171,54 @@ def test_the_flags_the_doc_prints_plan_what_the_table_says(rid, capsys):
     top = json.loads(capsys.readouterr().out)["top"]
     assert top["tokens_per_s_per_gpu"] == pytest.approx(predict(r)["predicted"], rel=1e-9)
     assert top["allocated_gib"] == pytest.approx(predict(r)["allocated_gib"], abs=1e-3)
+
+
+def _load_script(name):
+    import importlib.util
+    import sys
+
+    here = os.path.join(os.path.dirname(__file__), "..", "..", "scripts")
+    sys.path.insert(0, here)
+    spec = importlib.util.spec_from_file_location(name, os.path.join(here, f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_doc_states_leave_one_source_out_beside_in_sample_with_worst_and_memory():
+    """docs/plan-loso.json (scripts/plan_loso.py) is what the doc shows: the per-source table, and the summary's
+    leave-one-source-out, in-sample and shipped figures, each with its worst case and the memory beside it."""
+    loso = _load_script("plan_loso")
+    res = json.load(open(os.path.join(os.path.dirname(DOC), "plan-loso.json")))
+    doc = open(DOC).read()
+    assert loso.markdown(res) in doc
+    s = loso.summary_line(res)
+    line = re.search(r"Leave-one-source-out .*?median \|throughput error\| (\d+\.\d)%, worst (\d+)%", doc, re.S)
+    assert line and float(line.group(1)) == round(100 * s["loso"]["median"], 1)
+    assert int(line.group(2)) == round(100 * s["loso"]["worst"])
+    # every source is held out once, and its rows are the data file's rows
+    runs = load_runs()
+    assert sum(len(v["loso"]) for v in res["sources"].values()) == len(runs)
+    assert {loso.source_of(r) for r in runs} == set(res["sources"])
+    # the shipped figures are what the planner predicts today (no stale JSON)
+    shipped = {r["id"]: r["error"] for v in res["sources"].values() for r in v["shipped"]}
+    for r in runs[::10]:
+        assert shipped[r["id"]] == pytest.approx(predict(r)["error"], abs=1e-4)
+
+
+@pytest.mark.slow
+def test_leave_one_source_out_refit_reproduces_for_a_small_source():
+    """Refit without torchao's README (3 runs) from the neutral start: the constants and errors in the JSON."""
+    import copy
+
+    loso = _load_script("plan_loso")
+    cal = _load_script("plan_calibrate")
+    res = json.load(open(os.path.join(os.path.dirname(DOC), "plan-loso.json")))
+    src = "pytorch/ao torchao/float8/README.md"
+    runs = load_runs()
+    fitted = cal.fit(loso.fit_set([r for r in runs if loso.source_of(r) != src]),
+                     start=copy.deepcopy(loso.NEUTRAL), log=lambda *_: None)
+    want = {r["id"]: r["error"] for r in res["sources"][src]["loso"]}
+    for r in runs:
+        if loso.source_of(r) == src:
+            assert predict(r, fitted)["error"] == pytest.approx(want[r["id"]], abs=1e-4)

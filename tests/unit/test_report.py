@@ -15,7 +15,7 @@ from rich.console import Console
 
 import overdrive
 from overdrive.bench import load_results, save_results
-from overdrive.recipes import PRESETS
+from overdrive.recipes import PRESETS, get_recipe
 from overdrive.report.advice import next_step, precision_note
 from overdrive.report.compare import compare_rows, ran_label, write_compare_html
 from overdrive.report.html import bench_rows, write_html
@@ -174,11 +174,13 @@ def test_plan_page_says_how_to_run_the_pick_with_presets_the_trainer_accepts(tmp
 
     r = plan(get_model("llama3-8b"), "h100-sxm", seq=4096)
     step = plan_next_step(r)
-    preset = re.search(r"recipe = &quot;([\w-]+)&quot;", step).group(1)
-    assert preset in PRESETS  # a name `overdrive train` accepts
-    assert "torchrun --nproc_per_node=8 -m overdrive train CONFIG" in step
+    preset = re.search(r"recipe=&quot;([\w+-]+)&quot;", step).group(1)
+    assert get_recipe(preset).name == preset  # a name accelerate() and `overdrive train` accept
+    assert "overdrive.accelerate(model, recipe=" in step and "torchrun --nproc_per_node=8 train.py" in step
+    assert "overdrive train CONFIG" not in step   # that trains only the reference GPT, not the user's model
     r["top"] = dict(r["top"], sharding="hsdp", tp=2)
-    assert "Not in overdrive train yet: hsdp (overdrive train shards with FSDP), tp 2" in plan_next_step(r)
+    step = plan_next_step(r)
+    assert "Not run by Overdrive: hsdp" in step and "tp 2: tensor parallelism is Megatron-Core" in step
     page = open(write_plan_html(r, str(tmp_path))).read()
     assert "class='rec'" in page and "class='next'" in page
 

@@ -183,6 +183,7 @@ def test_export_user_model_file_with_measured_batching(tmp_path, capsys):
     assert m["name"] == "make_ranker" and m["max_batch_size"] == 2 and m["ran"]
     cfg = parse_config((out / "triton" / "make_ranker" / "config.pbtxt").read_text())
     assert [list(i.dims) for i in cfg.input] == [[4], [-1]] and list(cfg.output[0].dims) == [1]
+    assert cfg.output[0].HasField("reshape") and list(cfg.output[0].reshape.shape) == []  # the model's (B,) kept
     import onnxruntime as ort
 
     sess = ort.InferenceSession(str(out / "triton" / "make_ranker" / "1" / "model.onnx"))
@@ -192,7 +193,7 @@ def test_export_user_model_file_with_measured_batching(tmp_path, capsys):
     with torch.no_grad():
         ref = ns["make_ranker"]()(d, i)
     got = sess.run(None, {"dense": d.numpy(), "ids": i.numpy()})[0]
-    assert np.allclose(got[:, 0], ref.numpy(), atol=1e-6)
+    assert got.shape == ref.shape == (1,) and np.allclose(got, ref.numpy(), atol=1e-6)
     # The built-in click model with the measured settings.
     assert main(["export", "--model", "recsys", "--slo-from", str(tmp_path / "bench"), "--out", str(tmp_path / "c")]) == 0
     cfg = parse_config((tmp_path / "c" / "triton" / "click_model" / "config.pbtxt").read_text())

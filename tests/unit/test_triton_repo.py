@@ -12,6 +12,8 @@ import pytest
 pytestmark = pytest.mark.skipif(not (importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxruntime")),
                                 reason="onnx/onnxruntime not installed (the `export` extra)")
 
+from overdrive.serve.triton_local import PRODUCTION  # noqa: E402
+
 SPEC = {"inputs": [("dense", [13], "TYPE_FP32"), ("ids", [26, -1], "TYPE_INT64")],
         "outputs": [("prob", [1], "TYPE_FP32")]}
 MEASURED = {"max_batch_size": 64, "preferred_batch_size": [32, 64], "max_queue_delay_us": 500, "instances": 1,
@@ -63,7 +65,7 @@ def test_repository_loads_as_triton_reads_it(tmp_path):
     [m] = check_repository(str(root))
     assert m == {"name": "click_model", "platform": "onnxruntime_onnx", "versions": [1], "max_batch_size": 64,
                  "preferred_batch_size": [32, 64], "max_queue_delay_microseconds": 500, "instances": 1, "ran": True,
-                 "parameters": {}}
+                 "parameters": {"overdrive_batching_source": "measured: test", "overdrive_variant": PRODUCTION}}
     cfg = parse_config((root / "click_model" / "config.pbtxt").read_text())
     assert [list(i.dims) for i in cfg.input] == [[13], [26, -1]]  # the bag length is a dynamic dimension
     assert cfg.instance_group[0].kind == 2  # KIND_CPU
@@ -125,10 +127,13 @@ def test_a_per_request_scalar_input_is_dims_1_reshaped_and_empty_dims_are_refuse
     v.mkdir(parents=True)
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), str(v / "model.onnx"))
     text = triton_config("scalar", "onnxruntime_onnx", spec, 8)
-    assert 'dims: [ 1 ] reshape: { shape: [ ] }' in text
+    from overdrive.serve.triton_config import parse_config
+
+    i = parse_config(text).input[0]
+    assert list(i.dims) == [1] and i.HasField("reshape") and list(i.reshape.shape) == []
     (v.parent / "config.pbtxt").write_text(text)
     assert check_repository(str(tmp_path / "triton"))[0]["ran"]  # run at batch 1 and 8 with the reshaped shape
-    (v.parent / "config.pbtxt").write_text(text.replace("dims: [ 1 ] reshape: { shape: [ ] }", "dims: [ ]"))
+    (v.parent / "config.pbtxt").write_text(text.replace("  dims: 1\n  reshape {\n  }\n", "", 1))
     with pytest.raises(TritonRepoError, match="has no dims, which Triton refuses"):
         check_repository(str(tmp_path / "triton"))
 
@@ -147,8 +152,9 @@ def test_config_carries_the_measured_batcher_settings(tmp_path):
     assert cfg.max_batch_size == 32 and list(cfg.dynamic_batching.preferred_batch_size) == [16, 32]
     assert cfg.dynamic_batching.max_queue_delay_microseconds == 250 and cfg.name == "click_model"
     # ONNX Runtime's thread pools as measured (1 intra-op thread), not the backend's default of every core.
-    assert {k: v.string_value for k, v in cfg.parameters.items()} == {"intra_op_thread_count": "1",
-                                                                      "inter_op_thread_count": "1"}
+    params = {k: v.string_value for k, v in cfg.parameters.items()}
+    assert (params["intra_op_thread_count"], params["inter_op_thread_count"]) == ("1", "1")
+    assert params["overdrive_batching_source"].startswith("measured: ONNX Runtime (CPU EP) on cpu, highest rate 12,345")
     res["serving"]["engines"]["onnxruntime"]["best"] = None
     (tmp_path / "results.json").write_text(json.dumps(res))
     from overdrive.serve.export import ExportError

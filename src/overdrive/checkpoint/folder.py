@@ -64,9 +64,13 @@ def _why(e: BaseException) -> str:
     if isinstance(e, CheckpointException) and getattr(e, "failures", None):
         e = next(iter(e.failures.values()))
         e = getattr(e, "exception", e)
+        if isinstance(e, tuple) and e and isinstance(e[0], BaseException):  # (exception, traceback) in torch 2.x
+            e = e[0]
     if isinstance(e, OSError) and e.strerror:
         return f"{e.strerror}" + (f" ({e.filename})" if e.filename else "")
     text = str(e).strip().splitlines()
+    if "unexpected pos" in str(e):  # torch's zip writer, its file cut short under it
+        return "a file could not be written whole (disk full, or a file-size limit)"
     return f"{type(e).__name__}: {(text[0] if text else '')[:200]}"
 
 
@@ -78,8 +82,24 @@ def remove_ours(path: str) -> bool:
         kind = "a file" if os.path.isfile(path) else "a link" if os.path.islink(path) else "a folder"
         raise CheckpointError(f"{path} is {kind} overdrive did not write (no manifest.json or {PARTIAL}): refusing "
                               "to replace it; move it away or pick another path")
-    shutil.rmtree(path)
+    _delete_ours(path)
     return True
+
+
+def _delete_ours(path: str) -> None:
+    """Delete a folder of ours so that a kill at any point leaves it still ours: the partial marker goes
+    in first and out last (a bare rmtree killed after the manifest went left a folder every later save
+    refused as foreign)."""
+    marker = os.path.join(path, PARTIAL)
+    if not os.path.exists(marker):
+        with open(marker, "w") as f:
+            f.write("an overdrive checkpoint being deleted; safe to delete\n")
+    for n in os.listdir(path):
+        p = os.path.join(path, n)
+        if n != PARTIAL:
+            shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
+    os.unlink(marker)
+    os.rmdir(path)
 
 
 def _empty_dir(path: str) -> bool:
@@ -166,7 +186,10 @@ def save_folder(final: str, states: dict, extra: dict, *, rank: int, world: int,
             if os.path.lexists(final):
                 os.rename(final, old)
             os.rename(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
+            try:
+                remove_ours(old)
+            except (OSError, CheckpointError):
+                pass  # a leftover .old of ours is removed by the next save
         except OSError as e:
             shutil.rmtree(tmp, ignore_errors=True)
             err = f"cannot write checkpoint {final}: {_why(e)}: free space (or pick another folder) and resume"
@@ -174,6 +197,17 @@ def save_folder(final: str, states: dict, extra: dict, *, rank: int, world: int,
     if err:
         raise CheckpointError(err)
     return final
+
+
+def _same_keys(path: str, md, state: dict, prefix: str) -> None:
+    present = {f"{prefix}.{k}" for k in state}  # a non-tensor entry (TE's _extra_state) may flatten deeper:
+    nested = tuple(f"{prefix}.{k}." for k, v in state.items() if not isinstance(v, torch.Tensor))
+    more = sorted(k for k in md.state_dict_metadata
+                  if k.startswith(prefix + ".") and k not in present and not k.startswith(nested))
+    if more:
+        names = ", ".join(m[len(prefix) + 1:] for m in more[:3]) + (", ..." if len(more) > 3 else "")
+        raise CheckpointError(f"cannot load {path}: it holds {len(more)} {prefix} tensor(s) this one lacks ({names}): "
+                              "it was saved from another (larger) model; load it into the model it was saved from")
 
 
 def verify_folder(path: str, *, rank: int = 0, world: int = 1) -> str | None:
@@ -187,24 +221,35 @@ def verify_folder(path: str, *, rank: int = 0, world: int = 1) -> str | None:
     return _one_error(err, world)
 
 
-def load_folder(path: str, states: dict, *, rank: int, world: int) -> dict:
+def load_folder(path: str, states: dict, *, rank: int, world: int,
+                check_extra: Callable[[dict], None] | None = None, exact: str | None = None) -> dict:
     """Verify, then fill `states` in place (resharded to this world size); returns this rank's extra
-    (rank 0's when the folder was saved on fewer ranks). Any failure is a one-line CheckpointError."""
+    (rank 0's when the folder was saved on fewer ranks). Any failure is a one-line CheckpointError.
+    `check_extra(extra)` runs before the tensors are read into `states` (which may be the model's own
+    parameters): an extra file it refuses changes nothing. `exact="model"`: the folder may hold no
+    tensor under states["model"] that the model lacks (DCP alone fills a smaller model from a larger
+    one's matching keys, silently)."""
     recover_folder(path, rank=rank, world=world)
     bad = verify_folder(path, rank=rank, world=world)
     if bad:
         raise CheckpointError(f"{path} is damaged: {bad}")
     try:
-        SafeReader(path).read_metadata()  # the trust check first, in our words, before DCP sees the folder
-        with _quiet():
-            dcp.load(states, storage_reader=SafeReader(path), no_dist=world == 1)
+        md = SafeReader(path).read_metadata()  # the trust check first, in our words, before DCP sees the folder
+        if exact is not None:
+            _same_keys(path, md, states.get(exact) or {}, exact)
         mine = os.path.join(path, f"extra_rank{rank}.pt")
         extra = load_tensors(mine if os.path.exists(mine) else os.path.join(path, "extra_rank0.pt"))
+        if not isinstance(extra, dict):
+            raise CheckpointError(f"cannot load {path}: extra_rank{rank}.pt holds a {type(extra).__name__}, not a dict")
+        if check_extra is not None:
+            check_extra(extra)
+        with _quiet():
+            dcp.load(states, storage_reader=SafeReader(path), no_dist=world == 1)
     except UnsafeCheckpoint as e:
         raise CheckpointError(f"{path}: {e}") from None
+    except CheckpointError:
+        raise
     except (Exception, CheckpointException) as e:
         raise CheckpointError(f"cannot load {path}: {_why(e)} (was it written for another model, or with an "
                               "optimizer when this run has none?)") from None
-    if not isinstance(extra, dict):
-        raise CheckpointError(f"cannot load {path}: extra_rank{rank}.pt holds a {type(extra).__name__}, not a dict")
     return extra

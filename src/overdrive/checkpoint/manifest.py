@@ -77,8 +77,9 @@ def verify_manifest(folder: str, *, rank: int = 0, world: int = 1) -> str | None
     names = sorted(m["files"])
     for n in names[rank::world]:
         p, want = os.path.join(folder, n), m["files"][n]
-        if not isinstance(want, dict) or os.path.basename(n) != n or n in (".", ".."):
-            return f"manifest entry {n!r} is malformed"
+        if not isinstance(want, dict) or os.path.basename(n) != n or n in (".", "..") or \
+                type(want.get("bytes")) is not int or not isinstance(want.get("sha256"), str):
+            return f"manifest entry {n!r} is malformed (bytes an integer, sha256 a string)"
         if not os.path.isfile(p):
             return f"{n} is missing"
         if os.path.getsize(p) != want.get("bytes"):

@@ -145,13 +145,28 @@ def load_checkpoint(path: str, model, optimizer, *, rank: int, world: int) -> di
     extra state. Any failure is a one-line CheckpointError."""
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
-    extra = load_folder(path, state, rank=rank, world=world)
+    extra = load_folder(path, state, rank=rank, world=world, check_extra=lambda x: _check_train_extra(x, path, rank))
     try:
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     except Exception as e:
         raise CheckpointError(f"cannot load {path}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
                               " (was it written for another model size?)") from None
     return extra
+
+
+def _check_train_extra(extra: dict, path: str, rank: int) -> None:
+    """The fields a resume reads from extra_rank*.pt (untrusted: a manifest can be resealed), checked before
+    any tensor is loaded: a bad one makes the checkpoint damaged (the previous one is used), never a
+    traceback or a run resumed at step -100 with a negative learning rate."""
+    step = extra.get("step")
+    bad = [] if isinstance(step, int) and not isinstance(step, bool) and 0 <= step < 2 ** 62 else [f"step {step!r}"]
+    bad += [f"{k} ({type(extra[k]).__name__})" for k in ("rng", "scaler") if extra.get(k) is not None
+            and not isinstance(extra[k], dict)]
+    if extra.get("scale") is not None and not isinstance(extra["scale"], (int, float)):
+        bad.append(f"scale ({type(extra['scale']).__name__})")
+    if bad:
+        raise CheckpointError(f"{path}: extra_rank{rank}.pt holds {', '.join(bad)}, not what a save writes (a step "
+                              "count >= 0, state dicts): the file was edited")
 
 
 def resume_checkpoint(run_dir: str, model, optimizer, *, run_id: str | None, rank: int, world: int,

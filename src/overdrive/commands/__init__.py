@@ -12,7 +12,7 @@ from collections.abc import Callable
 __all__ = ["HelpFormatter", "late_help", "COMMANDS"]
 
 # Subcommand modules, in the order `overdrive --help` lists them.
-COMMANDS = ("doctor", "bench", "report", "plan", "train", "export", "tune")
+COMMANDS = ("doctor", "bench", "report", "plan", "train", "export", "serve", "tune", "emit")
 
 
 class HelpFormatter(argparse.HelpFormatter):

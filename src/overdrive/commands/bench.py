@@ -31,6 +31,8 @@ def _refuse_ignored_flags(args: argparse.Namespace, workload) -> None:
     if args.threads is not None and workload.name == "inference":
         raise UserError("--threads applies to the training workloads: the inference bench sets each engine's threads "
                         "from the host's load (half the free cores, recorded in the results); drop --threads")
+    if args.server != "simulated" and workload.name != "inference":
+        raise UserError(f"--server {args.server} serves the inference bench's model: add --workload inference")
     if args.configs and not workload.configs_apply:
         raise UserError(f"--configs does not apply to --workload {workload.name}: it measures every mode; drop "
                         "--configs")
@@ -89,6 +91,9 @@ def _bench(args: argparse.Namespace, held: list) -> int:
         raise UserError(f"--rounds must be >= 1 timed round, got {args.rounds}")
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads must be >= 1, got {args.threads}")
+    from overdrive.track import parse_report_to
+
+    report_to = parse_report_to(args.report_to)  # a missing tracker package: one line, before the run
     if args.out:
         from overdrive.io import check_writable
 
@@ -106,6 +111,8 @@ def _bench(args: argparse.Namespace, held: list) -> int:
         raise UserError(f"unknown {workload.name} suite '{name}': suites are {', '.join(workload.suites)}")
     suite = workload.suites[name]
     if workload.name == "inference":
+        if report_to:
+            raise UserError("--report-to logs training benches; the inference bench writes its results with --out")
         return _bench_inference(args, env, workload, suite)
     if args.configs:
         try:
@@ -133,6 +140,11 @@ def _bench(args: argparse.Namespace, held: list) -> int:
     save_findings(results, env)  # for `overdrive doctor`: what the bench measured, beside what the probes expect
     if args.out:
         _write_report(results, args.out, console)
+    if report_to:
+        from overdrive.track import report_results
+
+        for where in report_results(results, report_to, out=args.out or ".", kind="bench", env=env):
+            console.print(escape(f"logged to {where}"))
     return 0
 
 
@@ -153,6 +165,12 @@ def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
         import dataclasses
 
         suite = dataclasses.replace(suite, rounds=args.rounds, serve_rounds=args.rounds)
+    if args.server == "triton":  # before any work: the extra, and a machine the server binary runs on
+        from overdrive.serve.triton_bench import triton_unavailable
+
+        why = triton_unavailable()
+        if why:
+            raise UserError(f"--server triton: {why}")
     model = None
     if args.model:
         try:
@@ -169,9 +187,25 @@ def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
     except (ServingError, ExportError) as e:  # your model or its inputs, at a batch size the example did not try
         raise UserError(str(e).splitlines()[0]) from None
     render_latency(r, console)
+    if args.server == "triton":
+        from overdrive.report.triton_view import triton_lines
+        from overdrive.serve.serving import click_served_model
+        from overdrive.serve.triton_bench import run_triton_bench
+
+        try:
+            r["triton"] = run_triton_bench(r.get("serving") or {}, model or click_served_model(suite, args.seed),
+                                           slo_ms=args.slo_ms, seed=args.seed, say=lambda m: console.print(escape(m)))
+        except (ExportError, RuntimeError) as e:  # the server did not start or load: its own error line
+            raise UserError(f"--server triton: {str(e).splitlines()[0]}") from None
+        for line in triton_lines(r["triton"]):
+            console.print(escape(line))
     if args.out:
         write_atomic(os.path.join(args.out, "results.json"), json.dumps(r, indent=1) + "\n")
         files = write_latency_report(r, args.out)
+        if r.get("triton"):
+            from overdrive.report.triton_view import write_triton_plot
+
+            files += [f for f in [write_triton_plot(r, args.out)] if f]
         console.print(escape(f"wrote {args.out}/results.json and " + ", ".join(os.path.basename(f) for f in files)))
     return 0
 
@@ -230,6 +264,10 @@ def register(sub) -> None:
                    "tensor or a tuple, batch first)")
     b.add_argument("--dynamic", action="append", metavar="INPUT:AXIS", help="inference: a further variable dimension "
                    "of --model's input (e.g. ids:1; repeatable), as `overdrive export` takes it")
+    b.add_argument("--server", choices=["simulated", "triton"], default="simulated",
+                   help="inference: simulated (Triton's dynamic batcher simulated from measured service times) or "
+                        "triton (also a real tritonserver on 127.0.0.1 serving the exported model with the simulated "
+                        "setting, driven by an open-loop Poisson client: needs overdrive[triton])")
     b.add_argument("--configs", help="comma-separated candidates to run (the baseline always runs): the suite's, or "
                                      "any recipe name (e.g. fp8-rowwise, bf16+compile)")
     b.add_argument("--rounds", type=int, help="timed rounds: each round runs every configuration for the suite's "
@@ -241,4 +279,6 @@ def register(sub) -> None:
                    "cores, the processes stepping at once and the host's load; recorded in the results)")
     b.add_argument("--seed", type=int, default=0, help="seed for model init and data order (default 0)")
     b.add_argument("--no-micro", action="store_true", help="skip the micro-benchmarks")
+    b.add_argument("--report-to", metavar="TRACKERS", help="log the results to tensorboard, mlflow and/or wandb "
+                   "(comma-separated): the suite and the machine as params, each configuration's figures as metrics")
     b.set_defaults(func=_cmd_bench)

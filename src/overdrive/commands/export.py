@@ -38,18 +38,23 @@ def _cmd_export(args: argparse.Namespace) -> int:
                                  inputs=args.inputs, dynamic=args.dynamic, bag_len=args.bag_len, served=served)
     except (ExportError, ValueError, FileNotFoundError) as e:
         raise UserError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
-    b = rep["batching"]
+    b = {k: _printable(v) if isinstance(v, str) else v for k, v in rep["batching"].items()}
     print(f"exported {rep['name']} (max_batch_size {b['max_batch_size']}, preferred "
           f"{b.get('preferred_batch_size') or 'none'}, delay {b.get('max_queue_delay_us', 0)} µs — "
           f"{b.get('source', 'given')}): " + ", ".join(rep["files"]))
     if b.get("note"):
         print(f"note: {b['note']}")
+    for line in rep.get("shapes") or []:
+        print(line)
     print("round-trip max abs error vs eager: " + ", ".join(f"{k} {v:.2g}" for k, v in rep["checks"].items()))
     for m in rep.get("triton_check") or []:
         print(f"Triton repository read as Triton reads it: {m['name']}/ (name = folder, version "
               f"{', '.join(map(str, m['versions']))}, config parsed, I/O against the model"
-              + (f", ran in onnxruntime at batch 1 and {m['max_batch_size']})" if m["ran"] else ")")
-              + "; no tritonserver here to load it")
+              + (f", ran in onnxruntime at batch 1 and {m['max_batch_size']})" if m["ran"] else ")"))
+    sc = rep.get("triton_server_check")
+    if sc:
+        print(f"loaded by a real tritonserver: {', '.join(sc['models'])} (triton_local/)" if sc.get("ready") else
+              f"not loaded by a real tritonserver: {sc.get('why')}")
     if rep.get("onnx"):
         print(f"ONNX {rep['onnx']}")
     return 0
@@ -68,6 +73,11 @@ def _model_or_factory(args: argparse.Namespace) -> None:
     elif args.model and args.factory:
         raise UserError(f"two models: {args.factory} and --model {m}: pass one")
     args.model = m
+
+
+def _printable(s: str) -> str:
+    """Text from a results file (untrusted) as the terminal should show it: escapes, never control codes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
 
 
 def register(sub) -> None:

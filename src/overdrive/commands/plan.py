@@ -146,13 +146,26 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                      recompute_layers=args.recompute_layers, recompute_modules=args.recompute_modules or (),
                      offload_activations=args.offload_activations, grad_dtype=args.grad_dtype,
                      embedding_in_pipeline_split=args.embedding_in_pipeline_split, stack=args.stack,
-                     attention=args.attention, block_code=args.block_code or "")
+                     attention=args.attention, block_code=args.block_code or "",
+                     sequence_parallel=args.sequence_parallel == "on", z_loss=args.z_loss,
+                     gather_dtype=args.gather_dtype or "", fused_kernels=args.fused_kernels)
+        if args.fused_kernels and not args.no_compile:
+            raise ValueError("--fused-kernels describes eager code: add --no-compile (compiled code fuses anyway)")
+        if args.qk_norm and not model.qk_norm:
+            import dataclasses
+
+            model = dataclasses.replace(model, qk_norm=True)
         if args.micro_batch is not None:
             setup["micro_batch"] = args.micro_batch
+        for flag, v in (("--precision", args.precision), ("--sharding", args.sharding),
+                        ("--checkpointing", args.checkpointing)):  # '' meant "all of them", silently
+            if v is not None and not all(x.strip() for x in v.split(",")):
+                raise UserError(f"{flag} {v!r} names an empty value: pass a comma list without empty items, or leave "
+                                f"{flag} out for all of them")
         shardings = args.sharding.split(",") if args.sharding else None
         if args.zero:
             shardings = [{1: "zero1", 2: "zero2", 3: "fsdp"}[args.zero]]
-        r = plan(model, args.gpu, precisions=args.precision.split(",") if args.precision else None,
+        r = plan(model, args.gpu, min_headroom_gib=args.min_headroom, precisions=args.precision.split(",") if args.precision else None,
                  shardings=shardings, checkpointing=args.checkpointing.split(",") if args.checkpointing else None,
                  **setup)
     except ValueError as e:
@@ -171,6 +184,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps({**r, "explain": lines} if args.explain else r, indent=1))
     else:
         render_plan(r, console)
+        _print_next_step(r, console)
         for line in lines:
             console.print(line, markup=False, highlight=False)
     if args.png:
@@ -180,6 +194,18 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.out:
         _write_out(r, args.out, console, quiet=args.json)
     return 0
+
+
+def _print_next_step(r: dict, console) -> None:
+    """How to train the pick with Overdrive (accelerate(...) in the user's script), and what of it is another
+    stack's feature."""
+    h = r.get("how_to_run")
+    if not h:
+        return
+    console.print(f"Next step: in your training script, {h['call']}  (micro-batch {h['micro_batch']}, sequence "
+                  f"{h['seq']}); launch: {h['launch']}", markup=False, highlight=False)
+    for gap in h["not_in_overdrive"]:
+        console.print(f"  not run by Overdrive: {gap}", markup=False, highlight=False)
 
 
 def _write_out(r: dict, out: str, console, *, quiet: bool) -> None:
@@ -204,10 +230,13 @@ def register(sub) -> None:
                                    "fit. Example: overdrive plan --model llama3-8b --gpu h100-sxm --gpus 8 --seq 8192")
     a = p.add_argument
     a("--model", help=f"llama3-1b/3b/8b/70b/405b, llama2-13b/70b, gpt-64b, mpt-1b..70b, a reference GPT size, or a "
-                      f"Hugging Face config.json path (default: {DEFAULT_MODEL})")
+                      f"Hugging Face config.json or the folder holding it (default: {DEFAULT_MODEL})")
     a("--gpu", default="h100-sxm", help="gb300, gb200, b300, b200, h200, h200-nvl, h100-sxm, h100-96gb, h100-nvl, "
                                         "h100-pcie, a100-80, a100-40, l40s, l4, rtx4090")
     a("--gpus", type=int, default=8, help="GPUs per node")
+    a("--min-headroom", type=float, default=None, metavar="GIB",
+      help="safety margin: configurations leaving less than GIB free rank after the rest (default: 10%% of the "
+           "GPU's memory, about the memory estimate's worst error; 0 ranks by speed alone)")
     a("--nodes", type=int, default=1, help="number of nodes (GPUs in all = nodes x --gpus)")
     a("--seq", type=int, default=4096, help="sequence length in tokens")
     a("--micro-batch", type=int, default=None, help="sequences per GPU per step (default: search 1-16)")
@@ -256,6 +285,19 @@ def register(sub) -> None:
       help="the embedding and the loss each take a block's place in the pipeline split (Megatron)")
     a("--lora-rank", type=int, default=0, help="> 0: LoRA fine-tuning with a frozen bf16 base")
     a("--fp8-all-gather", action="store_true", help="all-gather FP8 weights under FSDP")
+    a("--gather-dtype", choices=["fp32", "bf16"], default=None,
+      help="FSDP all-gather dtype when it is not the compute dtype: fp32 (fp32 parameters gathered, then cast: "
+           "Lightning's bf16-mixed FSDP), bf16")
+    a("--sequence-parallel", choices=["on", "off"], default="on",
+      help="with --tp: off keeps the norms, residuals and their activations on every token of each TP rank "
+           "(Megatron before 2022)")
+    a("--qk-norm", action="store_true", help="the model normalizes q and k per head (OLMo 2, Qwen3, Gemma 3; "
+                                             "read from a config.json by its model type)")
+    a("--z-loss", action="store_true", help="PaLM's z-loss beside the cross-entropy (one more pass over the fp32 "
+                                            "logits unless the loss kernel is fused)")
+    a("--fused-kernels", action="store_true",
+      help="with --no-compile: hand-fused eager kernels (Apex/Liger/TE norms, fused SwiGLU/RoPE) move what "
+           "compiled code moves")
     a("--no-compile", action="store_true", help="eager mode: memory-bound ops unfused")
     a("--block-code", choices=["torchtune", "hf"], default=None,
       help="whose Llama block runs: torchtune (k, v copied to every head) or transformers (k, v shared); with "

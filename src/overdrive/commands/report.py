@@ -129,24 +129,13 @@ def _plan_result(path: str) -> dict | None:
 
 
 def _tune_result(path: str) -> dict | None:
-    """A tune folder's results.json (schema overdrive.tune/1), checked for what the renderer reads;
-    None when the file is not a tune result."""
-    from overdrive.io import read_json
+    """A tune folder's results.json, schema-checked (`tune.results`); None when the file is not a tune result."""
+    from overdrive.tune.results import load_tune_result
 
-    p = os.path.join(path, "results.json") if os.path.isdir(path) else path
     try:
-        doc = read_json(p)
-    except (FileNotFoundError, ValueError):
-        return None  # load_results says what is wrong, in its own words
-    if not (isinstance(doc, dict) and doc.get("schema") == "overdrive.tune/1"):
-        return None
-    need = ("best", "summary", "candidates", "workload", "budget_s", "elapsed_s", "rounds", "tolerance", "created",
-            "baseline")
-    missing = [k for k in need if k not in doc]
-    if missing or not isinstance(doc["candidates"], list):
-        raise UserError(f"{p} is not a valid overdrive tune result (missing {', '.join(missing) or 'candidates'}): "
-                        "re-run `overdrive tune --out DIR`")
-    return doc
+        return load_tune_result(path)
+    except ValueError as e:
+        raise UserError(str(e)) from None
 
 
 def _screenshots(args: argparse.Namespace, page: str | None, console) -> None:

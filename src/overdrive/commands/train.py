@@ -24,7 +24,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
             path = export_weights(args.from_dir or cfg.train.out_dir, cfg, args.export, say=say)
             print(f"exported {path}")
             return 0
-        res = train(cfg, resume=args.resume, overwrite=args.overwrite, allow_changes=args.allow_changes)
+        from overdrive.track import parse_report_to
+
+        report_to = parse_report_to(args.report_to)  # a missing tracker package: one line, before any work
+        res = train(cfg, resume=args.resume, overwrite=args.overwrite, allow_changes=args.allow_changes,
+                    report_to=report_to)
     except (ConfigError, DataError, CheckpointError, ValueError) as e:
         raise UserError(str(e)) from None
     except OSError as e:  # a full disk or a folder that went away mid-run: what and where, not a traceback
@@ -68,4 +72,6 @@ def register(sub) -> None:
     t.add_argument("--export", metavar="PATH", help="write the newest checkpoint as one plain state_dict and exit")
     t.add_argument("--from", dest="from_dir", metavar="DIR", help="with --export: a run folder or checkpoint "
                                                                   "(default train.out_dir)")
+    t.add_argument("--report-to", metavar="TRACKERS", help="also log to tensorboard, mlflow and/or wandb "
+                   "(comma-separated): params are the config, the recipe and the machine; metrics per logged step")
     t.set_defaults(func=_cmd_train)

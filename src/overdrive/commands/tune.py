@@ -41,6 +41,15 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         raise UserError(f"--budget-s must be a positive number of seconds, got {args.budget_s:g}")
     if not (args.lr > 0 and math.isfinite(args.lr)):
         raise UserError(f"--lr must be a positive learning rate, got {args.lr:g}")
+    if args.emit:
+        from overdrive.emit import parse_stacks
+
+        parse_stacks(args.emit)  # a bad stack name: one line, before the run
+        if not args.out:
+            raise UserError("--emit writes into the results folder: add --out DIR")
+    from overdrive.track import parse_report_to
+
+    args.report_to = parse_report_to(args.report_to)  # a missing tracker package: one line, before the run
     from overdrive.measure.procs import parent_ends_on_sigterm
 
     with parent_ends_on_sigterm():  # SIGTERM: the workers end with us, the --out lock is released
@@ -54,6 +63,7 @@ def _run(args: argparse.Namespace) -> int:
               seed=args.seed, lr=args.lr, threads=args.threads)
     if args.json:
         res = tune(args.factory, args.batch, progress=lambda s: print(f"tune: {s}", file=sys.stderr), **kw)
+        _after(res, args, quiet=True)
         d = res.to_dict()
         d["candidates"] = [{k: v for k, v in r.items() if k != "losses"} for r in d["candidates"]]
         print(json.dumps(d, indent=2))
@@ -77,7 +87,27 @@ def _run(args: argparse.Namespace) -> int:
     if args.out:
         print(f"wrote {args.out}/results.json, report.html and recipe.json "
               f"(apply it: accelerate(model, recipe=Recipe.load('{args.out}/recipe.json')))")
+    _after(res, args, quiet=False)
     return 0
+
+
+def _after(res, args, *, quiet: bool) -> None:
+    """--emit: the winner as each stack's config in --out; --report-to: the results to the trackers."""
+    if args.emit:
+        from overdrive.commands.emit import print_emitted
+        from overdrive.emit import emit
+
+        emitted = emit(args.out, stacks=args.emit, out=args.out)
+        if quiet:
+            for e in emitted:
+                print(f"tune: wrote {e.path} ({e.stack}; {len(e.cannot)} line(s) it cannot express)", file=sys.stderr)
+        else:
+            print_emitted(emitted)
+    if args.report_to:
+        from overdrive.track import report_results
+
+        for where in report_results(res.to_dict(), args.report_to, out=args.out or ".", kind="tune"):
+            print(f"tune: logged to {where}", file=sys.stderr)
 
 
 def _print(res) -> None:
@@ -114,4 +144,8 @@ def register(sub) -> None:
                    "(the same in every candidate)")
     p.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: from the cores, the "
                    "workers stepping at once and the host's load; recorded in the results)")
+    p.add_argument("--emit", action="append", metavar="STACK", help="also write the winner as accelerate, trainer, "
+                   "torchtitan or lightning config into --out (repeatable; see `overdrive emit`)")
+    p.add_argument("--report-to", metavar="TRACKERS", help="log the results to tensorboard, mlflow and/or wandb "
+                   "(comma-separated): the winner and the machine as params, each candidate's figures as metrics")
     p.set_defaults(func=_cmd_tune)

@@ -37,7 +37,9 @@ FLAGS: dict[str, Flag] = {
                       commands=("bench", "tune")),
     "--seed": Flag(meaning="seed for the initial weights and the data order", commands=("bench", "tune")),
     "--out": Flag(meaning="the folder results (results.json, report.html, ...) are written to",
-                  commands=("bench", "export", "plan", "report", "tune")),
+                  commands=("bench", "emit", "export", "plan", "report", "tune")),
+    "--report-to": Flag(meaning="TRACKERS, comma-separated tensorboard, mlflow and/or wandb that the results are "
+                                "logged to", commands=("bench", "train", "tune")),
     "--rounds": Flag(meaning="timed rounds, each running every configuration (never optimizer steps)",
                      commands=("bench",)),
     "--budget-s": Flag(meaning="wall-clock budget of the whole run, set-up and compilation included (bench's "

@@ -107,6 +107,12 @@ def convert_norms(model: nn.Module, backend: str) -> list[LayerDecision]:
     def factory(m: nn.Module, fqn: str) -> nn.Module:
         k = norm_kind(m)
         kw: dict = {}
+        if backend == "liger" and k == "rmsnorm":
+            # LigerRMSNorm's default in_place=True writes dX into dY's storage (liger_kernel ops/rms_norm.py:
+            # 555-556), which Liger itself says gives wrong gradients when something else still needs dY
+            # (:646-648, a residual add beside the norm: post- and sandwich-norm blocks). Any model can come
+            # through here, so the norm gets its own dX (one zeros_like, :557-558), as Liger's Gemma patches do.
+            kw = {"in_place": False}
         if offsets.get(id(m)) == 1.0:  # the swapped module must compute x*(1+w) too, as Liger's Gemma patch does
             kw = {"zero_centered_gamma": True} if backend == "transformer_engine" else \
                 {"offset": 1.0, "casting_mode": "gemma", "in_place": False}

@@ -393,6 +393,11 @@ PROBES = {
 
 def main(argv: list[str]) -> int:
     name = argv[0]
+    parent = os.environ.get("OVERDRIVE_PROBE_PARENT", "")
+    if parent.isdigit():  # end with the process that asked (SIGTERM during doctor/export left us ~30 s)
+        from overdrive.measure.procs import bind_to_parent
+
+        bind_to_parent(int(parent))
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     try:
         facts = PROBES[name]()

@@ -48,7 +48,7 @@ def _load_factor() -> float:
 def run_probe(name: str, timeout: float | None = None) -> dict:
     """Run one `_probes` gatherer in a child interpreter; never raises."""
     timeout = (timeout or PROBE_TIMEOUTS.get(name, 60)) * _load_factor()
-    env = dict(os.environ, PYTHONWARNINGS="ignore", TF_CPP_MIN_LOG_LEVEL="3")
+    env = dict(os.environ, PYTHONWARNINGS="ignore", TF_CPP_MIN_LOG_LEVEL="3", OVERDRIVE_PROBE_PARENT=str(os.getpid()))
     cmd = [sys.executable, "-m", "overdrive.env._probes", name]
     try:
         cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

@@ -64,7 +64,8 @@ def claim_results_dir(out: str, *, flag: str = "--out", what: str = "overdrive")
         raise UserError(f"{flag} {out} holds files Overdrive did not write ({', '.join(sorted(existing)[:3])}"
                         f"{', ...' if len(existing) > 3 else ''}): pass a new or empty folder")
     try:
-        fd = os.open(os.path.join(out, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+        # O_NOFOLLOW: a lock file planted as a link to another file must not truncate that file.
+        fd = os.open(os.path.join(out, LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as e:
         raise UserError(f"{flag} {out} is not writable ({e.strerror or type(e).__name__}): pass a path you can "
                         "write to") from None

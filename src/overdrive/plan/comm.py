@@ -1,82 +1,157 @@
-"""Communication per step and how much of it compute cannot hide.
+"""Communication per step, call by call, and how much of it compute cannot hide.
 
-  data parallel   FSDP/ZeRO-3: all-gather the parameters in forward and again in backward (reshard after
-                  forward; compute dtype, 1 byte with FP8 all-gather) and reduce-scatter fp32 gradients,
-                  every micro-batch; ZeRO-1/2: reduce-scatter gradients + all-gather parameters once per
-                  step; DDP: all-reduce (2× the gradient bytes) once per step. Each moves (S−1)/S of its
-                  bytes per GPU (ring), at 80% of the link: NVLink within a node; across nodes one ring
-                  per rail, so k group members per node share k NICs (min(NVLink, k × NIC)). HSDP: FSDP inside the node + an all-reduce of the shard across nodes. Hidden under
-                  compute up to the overlap factor (FSDP prefetch, DDP buckets).
-  tensor parallel with sequence parallelism, per block: all-gather + reduce-scatter of b·s·h 16-bit
-                  activations twice in forward and twice in backward ((tp−1)/tp of them over NVLink), plus
-                  the recomputed forward's; exposed unless overlapped (async TP, or --stack megatron's
-                  tp_comm_overlap: 30% left).
-  context parallel ring attention passes K and V around the cp ranks (backward: and their grads),
-                  hidden under the attention compute.
-  pipeline        the bubble (pp−1)/(vpp·micro-batches) of idle time, plus the activations sent between
-                  stages.
+Each collective is timed by `collectives.py` (nccl-tests' bus-bandwidth factors + NCCL's ring/tree latency
+model), over the ranks of its group and the nodes they span. Megatron's rank order is tp, cp, dp, pp (tp
+fastest), so a group's members per node are gpus_per_node / (the degrees inside it), at least one.
+
+  data parallel   FSDP/ZeRO-3: per block and micro-batch an all-gather of its parameters in forward and again
+                  in backward (reshard after forward; --gather-dtype bytes, 1 with FP8 all-gather) and a
+                  reduce-scatter of its gradients (grad dtype); HSDP: that inside the node + an all-reduce of
+                  the shard across nodes. ZeRO-1/2: a reduce-scatter of gradients + an all-gather of
+                  parameters per bucket, once per step; DDP: an all-reduce per bucket, once per step. Buckets:
+                  PyTorch DDP's bucket_cap_mb 25 MB; Megatron's max(40M, 1M·dp) parameters
+                  (DistributedDataParallelConfig.bucket_size). Every call pays its latency: at hundreds of
+                  nodes with small buckets that term dominates.
+  overlap         FSDP: the calls hide under the block computing beside them, up to `overlap` of the compute;
+                  the first all-gather and the last reduce-scatter have nothing to hide under. DDP/ZeRO: bucket
+                  k is ready when the backward has computed k/nb of itself and the calls run one after another
+                  on one stream, so what is left after the backward is max(t, nb·t − (nb−1)·c) for nb buckets of
+                  t seconds each over c seconds of compute per bucket (the last bucket always shows).
+  tensor parallel per block, all-gather + reduce-scatter of b·s·h 16-bit activations twice in forward and
+                  twice in backward (without sequence parallelism: the same bytes as four all-reduces;
+                  Korthikanti et al. 2022), plus the recomputed forward's; over NVLink inside a node, over the
+                  NICs when tp spans nodes (Narayanan et al. 2021, §3.3: why TP stays in a node), each call
+                  with its latency; exposed unless overlapped (async TP, or Megatron's tp_comm_overlap: 30%
+                  left; userbuffers overlap works inside a node only).
+  context parallel ring attention passes K and V around the cp ranks (backward: and their grads), one p2p
+                  per step, hidden under the attention compute.
+  pipeline        the bubble (pp−1)/(vpp·micro-batches) (Narayanan et al. 2021, §2.2), plus per micro-batch and
+                  virtual stage a send of activations forward and of their gradients back (p2p latency + bytes,
+                  across nodes when the stages are).
 """
 
 from __future__ import annotations
 
+import math
+
+from overdrive.plan.collectives import LINK_EFF, choose_allreduce, gather_s, p2p_s, ring_latency_s
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
-__all__ = ["comm_times", "LINK_EFF", "ASYNC_TP_EXPOSED"]
+__all__ = ["comm_times", "dp_exposed", "LINK_EFF", "ASYNC_TP_EXPOSED", "DDP_BUCKET_BYTES", "group_layout"]
 
-LINK_EFF = 0.8
 ASYNC_TP_EXPOSED = 0.3
+DDP_BUCKET_BYTES = 25 * 2**20
+"""torch.nn.parallel.DistributedDataParallel's bucket_cap_mb default."""
 
 
-def _bw(s: TrainSetup, group: int) -> float:
-    """Bytes/s per GPU for a ring over `group` GPUs laid out after the tp ranks. Across nodes NCCL runs one
-    ring per rail (GPU i of every node talks through NIC i), so a group with k members per node moves
-    its traffic over k NICs at once: min(NVLink, k × NIC)."""
+def group_layout(s: TrainSetup, size: int, inner: int) -> tuple[int, float]:
+    """(nodes the group spans, bytes/s per GPU) for a group of `size` ranks whose neighbours are `inner` ranks
+    apart. Across nodes NCCL runs one ring per rail (GPU i of every node through NIC i), so k members per node
+    move their traffic over k NICs at once: min(NVLink, k × NIC)."""
     intra = (s.intra_gbs or s.gpu.nvlink_gbs) * 1e9
-    if group * s.tp <= s.gpus_per_node:
-        return LINK_EFF * intra
-    per_node = max(1, s.gpus_per_node // s.tp)
-    return LINK_EFF * min(intra, per_node * s.inter_gbs * 1e9)
+    if size * inner <= s.gpus_per_node:
+        return 1, LINK_EFF * intra
+    per_node = max(1, s.gpus_per_node // inner)
+    nodes = math.ceil(size / per_node)
+    return nodes, LINK_EFF * min(intra, per_node * s.inter_gbs * 1e9)
 
 
-def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict[str, float]:
-    """Seconds: `dp` per step (to overlap with compute), `tp`, `cp`, `pp` exposed per micro-batch."""
+def _buckets(s: TrainSetup, grad_bytes: float, trained: float, blocks: float) -> int:
+    """Calls a step's gradients go out in: Megatron's DDP/distributed optimizer buckets of max(40M, 1M·dp)
+    parameters; PyTorch DDP's 25 MB; FSDP2 as ZeRO-1/2 (reshard_after_forward=False) one per block."""
+    if s.stack == "megatron":
+        per = max(40e6, 1e6 * s.dp) * (grad_bytes / max(trained, 1))
+    elif s.sharding in ("zero1", "zero2", "hsdp"):
+        return max(1, round(blocks))
+    else:
+        per = DDP_BUCKET_BYTES
+    return max(1, math.ceil(grad_bytes / per))
+
+
+def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict:
+    """Seconds: `dp` per step (to overlap with compute, `dp_exposed`), `tp`, `cp`, `pp` exposed per micro-batch;
+    and how the data-parallel time splits (calls, latency, algorithm, the call nothing hides)."""
     P = m.n_params() / (s.tp * s.pp)
     S = s.shards
     grad_b = 2 if (s.pure_bf16 or s.grad_dtype == "bf16") else 4
-    gather_b = 1 if (s.fp8_all_gather and s.low_precision) else (4 if s.precision == "fp32" else 2)
     trained = P
     if s.lora_rank:
         from overdrive.plan.memory import lora_params
 
         trained = lora_params(m, s.lora_rank) / (s.tp * s.pp)
-    dp = 0.0
+    L = m.n_layer / s.pp
+    out = {"dp": 0.0, "dp_calls": 0.0, "dp_latency": 0.0, "dp_algo": "", "dp_edge": 0.0, "dp_buckets": 0,
+           "tp": 0.0, "tp_latency": 0.0, "tp_nodes": 1, "cp": 0.0, "pp": 0.0}
     if s.sharding in ("fsdp", "hsdp") and S > 1:
-        per_mb = (2 * P * gather_b + trained * grad_b) * (S - 1) / S / _bw(s, S)
-        dp = s.grad_accum * per_mb
+        nodes, bw = group_layout(s, S, s.tp)
+        blocks = max(1.0, L)
+        ag = gather_s(P * s.gather_bytes / blocks, S, nodes, bw)      # one block's parameters
+        rs = gather_s(trained * grad_b / blocks, S, nodes, bw)         # one block's gradients
+        per_mb = blocks * (2 * ag + rs)
+        lat = blocks * 3 * ring_latency_s(S, nodes, allreduce=False)
+        out.update(dp=s.grad_accum * per_mb, dp_calls=s.grad_accum * blocks * 3, dp_latency=s.grad_accum * lat,
+                   dp_algo="ring", dp_edge=s.grad_accum * (ag + rs))
         if s.sharding == "hsdp" and s.nodes > 1:
             reps = s.dp * s.cp // S
-            dp += 2 * (trained * grad_b / S) * (reps - 1) / reps / _bw(s, s.dp * s.cp) if reps > 1 else 0.0
-    elif s.sharding in ("zero1", "zero2") and S > 1:
-        dp = (trained * grad_b + P * 2) * (S - 1) / S / _bw(s, S)
-    elif s.sharding == "none" and s.dp * s.cp > 1:
-        W = s.dp * s.cp
-        dp = 2 * trained * grad_b * (W - 1) / W / _bw(s, W)
-    tp = 0.0
+            if reps > 1:   # the shard's gradients all-reduced across the replicas, bucket by bucket, once a step
+                rnodes, rbw = group_layout(s, reps, s.tp * S)
+                nb = _buckets(s, trained * grad_b / S, trained / S, L)
+                algo, t, t_lat = choose_allreduce(trained * grad_b / S / nb, reps, rnodes, rbw)
+                out.update(dp=out["dp"] + nb * t, dp_calls=out["dp_calls"] + nb,
+                           dp_latency=out["dp_latency"] + nb * t_lat, dp_algo=f"ring + {algo}")
+    elif s.sharding != "none" and S > 1 or s.sharding == "none" and s.dp * s.cp > 1:
+        n = S if s.sharding != "none" else s.dp * s.cp
+        nodes, bw = group_layout(s, n, s.tp)
+        grads = trained * grad_b
+        nb = _buckets(s, grads, trained, L)
+        if s.sharding == "none":
+            algo, t, lat_one = choose_allreduce(grads / nb, n, nodes, bw)
+        else:   # ZeRO-1/2: reduce-scatter the gradients, all-gather the updated 16-bit parameters
+            algo = "ring"
+            t = gather_s(grads / nb, n, nodes, bw) + gather_s(P * 2 / nb, n, nodes, bw)
+            lat_one = 2 * ring_latency_s(n, nodes, allreduce=False)
+        out.update(dp=nb * t, dp_calls=nb, dp_latency=nb * lat_one, dp_algo=algo, dp_edge=t, dp_buckets=nb)
     if s.tp > 1:
         tokens = s.micro_batch * s.seq / s.cp
         colls = 8 + {"full": 4, "selective": 2}.get(s.checkpointing, 0)
-        L = m.n_layer / s.pp
-        tp = L * colls * tokens * m.hidden * 2 * (s.tp - 1) / s.tp / _bw(s, 1)
-        tp *= ASYNC_TP_EXPOSED if s.tp_overlap else 1.0   # megatron's default: tp_comm_overlap
-    cp = 0.0
+        nodes, bw = group_layout(s, s.tp, 1)
+        one = gather_s(tokens * m.hidden * 2, s.tp, nodes, bw)
+        tp = L * colls * one
+        # Megatron's userbuffers and torchtitan's async TP overlap over NVLink only (symmetric memory)
+        if s.tp_overlap and nodes == 1:
+            tp *= ASYNC_TP_EXPOSED
+        out.update(tp=tp, tp_latency=L * colls * ring_latency_s(s.tp, nodes, allreduce=False), tp_nodes=nodes)
     if s.cp > 1:
         tokens = s.micro_batch * s.seq / s.cp
         kv_bytes = 2 * tokens * m.kv_dim * 2 / s.tp
-        ring = (m.n_layer / s.pp) * 3 * kv_bytes * (s.cp - 1) / _bw(s, s.cp)
-        cp = max(0.0, ring - attn_s)
-    pp = 0.0
+        nodes, bw = group_layout(s, s.cp, s.tp)
+        ring = L * 3 * (s.cp - 1) * p2p_s(kv_bytes, bw, across_nodes=nodes > 1)
+        out["cp"] = max(0.0, ring - attn_s)
     if s.pp > 1:
+        inner = s.tp * s.cp * s.dp
+        across = inner >= s.gpus_per_node
+        bw = LINK_EFF * ((s.inter_gbs if across else (s.intra_gbs or s.gpu.nvlink_gbs)) * 1e9)
+        act = s.micro_batch * s.seq / s.cp * m.hidden * 2 / s.tp
         # each of the vpp chunks sends its activations on and receives their gradients back
-        pp = s.vpp * 2 * s.micro_batch * s.seq / s.cp * m.hidden * 2 / s.tp / _bw(s, s.pp * s.cp * s.dp)
-    return {"dp": dp, "tp": tp, "cp": cp, "pp": pp}
+        out["pp"] = s.vpp * 2 * p2p_s(act, bw, across_nodes=across)
+    return out
+
+
+def dp_exposed(s: TrainSetup, c: dict, t_mb: float, bubble: float) -> tuple[float, float]:
+    """(seconds of data-parallel communication per step compute does not hide, the compute it hides under)."""
+    n = s.grad_accum
+    if c["dp"] <= 0:
+        return 0.0, 0.0
+    if s.sharding in ("fsdp", "hsdp"):
+        # every micro-batch's calls run beside that micro-batch's blocks; its first gather and last
+        # reduce-scatter have no block beside them
+        hide = n * t_mb
+        return max(c["dp_edge"], c["dp"] - s.overlap * hide), hide
+    # DDP/ZeRO reduce once per step, under the last micro-batch (Megatron: with the next step's first forward
+    # for the parameter all-gather) and the pipeline's drain (no_sync on the others): bucket by bucket
+    hide = t_mb + n * t_mb * bubble
+    nb = max(1, c["dp_buckets"])
+    t = c["dp"] / nb
+    per_bucket = s.overlap * hide / nb
+    return max(t, nb * t - (nb - 1) * per_bucket), hide

@@ -1,7 +1,8 @@
 """One configuration -> memory per GPU, step time, tokens/s: the memory model (memory.py), the per-op
 roofline (throughput.py) and communication (comm.py) put together.
 
-  step = GA × t_mb × (1 + bubble) + optimizer + max(0, dp_comm − overlap × GA × t_mb)
+  step = GA × t_mb × (1 + bubble) + optimizer + exposed data-parallel communication (comm.dp_exposed: FSDP
+         max(first gather + last reduce-scatter, dp_comm − overlap × GA × t_mb); DDP/ZeRO bucket by bucket)
   t_mb = GEMM + attention + memory-bound + recompute + exposed TP/CP/PP communication + exposed activation offload
   tokens/s/GPU = GA · micro_batch · seq / (tp · pp · cp) / step
   MFU = tokens/s/GPU × (6N + 12·L·H·Q·T) / bf16 peak (nanoGPT/torchtitan's convention; FP8 runs are
@@ -13,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from overdrive.plan.comm import comm_times
+from overdrive.plan.comm import comm_times, dp_exposed
 from overdrive.plan.memory import CONTEXT_BYTES, FRAGMENTATION, GIB, memory_breakdown, reserve_bytes, terms
 from overdrive.plan.setup import TrainSetup, check_layout, fallback_precision
 from overdrive.plan.specs import ModelSpec
@@ -43,6 +44,8 @@ class Estimate:
     notes: list[str] = field(default_factory=list)
     model: ModelSpec | None = None
     """The model planned (for --explain's per-tensor activation line)."""
+    comm: dict = field(default_factory=dict)
+    """comm.comm_times' details (calls, latency, algorithm) for --explain."""
 
     @property
     def headroom_gib(self) -> float:
@@ -123,14 +126,17 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     n = s.grad_accum
     bubble = (s.pp - 1) / (s.vpp * n) if s.pp > 1 else 0.0
     compute = n * t_mb * (1 + bubble) + ct["optimizer"]
-    # FSDP reduces every micro-batch, under that micro-batch; DDP and ZeRO-1/2 reduce once per step, and only the
-    # last micro-batch's backward (Megatron: with the next step's first forward for the parameter all-gather)
-    # and the pipeline's drain can hide it (no_sync on the others)
-    hide = n * t_mb if s.sharding in ("fsdp", "hsdp") else t_mb + n * t_mb * bubble
-    exposed = max(0.0, cm["dp"] - s.overlap * hide)
-    if exposed > 0:
-        notes.append(f"communication-bound: {cm['dp'] * 1e3:.0f} ms of data-parallel communication per step vs "
+    # FSDP reduces every micro-batch, under that micro-batch; DDP and ZeRO-1/2 once per step, bucket by bucket
+    # (comm.dp_exposed); every call carries its latency (collectives.py)
+    exposed, hide = dp_exposed(s, cm, t_mb, bubble)
+    if exposed > 0.05 * (n * t_mb) and cm["dp"] > s.overlap * hide:
+        lat = (f", {cm['dp_latency'] * 1e3:.0f} ms of it latency over {cm['dp_calls']:.0f} calls"
+               if cm["dp_latency"] > 0.2 * cm["dp"] else "")
+        notes.append(f"communication-bound: {cm['dp'] * 1e3:.0f} ms of data-parallel communication per step{lat} vs "
                      f"{hide * 1e3:.0f} ms of compute to hide it under")
+    if cm["tp_nodes"] > 1:
+        notes.append(f"tensor parallel {s.tp} spans {cm['tp_nodes']} nodes: its activations cross the "
+                     f"{s.inter_gbs:g} GB/s per-GPU network ({n * cm['tp'] * 1e3:.0f} ms per step, not overlapped)")
     if bubble > 0.1:
         notes.append(f"pipeline bubble {100 * bubble:.0f}%: more micro-batches per step or --vpp shrink it")
     step = compute + exposed
@@ -139,9 +145,10 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     mfu = tps * m.flops_per_token(s.seq) / (s.gpu.bf16_tflops * 1e12)
     times = {"gemm": n * ct["gemm"], "attention": n * ct["attention"], "memory_bound": n * ct["memory"],
              "recompute": n * ct["recompute"], "optimizer": ct["optimizer"], "bubble": n * t_mb * bubble,
-             "offload_exposed": n * offload_exposed, "tp_exposed": n * cm["tp"], "cp_exposed": n * cm["cp"], "pp_p2p": n * cm["pp"], "dp_comm": cm["dp"],
-             "dp_exposed": exposed}
+             "offload_exposed": n * offload_exposed, "tp_exposed": n * cm["tp"], "cp_exposed": n * cm["cp"],
+             "pp_p2p": n * cm["pp"], "dp_comm": cm["dp"], "dp_latency": cm["dp_latency"], "dp_exposed": exposed}
     return Estimate(setup=s, breakdown_gib=bd, memory_gib=total, allocated_gib=t["allocated"] / GIB,
                     reserved_margin_gib=reserve_bytes(t["allocated"]) / GIB, capacity_gib=s.gpu.mem_gib,
                     fits=total <= s.gpu.mem_gib, step_s=step, compute_s=compute, comm_s=cm["dp"] + cm["tp"] + cm["cp"],
-                    times=times, tokens_per_s_per_gpu=tps, mfu=mfu, requested_precision=asked, notes=notes, model=m)
+                    times=times, tokens_per_s_per_gpu=tps, mfu=mfu, requested_precision=asked, notes=notes, model=m,
+                    comm=cm)

@@ -26,18 +26,27 @@ _TIME = {
             "precision at its peak × lowp_rel, head in bf16",
     "attention": "causal flash attention 3.5 × 2·b·s²·h/(tp·cp) / (bf16 peak × e × attn_rel); --attention unfused: "
                  "the two score GEMMs over the full s × s at their shape's rate + 20 bytes per score over HBM",
-    "memory_bound": "(12h + 2kv + 3F)·2 bytes ×3 per token per block + FP8 casts + loss, at 80% of HBM",
+    "memory_bound": "(12h + 2kv + 3F)·2 bytes ×3 per token per block (10h of it on every token of a TP rank "
+                    "without SP; + 2(q+kv) with QK-norm) + FP8 casts + loss (+12 B/logit z-loss unfused), at 80% of HBM",
     "recompute": "the forward again for checkpointed blocks (full: all, selective: half, selective-op: half the mms; "
                  "Megatron: recompute-layers blocks, recompute-modules parts)",
     "offload_exposed": "activation offload out and back over the host link beyond the micro-batch's compute",
     "optimizer": "16 + 8 per state bytes per parameter of this GPU's shard over HBM (AdamW: 32; offloaded: PCIe "
                  "+ CPU step)",
-    "bubble": "pipeline idle (pp−1)/(vpp·micro-batches)",
-    "tp_exposed": "8 all-gathers/reduce-scatters of b·s·h per block over NVLink (async TP: 30% exposed)",
-    "cp_exposed": "ring K/V exchange beyond what attention hides",
-    "pp_p2p": "activations between stages",
-    "dp_comm": "FSDP all-gathers + reduce-scatter (per micro-batch) or ZeRO/DDP (per step), (S−1)/S over the link",
-    "dp_exposed": "dp_comm − overlap × compute, if positive",
+    "bubble": "pipeline idle (pp−1)/(vpp·micro-batches) of the compute (Narayanan et al. 2021, §2.2)",
+    "tp_exposed": "8 all-gathers/reduce-scatters of b·s·h per block (+ the recomputed forward's; without SP the same "
+                  "bytes as 4 all-reduces), each (t−1)/t·bytes/busBW + NCCL ring latency, over NVLink or, tp "
+                  "across nodes, the NICs; async TP / tp_comm_overlap: 30% exposed, inside a node only",
+    "cp_exposed": "ring K/V exchange, (cp−1) p2p per block and pass, beyond what attention hides",
+    "pp_p2p": "per micro-batch and virtual stage, activations on and gradients back: p2p latency + b·s·h·2/tp "
+              "bytes over NVLink or the NIC",
+    "dp_comm": "FSDP: per block an all-gather forward, one backward, a reduce-scatter (per micro-batch); ZeRO-1/2: "
+               "reduce-scatter + all-gather per bucket; DDP: all-reduce per bucket (per step); each call "
+               "factor·B/busBW + latency, ring or tree as NCCL's model picks",
+    "dp_latency": "the latency part of dp_comm: calls × NCCL's per-call latency (tuning.cc: ring 8.4 µs + 3.4 µs per "
+                  "NVLink hop + 9.6 µs per network hop; tree 2·(hops in node·28 + log2(nodes)·50) µs)",
+    "dp_exposed": "FSDP: max(first gather + last reduce-scatter, dp_comm − overlap × compute); DDP/ZeRO: "
+                  "max(t, nb·t − (nb−1)·overlap·c), nb buckets of t s over c s of compute each",
 }
 
 
@@ -72,6 +81,12 @@ def explain(e: Estimate) -> list[str]:
     for k, v in e.times.items():
         if v:
             lines.append(f"  {k:<12} {1e3 * v:9.1f} ms  {_TIME[k]}")
+    c = getattr(e, "comm", None) or {}
+    if c.get("dp"):
+        lines.append(f"  data-parallel collectives: {c['dp_calls']:.0f} calls per step ({c['dp_algo']}"
+                     + (f", {c['dp_buckets']} buckets" if c.get("dp_buckets") else "") + f"), {1e3 * c['dp']:.1f} ms "
+                     f"of which {1e3 * c['dp_latency']:.1f} ms latency (bus bandwidth: nccl-tests "
+                     "doc/PERFORMANCE.md; latency: NCCL src/graph/tuning.cc)")
     lines.append(f"  {'step':<12} {1e3 * e.step_s:9.1f} ms -> {e.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
                  f"{100 * e.mfu:.0f}% MFU vs the bf16 peak")
     lines.extend(f"note: {n}" for n in e.notes)

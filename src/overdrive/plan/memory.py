@@ -151,6 +151,8 @@ def eager_act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     t.update({"q": qd * w, "k": kv_saved * w, "v": kv_saved * w, "attn_out": qd * w, "lse": 4 * m.n_head})
     t.update({"fc1_out": F * w, "act_out": F * w, "fc3_out": F * w, "gated": F * w} if m.gated_mlp
              else {"fc1_out": F * w, "act_out": F * w})
+    if m.qk_norm:   # q and k before their eager RMSNorms, and the fp32 copy each norm makes
+        t["qk_norm_in"] = (qd + kv) * (w + 4)
     if s.attention == "unfused":
         t["scores"] = 3 * m.n_head * s.seq / s.cp
     return t
@@ -172,6 +174,8 @@ def act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     t = {"norm1_in": h * w, "qkv_in": h * q, "qkv": (qd + 2 * kv) * w, "attn_out": qd * w,
          "proj_in": qd * q if q != w else 0, "norm2_in": h * w, "mlp_in": h * q,
          "fc_out": F * (2 if m.gated_mlp else 1) * w, "act_out": F * q}
+    if m.qk_norm:
+        t["qk_norm_in"] = (qd + kv) * w   # q and k before their norms (the normed ones are "qkv")
     if s.attention == "unfused":
         # the softmax output (16-bit) and the dropout mask (1 byte) of every score, per token: 3·heads·s
         # (Korthikanti et al.'s 5as/h, less the pre-softmax scores the fused softmax does not keep)
@@ -195,10 +199,19 @@ def act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     return t
 
 
+REPLICATED_WITHOUT_SP = ("norm1_in", "qkv_in", "norm2_in", "mlp_in", "rstd")
+"""Tensors of a block every TP rank keeps whole without sequence parallelism: the norms' inputs and outputs
+(Korthikanti et al. 2022's 10·s·b·h of "sbh(10 + 24/t + 5as/ht)", less the dropout masks a fused block has not)."""
+
+
 def act_bytes_per_layer(m: ModelSpec, s: TrainSetup) -> float:
     """Bytes autograd keeps for one block of one micro-batch on one GPU (no block checkpointing)."""
     tokens = s.seq * s.micro_batch / (s.tp * s.cp)
-    return tokens * sum(act_tensors(m, s).values())
+    t = act_tensors(m, s)
+    if s.tp > 1 and not s.sequence_parallel:
+        rep = sum(v for k, v in t.items() if k in REPLICATED_WITHOUT_SP)
+        return tokens * (sum(t.values()) - rep) + tokens * s.tp * rep
+    return tokens * sum(t.values())
 
 
 def recomputed_blocks(m: ModelSpec, s: TrainSetup) -> float:
@@ -213,6 +226,8 @@ def _activations(m: ModelSpec, s: TrainSetup) -> tuple[float, float]:
     per_layer = act_bytes_per_layer(m, s)
     width = 4 if s.precision == "fp32" else 2
     tokens = s.seq * s.micro_batch / (s.tp * s.cp)
+    # a checkpointed block's input, split over the TP ranks even without SP: Megatron's
+    # --distribute-checkpointed-activations (2021) shards it over the model-parallel group
     block_input = tokens * m.hidden * width
     L = m.n_layer / s.pp
     if s.recompute_layers:
@@ -228,7 +243,7 @@ def _activations(m: ModelSpec, s: TrainSetup) -> tuple[float, float]:
     else:  # selective-op: block input, attention output, every other matmul output
         h, kv, F = m.hidden, m.kv_dim, m.ffn
         mm_out = m.q_dim + 2 * kv + h + F * (2 if m.gated_mlp else 1) + h
-        acts = L * tokens * (h + m.q_dim + mm_out / 2) * width + per_layer
+        acts = L * tokens * (h * s.tp // s.sp + m.q_dim + mm_out / 2) * width + per_layer
     # Checkpointing never keeps more than no checkpointing: with one block per stage (or every 2nd of one) the
     # recompute buffer above is that block's own activations, whose input is the one kept, not a second copy.
     acts = min(acts, L * per_layer)
@@ -239,7 +254,9 @@ def _activations(m: ModelSpec, s: TrainSetup) -> tuple[float, float]:
         resident = acts / L
         acts = (L - n) * resident + resident
     if s.pp > 1:
-        acts *= pipeline_blocks_in_flight(m, s) / L
+        # the stored part scales with the micro-batches in flight; the recompute buffer is one block at a time
+        buf = per_layer if (s.recompute_layers or s.checkpointing != "none") and acts < L * per_layer else 0.0
+        acts = (acts - buf) * pipeline_blocks_in_flight(m, s) / L + buf
     return acts, per_layer
 
 
@@ -343,7 +360,7 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     logits = _logits(m, s)
     buffers = 0.0
     if zero3 and S > 1 or s.offload == "params":
-        gather = 1 if (s.fp8_all_gather and s.low_precision) else (4 if s.precision == "fp32" else 2)
+        gather = s.gather_bytes
         layer = m.layer_params() / s.tp
         buffers = 2 * layer * gather + (layer * (2 if s.grad_dtype == "bf16" else 4) if not s.lora_rank else 0)
         if s.pp > 1 and s.stack == "pytorch" and s.offload != "params":

@@ -8,14 +8,19 @@ import os
 
 from overdrive.env.catalog import GpuSpec, gpu_by_key
 from overdrive.plan.estimate import Estimate, estimate
+from overdrive.plan.runnable import how_to_run, not_in_overdrive
 from overdrive.plan.setup import (CHECKPOINTING, LOW_PRECISION, MIN_EFFICIENCY, SHARDING_ALIASES, TrainSetup,
                                   check_layout, fallback_precision)
 from overdrive.plan.specs import ModelSpec, get_model, read_json_file
 
-__all__ = ["plan", "sweep", "longest_seq", "calibrate_from_bench", "SWEEP_MODELS", "label"]
+__all__ = ["plan", "sweep", "longest_seq", "calibrate_from_bench", "SWEEP_MODELS", "label", "MIN_HEADROOM_SHARE"]
 
 DEFAULT_PRECISIONS = ("bf16", "fp8", "fp8-rowwise", "mxfp8", "nvfp4")
 MICRO_BATCHES = (1, 2, 4, 8, 16)
+MIN_HEADROOM_SHARE = 0.10
+"""Default safety margin, a share of the GPU's memory: the planner's memory estimate is off by up to ~11% on
+the held-out rows of docs/plan-validation.md (and by more on stacks it models less well), so a pick that leaves
+less free may not fit when run. Configurations below the margin are ranked after those above it."""
 MAX_RESULTS_BYTES = 256 << 20
 
 
@@ -80,11 +85,13 @@ def _option(model: ModelSpec, s: TrainSetup, what: str) -> tuple[str, Estimate] 
         e = estimate(model, s)
     except ValueError:
         return None
+    gaps = not_in_overdrive(cand_dict(e))
+    other = f" [not run by Overdrive: {'; '.join(gaps)}]" if gaps else ""
     if not e.fits:
-        return (f"{what}: not enough alone, {e.memory_gib:.1f} GiB per GPU", e)
+        return (f"{what}: not enough alone, {e.memory_gib:.1f} GiB per GPU{other}", e)
     bound = " — communication-bound, says its own model" if any("communication-bound" in n for n in e.notes) else ""
     return (f"{what}: {e.memory_gib:.1f} GiB per GPU, {e.tokens_per_s_per_gpu:,.0f} tokens/s per GPU "
-            f"({_named(e)}){bound}", e)
+            f"({_named(e)}){bound}{other}", e)
 
 
 def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
@@ -137,10 +144,20 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
     return out
 
 
-def _why(model: ModelSpec, top: Estimate, ranked: list[Estimate]) -> str:
+def _why(model: ModelSpec, top: Estimate, ranked: list[Estimate], margin: float) -> str:
     s = top.setup
-    parts = [f"{_named(top)} is fastest that fits: {top.tokens_per_s_per_gpu:,.0f} tokens/s per GPU "
-             f"({100 * top.mfu:.0f}% MFU) with {top.headroom_gib:.1f} GiB headroom"]
+    safe = top.headroom_gib >= margin
+    parts = [f"{_named(top)} is fastest that fits "
+             + (f"with the {margin:.1f} GiB safety margin (--min-headroom)" if safe else
+                f"but none keeps the {margin:.1f} GiB safety margin (--min-headroom): measure its memory before a "
+                "long run")
+             + f": {top.tokens_per_s_per_gpu:,.0f} tokens/s per GPU ({100 * top.mfu:.0f}% MFU) with "
+             f"{top.headroom_gib:.1f} GiB headroom"]
+    faster = next((e for e in ranked if e.headroom_gib < margin), None) if safe else None
+    if faster and faster.tokens_per_s_per_gpu > top.tokens_per_s_per_gpu:
+        parts.append(f"{_named(faster)} is {100 * (faster.tokens_per_s_per_gpu / top.tokens_per_s_per_gpu - 1):.0f}% "
+                     f"faster but leaves only {faster.headroom_gib:.1f} GiB free, inside the memory estimate's error; "
+                     "--min-headroom 0 ranks by speed alone")
     bf16 = next((e for e in ranked if e.setup.precision == "bf16"), None)
     if s.precision != "bf16" and bf16:
         gain = top.tokens_per_s_per_gpu / bf16.tokens_per_s_per_gpu - 1
@@ -156,10 +173,15 @@ def _why(model: ModelSpec, top: Estimate, ranked: list[Estimate]) -> str:
 
 
 def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=None, checkpointing=None,
-         micro_batches=None, **setup) -> dict:
+         micro_batches=None, min_headroom_gib: float | None = None, **setup) -> dict:
     """Rank every precision x sharding x checkpointing x micro-batch for `model` on `gpu`; `setup` holds the
-    other TrainSetup fields (gpus_per_node, nodes, seq, global_batch, tp, pp, cp, ...)."""
+    other TrainSetup fields (gpus_per_node, nodes, seq, global_batch, tp, pp, cp, ...). Configurations that
+    leave less than `min_headroom_gib` free (default MIN_HEADROOM_SHARE of the GPU) rank after the others."""
     g = gpu_by_key(gpu) if isinstance(gpu, str) else gpu
+    if min_headroom_gib is not None and not 0 <= min_headroom_gib < g.mem_gib:
+        raise ValueError(f"--min-headroom {min_headroom_gib:g} GiB is outside 0-{g.mem_gib:.0f} (the {g.key}'s "
+                         "memory): give the GiB to keep free, 0 to rank by speed alone")
+    margin = round(g.mem_gib * MIN_HEADROOM_SHARE, 1) if min_headroom_gib is None else float(min_headroom_gib)
     base = TrainSetup(gpu=g, **setup)
     precisions = list(precisions or DEFAULT_PRECISIONS)
     for p in precisions:  # validate every name before the search
@@ -172,7 +194,11 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
     # --recompute-layers/-modules are Megatron's own choice of what to recompute: no torch-style checkpointing beside
     ckpts = checkpointing or (("none",) if base.recompute_layers or base.recompute_modules else CHECKPOINTING)
     # parameter offload is FSDP's (CPUOffloadPolicy): search only the shardings that have it
+    asked_shardings = shardings
     shardings = shardings or (("fsdp", "hsdp") if base.offload == "params" else ("fsdp", "hsdp", "zero1", "none"))
+    if base.dp * base.cp == 1 and not asked_shardings:
+        # one data-parallel rank: every sharding holds the same bytes and runs the same step; rank one, not three
+        shardings = ("fsdp",) if base.offload == "params" else ("none",)
     runs_here = [p for p in precisions if len(precisions) == 1 or not fallback_precision(p, g)]
     if not runs_here:
         raise ValueError(f"none of --precision {','.join(precisions)} runs on {g.key}: ask for one alone to plan "
@@ -192,15 +218,21 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
                          f"micro-batch x {base.dp} data-parallel ranks for any micro-batch in {list(mbs)}")
     skipped = [f"{p} skipped: not supported on {g.key} (would run as {fallback_precision(p, g)})"
                for p in precisions if len(precisions) > 1 and fallback_precision(p, g)]
-    ranked = sorted([e for e in cands if e.fits], key=lambda e: (-e.tokens_per_s_per_gpu, e.memory_gib))
+    # a safety margin first (the user's to set), then speed: a pick 5% faster with 2 GiB free is no pick
+    ranked = sorted([e for e in cands if e.fits],
+                    key=lambda e: (e.headroom_gib < margin, -e.tokens_per_s_per_gpu, e.memory_gib))
     rest = sorted((e for e in cands if not e.fits), key=lambda e: e.memory_gib)
     result = {"model": dataclasses.asdict(model), "params_b": model.n_params() / 1e9, "gpu": g.key,
               "capacity_gib": g.mem_gib, "gpus_per_node": base.gpus_per_node, "nodes": base.nodes, "seq": base.seq,
               "global_batch": base.global_batch, "tp": base.tp, "pp": base.pp, "cp": base.cp, "stack": base.stack,
-              "efficiency": base.efficiency, "candidates": [cand_dict(e) for e in ranked + rest],
+              "efficiency": base.efficiency, "min_headroom_gib": margin,
+              "candidates": [{**cand_dict(e), "margin_ok": e.fits and e.headroom_gib >= margin} for e in ranked + rest],
               "notes": skipped + sorted({n for e in cands for n in e.notes if "not supported" in n})}
     if ranked:
-        result.update(top=cand_dict(ranked[0]), why=_why(model, ranked[0], ranked), suggestions=[])
+        top = result["candidates"][0]
+        result.update(top=top, why=_why(model, ranked[0], ranked, margin), suggestions=[],
+                      how_to_run=how_to_run(top, gpus_per_node=base.gpus_per_node, nodes=base.nodes,
+                                            grad_accum=top["grad_accum"]))
     else:
         result.update(top=None, why="nothing fits", suggestions=_suggestions(model, rest[0]))
     return result
@@ -211,7 +243,10 @@ def cand_dict(e: Estimate) -> dict:
     return {"precision": s.precision, "label": e.label, "sharding": s.sharding, "checkpointing": s.checkpointing,
             "micro_batch": s.micro_batch, "seq": s.seq, "tp": s.tp, "pp": s.pp, "vpp": s.vpp, "cp": s.cp,
             "stack": s.stack, "optimizer": s.optimizer, "optimizer_dtype": s.optimizer_dtype,
-            "master_weights": s.master_weights, "fits": e.fits,
+            "master_weights": s.master_weights, "loss": s.loss, "compile": s.compile, "offload": s.offload,
+            "lora_rank": s.lora_rank, "optimizer_in_backward": s.optimizer_in_backward,
+            "recompute_layers": s.recompute_layers, "recompute_modules": list(s.recompute_modules),
+            "offload_activations": s.offload_activations, "grad_accum": s.grad_accum, "fits": e.fits,
             "memory_gib": round(e.memory_gib, 3), "allocated_gib": round(e.allocated_gib, 3),
             "reserved_margin_gib": round(e.reserved_margin_gib, 3), "headroom_gib": round(e.headroom_gib, 3),
             "step_s": e.step_s, "compute_s": e.compute_s, "comm_s": e.comm_s,

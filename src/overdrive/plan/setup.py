@@ -102,7 +102,7 @@ class TrainSetup:
     """fp32 | bf16 | fp16 | fp8 (tensorwise) | fp8-rowwise | mxfp8 | nvfp4 (the last two on Blackwell only)."""
     sharding: str = "fsdp"
     tp: int = 1
-    """Tensor parallel degree (with sequence parallelism), within a node."""
+    """Tensor parallel degree (sequence parallel unless sequence_parallel False); across nodes in whole nodes."""
     pp: int = 1
     """Pipeline stages (1F1B; interleaved with vpp > 1)."""
     vpp: int | None = 1
@@ -168,6 +168,17 @@ class TrainSetup:
     With --no-compile, what that eager block saves (fp32 RMSNorm, unfused SwiGLU; k and v copied to every head by
     torchtune, shared by transformers' SDPA), `memory.eager_act_tensors`; compiled, the fused count plus what
     torch.compile's partitioner keeps beyond it (the k/v copies, fp32 rstd and logsumexp), `memory.act_tensors`."""
+    sequence_parallel: bool = True
+    """With tp > 1: norms, dropout and residuals on tokens/tp (Megatron's sequence parallelism, Korthikanti et al.
+    2022); False: those run and are saved on every token by each TP rank (Megatron before 2022, tp without SP)."""
+    z_loss: bool = False
+    """PaLM's z-loss, 1e-4·log²Z per token: another pass over the logits unless the loss kernel fuses it."""
+    gather_dtype: str = ""
+    """FSDP all-gather dtype: '' (the compute dtype; 1 byte with --fp8-all-gather), fp32 (fp32 parameters
+    gathered and cast after, as Lightning's bf16-mixed FSDP does) or bf16."""
+    fused_kernels: bool = False
+    """Eager (--no-compile) with hand-fused kernels for the memory-bound ops (Apex/Liger/TE norms, fused
+    SwiGLU/RoPE, as Megatron's eager code): memory traffic as compiled, no torch.compile."""
     attention: str = "flash"
     """flash (FlashAttention / cuDNN / TE fused attention: scores never leave the chip) | unfused (the s × s scores
     and probabilities in HBM, with softmax, mask and dropout kernels: Megatron before 2022, eager attention)."""
@@ -278,8 +289,15 @@ class TrainSetup:
         if self.world % (self.tp * self.pp * self.cp):
             raise ValueError(f"tp {self.tp} x pp {self.pp} x cp {self.cp} does not divide the {self.world} GPUs "
                              f"({self.nodes} x --gpus {self.gpus_per_node}): pick degrees whose product divides it")
-        if self.tp > self.gpus_per_node:
-            raise ValueError(f"--tp {self.tp} spans nodes ({self.gpus_per_node} GPUs per node): keep TP within a node")
+        if self.tp > self.gpus_per_node and self.tp % self.gpus_per_node:
+            # across nodes TP takes whole nodes (its cost is the inter-node link, comm.py)
+            raise ValueError(f"--tp {self.tp} spans nodes but is not a multiple of the {self.gpus_per_node} GPUs per "
+                             f"node: use a tp that divides {self.gpus_per_node} or is a multiple of it")
+        if self.gather_dtype not in ("", "fp32", "bf16"):
+            raise ValueError(f"--gather-dtype {self.gather_dtype!r} is not one of fp32, bf16")
+        if self.gather_dtype and self.fp8_all_gather:
+            raise ValueError(f"--gather-dtype {self.gather_dtype} and --fp8-all-gather both set the all-gather "
+                             "dtype: keep one")
         if self.cp > 1 and self.seq % (2 * self.cp):
             # Transformer Engine's ring attention splits each rank's share in two halves for causal load balance
             # ("Sequence length per GPU needs to be divisible by 2!"), so the sequence divides by 2·cp
@@ -335,6 +353,20 @@ class TrainSetup:
     @property
     def low_precision(self) -> bool:
         return self.precision in LOW_PRECISION
+
+    @property
+    def gather_bytes(self) -> int:
+        """Bytes per parameter FSDP all-gathers (and holds gathered): fp8 1, the compute dtype, or as asked."""
+        if self.fp8_all_gather and self.low_precision:
+            return 1
+        if self.gather_dtype:
+            return 4 if self.gather_dtype == "fp32" else 2
+        return 4 if self.precision == "fp32" else 2
+
+    @property
+    def sp(self) -> int:
+        """The divisor of the norm/residual tokens per GPU: tp with sequence parallelism, else 1."""
+        return self.tp if self.sequence_parallel else 1
 
 
 def check_layout(m: ModelSpec, s: TrainSetup) -> None:

@@ -10,7 +10,7 @@ import stat
 from dataclasses import dataclass
 
 __all__ = ["ModelSpec", "MODEL_PRESETS", "get_model", "model_from_hf_config", "mpt", "MPT_SIZES", "MAX_DIM",
-           "read_json_file"]
+           "read_json_file", "ENCODER_DECODER_TYPES", "ENCODER_TYPES"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +32,8 @@ class ModelSpec:
     """Linear and LayerNorm biases (GPT-2 style); Llama has none."""
     attn_head_dim: int = 0
     """Width of one attention head when it is not hidden / heads (Qwen3, Gemma: config's head_dim); 0 = hidden / heads."""
+    qk_norm: bool = False
+    """RMSNorm on q and k per head (OLMo 2, Qwen3, Gemma 3): two more norms per block, their inputs saved."""
     squared_relu: bool = False
     """A 2-matrix MLP with a squared-ReLU activation (Nemotron); needs gated_mlp False. Same shapes and saved
     tensors as GELU's, a cheaper elementwise op."""
@@ -75,7 +77,7 @@ class ModelSpec:
         h, q = self.hidden, self.q_dim
         attn = 2 * h * q + 2 * h * self.kv_dim
         mlp = (3 if self.gated_mlp else 2) * h * self.ffn
-        n = attn + mlp + 2 * h
+        n = attn + mlp + 2 * h + (2 * self.head_dim if self.qk_norm else 0)   # q and k norm gains, per head width
         if self.bias:  # qkv + out, MLP inner(s) + out, two norm biases
             n += (q + 2 * self.kv_dim + h) + self.ffn * (2 if self.gated_mlp else 1) + h + 2 * h
         return n
@@ -184,7 +186,7 @@ def get_model(name: str) -> ModelSpec:
 
     if name in GPT_SIZES:
         return _from_reference_gpt(name)
-    if name.endswith(".json") or os.path.exists(name):
+    if name.endswith(".json") or os.path.exists(name):   # a config file, or a folder holding config.json
         return model_from_hf_config(name)
     known = ", ".join(list(MODEL_PRESETS) + list(GPT_SIZES))
     raise ValueError(f"unknown model '{name}': known models are {known}, or a path to a Hugging Face config.json")
@@ -205,6 +207,8 @@ def _hf_name(path: str, c: dict) -> str:
 
 GELU_MLP_TYPES = ("gpt2", "gpt_neox", "opt", "gptj", "falcon", "phi", "bloom", "gpt_bigcode", "starcoder2")
 """Hugging Face model types whose MLP is two matrices with a GELU (not SwiGLU's three)."""
+QK_NORM_TYPES = ("qwen3", "olmo2", "gemma3", "gemma3_text", "chameleon")
+"""Hugging Face model types that normalize q and k per head (their modeling code; the config has no flag)."""
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
 
 
@@ -239,14 +243,41 @@ def _dim(path: str, key: str, v) -> int:
     return v
 
 
+ENCODER_DECODER_TYPES = ("t5", "mt5", "umt5", "longt5", "switch_transformers", "bart", "mbart", "pegasus",
+                         "pegasus_x", "marian", "led", "m2m_100", "nllb_moe", "blenderbot", "blenderbot-small",
+                         "prophetnet", "fsmt", "plbart", "whisper", "speech_to_text", "encoder-decoder")
+"""Hugging Face model types with an encoder and a decoder (cross-attention); configs that do not say
+`is_encoder_decoder` (T5 writes it, some exporters drop it) are caught by their type."""
+ENCODER_TYPES = ("bert", "roberta", "xlm-roberta", "deberta", "deberta-v2", "electra", "distilbert", "albert",
+                 "modernbert", "vit", "deit", "beit", "swin", "swinv2", "dinov2", "convnext", "clip", "siglip",
+                 "clip_vision_model", "siglip_vision_model", "wav2vec2", "hubert")
+"""Encoder-only types (bidirectional attention, no LM head over a vocabulary, or no tokens at all for ViT):
+planned as a causal LM they would get a head and a causal attention they do not have."""
+
+
 def model_from_hf_config(path: str) -> ModelSpec:
+    """A ModelSpec from a Hugging Face config: the config.json file, or a folder holding one (as tune --hf)."""
     if not os.path.exists(path):
-        raise ValueError(f"{path} does not exist: pass a Hugging Face config.json")
+        raise ValueError(f"{path} does not exist: pass a Hugging Face config.json or the folder holding it")
     if os.path.isdir(path):
-        raise ValueError(f"{path} is a directory: pass the config.json inside it")
+        inner = os.path.join(path, "config.json")
+        if not os.path.isfile(inner):
+            raise ValueError(f"{path} is a folder without a config.json: pass a folder a config.save_pretrained() "
+                             "wrote, or the config .json file itself")
+        path = inner
     c = read_json_file(path, "a Hugging Face config.json")
     if not isinstance(c, dict):
         raise ValueError(f"{path} is not a Hugging Face config (a JSON object expected)")
+    mtype = str(c.get("model_type", ""))
+    # before the key checks: T5 names its dims d_model/num_layers, and "missing keys" would hide the real reason
+    if c.get("is_encoder_decoder") is True or mtype in ENCODER_DECODER_TYPES:
+        raise ValueError(f"{path}: {mtype or 'this model'} is an encoder-decoder model, which is not supported: "
+                         "the planner models decoder-only (causal LM) Transformers; plan its decoder as a custom "
+                         "model (--layers, --hidden, --heads) for an estimate")
+    if mtype in ENCODER_TYPES:
+        raise ValueError(f"{path}: {mtype} is an encoder-only model, which is not supported: the planner models "
+                         "decoder-only (causal LM) Transformers; plan a custom model (--layers, --hidden, --heads) "
+                         "for an estimate of a same-shaped decoder")
 
     def g(*keys, default=None):
         """(key found, value): the first of `keys` present, else the default under the first key's name."""
@@ -281,9 +312,10 @@ def model_from_hf_config(path: str) -> ModelSpec:
     if not isinstance(tied, bool):
         raise ValueError(f"{path}: tie_word_embeddings must be true or false, got {tied!r}: fix the config.json")
     pos = _dim(path, "n_positions", c["n_positions"]) if not gated and "n_positions" in c else 0
+    qk_norm = model_type in QK_NORM_TYPES or any(c.get(k) is True for k in ("qk_layernorm", "use_qk_norm", "qk_norm"))
     try:
         return ModelSpec(name=_hf_name(path, c), n_layer=L, hidden=h, n_head=heads, n_kv_head=kv, ffn=ffn,
                          vocab=vocab, tied=tied, gated_mlp=gated, learned_pos=pos, attn_head_dim=head_dim,
-                         squared_relu=relu2)
+                         squared_relu=relu2, qk_norm=qk_norm)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None

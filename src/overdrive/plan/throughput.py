@@ -47,7 +47,7 @@ from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["CALIBRATION", "compute_times", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
-           "HOST_GBS", "MEGATRON_CE_BYTES", "LOSS_BYTES", "loss_bytes_per_logit"]
+           "HOST_GBS", "MEGATRON_CE_BYTES", "LOSS_BYTES", "loss_bytes_per_logit", "Z_LOSS_BYTES"]
 
 # Fitted by scripts/plan_calibrate.py on the calibration runs of src/overdrive/plan/published_runs.json only
 # (docs/plan-validation.md lists which run fitted which constant); never on the validation runs.
@@ -95,6 +95,11 @@ more than a fraction of a point). The fused kernels read the 16-bit logits and w
 the max/sum pass: 8 (chunked, torchtune's compiled per-chunk loss on 16-bit chunks, too). compiled-fp32: the
 model's eager `.float()` (read 2, write 4), the compiled loss reading the fp32 logits forward (4) and backward (4)
 and writing an fp32 gradient (4), the eager cast back (read 4, write 2), and the 16-bit head output (2): 26."""
+
+
+Z_LOSS_BYTES = 12.0
+"""PaLM's z-loss beside an unfused cross-entropy: logsumexp over the fp32 logits again (read 4), and in backward
+its gradient added to the logits' (read 4, write 4). A fused loss kernel computes it in the same pass (0)."""
 
 
 def loss_bytes_per_logit(s: TrainSetup) -> float:
@@ -196,12 +201,17 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
         fwd_share = 1 / 3
     act = 3 * m.ffn if m.gated_mlp else 2 * m.ffn
     width = 4 if s.precision == "fp32" else 2
-    ew_bytes = L * tok * 3 * (12 * m.hidden + 2 * m.kv_dim + act) * width
-    if not s.compile and not mega:
+    # 10h of the 12h per token are the norms and residuals: on tokens/tp with sequence parallelism, on every token
+    # of each TP rank without it (Korthikanti et al. 2022)
+    per_tok = 10 * m.hidden * (s.tp // s.sp) + 2 * m.hidden + 2 * m.kv_dim + act
+    if m.qk_norm:   # two more norms over q and k: read and write each
+        per_tok += 2 * (m.q_dim + m.kv_dim)
+    ew_bytes = L * tok * 3 * per_tok * width
+    if not s.compile and not mega and not s.fused_kernels:
         ew_bytes *= cal["nocompile"]
     hbm = s.gpu.hbm_tbs * 1e12 * HBM_EFF
     # the loss kernel is --loss's; "standard" on the megatron stack is Megatron's own vocab-parallel one
-    loss_b = loss_bytes_per_logit(s)
+    loss_b = loss_bytes_per_logit(s) + (Z_LOSS_BYTES if s.z_loss and s.loss in ("standard", "hf", "compiled-fp32") else 0)
     memory = (ew_bytes + L * quant_b + tok * m.vocab * loss_b) / hbm
     # selective: the L // 2 blocks memory.py checkpoints (none with one block per stage)
     frac_fwd = {"none": 0.0, "selective": (L // 2) / L, "full": 1.0, "selective-op": 0.0}[s.checkpointing]

@@ -21,7 +21,8 @@ __all__ = ["load_runs", "predict", "evaluate", "summary", "markdown_table", "why
 _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "tp", "pp", "vpp", "cp", "checkpointing",
                "pure_bf16", "fp8_all_gather", "compile", "async_tp", "inter_gbs", "optimizer_dtype", "stack", "loss", "fp8_activations", "grad_dtype", "recompute_layers",
                "recompute_modules", "offload_activations", "embedding_in_pipeline_split", "attention", "block_code",
-               "optimizer", "master_weights", "optimizer_in_backward")
+               "optimizer", "master_weights", "optimizer_in_backward", "sequence_parallel", "z_loss", "gather_dtype",
+               "fused_kernels", "lora_rank")
 
 
 def load_runs() -> list[dict]:
@@ -113,10 +114,11 @@ def why_not_fitting(r: dict) -> str:
 _FLAG_DEFAULTS = {"micro_batch": None, "precision": None, "sharding": None, "tp": 1, "pp": 1, "cp": 1, "vpp": None,
                   "checkpointing": None, "stack": "pytorch", "loss": "standard", "grad_dtype": "fp32",
                   "optimizer_dtype": "fp32", "inter_gbs": 50, "recompute_layers": 0, "offload_activations": 0,
-                  "attention": "flash", "optimizer": "adamw", "master_weights": "fp32", "block_code": ""}
+                  "attention": "flash", "optimizer": "adamw", "master_weights": "fp32", "block_code": "", "lora_rank": 0}
 _BOOL_FLAGS = {"pure_bf16": "--pure-bf16", "fp8_all_gather": "--fp8-all-gather", "fp8_activations": "--fp8-activations",
                "embedding_in_pipeline_split": "--embedding-in-pipeline-split",
-               "optimizer_in_backward": "--optimizer-in-backward"}
+               "optimizer_in_backward": "--optimizer-in-backward", "z_loss": "--z-loss",
+               "fused_kernels": "--fused-kernels"}
 
 
 def plan_flags(r: dict) -> str:
@@ -128,7 +130,8 @@ def plan_flags(r: dict) -> str:
         out += [f"--ffn {d['ffn']} --vocab {d['vocab']}"]
         out += [f for f, on in (("--tied", d.get("tied")), ("--gelu-mlp", not d.get("gated_mlp", True)
                                                              and not d.get("squared_relu")),
-                                ("--squared-relu", d.get("squared_relu")), ("--bias", d.get("bias"))) if on]
+                                ("--squared-relu", d.get("squared_relu")), ("--bias", d.get("bias")),
+                                ("--qk-norm", d.get("qk_norm"))) if on]
         out += [f"--learned-pos {d['learned_pos']}"] if d.get("learned_pos") else []
     else:
         out = [f"--model {r['model']}"]
@@ -149,6 +152,10 @@ def plan_flags(r: dict) -> str:
         mods = r["recompute_modules"]
         out.append(f"--recompute-modules {mods if isinstance(mods, str) else ','.join(mods)}")
     out += [flag for k, flag in _BOOL_FLAGS.items() if r.get(k)]
+    if r.get("sequence_parallel") is False:
+        out.append("--sequence-parallel off")
+    if r.get("gather_dtype"):
+        out.append(f"--gather-dtype {r['gather_dtype']}")
     if r.get("compile") is False:
         out.append("--no-compile")
     if r.get("async_tp") is True:

@@ -17,7 +17,8 @@ from dataclasses import fields
 
 from overdrive.recipes.recipe import PRESETS, Recipe
 
-__all__ = ["names", "parse_recipe_name", "recipe_name", "canonical_name", "ALIASES", "KNOBS"]
+__all__ = ["names", "parse_recipe_name", "recipe_name", "canonical_name", "ALIASES", "KNOBS", "ECOSYSTEM",
+           "ecosystem_note"]
 
 # What people type -> the preset it means. "no"/"none" follow HF Accelerate's mixed_precision="no".
 ALIASES: dict[str, str] = {
@@ -28,6 +29,34 @@ ALIASES: dict[str, str] = {
     "float8": "fp8", "fp8-tensorwise": "fp8", "rowwise": "fp8-rowwise", "fp8-delayed-scaling": "fp8-delayed",
     "mx": "mxfp8", "mxfp8-block": "mxfp8", "fp4": "nvfp4",
 }
+
+# Other stacks' names for a recipe: Lightning's `Trainer(precision=...)` strings (lightning.fabric.
+# connector's _PRECISION_INPUT). They parse to Overdrive's recipe, which is the name reported back.
+ECOSYSTEM: dict[str, tuple[str, str]] = {
+    "bf16-mixed": ("amp-bf16", "Lightning's precision"), "16-mixed": ("amp-fp16", "Lightning's precision"),
+    "16": ("amp-fp16", "Lightning's precision (16-mixed)"), "32-true": ("fp32", "Lightning's precision"),
+    "32": ("fp32", "Lightning's precision (32-true)"),
+    # Lightning's TransformerEnginePrecision uses TE's DelayedScaling() unless given another recipe.
+    "transformer-engine": ("fp8-delayed+te", "Lightning's precision (TransformerEnginePrecision, DelayedScaling)"),
+}
+# Lightning's names with no Overdrive recipe: refused with what to use instead.
+_NOT_OURS: dict[str, str] = {
+    "bf16-true": "bf16 weights with no fp32 master copy; Overdrive keeps fp32 weights: use bf16-mixed (amp-bf16)",
+    "16-true": "fp16 weights with no fp32 master copy; Overdrive keeps fp32 weights: use 16-mixed (amp-fp16)",
+    "64-true": "float64 training is not an Overdrive recipe: use 32-true (fp32)",
+    "transformer-engine-float16": "TE FP8 over fp16 weights; Overdrive's TE FP8 keeps fp32 weights: use "
+                                  "transformer-engine (fp8-delayed+te)",
+}
+
+
+def ecosystem_note(text: str) -> str | None:
+    """"Lightning's precision 'bf16-mixed' is Overdrive's amp-bf16" for another stack's name, else None."""
+    head = str(text).strip().split("+")[0].strip().lower()
+    if head not in ECOSYSTEM:
+        return None
+    target, whose = ECOSYSTEM[head]
+    return f"{whose} '{head}' is Overdrive's {target}"
+
 
 # Named knobs: each sets a few fields. Order matters only for printing (recipe_name uses it).
 KNOBS: dict[str, dict] = {
@@ -87,6 +116,10 @@ def parse_recipe_name(text: str) -> Recipe:
     if not parts or not parts[0]:
         raise ValueError(f"empty recipe name {text!r}: {_fix()}")
     head = parts[0].lower()
+    if head in _NOT_OURS:
+        raise ValueError(f"recipe '{parts[0]}' (Lightning's precision): {_NOT_OURS[head]}")
+    if head in ECOSYSTEM:  # another stack's name: its recipe, then the user's own knobs
+        return parse_recipe_name("+".join([ECOSYSTEM[head][0], *parts[1:]]))
     key = ALIASES.get(head, head)
     if key not in PRESETS:
         raise ValueError(f"unknown recipe '{parts[0]}': {_fix()}")

@@ -75,6 +75,13 @@ class Recipe:
         if (self.precision == "fp4") != (self.fp8_scaling == "nvfp4"):
             raise ValueError(f"precision={self.precision!r} with fp8_scaling={self.fp8_scaling!r}: NVFP4 is "
                              "precision='fp4' with fp8_scaling='nvfp4' (the 'nvfp4' preset)")
+        for name, typ in (("checkpoint_every", int), ("fp8_min_dim", int), ("fp8_convert_head", bool), ("name", str),
+                          ("fp8_shapes", str)):
+            v = getattr(self, name)
+            if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):  # a hand-edited cache: "big"
+                raise ValueError(f"recipe field {name}={v!r} is not {'an' if typ is int else 'a'} {typ.__name__}")
+        if self.fp8_min_dim < 0:
+            raise ValueError(f"fp8_min_dim must be >= 0, got {self.fp8_min_dim}")
         if self.checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
         if self.name == "custom":

@@ -290,6 +290,10 @@ def resolve(recipe: str | Recipe, env: EnvReport, *, strict: bool = False,
     r = get_recipe(recipe)
     log = _Log(strict)
     device = env.device
+    from overdrive.recipes.names import ecosystem_note
+
+    if isinstance(recipe, str) and ecosystem_note(recipe):  # said under Overdrive's name, so the user sees what ran
+        log.add("recipe", recipe, r.name, ecosystem_note(recipe))
 
     compile_mode = r.compile
     if compile_mode != "off":

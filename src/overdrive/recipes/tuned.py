@@ -96,12 +96,16 @@ def save_tuned(recipe: Recipe, *, signature: str, fingerprint: str, summary: str
                confident: bool = True, env: EnvReport | None = None) -> tuple[str, bool]:
     """Record `recipe` as the tuned winner for this model, machine and thread count; returns (path,
     written). An inconclusive run (`confident=False`: nothing beat the baseline with evidence, or
-    the host was too busy to judge) never replaces a confident winner already cached."""
+    the host was too busy to judge) never replaces a confident winner already cached; a cached "keep
+    the baseline" (no winner: it changes nothing) is always replaceable, so an entry a faulty run left
+    never blocks later runs."""
     from overdrive.io import write_atomic
 
     p = tuned_path(signature, fingerprint, threads)
     old = _read(p)
-    if not confident and old is not None and old.get("confident", True):
+    rec = old.get("recipe") if old is not None else None
+    kept_baseline = not isinstance(rec, dict) or rec.get("name") == "baseline"  # (an unreadable entry: replaceable)
+    if not confident and old is not None and old.get("confident", True) and not kept_baseline:
         return p, False
     extra = {"machine": machine_state(env), "engines": recipe_engines(recipe, env)} if env is not None else {}
     write_atomic(p, json.dumps({"recipe": recipe.to_dict(), "signature": signature, "fingerprint": fingerprint,
@@ -136,16 +140,25 @@ def load_tuned(model, env: EnvReport) -> tuple[Recipe | None, str]:
                       + _older(sig, fp, env) + ": run `overdrive tune` or overdrive.tune() first")
     except (OSError, ValueError, TypeError, KeyError) as e:
         return None, f"the tuned recipe at {p} is unreadable ({e}): run `overdrive tune` again"
-    changed = [f"{e} was {was!r} when tuned, is {_engine_now(env, e)!r} now"
-               for e, was in (d.get("engines") or {}).items() if _engine_now(env, e) != was]
+    engines = d.get("engines") if isinstance(d.get("engines"), dict) else {}  # a file is untrusted input
+    changed = [f"{str(e)[:40]} was {str(was)[:40]!r} when tuned, is {_engine_now(env, e)!r} now"
+               for e, was in engines.items() if _engine_now(env, e) != was]
     if changed:
-        return None, (f"the tuned recipe '{rec.name}' for this model is stale: it runs on engines that changed "
-                      f"({'; '.join(changed)}): run `overdrive tune` again")
+        return None, (f"the tuned recipe {str(rec.name)[:40]!r} for this model is stale: it runs on engines that "
+                      f"changed ({'; '.join(changed)}): run `overdrive tune` again")
+    from overdrive.recipes.names import recipe_name
+
+    named = recipe_name(rec)  # the name says what the fields are: a cached name is never trusted
+    if rec.name != named:
+        import dataclasses
+
+        note += f"; cached as {str(rec.name)[:40]!r}, its fields are {named!r}"
+        rec = dataclasses.replace(rec, name=named)
     return rec, (f"tuned winner for this model on this machine ({d.get('summary', '')})".replace(" ()", "") + note)
 
 
-def _engine_now(env: EnvReport, name: str) -> str:
-    e = env.engines.get(name)
+def _engine_now(env: EnvReport, name) -> str:
+    e = env.engines.get(name) if isinstance(name, str) else None
     return f"{e.status} {e.version or ''}".strip() if e else "not probed"
 
 

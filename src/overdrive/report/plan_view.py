@@ -6,7 +6,31 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-__all__ = ["render_plan", "render_sweep", "sweep_markdown", "write_breakdown_png", "write_sweep_png", "breakdown_figure"]
+__all__ = ["fmt_params", "fmt_step", "render_plan", "render_sweep", "sweep_markdown", "write_breakdown_png", "write_sweep_png", "breakdown_figure"]
+
+
+def fmt_params(params_b: float) -> str:
+    """A parameter count readable at any size: 13.02B, 3.3M, 12.5K (a tiny model is not "0.00B")."""
+    n = params_b * 1e9
+    for div, unit, nd in ((1e9, "B", 2), (1e6, "M", 1), (1e3, "K", 1)):
+        if n >= div:
+            return f"{n / div:.{nd}f}{unit}"
+    return f"{n:.0f}"
+
+
+def fmt_step(seconds: float) -> str:
+    """A step time with its unit, three significant figures at any scale (a 1 ms step is not "0.000")."""
+    if seconds >= 1:
+        return f"{seconds:.3g} s" if seconds < 100 else f"{seconds:.0f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} µs"
+
+
+def _headroom(c: dict) -> str:
+    """Headroom, marked when it is below the safety margin the ranking asked for (ranked after the rest)."""
+    txt = f"{c['headroom_gib']:.1f} GiB"
+    return txt if c.get("margin_ok", True) else f"[yellow]{txt} (tight)[/]"
 
 
 def render_plan(r: dict, console: Console, *, limit: int = 15) -> None:
@@ -14,24 +38,28 @@ def render_plan(r: dict, console: Console, *, limit: int = 15) -> None:
     par = "".join(f" {k}{r[k]}" for k in ("tp", "pp", "cp") if r.get(k, 1) > 1)
     fitting = [c for c in r["candidates"] if c["fits"]]
     # The model's name comes from the user's file: literal text, never console markup.
-    t = Table(title=escape(f"overdrive plan — {m['name']} ({r['params_b']:.2f}B params) on {r['nodes']}x"
+    t = Table(title=escape(f"overdrive plan — {m['name']} ({fmt_params(r['params_b'])} params) on {r['nodes']}x"
                            f"{r['gpus_per_node']} {r['gpu']} ({r['capacity_gib']:.1f} GiB){par}, seq {r['seq']}"
                            + (f", {r['stack']} stack" if r.get("stack", "pytorch") != "pytorch" else "")
                            + (f", vpp {fitting[0]['vpp']}" if r.get("pp", 1) > 1 and fitting else "")
                            + (f", global batch {r['global_batch']}" if r["global_batch"] else "")),
               title_justify="left")
-    for col in ("#", "precision", "sharding", "checkpointing", "micro-batch", "memory/GPU", "headroom", "step s",
+    for col in ("#", "precision", "sharding", "checkpointing", "micro-batch", "memory/GPU", "headroom", "step",
                 "tokens/s/GPU", "MFU"):
         t.add_column(col)
     fitting = [c for c in r["candidates"] if c["fits"]]
     for i, c in enumerate(fitting[:limit], 1):
         t.add_row(str(i), escape(c["label"]), escape(c["sharding"]), escape(c["checkpointing"]),
                   str(c["micro_batch"]),
-                  f"{c['memory_gib']:.1f} GiB", f"{c['headroom_gib']:.1f} GiB", f"{c['step_s']:.3f}",
+                  f"{c['memory_gib']:.1f} GiB", _headroom(c), fmt_step(c["step_s"]),
                   f"{c['tokens_per_s_per_gpu']:,.0f}", f"{100 * c['mfu']:.0f}%")
     console.print(t)
     n_out = len(r["candidates"]) - len(fitting)
     console.print(f"{len(fitting)} configurations fit ({min(limit, len(fitting))} shown); {n_out} do not.")
+    tight = sum(not c.get("margin_ok", True) for c in fitting)
+    if tight and r.get("min_headroom_gib") is not None:
+        console.print(f"{tight} of them leave less than the {r['min_headroom_gib']:.1f} GiB safety margin "
+                      "(--min-headroom) free: ranked after the rest, marked tight", markup=False)
     for n in r.get("notes", []):
         console.print(f"[yellow]{escape(n)}[/]")
     if r["top"]:

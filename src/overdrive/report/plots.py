@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 import matplotlib
 
@@ -142,8 +143,11 @@ def write_plots(results: dict, out_dir: str) -> list[str]:
     for name, fn in (("speedup.png", _speedup), ("memory.png", _memory), ("loss_curves.png", _losses),
                      ("step_time_distributions.png", _distributions)):
         try:
-            fn(results, os.path.join(out_dir, name))
+            with warnings.catch_warnings():  # figures near 1e308 overflow matplotlib's ticks: our line, not its
+                warnings.simplefilter("error", RuntimeWarning)
+                fn(results, os.path.join(out_dir, name))
             done.append(name)
         except Exception as e:  # noqa: BLE001 — a plot is a convenience; the JSON is the result
+            plt.close("all")
             print(f"overdrive: warning: could not draw {name}: {e}")
     return done

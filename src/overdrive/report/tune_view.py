@@ -26,7 +26,8 @@ def measured_line(res: dict) -> str:
         bits.append(f"load {n['load_1min']:.1f} on {n.get('cores')} cores")
     t = res.get("threads") or {}
     if t:
-        bits.append(f"{t['threads']} torch thread(s) per worker ({'--threads' if t.get('source') == 'user' else 'auto'})")
+        how = {"user": "--threads", "auto": "auto"}.get(t.get("source"), str(t.get("source")))
+        bits.append(f"{t['threads']} torch thread(s) per worker ({how})")
     return "; ".join(bits)
 
 
@@ -40,7 +41,8 @@ def render_tune(res: dict, console=None) -> None:
 
     t = Table(title=escape(f"overdrive tune — {res.get('workload')} on {res.get('gpu') or res.get('cpu')} "
                            f"({res['elapsed_s']:.0f} of {res['budget_s']:g} s, {res['rounds']} rounds)"))
-    for col in ("candidate", "status", "step ms", "speedup [95% CI]", "warm-up ms", "loss Δ", "safe", "what ran / why"):
+    for col in ("candidate", "status", "step ms", "speedup [95% CI]", "TFLOP/s (MFU)", "warm-up ms", "loss Δ", "safe",
+                "what ran / why"):
         t.add_column(col, overflow="fold")
     for r in res["candidates"]:
         step = "-" if r["step_ms"] is None else f"{r['step_ms']:.1f}"
@@ -49,10 +51,14 @@ def render_tune(res: dict, console=None) -> None:
         safe = {True: "yes", False: "[red]UNSAFE[/]", None: "-"}[r["safe"]]
         why = escape(r["ran"] + (f" — {r['reason']}" if r["reason"] else ""))
         name = ("[bold green]" + escape(r["label"]) + "[/]") if r["name"] == res["best"] else escape(r["label"])
-        t.add_row(name, escape(r["status"]), step, escape(speedup_text(r)), warm, dl, safe, why)
+        t.add_row(name, escape(r["status"]), step, escape(speedup_text(r)), _rate(r), warm, dl, safe, why)
     c = console or Console(width=max(120, Console().width))
     c.print(t)
     c.print(escape(res["summary"]))
+    from overdrive.tune.flops import flops_line
+
+    if flops_line(res):
+        c.print(escape(flops_line(res)))
     m = measured_line(res)
     if m:
         c.print(escape(f"Measured: {m}."))
@@ -110,6 +116,19 @@ def _plots(res: dict) -> list[str]:
     return out
 
 
+def _flops_line(res: dict) -> str:
+    from overdrive.tune.flops import flops_line
+
+    return flops_line(res)
+
+
+def _rate(r: dict) -> str:
+    """Achieved TFLOP/s, with the MFU where a peak is known."""
+    if r.get("tflops") is None:
+        return "-"
+    return f"{r['tflops']:.3g}" + (f" ({100 * r['mfu']:.1f}%)" if r.get("mfu") is not None else "")
+
+
 def write_report(res: dict, out_dir: str) -> str:
     from overdrive.io import write_atomic
     from overdrive.tune.api import speedup_text
@@ -123,9 +142,11 @@ def write_report(res: dict, out_dir: str) -> str:
              # no verdict (a host too busy to judge) is not drawn in the green of a result
              f"<p class='rec{' none' if no_verdict else ''}'>{e(res['summary'])}</p>",
              f"<p class='note'>Measured: {e(measured_line(res) or '-')}.</p>",
+             f"<p class='note'>{e(_flops_line(res))}</p>",
              f"<p class='note'>Safety: {e(res['tolerance'])}. Speedups are against the baseline "
              f"({e(res['baseline'])}); emulated FP8 is checked for safety only.</p>",
-             "<table><tr><th>candidate</th><th>status</th><th>step ms</th><th>speedup [95% CI]</th><th>warm-up "
+             "<table><tr><th>candidate</th><th>status</th><th>step ms</th><th>speedup [95% CI]</th><th>TFLOP/s (MFU)</th>"
+             "<th>warm-up "
              "(first step) ms</th><th>loss Δ</th><th>safe</th><th>what ran</th><th>note</th></tr>"]
     for r in res["candidates"]:
         safe = {True: "yes", False: "<span class='unsafe'>UNSAFE</span>", None: "-"}[r["safe"]]
@@ -133,7 +154,7 @@ def write_report(res: dict, out_dir: str) -> str:
         warm = "-" if r["warmup_first_step_ms"] is None else f"{r['warmup_first_step_ms']:.0f}"
         dl = "-" if r["loss_delta_pct"] is None else f"{r['loss_delta_pct']:+.2f}% ({r['loss_delta_nats']:+.4f})"
         parts.append(f"<tr><td>{e(r['label'])}</td><td>{e(r['status'])}</td><td>{step}</td>"
-                     f"<td>{e(speedup_text(r))}</td><td>{warm}</td><td>{dl}</td><td>{safe}</td><td>{e(r['ran'])}</td>"
+                     f"<td>{e(speedup_text(r))}</td><td>{_rate(r)}</td><td>{warm}</td><td>{dl}</td><td>{safe}</td><td>{e(r['ran'])}</td>"
                      f"<td>{e(r['reason'] or r['safety'])}</td></tr>")
     parts.append("</table>")
     for r in res["candidates"]:
@@ -142,13 +163,17 @@ def write_report(res: dict, out_dir: str) -> str:
             parts.append(f"<h3>Per-layer FP8 filter for {e(r['name'])}</h3><table><tr><th>layer</th><th>shape</th>"
                          "<th>M</th><th>bf16 ms</th><th>fp8 ms</th><th>decision</th></tr>")
             for d in f["layers"]:
-                parts.append(f"<tr><td>{e(d['fqn'])}</td><td>{d['shape']}</td><td>{d['tokens']}</td>"
+                parts.append(f"<tr><td>{e(str(d['fqn']))}</td><td>{e(str(d['shape']))}</td><td>{e(str(d['tokens']))}</td>"
                              f"<td>{'-' if d['bf16_ms'] is None else format(d['bf16_ms'], '.3f')}</td>"
                              f"<td>{'-' if d['fp8_ms'] is None else format(d['fp8_ms'], '.3f')}</td>"
                              f"<td>{e(d['reason'])}</td></tr>")
             parts.append("</table>")
     try:
-        parts += _plots(res)
+        import warnings
+
+        with warnings.catch_warnings():  # huge figures overflow matplotlib's ticks: our note, not its warning
+            warnings.simplefilter("error", RuntimeWarning)
+            parts += _plots(res)
     except Exception as ex:  # a plot must never cost the results
         parts.append(f"<p class='note'>plots unavailable: {e(str(ex))}</p>")
     parts.append("</body></html>")

@@ -6,7 +6,9 @@ export is called done.
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ import torch
 from torch import nn
 
 from overdrive.io import write_atomic
+from overdrive.serve.triton_config import triton_config
 
 __all__ = ["export_for_serving", "ExportError", "triton_config", "slo_batch_from", "batching_from", "export_onnx",
            "click_inputs", "default_batching", "ort_session"]
@@ -210,36 +213,22 @@ def _user(factory: str, inputs: str | None, weights: str | None, dynamic: list[s
         if bad:
             raise ExportError(f"--dynamic {n}:{bad[0]}: input {n!r} has {t.dim()} dimensions (shape "
                               f"{tuple(t.shape)} at batch 2), so its axes are 1..{t.dim() - 1}")
-    try:
-        with torch.no_grad():
-            out = model(*ex)
-            row = model(*(t[:1] for t in ex))
-    except Exception as e:  # noqa: BLE001
-        raise ExportError(f"the model of {factory} fails on --inputs {inputs}(2): {_first(e)}") from None
-    outs = (out,) if isinstance(out, torch.Tensor) else tuple(out) if isinstance(out, (tuple, list)) else None
-    if not outs or not all(isinstance(t, torch.Tensor) and t.dim() >= 1 and t.shape[0] == 2 for t in outs):
-        raise ExportError(f"the model of {factory} must return a tensor (or a tuple of tensors) with the batch first "
-                          "to be served with dynamic batching")
-    rows = (row,) if isinstance(row, torch.Tensor) else tuple(row)
-    for o, r in zip(outs, rows):
-        if not torch.isfinite(o.float()).all():
-            raise ExportError(f"the model of {factory} returns non-finite values on --inputs {inputs}(2): nothing "
-                              "to serve or compare")
-        tol = 1e-2 if o.dtype in (torch.bfloat16, torch.float16) else 1e-5
-        if not torch.allclose(o[:1].float(), r.float(), rtol=10 * tol, atol=tol):
-            err = float((o[:1].float() - r.float()).abs().max())
-            raise ExportError(f"the model of {factory} answers a request differently alone than beside another one "
-                              f"(max abs difference {err:.3g} between batch 1 and row 0 of batch 2): a dynamic "
-                              "batcher would change its answers (e.g. a mean over the batch, batch norm in train mode)")
+    ex3 = fn(3)
+    for n, t2, t3 in zip(names, ex, ex3):
+        moved = t3.dim() != t2.dim() or any(a not in dyn[n] and t3.shape[a] != t2.shape[a] for a in range(1, t2.dim()))
+        if moved:
+            raise ExportError(f"--inputs {inputs}: input {n!r} is {tuple(t2.shape)} at batch 2 and {tuple(t3.shape)} "
+                              f"at batch 3: only the batch may change with the batch (pass --dynamic {n}:AXIS for an "
+                              "axis that varies per request, or return the same width at every batch)")
+    from overdrive.serve.neighbours import check_batch_independent
+
+    outs = check_batch_independent(model, [ex, ex3], what=f"the model of {factory}", on=f"--inputs {inputs}")
     spec = {"inputs": [(n, [-1 if a + 1 in dyn[n] else d for a, d in enumerate(t.shape[1:])],
                         _triton_type(t, f"input {n}")) for n, t in zip(names, ex)],
-            "outputs": [(f"output{i}" if len(outs) > 1 else "output", [d for d in t.shape[1:]] or [1],
+            # a (B,) output keeps its shape: [] here is dims [ 1 ] with reshape [ ] in config.pbtxt
+            "outputs": [(f"output{i}" if len(outs) > 1 else "output", [d for d in t.shape[1:]],
                          _triton_type(t, f"output {i}")) for i, t in enumerate(outs)]}
-    if any(t.dim() == 1 for t in outs):  # (B,) outputs: Triton wants at least one non-batch dim
-        module = _Unsqueeze(model).eval()
-    else:
-        module = model
-    return module, fn, spec, dyn
+    return model, fn, spec, dyn
 
 
 @dataclass
@@ -327,20 +316,6 @@ def user_served_model(factory: str, inputs: str | None, *, dynamic: list[str] | 
                        model_identity(factory, inputs, dynamic, resolved=dyn))
 
 
-class _Unsqueeze(nn.Module):
-    """(B,) outputs as (B, 1): a batched Triton model needs one non-batch dimension per output."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, *xs):
-        out = self.model(*xs)
-        if isinstance(out, torch.Tensor):
-            return out.unsqueeze(1) if out.dim() == 1 else out
-        return tuple(o.unsqueeze(1) if o.dim() == 1 else o for o in out)
-
-
 def _dims(dynamic: dict, max_batch: int, limits: dict | None = None) -> tuple:
     """torch.export Dims: the batch up to max_batch (at least 2: the example batch), others up to their
     limit if the model has one (a GPT's sequence: its block size)."""
@@ -353,8 +328,9 @@ def _dims(dynamic: dict, max_batch: int, limits: dict | None = None) -> tuple:
 
 
 def _shapes_for(module: nn.Module, dims: tuple) -> tuple:
-    """torch.export wants one dynamic-shape entry per parameter of forward: forward(*xs) has one, a tuple."""
-    return (dims,) if isinstance(module, _Unsqueeze) else dims
+    """torch.export wants one dynamic-shape entry per parameter of forward (the served modules take their
+    inputs as named parameters, one per input)."""
+    return dims
 
 
 def _as_tuple(x) -> tuple:
@@ -363,9 +339,18 @@ def _as_tuple(x) -> tuple:
 
 def _check(fn, eager: nn.Module, fresh_inputs: tuple, what: str) -> float:
     """Max abs error of `fn` against the eager model on inputs it was not exported with (fp32: 1e-4)."""
-    with torch.no_grad():
-        ref = _as_tuple(eager(*fresh_inputs))
-        got = _as_tuple(fn(*fresh_inputs))
+    b = fresh_inputs[0].shape[0] if fresh_inputs and hasattr(fresh_inputs[0], "shape") else "?"
+    try:
+        with torch.no_grad():
+            ref = _as_tuple(eager(*fresh_inputs))
+    except Exception as e:  # noqa: BLE001 — the user's model raised on a later call: one line, nothing written
+        raise ExportError(f"the model raised {_first(e)} when called again (a batch of {b}, to check {what}): it "
+                          "must answer every call") from None
+    try:
+        with torch.no_grad():
+            got = _as_tuple(fn(*fresh_inputs))
+    except Exception as e:  # noqa: BLE001
+        raise ExportError(f"{what} fails on a batch of {b}: {_first(e)}") from None
     err = 0.0
     for r, g in zip(ref, got):
         g = torch.as_tensor(g)
@@ -383,34 +368,6 @@ def default_batching(max_batch: int) -> dict:
             "source": "Triton's defaults (not measured): pass --slo-from DIR of `overdrive bench --workload inference`"}
 
 
-def triton_config(name: str, platform: str, spec: dict, batching: dict | int, *, kind: str = "KIND_CPU") -> str:
-    """config.pbtxt: the I/O with dims (-1 = dynamic, batch excluded), dynamic_batching and instance_group."""
-    b = default_batching(batching) if isinstance(batching, int) else batching
-
-    def dims(d):
-        return "[ " + ", ".join(str(x) for x in d) + " ]"
-
-    # A per-request scalar (the model takes shape (batch,)): Triton wants dims, so [ 1 ] reshaped to [ ].
-    ins = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: {dims(d)} }}' if d else
-                     f'  {{ name: "{n}" data_type: {t} dims: [ 1 ] reshape: {{ shape: [ ] }} }}'
-                     for n, d, t in spec["inputs"])
-    outs = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: {dims(d)} }}' for n, d, t in spec["outputs"])
-    pref = b.get("preferred_batch_size") or []
-    db = ([f"  preferred_batch_size: [ {', '.join(map(str, pref))} ]"] if pref else []) + \
-        [f"  max_queue_delay_microseconds: {int(b.get('max_queue_delay_us', 0))}"]
-    src = b.get("source")
-    # The ONNX Runtime backend's own thread pools (onnxruntime_backend: parameters intra_op_thread_count,
-    # inter_op_thread_count), set to what was measured: unset, it takes every core.
-    params = "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in
-                     (("intra_op_thread_count", b.get("threads")), ("inter_op_thread_count", 1))
-                     if platform == "onnxruntime_onnx" and b.get("threads"))
-    return ((f"# {src}\n" if src else "") +
-            f'name: "{name}"\nplatform: "{platform}"\nmax_batch_size: {int(b["max_batch_size"])}\n'
-            f"input [\n{ins}\n]\noutput [\n{outs}\n]\n"
-            "dynamic_batching {\n" + "\n".join(db) + "\n}\n"
-            f"instance_group [ {{ count: {int(b.get('instances', 1))} kind: {kind} }} ]\n" + params)
-
-
 def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, model: dict | None = None) -> dict:
     """The batcher settings measured by `overdrive bench --workload inference` (results.json or its folder):
     for the click model or a user's model (`model`: its `model_identity`; the results must be of that
@@ -421,6 +378,9 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, mode
         with open(p) as f:
             res = json.load(f)
         slo = res["slo_ms"]
+        if not (isinstance(slo, (int, float)) and not isinstance(slo, bool) and math.isfinite(slo) and slo > 0):
+            raise ExportError(f"--slo-from {path}: slo_ms {slo!r} is not a positive number of milliseconds; re-run "
+                              "the bench")
         serving = (res.get("serving") or {}).get("engines") or {}
         if model is not None and not serving:
             raise ExportError(f"--slo-from {path}: no serving results in it (run `overdrive bench --workload "
@@ -439,20 +399,31 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, mode
                                   "quieter host, or drop --slo-from and pass --max-batch")
             # ONNX Runtime under any execution provider measured (CPU, CUDA, TensorRT): the fastest one.
             ok = [serving[n] for n in serving if n.startswith(engine) and (serving[n] or {}).get("best")]
+            for r in ok:
+                rate = r["best"].get("rate")
+                if not (isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate)
+                        and rate > 0):
+                    raise ExportError(f"--slo-from {path}: a measured rate of {rate!r} req/s is no rate; re-run the "
+                                      "bench (nothing was written)")
             got = max(ok, key=lambda r: r["best"]["rate"]) if ok else None
             if got is None:
                 raise ExportError(f"--slo-from {path}: no setting of {engine} met p99 <= {slo:g} ms; drop --slo-from and "
                                   "pass --max-batch, or bench with a larger --slo-ms")
             c = _valid_setting(got["best"].get("config"), path)
             threads = sv.get("threads")
-            c["threads"] = threads if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1 \
-                else None  # the intra-op threads every engine was measured with
+            if threads is not None and not (_is_int(threads) and 1 <= threads <= MAX_THREADS):
+                raise ExportError(f"--slo-from {path}: threads {threads!r} is not a thread count (1..{MAX_THREADS}); "
+                                  "re-run the bench (nothing was written)")
+            c["threads"] = threads  # the intra-op threads every engine was measured with
             ci = got["best"].get("ci")
             c["source"] = (f"measured: {got['label']} on {res.get('device')}, highest rate {got['best']['rate']:,.0f} "
                            + (f"[{ci[0]:,.0f}-{ci[1]:,.0f}] " if ci else "")
                            + (f"(holds {got['best']['held']:,.0f} in 90% of resamples) "
                               if got["best"].get("held") is not None else "")
                            + f"req/s at p99 <= {slo:g} ms (overdrive bench, {res.get('created')})")
+            real = _real_server_source(res, slo, path)
+            if real:  # a real tritonserver ran this setting: its measured rate is the evidence, not the simulation's
+                c = {**_valid_setting(res["triton"].get("setting"), path), "threads": c["threads"], "source": real}
             # Another engine surely faster (its interval's lower end above ONNX Runtime's upper end): say so,
             # the repository still serves what was asked for (the ONNX model on onnxruntime).
             faster = [(n, r) for n, r in serving.items() if not n.startswith(engine) and isinstance(r, dict)
@@ -466,12 +437,36 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, mode
                              "(--no-onnx serves TorchScript on libtorch instead)")
             return c
         b = res["workloads"][workload]["best"]["batch"]
+    except RecursionError:
+        raise ExportError(f"--slo-from {path}: nested too deeply to be bench results; re-run the bench") from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
         raise ExportError(f"--slo-from {path}: not an inference bench result with workload {workload} "
                           f"({type(e).__name__}: {e}); re-run the bench") from None
     if not b:
         raise ExportError(f"--slo-from {path}: no batch met the SLO for {workload}; pass --max-batch")
     return {**default_batching(int(b)), "source": f"measured: the largest fixed batch with p99 <= {slo:g} ms"}
+
+
+MAX_THREADS = 4096
+"""The most intra-op threads a measured setting may carry (a results file is untrusted: 10^9 was accepted)."""
+
+
+def _real_server_source(res: dict, slo: float, path: str) -> str | None:
+    """Where a bench also ran a real tritonserver (`--server triton`): what it measured, in words."""
+    t = res.get("triton")
+    if not isinstance(t, dict) or t.get("status") != "ok":
+        return None
+
+    def num(x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and x >= 0
+
+    got, sim = t.get("measured_rate"), t.get("simulated_rate")
+    if not num(sim) or not (got is None or num(got)):
+        raise ExportError(f"--slo-from {path}: its real-server result is not one a bench writes (rates "
+                          f"{got!r}, {sim!r}); re-run the bench")
+    met = f"highest rate {got:,.0f} req/s" if got is not None else "no rate tried"
+    return (f"measured on a real tritonserver (python backend, ONNX Runtime): {met} at p99 <= {slo:g} ms with every "
+            f"request answered, simulated {sim:,.0f} (overdrive bench --server triton, {res.get('created')})")
 
 
 MAX_BATCH = 65536
@@ -551,16 +546,58 @@ def _folder_name(s: str) -> str:
     return out or "model"
 
 
-def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", weights: str | None = None,
+def export_for_serving(kind: str, out_dir: str, **options) -> dict:
+    """Write model.pt2 (+ model.onnx) and a Triton repository under out_dir; returns what was written
+    (the options are `_export_into`'s).
+
+    `out_dir` must be new, empty or Overdrive's (`measure.lock.claim_results_dir`: a folder holding the
+    user's own files is refused, and its lock keeps a second export, or a running bench/tune, out); no
+    entry export writes may be a symbolic link. Everything is written into a hidden staging folder inside
+    `out_dir`, checked there, then renamed into place, export.json last: a failed export changes nothing,
+    and one cut short has no export.json."""
+    from overdrive.io import discard_stage, publish, refuse_links, stage_folder
+    from overdrive.measure.lock import claim_results_dir
+
+    lock = claim_results_dir(out_dir, what="overdrive export")
+    stage = None
+    try:
+        refuse_links(out_dir, [*_OUTPUTS, "triton", "triton_local", "export.json"])
+        stage = stage_folder(out_dir)
+        report = _export_into(kind, stage, **options)
+        report["files"] = [os.path.join(out_dir, os.path.relpath(f, stage)) for f in report["files"]]
+        write_atomic(os.path.join(stage, "export.json"), json.dumps(report, indent=1))
+        extra = [os.path.relpath(f, out_dir) for f in report["files"] if os.path.dirname(f) == out_dir]
+        publish(stage, out_dir, sorted({*_OUTPUTS, *extra, f"triton/{report['name']}", f"triton_local/{report['name']}"}),
+                last="export.json")
+        return report
+    except ExportError as e:  # said of the staging folder: name the folder the user gave
+        raise ExportError(str(e).replace(stage or "\0", out_dir)) from None
+    except OSError as e:
+        raise ExportError(f"cannot write the export into {out_dir} ({e.strerror or type(e).__name__}"
+                          f"{': ' + e.filename if getattr(e, 'filename', None) else ''}): free space or pass another "
+                          "--out (what was there before is kept unless export.json is missing)") from None
+    finally:
+        if stage is not None:
+            discard_stage(stage)
+        lock.release()
+
+
+_OUTPUTS = ("model.pt2", "model.onnx", "model.onnx.data")
+"""What an export writes at the top of --out besides triton/ and export.json (an export without ONNX
+removes a previous export's model.onnx: a folder never mixes two exports)."""
+
+
+def _export_into(kind: str, out_dir: str, *, size: str = "cpu-student", weights: str | None = None,
                        max_batch: int | None = None, onnx: bool | None = None, batching: dict | None = None,
                        inputs: str | None = None, dynamic: list[str] | None = None, bag_len: int = 5,
-                       served: ServedModel | None = None) -> dict:
-    """Write model.pt2 (+ model.onnx) and a Triton repository under out_dir; returns what was written.
+                       served: ServedModel | None = None, server_check: bool = True) -> dict:
+    """Write model.pt2 (+ model.onnx) and a Triton repository into out_dir (a staging folder).
 
     kind: "recsys", "gpt", or "FILE.py:FACTORY" (then `inputs` is "FILE.py:FN", FN(batch) -> example
     inputs, and `dynamic` names further variable axes as INPUT:AXIS). batching: the dynamic batcher
     settings (from `batching_from`); else Triton's defaults at max_batch (1024 when None).
     onnx=None: export ONNX when onnx, onnxscript and onnxruntime import; True: require it.
+    server_check: load the python-backend variant in a real tritonserver where one is set up.
     """
     if batching is not None:
         batching = dict(batching)
@@ -593,9 +630,10 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
     else:
         module, inputs_fn, spec, dyn = _builtin(kind, size, weights, bag_len)
         name = "click_model" if kind == "recsys" else f"gpt_{size.replace('-', '_')}"
-    os.makedirs(out_dir, exist_ok=True)
     report: dict = {"kind": kind, "name": name, "max_batch": mb, "batching": batching, "files": [], "checks": {},
-                    "spec": spec}
+                    "spec": spec, "shapes": [f"output {n!r}: the model returns (B,) and the exported files keep it; "
+                                             "Triton returns it as (B, 1) (config.pbtxt: dims [ 1 ], reshape [ ])"
+                                             for n, d, _ in spec["outputs"] if not d]}
     # The example batch is min(8, max(2, max_batch)): never 1 (torch.export would specialise a size-1 dim), so it
     # may exceed a max_batch of 1; the exported batch dim then goes up to 2. The check uses another batch (and
     # variant 1 of the other dims: a longer bag, a shorter prompt) than the example, to prove the dims are dynamic.
@@ -609,7 +647,9 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
         first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
         raise ExportError(f"torch.export cannot export {kind}: {type(e).__name__}: {first}") from None
     pt2 = os.path.join(out_dir, "model.pt2")
-    torch.export.save(ep, pt2)
+    buf = io.BytesIO()  # in memory first: a full disk is then an OSError from Python, never a C++ terminate
+    torch.export.save(ep, buf)
+    write_atomic(pt2, buf.getvalue())
     report["files"].append(pt2)
     report["checks"]["torch.export"] = _check(torch.export.load(pt2).module(), module, fresh, "model.pt2")
 
@@ -620,7 +660,7 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
         try:
             files = export_onnx(module, example, path, spec, dyn, mb, limits)
             report["checks"]["onnxruntime"] = _check(_ort_runner(path), module, fresh, "model.onnx under onnxruntime")
-        except ExportError:
+        except (ExportError, OSError):  # OSError: a full disk, said as such by export_for_serving
             raise
         except Exception as e:  # noqa: BLE001 — the exporter or onnxruntime refused this model (e.g. a bf16 Gemm)
             raise ExportError(f"ONNX Runtime cannot run {kind} as exported ({_first(e)}); pass --no-onnx to serve it "
@@ -643,7 +683,9 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
     else:
         platform, model_file = "pytorch_libtorch", os.path.join(repo, "1", "model.pt")
         traced = torch.jit.trace(module, example, check_trace=False)
-        traced.save(model_file)
+        buf = io.BytesIO()
+        torch.jit.save(traced, buf)
+        write_atomic(model_file, buf.getvalue())
         report["checks"]["torchscript"] = _check(torch.jit.load(model_file), module, fresh, "TorchScript model.pt")
     cfg_path = os.path.join(repo, "config.pbtxt")
     write_atomic(cfg_path, triton_config(name, platform, spec, batching,
@@ -652,6 +694,22 @@ def export_for_serving(kind: str, out_dir: str, *, size: str = "cpu-student", we
     report["triton_platform"] = platform
     from overdrive.serve.triton_repo import check_repository
 
-    report["triton_check"] = check_repository(os.path.join(out_dir, "triton"), run=have_onnx)
-    write_atomic(os.path.join(out_dir, "export.json"), json.dumps(report, indent=1))
+    try:  # the staged repository holds only this model: another model's folder in --out is not ours to judge
+        report["triton_check"] = check_repository(os.path.join(out_dir, "triton"), run=have_onnx)
+    except ExportError:
+        raise
+    except Exception as e:  # noqa: BLE001 — e.g. onnxruntime's bad_alloc running a wide output at max_batch_size
+        raise ExportError(f"the Triton repository of {kind} fails its check ({_first(e)}); a smaller --max-batch "
+                          "may fit (nothing was written)") from None
+    if have_onnx:  # the variant a tritonserver here can load: the same model.onnx in the python backend
+        from overdrive.serve.triton_local import load_in_server, write_local_variant
+
+        onnx_files = [os.path.join(repo, "1", f) for f in ["model.onnx", *_external_data(model_file)]]
+        report["files"] += write_local_variant(out_dir, name, spec, batching, onnx_files,
+                                               kind="KIND_GPU" if batching.get("kind") == "KIND_GPU" else "KIND_CPU")
+        report["triton_server_check"] = load_in_server(out_dir) if server_check else {"ran": False,
+                                                                                      "why": "the caller serves it"}
+        if report["triton_server_check"].get("ready") is False:
+            raise ExportError(f"tritonserver did not load {out_dir}/triton_local: "
+                              f"{report['triton_server_check'].get('error')} (nothing was written)")
     return report

@@ -100,13 +100,11 @@ def _model_config_class():
 
 
 def parse_config(text: str, where: str = "config.pbtxt"):
-    """config.pbtxt text -> an inference.ModelConfig message (protobuf text format, strict)."""
-    from google.protobuf import text_format
+    """config.pbtxt text -> an inference.ModelConfig message (Triton's own class when the `triton` extra
+    is installed, else the subset above; protobuf text format, strict)."""
+    from overdrive.serve.triton_config import parse_config as parse
 
-    try:
-        return text_format.Parse(text, _model_config_class()())
-    except text_format.ParseError as e:
-        raise TritonRepoError(f"{where} is not a valid Triton model config: {e}") from None
+    return parse(text, where)
 
 
 def _onnx_io(path: str, version_dir: str) -> tuple[dict, dict, list[str]]:

@@ -73,6 +73,9 @@ class LoopCfg:
     """Sequences per optimizer step, over all ranks."""
     micro_batch: int = 8
     """Sequences per forward/backward on one rank; gradient accumulation makes up the rest."""
+    grad_accum_steps: int | None = None
+    """Micro-steps per optimizer step (also spelled gradient_accumulation_steps, as in Accelerate and
+    TrainingArguments); when set, the micro-batch is global_batch / (ranks x this) instead of micro_batch."""
     seed: int = 0
     recipe: str = "auto"
     """Recipe preset (fp32, amp-bf16, amp-fp16, fp8, ...)."""
@@ -120,6 +123,9 @@ class TrainConfig:
 _SECTIONS = {"model": ModelCfg, "data": DataCfg, "optimizer": OptimCfg, "train": LoopCfg, "teacher": TeacherCfg}
 
 
+MAX_EVAL_BATCHES = 4096
+"""Batches per evaluation at most (each is a forward at micro_batch x seq_len)."""
+
 def _type_ok(value, tp) -> bool:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -139,9 +145,30 @@ def _type_name(tp) -> str:
                        for a in args)
 
 
+def micro_batch_from_accum(t: LoopCfg, world: int) -> LoopCfg:
+    """[train] with grad_accum_steps: the micro-batch is global_batch / (ranks x grad_accum_steps)."""
+    per_rank = t.global_batch // world
+    if per_rank % t.grad_accum_steps:
+        raise ValueError(f"train.global_batch / world = {per_rank} is not a multiple of train.grad_accum_steps="
+                         f"{t.grad_accum_steps}: pick an accumulation that divides it")
+    return dataclasses.replace(t, micro_batch=per_rank // t.grad_accum_steps)
+
+
+# Other stacks' spellings of a key -> Overdrive's (the config is reported under Overdrive's name).
+_KEY_ALIASES = {"train": {"gradient_accumulation_steps": "grad_accum_steps"}}
+
+
 def _build(section: str, cls, raw: dict):
     if not isinstance(raw, dict):
         raise ConfigError(f"[{section}] must be a table of keys, got {type(raw).__name__}")
+    for alias, ours in _KEY_ALIASES.get(section, {}).items():
+        if alias in raw:
+            if ours in raw:
+                raise ConfigError(f"'{section}.{alias}' and '{section}.{ours}' are the same setting: keep one")
+            raw = {(ours if k == alias else k): v for k, v in raw.items()}
+    if section == "train" and "grad_accum_steps" in raw and "micro_batch" in raw:
+        raise ConfigError("'train.grad_accum_steps' and 'train.micro_batch' both set the micro-batch (global_batch / "
+                          "(ranks x grad_accum_steps)): keep one")
     hints = typing.get_type_hints(cls)
     allowed = [f.name for f in fields(cls)]
     for k, v in raw.items():
@@ -240,7 +267,8 @@ def _check(cfg: TrainConfig) -> None:
             raise ConfigError(f"'{key}' = {v!r}: allowed values are {', '.join(allowed)}")
     for key, v in (("train.steps", t.steps), ("train.seq_len", t.seq_len), ("train.global_batch", t.global_batch),
                    ("train.micro_batch", t.micro_batch), ("train.log_every", t.log_every),
-                   ("train.keep_last", t.keep_last), ("train.checkpoint_every_k", t.checkpoint_every_k)):
+                   ("train.keep_last", t.keep_last), ("train.checkpoint_every_k", t.checkpoint_every_k),
+                   ("train.grad_accum_steps", 1 if t.grad_accum_steps is None else t.grad_accum_steps)):
         if v < 1:
             raise ConfigError(f"'{key}' must be >= 1, got {v}")
     for key, v in (("train.eval_every", t.eval_every), ("train.checkpoint_every", t.checkpoint_every),
@@ -251,6 +279,11 @@ def _check(cfg: TrainConfig) -> None:
     if t.eval_batches < 1:
         raise ConfigError(f"'train.eval_batches' must be >= 1, got {t.eval_batches} (to skip evaluation set "
                           "train.eval_every = 0)")
+    if t.eval_batches > MAX_EVAL_BATCHES:  # 1e8 ran 14 minutes inside one step, deaf to SIGTERM
+        raise ConfigError(f"'train.eval_batches' must be at most {MAX_EVAL_BATCHES:,}, got {t.eval_batches:,}: an "
+                          "evaluation is a sample of the validation split, not a pass over it")
+    if not t.out_dir.strip():
+        raise ConfigError("'train.out_dir' is empty: set a folder, e.g. train.out_dir = \"runs/tiny\"")
     if not t.dist_timeout_s > 0:
         raise ConfigError(f"'train.dist_timeout_s' must be > 0 seconds, got {t.dist_timeout_s}")
     for key, v in (("optimizer.beta1", o.beta1), ("optimizer.beta2", o.beta2)):

@@ -44,23 +44,40 @@ def _now() -> str:
 class RunLock:
     """An exclusive, non-blocking flock on FOLDER/run.lock; the file names the holder while held."""
 
-    def __init__(self, folder: str) -> None:
-        self.folder, self.path, self.fd = folder, os.path.join(folder, LOCK_FILE), None
+    def __init__(self, folder: str, *, name: str = LOCK_FILE, what: str | None = None, transient: bool = False,
+                 holder: str = "another trainer",
+                 fix: str = "wait for it to finish or set another train.out_dir") -> None:
+        """`name`: the lock file in `folder`; `what` (default: the folder), `holder` and `fix` word the refusal.
+        transient: the file is removed on release (acc.save locks PARENT/.NAME.lock beside each folder it
+        writes, and leaves no litter); a taker then checks it locked the file still at that path."""
+        self.folder, self.path, self.fd = folder, os.path.join(folder, name), None
+        self.what, self.holder, self.fix, self.transient = what or folder, holder, fix, transient
 
     def acquire(self, say: Callable[[str], None]) -> RunLock:
+        for _ in range(100):  # a transient lock file unlinked between our open and our flock: open it again
+            self._acquire(say)
+            if not self.transient or _same_file(self.fd, self.path):
+                return self
+            os.close(self.fd)
+            self.fd = None
+        raise RunDirError(f"{self.what}: its lock file {self.path} keeps being replaced: {self.fix}")
+
+    def _acquire(self, say: Callable[[str], None]) -> RunLock:
         os.makedirs(self.folder, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:  # O_NOFOLLOW: a run.lock planted as a link must not truncate the file it points to
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        except OSError as e:
+            raise RunDirError(f"cannot lock {self.path} ({e.strerror}): if it is a link, remove it") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             h = _holder(fd)
             os.close(fd)
-            raise RunDirError(f"{self.folder} is in use by another trainer (pid {h.get('pid', '?')} on "
-                              f"{h.get('host', '?')}, since {h.get('started', '?')}): wait for it to finish or set "
-                              "another train.out_dir") from None
+            raise RunDirError(f"{self.what} is in use by {self.holder} (pid {h.get('pid', '?')} on "
+                              f"{h.get('host', '?')}, since {h.get('started', '?')}): {self.fix}") from None
         h = _holder(fd)
         if h:  # the file still names a holder, yet the lock was free: that process died holding it
-            say(f"took over the lock of {self.folder} left by pid {h.get('pid', '?')} on {h.get('host', '?')} "
+            say(f"took over the lock of {self.what} left by pid {h.get('pid', '?')} on {h.get('host', '?')} "
                 "(that process is gone)")
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": _now()}).encode(), 0)
@@ -70,10 +87,22 @@ class RunLock:
     def release(self) -> None:
         # Truncate, never unlink: unlinking would let a waiter lock a deleted inode while a third
         # process creates a new file, and both would think they hold the lock.
+        # A transient file is unlinked while still locked: a waiter that opened it before finds, once it
+        # holds the flock, that the path is gone or another file (`_same_file`) and opens again.
         if self.fd is not None:
             os.ftruncate(self.fd, 0)
+            if self.transient and _same_file(self.fd, self.path):
+                os.unlink(self.path)
             os.close(self.fd)  # closing drops the flock
             self.fd = None
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        a, b = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _holder(fd: int) -> dict:
@@ -169,6 +198,14 @@ def claim_run_dir(out_dir: str, *, resume: bool, overwrite: bool, say: Callable[
         raise RunDirError(f"train.out_dir {out_dir} is a file: set train.out_dir to a folder")
     if resume and overwrite:
         raise RunDirError("--resume and --overwrite contradict each other: pick one")
+    stuff = _contents(out_dir)
+    if stuff and _run_id_of(out_dir) is None:  # the user's own files and no run: never lock, write or delete there
+        listed = f"{len(stuff)} other entries ({', '.join(sorted(stuff)[:3])}{', ...' if len(stuff) > 3 else ''})"
+        if resume:
+            raise RunDirError(f"--resume: {out_dir} holds no overdrive run to continue (no config.json with a run id) "
+                              f"but {listed}: pass the train.out_dir of the run to resume, or drop --resume")
+        if not overwrite:
+            return _sibling(out_dir, None, say)
     lock = RunLock(out_dir).acquire(say)
     try:
         old, stuff = _run_id_of(out_dir), _contents(out_dir)
@@ -189,12 +226,17 @@ def claim_run_dir(out_dir: str, *, resume: bool, overwrite: bool, say: Callable[
         lock.release()
         raise
     lock.release()
+    return _sibling(out_dir, old, say)
+
+
+def _sibling(out_dir: str, old: str | None, say: Callable[[str], None]) -> RunDir:
     n = 2
     while _contents(f"{out_dir}-{n}"):
         n += 1
     fresh = f"{out_dir}-{n}"
     say(f"{out_dir} holds another run ({old or 'unnamed'}): this run writes to {fresh} (pass --resume to continue "
-        "that run, or --overwrite to replace it)")
+        "that run, or --overwrite to replace it)" if old else
+        f"{out_dir} holds files of no overdrive run: this run writes to {fresh} (they are left as they are)")
     return RunDir(fresh, new_run_id(), RunLock(fresh).acquire(say))
 
 

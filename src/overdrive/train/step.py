@@ -56,9 +56,12 @@ class TrainStep:
             loss = loss / n
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
-    def step(self, *, guard: Callable[[torch.Tensor | None], None] | None = None) -> StepInfo:
+    def step(self, *, guard: Callable[[torch.Tensor | None], None] | None = None,
+             skip_non_finite: bool = False) -> StepInfo:
         """Unscale (fp16), clip (or only measure the norm), `guard(grad_norm)` (may raise to stop before
-        anything changes), optimizer step(s), scaler update, the recipe's post-step hook, zero_grad."""
+        anything changes), optimizer step(s), scaler update, the recipe's post-step hook, zero_grad.
+        skip_non_finite (no GradScaler; needs the norm measured): a NaN/inf gradient norm zeroes the gradients
+        and steps nothing (stepped=False, skipped=True), at the cost of one host sync."""
         info = StepInfo(stepped=True)
         if self.scaler is not None:
             for o in self.optimizers:
@@ -68,6 +71,10 @@ class TrainStep:
             info.grad_norm = gn.full_tensor() if hasattr(gn, "full_tensor") else gn
         if guard is not None:
             guard(info.grad_norm)
+        if skip_non_finite and info.grad_norm is not None and not bool(torch.isfinite(info.grad_norm)):
+            for o in self.optimizers:
+                o.zero_grad(set_to_none=True)
+            return StepInfo(stepped=False, skipped=True)
         if self.scaler is not None:
             before = self.scaler._scale.clone()  # the scale as a tensor: get_scale() would sync
             for o in self.optimizers:

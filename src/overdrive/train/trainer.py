@@ -36,7 +36,7 @@ from overdrive.losses import distill_loss
 from overdrive.models import GPT
 from overdrive.optim import build_adamw
 from overdrive.recipes import Recipe, get_recipe, resolve
-from overdrive.train.config import TrainConfig
+from overdrive.train.config import TrainConfig, micro_batch_from_accum
 from overdrive.train.identity import RunMismatch, check_identity, run_identity
 from overdrive.train.memory import check_fits, estimate_bytes, free_bytes
 from overdrive.train.metrics import MetricsLog
@@ -154,6 +154,7 @@ class _Run:
     stop: StopRequest | None = None
 
     def close(self) -> None:
+        self.log.close()
         if self.folder is not None:
             self.folder.lock.release()
             self.folder = None
@@ -169,7 +170,7 @@ def _sayer(rank: int, quiet: bool, notes: list[str]) -> Callable[[str], None]:
 
 
 def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hooks: TrainHooks,
-           allow_changes: bool = False) -> _Run:
+           allow_changes: bool = False, report_to=None) -> _Run:
     t, o = cfg.train, cfg.optimizer
     rank, world, device = dist_setup(force=t.fsdp == "on", timeout_s=t.dist_timeout_s)
     fsdp = t.fsdp == "on" or (t.fsdp == "auto" and world > 1)
@@ -180,6 +181,8 @@ def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hook
         raise ValueError(f"train.global_batch={t.global_batch} does not divide by the world size {world}: "
                          f"use a multiple of {world}")
     per_rank = t.global_batch // world
+    if t.grad_accum_steps:  # the micro-batch follows from the accumulation (Accelerate's and HF's way of saying it)
+        cfg = dataclasses.replace(cfg, train=(t := micro_batch_from_accum(t, world)))
     if per_rank % t.micro_batch:
         raise ValueError(f"train.global_batch / world = {per_rank} is not a multiple of train.micro_batch="
                          f"{t.micro_batch}: pick a micro-batch that divides it")
@@ -196,8 +199,9 @@ def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hook
     notes: list[str] = []
     say = _sayer(rank, quiet, notes)
     run_dir, run_id, folder = claim_for_ranks(t.out_dir, rank, world, resume=resume, overwrite=overwrite, say=say)
+    log = None
     try:
-        log = MetricsLog(run_dir, rank, quiet)
+        log = MetricsLog(run_dir, rank, quiet, report_to)
         if rank == 0:
             check_writable(os.path.join(run_dir, "checkpoints"), flag="train.out_dir (its checkpoints/ folder)")
             for p in clean_partial_saves(run_dir):  # we hold the lock: no save of ours is under way
@@ -209,6 +213,10 @@ def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hook
         res = applied.resolved
         if teacher is not None:
             say(prepare_teacher(teacher, applied))
+        from overdrive.track import train_params
+
+        for where in log.start(train_params(cfg, res, world), run_name=run_id):
+            say(f"logging to {where}")
         opt = build_adamw(model, applied.optimizer, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
         scaler = applied.grad_scaler()
         stepper = TrainStep(model, opt, scaler=scaler, applied=applied, grad_clip=o.grad_clip or None,
@@ -228,6 +236,8 @@ def _setup(cfg: TrainConfig, *, resume: bool, overwrite: bool, quiet: bool, hook
                  "checkpointed": applied.checkpointed, "sharded": applied.sharded}, indent=1))
         return run
     except BaseException:
+        if log is not None:
+            log.close()  # a tracker run already started ends FAILED
         if folder is not None:
             folder.lock.release()
         raise
@@ -247,8 +257,10 @@ def _resume(run: _Run, say: Callable[[str], None]) -> None:
     if "rng" in extra:
         for what in set_rng_state(extra["rng"]):
             say(f"{ck}: {what} not restored (another device count): dropout masks differ from the saved run's")
-    else:  # an older checkpoint: the CPU generator only
+    elif isinstance(extra.get("rng_cpu"), torch.Tensor):  # an older checkpoint: the CPU generator only
         torch.set_rng_state(extra["rng_cpu"])
+    else:
+        say(f"{ck}: no RNG state saved: dropout masks differ from the saved run's")
     if run.scaler is not None:
         if isinstance(extra.get("scaler"), dict) and extra["scaler"]:
             run.scaler.load_state_dict(extra["scaler"])
@@ -362,7 +374,8 @@ def _loop(run: _Run) -> TrainResult:
             if done % t.log_every == 0 or done == t.steps:
                 el = time.perf_counter() - t0
                 run.log({"step": done, "loss": loss, "lr": lr, "grad_norm": gnorm,
-                         "tokens_per_s": (done - run.start) * t.global_batch * t.seq_len / max(el, 1e-9)})
+                         "tokens_per_s": (done - run.start) * t.global_batch * t.seq_len / max(el, 1e-9),
+                         "step_ms": 1e3 * el / max(done - run.start, 1)})
             if t.eval_every and (done % t.eval_every == 0 or done == t.steps):
                 val_losses[done] = _evaluate(run)
                 run.log({"step": done, "val_loss": val_losses[done]})
@@ -388,15 +401,16 @@ def _loop(run: _Run) -> TrainResult:
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, quiet: bool = False,
-          hooks: TrainHooks | None = None, allow_changes: bool = False) -> TrainResult:
+          hooks: TrainHooks | None = None, allow_changes: bool = False, report_to=None) -> TrainResult:
     """Train per `cfg` in `cfg.train.out_dir` (or a fresh folder next to it when that one holds another run
     and neither `resume` nor `overwrite` is given: the result's run_dir and notes say which).
 
     resume: continue from the newest intact checkpoint; settings that differ from the checkpoint's run
     (model shape, recipe, seed, data, batch, optimizer) raise RunMismatch unless `allow_changes`.
-    SIGTERM/SIGINT save a checkpoint at the next step boundary and raise TrainingInterrupted."""
+    SIGTERM/SIGINT save a checkpoint at the next step boundary and raise TrainingInterrupted.
+    report_to: "mlflow,wandb,tensorboard" (overdrive.track): the logged records go there too."""
     run = _setup(cfg, resume=resume, overwrite=overwrite, quiet=quiet, hooks=hooks or TrainHooks(),
-                 allow_changes=allow_changes)
+                 allow_changes=allow_changes, report_to=report_to)
     try:
         with StopRequest() as run.stop:
             return _loop(run)

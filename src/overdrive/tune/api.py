@@ -162,6 +162,9 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
         if progress:
             progress("probing this machine (cached for a day after the first time)")
         env = get_env()
+    from overdrive.tune.flops import count_step_flops
+
+    flops = count_step_flops(wl.model_fn, wl.batch_fn, wl.loss_fn, seed=seed)  # on meta; one CPU step if that fails
     spent = time.perf_counter() - t0
     if spent > 1.0 and budget_s - spent < 5:
         raise UserError(f"--budget-s {budget_s:g} is too small: probing this machine alone took {spent:.0f} s "
@@ -171,6 +174,9 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
     base = s.runs[0]
     floor = s.floor(base)
     rows = [_row(r, base, env, floor) for r in s.runs]
+    from overdrive.tune.flops import add_rates
+
+    add_rates(rows, flops, env)
     busy = host_too_busy(floor)
     best, summary, confident = _pick(rows, s.runs, floor=floor, busy=busy, load=s.load, cores=s.plan.cores)
     meta = {"device": env.device, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -179,21 +185,35 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
             "rounds_stop": s.stop_reason, "baseline": base.cand.name, "signature": base.signature,
             "fingerprint": machine_fingerprint(env), "tolerance": tolerance.describe(),
             "memory_limit": s.memory_note, "cpu": env.platform.get("cpu", {}).get("model"),
-            "gpu": env.gpus[0].name if env.gpus else None, "threads": s.plan.to_dict(),
-            "torch": env.torch.get("version"), "confident": confident,
+            "gpu": env.gpus[0].name if env.gpus else None, "threads": _threads_ran(s),
+            "torch": env.torch.get("version"), "confident": confident, "flops": flops.to_dict(),
             "noise": {"aa": floor.to_dict() if floor else None, "too_busy": busy,
                       "load_1min": max((x for x in s.load if x is not None), default=None), "cores": s.plan.cores,
                       "twin": None if s.twin is None else {"status": s.twin.status, "reason": s.twin.reason}}}
     res = TuneResult(best=best, rows=rows, summary=summary, meta=meta, _lock=lock)
-    if cache and base.signature:
-        path, written = save_tuned(best, signature=base.signature, fingerprint=meta["fingerprint"], summary=summary,
-                                   threads=s.plan.threads, confident=confident, env=env)
-        meta["cached_at"] = path
-        if not written:
-            meta["cache_note"] = (f"this run was inconclusive: the confident winner cached at {path} was kept")
+    if cache and base.signature and rows[0]["safe"] is not False:  # an unsafe baseline is never cached
+        try:
+            path, written = save_tuned(best, signature=base.signature, fingerprint=meta["fingerprint"],
+                                       summary=summary, threads=s.plan.threads, confident=confident, env=env)
+            meta["cached_at"] = path
+            if not written:
+                meta["cache_note"] = (f"this run was inconclusive: the confident winner cached at {path} was kept")
+        except OSError as e:  # a read-only cache folder must not cost the whole measurement
+            meta["cache_note"] = (f"not cached ({e.strerror or type(e).__name__}: {e.filename or ''}): "
+                                  "accelerate(model, recipe=\"tuned\") will not find it; make that folder writable or "
+                                  "set XDG_CACHE_HOME (the results are written as usual)")
     if out:
         res.save(out)
     return res
+
+
+def _threads_ran(s) -> dict:
+    """The thread plan, with the count the workers really stepped with when the model set its own."""
+    t = s.plan.to_dict()
+    ran = s.runs[0].threads if s.runs else None
+    if isinstance(ran, int) and ran != t["threads"]:
+        t.update(threads=ran, planned=t["threads"], source="the model (it sets torch's threads when built)")
+    return t
 
 
 def _row(r: Run, base: Run, env: EnvReport, floor=None) -> dict:

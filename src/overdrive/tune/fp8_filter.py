@@ -97,8 +97,10 @@ def measure_filter(sites: list[LinearSite], *, bench: Callable[[int, int, int, b
                        reason=(f"FP8 {sp:.2f}x bf16 at M={s.tokens}: converted" if sp >= min_gain else
                                f"FP8 {sp:.2f}x bf16 at M={s.tokens} (needs >= {min_gain:g}x): stays bf16"))
         layers.append(row)
-    # A shape converts only if every use of it won.
-    lost = {d["shape"] for d in layers if not d["convert"]}
+    # A shape converts only if every timed use of it won. The head kept by policy is no loss: the recipe's
+    # shape filter keeps it out anyway (accelerate._shape_filter), so it must not veto a block's layer of
+    # the same KxN (a GPT whose MLP width equals its vocabulary).
+    lost = {d["shape"] for d in layers if not d["convert"] and d["speedup"] is not None}
     for d in layers:
         if d["convert"] and d["shape"] in lost:
             d["convert"] = False

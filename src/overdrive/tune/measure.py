@@ -88,6 +88,8 @@ class Run:
     memory: dict | None = None
     safety: SafetyResult | None = None
     worker: Worker | None = None
+    threads: int | None = None
+    """The torch threads its worker stepped with (the plan's, unless the user's model set its own)."""
 
     @property
     def live(self) -> bool:
@@ -225,6 +227,7 @@ class Session:
             self._failed(run, reply, "set-up did not finish within the budget")
         else:
             run.setup_s, run.conversions = reply["setup_s"], reply.get("conversions", {})
+            run.threads = reply.get("threads")
             run.signature = reply.get("signature")
 
     def _record(self, run: Run, steps: list[dict], *, timed: bool) -> None:
@@ -297,6 +300,34 @@ class Session:
                 self._end(run, "stopped", f"{mine / ref:.0f}x slower than the baseline on every warm-up step ({mine:.1f} "
                           f"vs {ref:.1f} ms, measured back to back; over {GROSS_SLOWDOWN:g}x): not measured further",
                           collect=True)
+
+    def finish(self, base: Run) -> None:
+        """End the timed rounds: every run is judged on ALL its losses, the ones dropped mid-rounds
+        (eliminated, stopped) included: a loss that turned NaN after the warm-up was called safe on the
+        warm-up's few steps. A baseline with a non-finite loss anywhere leaves nothing to judge against."""
+        if self.twin is not None and self.twin.live:
+            self._end(self.twin, "ok", "", collect=False)
+        bad = [i for i, v in enumerate(base.loss) if not math.isfinite(v)]
+        if bad:
+            for r in self.runs:
+                if r.live:
+                    self._end(r, "stopped", "the baseline's loss turned non-finite", collect=False)
+            raise UserError(f"the baseline (plain fp32 PyTorch) gives a non-finite loss ({base.loss[bad[0]]} at step "
+                            f"{bad[0]}, {len(bad)} of {len(base.loss)} steps): nothing can be judged safe against it "
+                            "and nothing is cached; check the model, the batches and the loss function")
+        for r in self.runs:
+            if r is base or not (r.live or r.safety is not None):
+                continue
+            r.safety = self._safety(r, base)
+            if r.live:
+                unsafe = r.safety is not None and r.safety.safe is False
+                self._end(r, "unsafe" if unsafe else "ok", r.safety.reason if unsafe else "", collect=True)
+            elif r.safety.safe is False and r.status != "unsafe":
+                r.reason = f"{r.safety.reason} (it had been {r.status}: {r.reason})"
+                r.status = "unsafe"
+        base.safety = self._safety(base, base)
+        if base.live:
+            self._end(base, "ok", "", collect=True)
 
     def _safety(self, run: Run, base: Run) -> SafetyResult:
         return check_safety(run.loss, base.loss, gnorm=run.gnorm, ref_gnorm=base.gnorm,
@@ -466,15 +497,7 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
         for r in s._spawn(emulated):
             s._warm(r, base)
         s._timed(base, reserve_s=min(5.0, 0.05 * budget_s) + 0.2 * sum(1 for r in s.runs if r.live))
-        if s.twin is not None and s.twin.live:
-            s._end(s.twin, "ok", "", collect=False)
-        for r in s.runs:
-            if r.live:
-                r.safety = s._safety(r, base)
-                if r.safety is not None and r.safety.safe is False:
-                    s._end(r, "unsafe", r.safety.reason, collect=True)
-                else:
-                    s._end(r, "ok", "", collect=True)
+        s.finish(base)
         return s
     finally:
         s.close()

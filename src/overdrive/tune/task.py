@@ -48,7 +48,10 @@ class TuneTask(Task):
         self.step_i = 0
 
     def setup_reply(self) -> dict:
-        return {"conversions": self.conversions, "signature": self.signature}
+        import torch
+
+        # the threads it really steps with: a model factory may set its own (torch.set_num_threads(7))
+        return {"conversions": self.conversions, "signature": self.signature, "threads": torch.get_num_threads()}
 
     def run_reply(self) -> dict:
         return {"memory": self.memory()}

@@ -24,7 +24,11 @@ __all__ = ["Workload", "FileFn", "load_file_fn", "compute_loss", "check_batch", 
 
 
 def load_file_fn(ref: str, what: str) -> Callable:
-    """`"path/to/file.py:name"` -> the function (the file is imported as a module of its own)."""
+    """`"path/to/file.py:name"` -> the function (the file is imported by its path, as a module of its own).
+
+    The file's folder goes at the END of sys.path, after the standard library and site-packages: the
+    file can still import its neighbours (`import helpers`), but a neighbour named like a library
+    (an `onnx.py` beside `ranker.py`) never shadows that library inside Overdrive."""
     path, sep, name = str(ref).rpartition(":")
     if not sep or not path.endswith(".py") or not name.isidentifier():
         raise UserError(f"{what} {ref!r} is not FILE.py:FUNCTION (e.g. models.py:make_model)")
@@ -36,7 +40,7 @@ def load_file_fn(ref: str, what: str) -> Callable:
     if mod is None:
         folder = os.path.dirname(path)
         if folder not in sys.path:
-            sys.path.insert(0, folder)  # so the user's file can import its neighbours
+            sys.path.append(folder)  # neighbours importable, never ahead of the libraries
         spec = importlib.util.spec_from_file_location(mod_name, path)
         mod = importlib.util.module_from_spec(spec)
         try:

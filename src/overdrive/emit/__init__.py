@@ -1,0 +1,134 @@
+"""Overdrive picks, your stack runs it: the winning recipe written as another stack's own configuration.
+
+    overdrive tune models.py:make --batch models.py:batch --out tuned --emit accelerate --emit trainer
+    overdrive emit tuned --for lightning --for torchtitan          # later, from the tune folder
+    overdrive.emit.emit("tuned", stacks=["accelerate"], out="tuned")
+
+| stack       | file                   | loads with                                                        |
+|-------------|------------------------|-------------------------------------------------------------------|
+| accelerate  | accelerate_config.yaml | accelerate launch --config_file (-> Accelerator)                  |
+| trainer     | training_args.json     | HfArgumentParser(TrainingArguments).parse_json_file / **kwargs    |
+| torchtitan  | torchtitan.toml        | torchtitan ConfigManager: --job.config_file (0.2.x JobConfig)     |
+| lightning   | lightning_trainer.yaml | LightningCLI --config, or Trainer(**cfg["trainer"])               |
+
+What a stack cannot express is one line each, in the file's header (YAML/TOML), in emit.json and on
+the console; nothing is dropped silently. emit.json lists every file written, so a re-emit replaces
+only its own files, never one a user put there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from overdrive.emit.hf import accelerate_config, training_args
+from overdrive.emit.others import lightning_config, torchtitan_config
+from overdrive.emit.target import Target, load_target
+from overdrive.errors import UserError
+
+__all__ = ["STACKS", "emit", "Emitted", "load_target", "Target", "parse_stacks"]
+
+STACKS = {"accelerate": ("accelerate_config.yaml", accelerate_config),
+          "trainer": ("training_args.json", training_args),
+          "torchtitan": ("torchtitan.toml", torchtitan_config),
+          "lightning": ("lightning_trainer.yaml", lightning_config)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Emitted:
+    stack: str
+    path: str
+    config: dict
+    cannot: list[str]
+    """What the stack cannot express, one line each."""
+
+
+def _scalar(v, toml: bool) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_scalar(x, toml) for x in v) + "]"
+    if isinstance(v, dict) and toml:
+        return "{ " + ", ".join(f"{k} = {_scalar(x, toml)}" for k, x in v.items()) + " }"
+    return json.dumps(str(v))  # a JSON string is a valid YAML and TOML basic string
+
+
+def _yaml(d: dict, indent: int = 0) -> list[str]:
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.append(" " * indent + f"{k}:")
+            out += _yaml(v, indent + 2)
+        else:
+            out.append(" " * indent + f"{k}: {_scalar(v, False)}")
+    return out
+
+
+def _toml(d: dict, prefix: str = "") -> list[str]:
+    out, tables = [], []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            tables.append((k, v))
+        else:
+            out.append(f"{k} = {_scalar(v, True)}")
+    for k, v in tables:
+        name = f"{prefix}.{k}" if prefix else k
+        if any(not isinstance(x, dict) for x in v.values()):
+            out += ["", f"[{name}]"]
+        out += _toml(v, name)
+    return out
+
+
+def _render(stack: str, cfg: dict, cannot: list[str], t: Target) -> str:
+    if stack == "trainer":
+        return json.dumps(cfg, indent=2) + "\n"
+    what = "torchtitan 0.2.x (--job.config_file; 0.3 configures in Python)" if stack == "torchtitan" else stack
+    head = [f"# {what} configuration written by `overdrive emit` from recipe {t.recipe.name} ({t.where}).",
+            *(["# Not expressible here (one line each):"] + [f"#   - {c}" for c in cannot] if cannot else [])]
+    body = _toml(cfg) if stack == "torchtitan" else _yaml(cfg)
+    return "\n".join(head + [""] + [x for x in body if x or stack == "torchtitan"]).strip() + "\n"
+
+
+def parse_stacks(stacks) -> list[str]:
+    names = [s.strip().lower() for x in ([stacks] if isinstance(stacks, str) else stacks) for s in str(x).split(",")]
+    names = list(dict.fromkeys(n for n in names if n))
+    bad = [n for n in names if n not in STACKS]
+    if bad or not names:
+        raise UserError(f"--emit/--for {bad[0] if bad else '(none)'!r}: stacks are {', '.join(STACKS)}")
+    return names
+
+
+def emit(src: str | Target, *, stacks, out: str, env=None) -> list[Emitted]:
+    """Write the winner of `src` (a tune folder, its results.json, or a recipe.json) for each stack into `out`."""
+    from overdrive.io import write_atomic
+
+    names = parse_stacks(stacks)
+    t = src if isinstance(src, Target) else load_target(src, env=env)
+    os.makedirs(out, exist_ok=True)
+    index_path = os.path.join(out, "emit.json")
+    try:
+        ours = set(json.load(open(index_path)).get("files", {}))
+    except (OSError, ValueError, AttributeError):
+        ours = set()
+    done = []
+    for n in names:
+        fname, fn = STACKS[n]
+        path = os.path.join(out, fname)
+        if os.path.exists(path) and fname not in ours:
+            raise UserError(f"{path} exists and overdrive emit did not write it: move it, or pass another --out")
+        cfg, cannot = fn(t)
+        write_atomic(path, _render(n, cfg, cannot, t))
+        done.append(Emitted(stack=n, path=path, config=cfg, cannot=cannot))
+    try:
+        index = json.load(open(index_path))
+    except (OSError, ValueError):
+        index = {}
+    files = dict(index.get("files", {})) if isinstance(index, dict) else {}
+    files.update({os.path.basename(e.path): {"stack": e.stack, "cannot": e.cannot} for e in done})
+    write_atomic(index_path, json.dumps({"recipe": t.recipe.name, "ran": {k: t.ran.get(k) for k in (
+        "precision", "fp8_backend", "fp8_scaling", "optimizer", "norm", "loss", "compile", "activation_checkpointing")},
+        "where": t.where, "source": t.source, "files": files}, indent=2) + "\n")
+    return done

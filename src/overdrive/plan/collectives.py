@@ -1,0 +1,85 @@
+"""The time of one NCCL collective: bandwidth term + latency term, ring or tree, the cheaper one as NCCL picks.
+
+Bandwidth (NVIDIA/nccl-tests doc/PERFORMANCE.md, "bus bandwidth"): a ring all-reduce of B bytes over n ranks
+moves 2(n−1)/n·B per rank, an all-gather or reduce-scatter (n−1)/n·B, so
+
+    t_bw = factor(n) · B / busBW,   factor = 2(n−1)/n (all-reduce), (n−1)/n (all-gather, reduce-scatter)
+
+busBW per GPU: NVLink inside a node; across nodes NCCL runs one ring per rail, so the k members of the group on
+a node share k NICs: min(NVLink, k × NIC) (`per_gpu_bw`), at LINK_EFF of the wire.
+
+Latency (NCCL's own cost model, src/graph/tuning.cc `ncclTopoTuneModel`, NVIDIA/nccl @ 01afd20a, Simple
+protocol, µs): a ring pays a base 8.4 plus one hop per step, (n−N) steps inside a node at 3.4 and N−1 across
+(per all-gather/reduce-scatter; twice that per all-reduce) at 9.6, and ×1.9 for a large multi-node ring
+all-reduce (its "plateau effect"); a tree all-reduce pays 2·((n/N−1)·28 + log2(N)·50) and moves its bytes
+at half of min(0.9·busBW, 80 GB/s) (`maxTreeBw` beyond two nodes). n ranks on N nodes. At 512 ranks a ring
+all-reduce costs ~8 ms of latency per call, a tree ~1 ms: with 25 MB buckets the latency, not the bandwidth,
+is most of a data-parallel step (NCCL picks the cheaper per call, as `allreduce_s` does).
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["LINK_EFF", "RING_BASE_US", "RING_HOP_US", "TREE_HOP_US", "TREE_MAX_GBS", "RING_PLATEAU",
+           "ring_latency_s", "tree_latency_s", "allreduce_s", "gather_s", "p2p_s", "choose_allreduce"]
+
+LINK_EFF = 0.8
+"""Share of the wire a large collective reaches (nccl-tests busbw on DGX systems: ~80% of NVLink/NIC rate)."""
+RING_BASE_US = 8.4
+RING_HOP_US = {"nvlink": 3.4, "net": 9.6}
+TREE_HOP_US = {"nvlink": 28.0, "net": 50.0}
+TREE_MAX_GBS = 80.0
+RING_PLATEAU = 1.9
+
+
+def ring_latency_s(n: int, nodes: int, *, allreduce: bool) -> float:
+    """NCCL's ring latency for one call over n ranks on `nodes` nodes (tuning.cc, Simple protocol)."""
+    if n <= 1:
+        return 0.0
+    steps, inter = (2 * (n - 1), 2 * (nodes - 1)) if allreduce else (n - 1, nodes - 1)
+    lat = RING_BASE_US + (steps - inter) * RING_HOP_US["nvlink"] + inter * RING_HOP_US["net"]
+    if allreduce and nodes > 1:
+        lat *= RING_PLATEAU
+    return lat * 1e-6
+
+
+def tree_latency_s(n: int, nodes: int) -> float:
+    """NCCL's tree all-reduce latency: up and down the chain inside a node and the tree across nodes."""
+    if n <= 1:
+        return 0.0
+    per_node = max(1, n // max(1, nodes))
+    return 2 * ((per_node - 1) * TREE_HOP_US["nvlink"] + math.log2(max(1, nodes)) * TREE_HOP_US["net"]) * 1e-6
+
+
+def choose_allreduce(nbytes: float, n: int, nodes: int, bus_bps: float) -> tuple[str, float, float]:
+    """(algorithm, seconds, of which latency) of one all-reduce of `nbytes`: ring or tree, whichever NCCL's
+    model finds cheaper (trees only across nodes: inside a node NCCL's tree is a chain, never the pick at size)."""
+    if n <= 1 or nbytes <= 0:
+        return "none", 0.0, 0.0
+    r_lat = ring_latency_s(n, nodes, allreduce=True)
+    ring = r_lat + 2 * (n - 1) / n * nbytes / bus_bps
+    if nodes <= 1:
+        return "ring", ring, r_lat
+    t_lat = tree_latency_s(n, nodes)
+    tree = t_lat + nbytes / (0.5 * min(0.9 * bus_bps, TREE_MAX_GBS * 1e9 * LINK_EFF))
+    return ("tree", tree, t_lat) if tree < ring else ("ring", ring, r_lat)
+
+
+def allreduce_s(nbytes: float, n: int, nodes: int, bus_bps: float) -> float:
+    return choose_allreduce(nbytes, n, nodes, bus_bps)[1]
+
+
+def gather_s(nbytes: float, n: int, nodes: int, bus_bps: float) -> float:
+    """One all-gather or reduce-scatter whose full (unsharded) size is `nbytes`: ring only in NCCL."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    return ring_latency_s(n, nodes, allreduce=False) + (n - 1) / n * nbytes / bus_bps
+
+
+def p2p_s(nbytes: float, bus_bps: float, *, across_nodes: bool) -> float:
+    """One send/receive between pipeline stages: a ring's base latency and one hop, then the bytes."""
+    if nbytes <= 0:
+        return 0.0
+    hop = RING_HOP_US["net" if across_nodes else "nvlink"]
+    return (RING_BASE_US + hop) * 1e-6 + nbytes / bus_bps
