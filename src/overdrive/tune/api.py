@@ -157,7 +157,7 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
         try:
             parse_name(n)
         except ValueError as e:
-            raise UserError(f"--candidates: {e}") from None
+            raise UserError(f"--configs: {e}") from None
     if env is None:
         if progress:
             progress("probing this machine (cached for a day after the first time)")
