@@ -126,8 +126,8 @@ class Accelerated(ProcessHelpers):
             raise UserError("amp-fp16 scales the loss by the GradScaler's factor (65536 at first): pass your "
                             "optimizer to accelerate(..., optimizer=opt) so acc.step() unscales before stepping")
         last = self._micro % self.grad_accum_steps == self.grad_accum_steps - 1
-        self._stepper().backward(loss, last=last)
-        self._flops.finish()
+        with self._flops.backward():
+            self._stepper().backward(loss, last=last)
         self._micro += 1
         self._ddp_sync_next()
 

@@ -1,16 +1,19 @@
 """Achieved TFLOP/s and MFU for `accelerate()`'d training loops, on the user's own model.
 
-The FLOPs come from `torch.utils.flop_counter.FlopCounterMode` over the user's first micro-step:
-it is entered when `acc.model`'s forward is first called and left when `acc.backward` returns, so
-the user's loss and the backward are counted too (matmuls, convolutions and attention; the MFU
-convention, see `measure.flop_count`). A second forward before any `acc.backward` (the HF Trainer
-calls its own backward) ends the count there, so the counter never stays on. The time is taken at
-each optimizer step (CUDA events on a GPU: no sync in the loop), from the end of the first step,
-which carries compilation and the count itself, to the last.
+The FLOPs come from `torch.utils.flop_counter.FlopCounterMode` (matmuls, convolutions and attention;
+the MFU convention, see `measure.flop_count`) over the user's first micro-step, in two parts, and the
+counter is on only inside them, never across the user's own code: the model's first forward (entered by
+a forward pre-hook, left by a forward hook that runs even when the forward raises) and, when the user
+calls `acc.backward`, that backward. A dispatch mode left on would follow every op of the process
+(inference, other models, torch.compile's tracing) until some later call. Where another caller runs the
+backward (the HF Trainer calls its own), it is taken as twice the forward (the 6N convention's 2:4) and
+the note says so. The time is taken at each optimizer step (CUDA events on a GPU: no sync in the loop),
+from the end of the first step, which carries compilation and the count itself, to the last.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from torch import nn
@@ -25,31 +28,56 @@ class StepFlops:
         """FLOPs of one micro-step (None until counted)."""
         self.note = "" if enabled else "not counted (distributed: each rank counts only its shard)"
         self._mode = None
-        self._handle = model.register_forward_pre_hook(self._pre) if enabled else None
+        self._forward: int | None = None
+        """The first forward's FLOPs, once it returned (until the backward is counted)."""
         self._first = None  # the end of the first optimizer step: a time, or a CUDA event
         self._last = None
         self._steps = 0
+        self._handles = [model.register_forward_pre_hook(self._pre),
+                         model.register_forward_hook(self._post, always_call=True)] if enabled else []
 
     def _pre(self, module, args) -> None:
-        if self._mode is None:
+        if self._forward is not None:  # a second forward before acc.backward: another caller ran the backward
+            self._settle(self._forward * 3, "first micro-step's forward counted; its backward (run by another "
+                                            "caller) taken as twice the forward")
+        elif self._mode is None:
             from overdrive.measure.flop_count import flop_counter
 
             self._mode = flop_counter()
             self._mode.__enter__()
-        else:  # a second forward before acc.backward: count what ran so far
-            self.finish(note="forward and backward of the first micro-step, backward by another caller")
+
+    def _post(self, module, args, output) -> None:
+        if self._mode is not None:  # also when the forward raised (always_call): never left on
+            self._mode.__exit__(None, None, None)
+            self._forward = int(self._mode.get_total_flops())
+            self._mode = None
+
+    @contextlib.contextmanager
+    def backward(self):
+        """Around `acc.backward`'s backward: counts it when it is the first micro-step's."""
+        if self._forward is None or self.flops is not None:
+            yield
+            return
+        from overdrive.measure.flop_count import flop_counter
+
+        with flop_counter() as mode:
+            yield
+        self._settle(self._forward + int(mode.get_total_flops()), "forward and backward of the first micro-step")
+
+    def _settle(self, total: int, note: str) -> None:
+        self.flops = total or None
+        self.note = note if total else "not counted: no matmul, convolution or attention in the step"
+        self._forward = None
+        self.finish()
 
     def finish(self, note: str = "") -> None:
-        """Leave the counter (after acc.backward's first call, or sooner)."""
+        """Stop counting (hooks removed; a counter still on, which cannot happen after a forward, is left)."""
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
-            total = int(self._mode.get_total_flops())
-            self.flops = total or None
-            self.note = note if total else "not counted: no matmul, convolution or attention in the step"
             self._mode = None
-        if self._handle is not None:
-            self._handle.remove()
-            self._handle = None
+        for h in self._handles:
+            h.remove()
+        self._handles = []
 
     def mark_step(self) -> None:
         """The end of an optimizer step."""

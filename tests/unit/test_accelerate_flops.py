@@ -1,6 +1,6 @@
 """acc.report()'s achieved TFLOP/s: FLOPs counted by FlopCounterMode on the user's first micro-step
-(the loss and the backward included), the optimizer steps timed on a fake clock, and the counter
-never left on when another caller runs the backward (the HF Trainer)."""
+(its forward and acc.backward's backward), the optimizer steps timed on a fake clock, and the counter
+never left on outside them (another caller's backward, a forward that raises, inference only)."""
 
 import pytest
 import torch
@@ -39,13 +39,29 @@ def test_report_counts_the_users_step_and_times_the_optimizer_steps(accum, monke
     assert "FLOPs:" in acc.report() and "TFLOP/s over 3 steps" in acc.report()
 
 
-def test_a_backward_by_another_caller_ends_the_count_at_the_next_forward():
+FORWARD_FLOPS = 2 * 8 * 16 * 32 + 2 * 8 * 32 * 4
+
+
+def test_a_backward_by_another_caller_is_taken_as_twice_the_forward():
+    """The counter is on only inside the model's forward (and acc.backward): a dispatch mode left on after
+    a forward would follow the user's every op (an inference loop, another model, torch.compile)."""
     acc = overdrive.accelerate(_net(), "fp32", env=CPU)
     assert "not counted yet" in acc.report()
     out = acc.model(torch.randn(8, 16))
-    assert _get_current_dispatch_mode() is not None  # counting the first micro-step
+    assert _get_current_dispatch_mode() is None  # off as soon as the forward returned
     out.sum().backward()  # as transformers.Trainer does: not through acc.backward
     acc.model(torch.randn(8, 16))
     assert _get_current_dispatch_mode() is None
-    assert acc.to_dict()["flops"]["flops_per_step"] == STEP_FLOPS  # the first forward and its backward only
+    f = acc.to_dict()["flops"]
+    assert f["flops_per_step"] == 3 * FORWARD_FLOPS and "twice the forward" in f["note"]
     assert "after two optimizer steps" in acc.report()
+
+
+def test_a_forward_that_raises_or_a_forward_alone_leaves_no_counter_on():
+    acc = overdrive.accelerate(_net(), "fp32", env=CPU)
+    with pytest.raises(RuntimeError):
+        acc.model(torch.randn(8, 5))  # wrong width: the forward raises inside the count
+    assert _get_current_dispatch_mode() is None
+    with torch.no_grad():
+        acc.model(torch.randn(8, 16))  # an evaluation-only use: never a backward
+    assert _get_current_dispatch_mode() is None

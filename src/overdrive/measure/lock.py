@@ -35,13 +35,32 @@ def is_ours(folder: str) -> bool:
 
 
 class ResultsLock:
-    def __init__(self, folder: str, fd: int) -> None:
+    def __init__(self, folder: str, fd: int, *, created: bool = False, fresh: bool = False) -> None:
         self.folder, self.fd = folder, fd
+        self.created, self.fresh = created, fresh
+        """The claim made the folder / the folder held nothing at all before the claim."""
 
     def release(self) -> None:
         if self.fd is not None:
             os.close(self.fd)  # closing drops the flock; the file stays (unlinking races a waiter)
             self.fd = None
+
+    def abandon(self) -> None:
+        """Release after a run that wrote nothing: a folder that held nothing before the claim gets its
+        marker and lock removed again (and is removed itself if the claim made it), so a failed command
+        leaves no trace; a folder that held anything before is left as it is."""
+        self.release()
+        if not self.fresh:
+            return
+        try:
+            if set(os.listdir(self.folder)) <= _QUIET:
+                for name in _QUIET:
+                    if os.path.lexists(os.path.join(self.folder, name)):
+                        os.unlink(os.path.join(self.folder, name))
+                if self.created:
+                    os.rmdir(self.folder)
+        except OSError:
+            pass  # someone else's file appeared, or the folder went: nothing of ours to tidy
 
     def __enter__(self) -> ResultsLock:
         return self
@@ -54,8 +73,10 @@ def claim_results_dir(out: str, *, flag: str = "--out", what: str = "overdrive")
     """Create or check `out`, take its lock and leave the marker; UserError (one line) otherwise."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise UserError(f"{flag} {out} is a file: pass a folder (it is created if missing)")
+    created = not os.path.lexists(out)
     try:
         os.makedirs(out, exist_ok=True)
+        fresh = not os.listdir(out)
         existing = [f for f in os.listdir(out) if f not in _QUIET]
     except OSError as e:
         raise UserError(f"{flag} {out} is not writable ({e.strerror or type(e).__name__}): pass a path you can "
@@ -83,4 +104,4 @@ def claim_results_dir(out: str, *, flag: str = "--out", what: str = "overdrive")
         from overdrive.io import write_atomic
 
         write_atomic(marker, "This folder holds results written by Overdrive.\n")
-    return ResultsLock(out, fd)
+    return ResultsLock(out, fd, created=created, fresh=fresh)

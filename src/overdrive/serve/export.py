@@ -559,7 +559,7 @@ def export_for_serving(kind: str, out_dir: str, **options) -> dict:
     from overdrive.measure.lock import claim_results_dir
 
     lock = claim_results_dir(out_dir, what="overdrive export")
-    stage = None
+    stage, done = None, False
     try:
         refuse_links(out_dir, [*_OUTPUTS, "triton", "triton_local", "export.json"])
         stage = stage_folder(out_dir)
@@ -569,6 +569,7 @@ def export_for_serving(kind: str, out_dir: str, **options) -> dict:
         extra = [os.path.relpath(f, out_dir) for f in report["files"] if os.path.dirname(f) == out_dir]
         publish(stage, out_dir, sorted({*_OUTPUTS, *extra, f"triton/{report['name']}", f"triton_local/{report['name']}"}),
                 last="export.json")
+        done = True
         return report
     except ExportError as e:  # said of the staging folder: name the folder the user gave
         raise ExportError(str(e).replace(stage or "\0", out_dir)) from None
@@ -579,7 +580,7 @@ def export_for_serving(kind: str, out_dir: str, **options) -> dict:
     finally:
         if stage is not None:
             discard_stage(stage)
-        lock.release()
+        lock.release() if done else lock.abandon()  # a failed export into a new folder leaves no folder
 
 
 _OUTPUTS = ("model.pt2", "model.onnx", "model.onnx.data")
