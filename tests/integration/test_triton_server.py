@@ -13,33 +13,11 @@ import time
 import numpy as np
 import pytest
 import torch
+import user_models
 
 pytestmark = pytest.mark.slow
 
-RANKER = '''
-import torch
-from torch import nn
-
-
-class Ranker(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = nn.Embedding(50, 8)
-        self.lin = nn.Linear(12, 1)
-
-    def forward(self, dense, ids):
-        return torch.sigmoid(self.lin(torch.cat([dense, self.emb(ids).sum(1)], 1))).squeeze(1)
-
-
-def make_ranker():
-    torch.manual_seed(0)
-    return Ranker()
-
-
-def example(batch):
-    g = torch.Generator().manual_seed(batch)
-    return torch.randn(batch, 4, generator=g), torch.randint(0, 50, (batch, 6), generator=g)
-'''
+RANKER = user_models.RANKER
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from overdrive.models import GPT, gpt_config
 from overdrive.recsys import DLRM, DLRMServing, padded_ids, synthetic_clicks
 from overdrive.serve.export import ExportError, export_for_serving, slo_batch_from, triton_config
 from overdrive.bench.workloads.inference import LATENCY_SUITES, _pct, _summarize, run_latency
+import user_models
 
 
 def test_percentiles_and_slo_batch():
@@ -131,30 +132,7 @@ def test_onnx_export_round_trip(tmp_path):
     assert cfg.name == "click_model" and [list(i.dims) for i in cfg.input] == [[13], [26, -1]]
 
 
-USER_MODEL = """
-import torch
-from torch import nn
-
-
-class Ranker(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = nn.Embedding(50, 8)
-        self.lin = nn.Linear(12, 1)
-
-    def forward(self, dense, ids):
-        return torch.sigmoid(self.lin(torch.cat([dense, self.emb(ids).sum(1)], 1))).squeeze(1)
-
-
-def make_ranker():
-    torch.manual_seed(0)
-    return Ranker()
-
-
-def example(batch):
-    g = torch.Generator().manual_seed(batch)
-    return torch.randn(batch, 4, generator=g), torch.randint(0, 50, (batch, 6), generator=g)
-"""
+USER_MODEL = user_models.RANKER
 
 
 @pytest.mark.slow  # two exports (torch.export + dynamo ONNX) of a small model
