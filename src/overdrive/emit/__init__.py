@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 
 from overdrive.emit.hf import accelerate_config, training_args
@@ -44,6 +45,17 @@ class Emitted:
     """What the stack cannot express, one line each."""
 
 
+def _text(s) -> str:
+    """Text for a comment line: a newline or any other control character from a (possibly tampered) tune
+    folder would start a config line of its own, so each is written escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(s))
+
+
+def _key(k) -> str:
+    # A bare key only when it is one; anything else quoted (YAML and TOML both read a JSON string as a key).
+    return k if isinstance(k, str) and re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(str(k))
+
+
 def _scalar(v, toml: bool) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -52,7 +64,7 @@ def _scalar(v, toml: bool) -> str:
     if isinstance(v, list):
         return "[" + ", ".join(_scalar(x, toml) for x in v) + "]"
     if isinstance(v, dict) and toml:
-        return "{ " + ", ".join(f"{k} = {_scalar(x, toml)}" for k, x in v.items()) + " }"
+        return "{ " + ", ".join(f"{_key(k)} = {_scalar(x, toml)}" for k, x in v.items()) + " }"
     return json.dumps(str(v))  # a JSON string is a valid YAML and TOML basic string
 
 
@@ -60,10 +72,10 @@ def _yaml(d: dict, indent: int = 0) -> list[str]:
     out = []
     for k, v in d.items():
         if isinstance(v, dict):
-            out.append(" " * indent + f"{k}:")
+            out.append(" " * indent + f"{_key(k)}:")
             out += _yaml(v, indent + 2)
         else:
-            out.append(" " * indent + f"{k}: {_scalar(v, False)}")
+            out.append(" " * indent + f"{_key(k)}: {_scalar(v, False)}")
     return out
 
 
@@ -73,9 +85,9 @@ def _toml(d: dict, prefix: str = "") -> list[str]:
         if isinstance(v, dict):
             tables.append((k, v))
         else:
-            out.append(f"{k} = {_scalar(v, True)}")
+            out.append(f"{_key(k)} = {_scalar(v, True)}")
     for k, v in tables:
-        name = f"{prefix}.{k}" if prefix else k
+        name = f"{prefix}.{_key(k)}" if prefix else _key(k)
         if any(not isinstance(x, dict) for x in v.values()):
             out += ["", f"[{name}]"]
         out += _toml(v, name)
@@ -86,8 +98,8 @@ def _render(stack: str, cfg: dict, cannot: list[str], t: Target) -> str:
     if stack == "trainer":
         return json.dumps(cfg, indent=2) + "\n"
     what = "torchtitan 0.2.x (--job.config_file; 0.3 configures in Python)" if stack == "torchtitan" else stack
-    head = [f"# {what} configuration written by `overdrive emit` from recipe {t.recipe.name} ({t.where}).",
-            *(["# Not expressible here (one line each):"] + [f"#   - {c}" for c in cannot] if cannot else [])]
+    head = [f"# {what} configuration written by `overdrive emit` from recipe {_text(t.recipe.name)} ({_text(t.where)}).",
+            *(["# Not expressible here (one line each):"] + [f"#   - {_text(c)}" for c in cannot] if cannot else [])]
     body = _toml(cfg) if stack == "torchtitan" else _yaml(cfg)
     return "\n".join(head + [""] + [x for x in body if x or stack == "torchtitan"]).strip() + "\n"
 

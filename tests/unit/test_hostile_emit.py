@@ -1,0 +1,67 @@
+"""Hostile pass 2 on `overdrive emit`: a tampered tune folder or recipe.json never adds a line of its own to
+the YAML/TOML written for another stack (a newline in a comment, a quote in a key), and is refused on read."""
+
+import json
+import tomllib
+
+import pytest
+import yaml
+
+from overdrive.emit import Target, emit, load_target
+from overdrive.errors import UserError
+from overdrive.recipes import Recipe
+
+BASE = {"compute_environment", "distributed_type", "num_machines", "num_processes", "machine_rank", "downcast_bf16",
+        "mixed_precision", "use_cpu", "dynamo_config", "fp8_config", "trainer"}
+EVIL = "x)\nmain_process_ip: evil.example\nnum_machines: 8\n[evil]\nx = 1\n#"
+
+
+def _files(out):
+    acc = yaml.safe_load(open(out / "accelerate_config.yaml"))
+    light = yaml.safe_load(open(out / "lightning_trainer.yaml"))
+    toml = tomllib.load(open(out / "torchtitan.toml", "rb"))
+    return acc, light, toml
+
+
+@pytest.mark.parametrize("where", ["name", "where", "fqn", "key"])
+def test_text_from_a_target_never_becomes_a_config_line(tmp_path, where):
+    ran = {"device": "cpu", "precision": "fp8", "fp8_backend": "torchao", "fp8_scaling": "tensorwise",
+           "optimizer": "torch-fused", "norm": "torch", "loss": "cross-entropy", "compile": "off",
+           "activation_checkpointing": "none"}
+    layers = [{"fqn": "blocks.0.fc", "convert": True}, {"fqn": "head", "convert": False}]
+    recipe = Recipe(precision="fp8", fp8_scaling="tensorwise", fp8_backend="torchao", fp8_shapes="64x256",
+                    name=EVIL if where == "name" else "custom")
+    if where == "fqn":
+        layers += [{"fqn": EVIL, "convert": True}, {"fqn": EVIL + "2", "convert": False}]
+    if where == "key":
+        ran["activation_checkpointing"] = {EVIL: 1}  # a dict where a mode belongs: its key is quoted, never raw
+    t = Target(recipe=recipe, ran=ran, where=EVIL if where == "where" else "test", fp8_layers=layers)
+    emit(t, stacks=["accelerate", "lightning", "torchtitan", "trainer"], out=str(tmp_path))
+    acc, light, toml = _files(tmp_path)
+    assert set(acc) <= BASE and set(light) <= BASE and acc["num_machines"] == 1
+    assert set(toml) <= {"training", "compile", "activation_checkpoint", "model", "quantize", "optimizer"}
+    assert "evil" not in toml and "main_process_ip" not in json.dumps(toml).split('"')[0]
+
+
+@pytest.mark.parametrize("field,value", [("gpu", EVIL), ("compile", "fast\ninjected: yes"),
+                                         ("activation_checkpointing", {"a": 1}), ("optimizer", "x\x1b[2J"),
+                                         ("fqn", "a\nb")])
+def test_a_tampered_tune_folder_is_one_line_and_writes_nothing(tmp_path, field, value):
+    ran = {"precision": "fp8", "fp8_backend": "torchao", "fp8_scaling": "tensorwise", "compile": "off"}
+    layers = [{"fqn": "head", "convert": False}]
+    top = {"gpu": "H100"}
+    if field == "gpu":
+        top["gpu"] = value
+    elif field == "fqn":
+        layers[0]["fqn"] = value
+    else:
+        ran[field] = value
+    win = Recipe(name="fp8", precision="fp8", fp8_shapes="64x256")
+    res = {"schema": "overdrive.tune/1", "best": "fp8", **top,
+           "candidates": [{"name": "fp8", "recipe": win.to_dict(), "resolved": ran, "fp8_filter": {"layers": layers}}]}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    with pytest.raises(UserError, match="not one printable value"):
+        load_target(str(tmp_path))
+    with pytest.raises(UserError):
+        emit(str(tmp_path), stacks=["accelerate"], out=str(tmp_path))
+    assert not (tmp_path / "accelerate_config.yaml").exists()
