@@ -176,3 +176,38 @@ def test_the_environment_lives_under_the_cache_the_user_names(monkeypatch, tmp_p
     monkeypatch.setenv("OVERDRIVE_CACHE", str(tmp_path / "od"))
     assert env_dir().startswith(str(tmp_path / "od" / "triton-env-py"))
     assert ready_env() is None  # nothing made there: export installs nothing and says how to get the check
+
+
+def test_a_second_signal_while_stopping_still_ends_everything(tmp_path):
+    """Ctrl-C pressed twice: the second signal arrives while stop() waits for the stubs; it must not cut the stop
+    short (a traceback, and a stub that ignores SIGTERM left running for good)."""
+    env = _fake(tmp_path)
+    out = _local_repo(tmp_path)
+    code = textwrap.dedent(f"""
+        import sys
+        import overdrive.serve.triton_env as te
+        te.ensure_env = lambda say=print: te.TritonEnv(root={env.root!r}, server={env.server!r}, backends={env.backends!r})
+        from overdrive.cli import main
+        sys.exit(main(["serve", {str(out)!r}]))
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env={**os.environ, "FAKE_CHILD_PID": str(tmp_path / "child.pid")})
+    child = None
+    try:
+        line = p.stdout.readline()
+        assert "READY m (version 1)" in line, line
+        child = int((tmp_path / "child.pid").read_text())
+        p.send_signal(signal.SIGTERM)
+        time.sleep(0.8)  # inside stop(): the server is gone, the stub that ignores SIGTERM is still there
+        p.send_signal(signal.SIGINT)
+        rest = p.communicate(timeout=60)[0]
+    finally:
+        if p.poll() is None:
+            p.kill()
+    try:
+        assert p.returncode == 0 and "Traceback" not in rest, rest
+        assert "stopped: tritonserver and its python-backend stubs have exited" in rest
+        assert not _alive(child)
+    finally:
+        if child and _alive(child):
+            os.kill(child, signal.SIGKILL)
