@@ -211,3 +211,22 @@ def test_a_second_signal_while_stopping_still_ends_everything(tmp_path):
     finally:
         if child and _alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+def test_a_second_sigterm_during_a_bench_cleanup_does_not_cut_it_short():
+    """bench runs under parent_ends_on_sigterm: the first SIGTERM starts the cleanup (a server's stop), a second
+    one inside that cleanup must not raise again and abandon it."""
+    from overdrive.measure.procs import parent_ends_on_sigterm
+
+    finished = False
+    with pytest.raises(SystemExit):
+        with parent_ends_on_sigterm():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(1)
+            finally:  # the cleanup
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.2)
+                finished = True
+    assert finished
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN  # left as it was outside
