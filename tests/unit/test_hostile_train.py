@@ -342,3 +342,33 @@ def test_a_really_full_disk_during_acc_save_is_a_sentence_not_a_tuple_repr(tmp_p
     assert "cannot write checkpoint" in msg and "(RuntimeError(" not in msg and "FrameSummary" not in msg, msg
     assert "disk full" in msg or "File too large" in msg, msg
     assert os.listdir(tmp_path) == ["ck"]  # the previous save kept, no .tmp left
+
+
+# --- Hostile pass 2: the RNG state and the loader count of a resealed extra file, checked before loading ---
+
+@pytest.mark.parametrize("tamper", ["rng_empty", "rng_python", "rng_numpy", "loaders"])
+def test_a_resealed_rng_state_or_loader_count_is_one_line_and_leaves_the_model_alone(tmp_path, tamper):
+    acc = _acc()
+    acc.steps = 4
+    ck = acc.save(str(tmp_path / "ck"))
+    p = os.path.join(ck, "extra_rank0.pt")
+    extra = load_tensors(p)
+    if tamper == "rng_empty":
+        extra["rng"] = {}
+    elif tamper == "rng_python":
+        extra["rng"]["python"] = [1, 2]
+    elif tamper == "rng_numpy":
+        extra["rng"]["numpy"] = {"a": 1}
+    else:
+        extra["dataloaders"] = [{"epoch": 0}]
+    save_tensors(p, extra)
+    info = read_manifest(ck)
+    write_manifest(ck, hash_files(ck), **{k: v for k, v in info.items() if k not in ("files", "format")})
+    other = _acc(1)
+    before = other.model.fc.weight.detach().clone()
+    rng = torch.get_rng_state()
+    with pytest.raises(UserError, match="RNG state that does not restore|positions of 1 prepared") as e:
+        other.load(ck)
+    assert "\n" not in str(e.value) and "UserError" not in str(e.value)
+    assert torch.equal(other.model.fc.weight, before) and other.steps == 0  # nothing changed
+    assert torch.equal(torch.get_rng_state(), rng)
