@@ -372,3 +372,18 @@ def test_a_resealed_rng_state_or_loader_count_is_one_line_and_leaves_the_model_a
     assert "\n" not in str(e.value) and "UserError" not in str(e.value)
     assert torch.equal(other.model.fc.weight, before) and other.steps == 0  # nothing changed
     assert torch.equal(torch.get_rng_state(), rng)
+
+
+@pytest.mark.parametrize("flag", ["--resume", "--overwrite"])
+def test_another_tools_config_json_with_a_run_id_is_not_a_run_to_resume_or_delete(tmp_path, capsys, flag):
+    """A folder of the user's whose config.json (W&B, MLflow, their own) carries a "run_id" of its own:
+    --resume must not overwrite it and append to their metrics.jsonl, --overwrite must not delete them."""
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "config.json").write_text('{"run_id": "wandb-7f3a", "model": "theirs", "lr": 0.1}')
+    (d / "metrics.jsonl").write_text('{"mine": 1}\n')
+    before = {n: (d / n).read_bytes() for n in os.listdir(d)}
+    argv = ["train", TINY, "--set", f'train.out_dir="{d}"', "--set", "train.steps=1", flag]
+    assert main(argv) == 2
+    assert "holds no overdrive run" in _one_line(capsys)
+    assert {n: (d / n).read_bytes() for n in os.listdir(d)} == before
