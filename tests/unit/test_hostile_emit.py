@@ -65,3 +65,22 @@ def test_a_tampered_tune_folder_is_one_line_and_writes_nothing(tmp_path, field, 
     with pytest.raises(UserError):
         emit(str(tmp_path), stacks=["accelerate"], out=str(tmp_path))
     assert not (tmp_path / "accelerate_config.yaml").exists()
+
+
+def test_a_users_own_emit_json_is_never_replaced_and_a_refusal_writes_nothing(tmp_path):
+    t = Target(recipe=Recipe(name="amp-bf16", precision="bf16"), ran={"precision": "bf16", "compile": "off"},
+               where="test")
+    (tmp_path / "emit.json").write_text('{"my": "emitter settings"}')
+    with pytest.raises(UserError, match="emit.json exists and overdrive emit did not write it"):
+        emit(t, stacks=["trainer"], out=str(tmp_path))
+    assert (tmp_path / "emit.json").read_text() == '{"my": "emitter settings"}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emit.json"]
+    # one of several files is the user's: none is written, so the others never become files no emit.json lists
+    other = tmp_path / "o"
+    other.mkdir()
+    (other / "training_args.json").write_text("{}")
+    with pytest.raises(UserError, match="training_args.json exists"):
+        emit(t, stacks=["accelerate", "trainer"], out=str(other))
+    assert sorted(p.name for p in other.iterdir()) == ["training_args.json"]
+    emit(t, stacks=["accelerate"], out=str(other))
+    emit(t, stacks=["accelerate"], out=str(other))  # its own file, listed: replaced

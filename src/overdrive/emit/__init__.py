@@ -113,6 +113,21 @@ def parse_stacks(stacks) -> list[str]:
     return names
 
 
+def _our_index(path: str) -> dict:
+    """emit.json as an earlier emit wrote it ({} when there is none); a file of that name that is not
+    ours is the user's: refused, never replaced."""
+    if not os.path.lexists(path):
+        return {}
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        doc = None
+    if not (isinstance(doc, dict) and isinstance(doc.get("files"), dict) and "recipe" in doc and "ran" in doc):
+        raise UserError(f"{path} exists and overdrive emit did not write it: move it, or pass another --out")
+    return doc
+
+
 def emit(src: str | Target, *, stacks, out: str, env=None) -> list[Emitted]:
     """Write the winner of `src` (a tune folder, its results.json, or a recipe.json) for each stack into `out`."""
     from overdrive.io import write_atomic
@@ -121,24 +136,20 @@ def emit(src: str | Target, *, stacks, out: str, env=None) -> list[Emitted]:
     t = src if isinstance(src, Target) else load_target(src, env=env)
     os.makedirs(out, exist_ok=True)
     index_path = os.path.join(out, "emit.json")
-    try:
-        ours = set(json.load(open(index_path)).get("files", {}))
-    except (OSError, ValueError, AttributeError):
-        ours = set()
+    index = _our_index(index_path)
+    ours = set(index.get("files", {}))
+    for n in names:  # every file checked before any is written: a refusal leaves nothing half-emitted
+        path = os.path.join(out, STACKS[n][0])
+        if os.path.lexists(path) and STACKS[n][0] not in ours:
+            raise UserError(f"{path} exists and overdrive emit did not write it: move it, or pass another --out")
     done = []
     for n in names:
         fname, fn = STACKS[n]
         path = os.path.join(out, fname)
-        if os.path.exists(path) and fname not in ours:
-            raise UserError(f"{path} exists and overdrive emit did not write it: move it, or pass another --out")
         cfg, cannot = fn(t)
         write_atomic(path, _render(n, cfg, cannot, t))
         done.append(Emitted(stack=n, path=path, config=cfg, cannot=cannot))
-    try:
-        index = json.load(open(index_path))
-    except (OSError, ValueError):
-        index = {}
-    files = dict(index.get("files", {})) if isinstance(index, dict) else {}
+    files = dict(index.get("files", {}))
     files.update({os.path.basename(e.path): {"stack": e.stack, "cannot": e.cannot} for e in done})
     write_atomic(index_path, json.dumps({"recipe": t.recipe.name, "ran": {k: t.ran.get(k) for k in (
         "precision", "fp8_backend", "fp8_scaling", "optimizer", "norm", "loss", "compile", "activation_checkpointing")},
