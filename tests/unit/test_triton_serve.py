@@ -230,3 +230,36 @@ def test_a_second_sigterm_during_a_bench_cleanup_does_not_cut_it_short():
                 finished = True
     assert finished
     assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN  # left as it was outside
+
+
+@pytest.mark.parametrize("tamper", ["edited", "added", "link", "pyc", "filename", "env_path"])
+def test_serve_runs_only_the_model_py_export_wrote(tmp_path, tamper):
+    """The python backend runs the model folder's Python: an export folder handed over with its model.py
+    edited (or another .py added, a link, a config naming another file or environment) is refused, and a
+    planted bytecode cache is dropped before the server could import it."""
+    from overdrive.serve.triton_local import find_local_repository
+
+    out = _local_repo(tmp_path)
+    mdir = out / "triton_local" / "m"
+    assert find_local_repository(str(out)) == str(out / "triton_local")
+    cfg = mdir / "config.pbtxt"
+    if tamper == "edited":
+        (mdir / "1" / "model.py").write_text((mdir / "1" / "model.py").read_text() + "\nimport os; os.system('id')\n")
+    elif tamper == "added":
+        (mdir / "1" / "evil.py").write_text("import os\n")
+    elif tamper == "link":
+        (tmp_path / "x.py").write_bytes((mdir / "1" / "model.py").read_bytes())
+        (mdir / "1" / "model.py").unlink()
+        (mdir / "1" / "model.py").symlink_to(tmp_path / "x.py")
+    elif tamper == "pyc":
+        (mdir / "1" / "__pycache__").mkdir()
+        (mdir / "1" / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"planted")
+        assert find_local_repository(str(out))
+        assert not (mdir / "1" / "__pycache__").exists()
+        return
+    elif tamper == "filename":
+        cfg.write_text(cfg.read_text() + '\ndefault_model_filename: "evil.py"\n')
+    else:
+        cfg.write_text(cfg.read_text() + '\nparameters { key: "EXECUTION_ENV_PATH" value { string_value: "/tmp/e.tgz" } }\n')
+    with pytest.raises(UserError, match="export writes|export never"):
+        find_local_repository(str(out))
