@@ -387,3 +387,15 @@ def test_another_tools_config_json_with_a_run_id_is_not_a_run_to_resume_or_delet
     assert main(argv) == 2
     assert "holds no overdrive run" in _one_line(capsys)
     assert {n: (d / n).read_bytes() for n in os.listdir(d)} == before
+
+
+def test_a_file_of_the_users_where_acc_save_puts_its_lock_is_refused_not_truncated_and_deleted(tmp_path):
+    mine = tmp_path / ".ck.lock"
+    mine.write_text("my lock notes\n")
+    acc = _acc()
+    with pytest.raises(UserError, match="overdrive did not write"):
+        acc.save(str(tmp_path / "ck"))
+    assert mine.read_text() == "my lock notes\n" and sorted(os.listdir(tmp_path)) == [".ck.lock"]
+    mine.write_text(json.dumps({"pid": 999999, "host": "h", "started": "t"}))  # ours, left by a killed save
+    acc.save(str(tmp_path / "ck"))
+    assert sorted(os.listdir(tmp_path)) == ["ck"]

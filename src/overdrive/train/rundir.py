@@ -76,6 +76,10 @@ class RunLock:
             raise RunDirError(f"{self.what} is in use by {self.holder} (pid {h.get('pid', '?')} on "
                               f"{h.get('host', '?')}, since {h.get('started', '?')}): {self.fix}") from None
         h = _holder(fd)
+        if h and not isinstance(h.get("pid"), int):  # text overdrive never wrote: another tool's or the user's file
+            os.close(fd)
+            raise RunDirError(f"{self.path} is a file overdrive did not write (not a lock of ours): move it, or "
+                              f"pick another name for {self.what}")
         if h:  # the file still names a holder, yet the lock was free: that process died holding it
             say(f"took over the lock of {self.what} left by pid {h.get('pid', '?')} on {h.get('host', '?')} "
                 "(that process is gone)")
@@ -108,8 +112,9 @@ def _same_file(fd: int, path: str) -> bool:
 def _holder(fd: int) -> dict:
     try:
         raw = os.pread(fd, 4096, 0)
-        return json.loads(raw) if raw.strip() else {}
-    except (OSError, ValueError):
+        h = json.loads(raw) if raw.strip() else {}
+        return h if isinstance(h, dict) else {"pid": "?", "host": "?"}
+    except (OSError, ValueError, RecursionError):
         return {"pid": "?", "host": "?"}
 
 
