@@ -399,3 +399,16 @@ def test_a_file_of_the_users_where_acc_save_puts_its_lock_is_refused_not_truncat
     mine.write_text(json.dumps({"pid": 999999, "host": "h", "started": "t"}))  # ours, left by a killed save
     acc.save(str(tmp_path / "ck"))
     assert sorted(os.listdir(tmp_path)) == ["ck"]
+
+
+def test_resume_never_appends_through_a_metrics_jsonl_link_outside_the_run(tmp_path, capsys):
+    run, victim = tmp_path / "run", tmp_path / "victim.txt"
+    argv = ["train", TINY, "--set", f'train.out_dir="{run}"', "--set", "train.steps=1"]
+    assert main(argv) == 0
+    victim.write_text("victim\n")
+    (run / "metrics.jsonl").unlink()
+    (run / "metrics.jsonl").symlink_to(victim)
+    capsys.readouterr()
+    assert main(argv[:-1] + ["train.steps=2", "--resume"]) == 2
+    assert "metrics.jsonl is a symbolic link" in _one_line(capsys)
+    assert victim.read_text() == "victim\n"
