@@ -263,3 +263,46 @@ def test_serve_runs_only_the_model_py_export_wrote(tmp_path, tamper):
         cfg.write_text(cfg.read_text() + '\nparameters { key: "EXECUTION_ENV_PATH" value { string_value: "/tmp/e.tgz" } }\n')
     with pytest.raises(UserError, match="export writes|export never"):
         find_local_repository(str(out))
+
+
+def test_sigterm_to_export_while_its_server_check_runs_leaves_no_process(tmp_path):
+    """export loads the repository in a real tritonserver; a SIGTERM then must stop it and its stubs (without a
+    handler, Python died at once and a stub outlived it)."""
+    env = _fake(tmp_path)
+    repo = _local_repo(tmp_path) / "triton_local"
+    code = textwrap.dedent(f"""
+        import sys, time
+        import overdrive.serve.export as ex
+        from overdrive.serve.triton_env import TritonEnv
+        from overdrive.serve.triton_server import TritonServer
+
+        def export_for_serving(*a, **kw):  # the server check of a real export, with the fake server
+            with TritonServer({str(repo)!r}, env=TritonEnv(root={env.root!r}, server={env.server!r},
+                                                          backends={env.backends!r})):
+                print("checking", flush=True)
+                time.sleep(60)
+
+        ex.export_for_serving = export_for_serving
+        from overdrive.cli import main
+        sys.exit(main(["export", "--out", {str(tmp_path / "x")!r}]))
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env={**os.environ, "FAKE_CHILD_PID": str(tmp_path / "child.pid")})
+    child = None
+    try:
+        assert "checking" in p.stdout.readline()
+        for _ in range(50):
+            if (tmp_path / "child.pid").exists():
+                break
+            time.sleep(0.1)
+        child = int((tmp_path / "child.pid").read_text())
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    try:
+        assert p.returncode == 143 and not _alive(child)
+    finally:
+        if child and _alive(child):
+            os.kill(child, signal.SIGKILL)
