@@ -84,3 +84,11 @@ def test_a_users_own_emit_json_is_never_replaced_and_a_refusal_writes_nothing(tm
     assert sorted(p.name for p in other.iterdir()) == ["training_args.json"]
     emit(t, stacks=["accelerate"], out=str(other))
     emit(t, stacks=["accelerate"], out=str(other))  # its own file, listed: replaced
+
+
+def test_an_out_that_is_a_file_is_one_line(tmp_path):
+    t = Target(recipe=Recipe(name="amp-bf16", precision="bf16"), ran={"precision": "bf16"}, where="test")
+    (tmp_path / "f").write_text("mine")
+    with pytest.raises(UserError, match="is a file"):
+        emit(t, stacks=["trainer"], out=str(tmp_path / "f"))
+    assert (tmp_path / "f").read_text() == "mine"

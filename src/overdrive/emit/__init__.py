@@ -130,11 +130,11 @@ def _our_index(path: str) -> dict:
 
 def emit(src: str | Target, *, stacks, out: str, env=None) -> list[Emitted]:
     """Write the winner of `src` (a tune folder, its results.json, or a recipe.json) for each stack into `out`."""
-    from overdrive.io import write_atomic
+    from overdrive.io import check_writable, write_atomic
 
     names = parse_stacks(stacks)
     t = src if isinstance(src, Target) else load_target(src, env=env)
-    os.makedirs(out, exist_ok=True)
+    check_writable(out, flag="--out")  # a file, or a folder that cannot be made: one line
     index_path = os.path.join(out, "emit.json")
     index = _our_index(index_path)
     ours = set(index.get("files", {}))
