@@ -92,3 +92,19 @@ def test_an_out_that_is_a_file_is_one_line(tmp_path):
     with pytest.raises(UserError, match="is a file"):
         emit(t, stacks=["trainer"], out=str(tmp_path / "f"))
     assert (tmp_path / "f").read_text() == "mine"
+
+
+def test_a_real_resolved_record_with_its_decisions_is_read(tmp_path):
+    """tune writes `resolved` as ResolvedRecipe.to_dict(): its nested recipe and decisions are not config text."""
+    from overdrive.env import build_report
+    from overdrive.recipes import resolve
+
+    cpu = build_report({"device": "cpu", "gpus": [], "cpu_bf16": True, "checks": {}, "packages": {}})
+    win = Recipe(name="amp-bf16", precision="bf16")
+    ran = resolve(win, cpu).to_dict()
+    assert isinstance(ran["decisions"], list) and isinstance(ran["recipe"], dict)
+    res = {"schema": "overdrive.tune/1", "best": "amp-bf16", "cpu": "x86",
+           "candidates": [{"name": "amp-bf16", "recipe": win.to_dict(), "resolved": ran}]}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    assert load_target(str(tmp_path)).ran["precision"] == "bf16"
+    emit(str(tmp_path), stacks=["accelerate", "trainer"], out=str(tmp_path))
