@@ -1,7 +1,7 @@
 """A mid-size GPT as a user's model for `overdrive tune` (what scripts/gpu_check.sh runs on a GPU):
 
-    overdrive tune examples/tune_gpt.py:make_model --batch examples/tune_gpt.py:batch \
-        --loss examples/tune_gpt.py:loss --budget-s 120 --out out/tune
+    overdrive tune --model examples/tune_gpt.py:make_model --batch examples/tune_gpt.py:batch \
+        --loss-fn examples/tune_gpt.py:loss --budget-s 120 --out out/tune
 """
 
 import torch

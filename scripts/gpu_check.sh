@@ -94,9 +94,9 @@ step gpu_tests 160 120 1 -- env OVERDRIVE_TEST_LOG="$OUT/gpu_tests.tsv" "$PY" -m
 # Short bench: bf16 eager and compiled, FP8 under compile (torchao from the wheel on SM 9.0), 3 timed
 # rounds, no micro-benchmarks; the workers warm up (compile) at once.
 step bench 180 100 1 -- "$PY" -m overdrive bench --suite gpu --configs amp-bf16,amp-bf16+compile,fp8+compile \
-  --steps 3 --no-micro --out "$RES/bench"
-step tune 90 100 0 -- "$PY" -m overdrive tune examples/tune_gpt.py:make_model --batch examples/tune_gpt.py:batch \
-  --loss examples/tune_gpt.py:loss --budget-s 60 --out "$RES/tune"
+  --rounds 3 --no-micro --out "$RES/bench"
+step tune 90 100 0 -- "$PY" -m overdrive tune --model examples/tune_gpt.py:make_model --batch examples/tune_gpt.py:batch \
+  --loss-fn examples/tune_gpt.py:loss --budget-s 60 --out "$RES/tune"
 step inference 60 70 0 -- "$PY" -m overdrive bench --workload inference --suite inference-quick --out "$RES/inference"
 
 total=$(( $(now) - start ))

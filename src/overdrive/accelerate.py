@@ -41,8 +41,9 @@ Optimizer = torch.optim.Optimizer | Callable[[list], torch.optim.Optimizer]
 class Accelerated(ProcessHelpers):
     """A model converted per a ResolvedRecipe, with its optimizer, scheduler, scaler and autocast."""
 
-    def __init__(self, model: nn.Module, resolved: ResolvedRecipe, *, lr: float = 3e-4, weight_decay: float = 0.1,
-                 betas: tuple[float, float] = (0.9, 0.95), grad_clip: float | None = 1.0,
+    def __init__(self, model: nn.Module, resolved: ResolvedRecipe, *, lr: float | None = None,
+                 weight_decay: float | None = None, betas: tuple[float, float] | None = None,
+                 grad_clip: float | None = 1.0,
                  module_filter_fn: Callable[[nn.Module, str], bool] | None = None, build_optimizer: bool = True,
                  optimizer: Optimizer | None = None, scheduler=None, grad_accum_steps: int = 1,
                  distributed: str | None = None, autocast_forward: bool = True, dataloader=None) -> None:
@@ -66,6 +67,13 @@ class Accelerated(ProcessHelpers):
         if autocast_forward:
             wrap_forward_in(model, self.applied.autocast)
         self.user_optimizer = optimizer is not None
+        self._under_trainer = False  # set by trainer_kwargs(): the Trainer then clips, accumulates and schedules
+        # Whether the user chose the optimizer's settings (optimizer=, or lr/weight_decay/betas): under
+        # transformers.Trainer only then does ours run; otherwise the Trainer's own arguments decide.
+        self.optimizer_chosen = optimizer is not None or any(v is not None for v in (lr, weight_decay, betas))
+        lr = 3e-4 if lr is None else lr
+        weight_decay = 0.1 if weight_decay is None else weight_decay
+        betas = (0.9, 0.95) if betas is None else tuple(betas)
         if optimizer is not None:
             self.optimizer = optimizer(list(model.parameters())) if callable(optimizer) and \
                 not isinstance(optimizer, torch.optim.Optimizer) else _repoint(optimizer, names, model)
@@ -78,7 +86,7 @@ class Accelerated(ProcessHelpers):
         else:
             self.optimizer = None
             self._opt_note = "none built (build_optimizer=False)"
-        self.scheduler = scheduler
+        self.scheduler = _scheduler(scheduler, self.optimizer)
         if distributed == "ddp":  # after the swaps and the optimizer: DDP shares the user's Parameters
             from overdrive.distributed import BUCKET_MB, wrap_ddp
 
@@ -233,11 +241,16 @@ class Accelerated(ProcessHelpers):
         if r.emulated:
             fmt = {"mxfp8": "MXFP8", "nvfp4": "NVFP4"}.get(r.fp8_scaling, "FP8")
             lines.append(f"  NOTE: {fmt} is emulated: it shows {fmt} numerics, it is not faster.")
-        lines.append(f"  optimizer: {self._opt_note}; gradient clipping "
-                     + (f"at {self.grad_clip:g} (grad_clip=None turns it off)" if self.grad_clip else "off")
-                     + (f"; scheduler {type(self.scheduler).__name__}" if self.scheduler is not None else "")
-                     + (f"; gradients accumulated over {self.grad_accum_steps} micro-steps"
-                        if self.grad_accum_steps > 1 else ""))
+        if self._under_trainer:
+            lines.append(f"  optimizer: {self._opt_note}; clipping, accumulation and the LR schedule: the Trainer's "
+                         "(TrainingArguments max_grad_norm, gradient_accumulation_steps, lr_scheduler_type)")
+        else:
+            lines.append(f"  optimizer: {self._opt_note}; gradient clipping "
+                         + (f"at {self.grad_clip:g} (grad_clip=None turns it off)" if self.grad_clip else "off")
+                         + (f"; scheduler {type(self.scheduler).__name__} (lr now {self._lr_now():g})"
+                            if self.scheduler is not None and self.optimizer is not None else "")
+                         + (f"; gradients accumulated over {self.grad_accum_steps} micro-steps"
+                            if self.grad_accum_steps > 1 else ""))
         for what, decs in self.conversions.items():
             conv = [d for d in decs if d.converted]
             lines.append(f"  {what} swaps: {len(conv)} of {len(decs)} layers converted")
@@ -255,6 +268,9 @@ class Accelerated(ProcessHelpers):
                          + ", ".join(self.checkpointed[:6]) + (" ..." if len(self.checkpointed) > 6 else ""))
         return "\n".join(lines)
 
+    def _lr_now(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"]) if self.optimizer.param_groups else 0.0
+
     def to_dict(self) -> dict:
         return {"resolved": self.resolved.to_dict(),
                 "conversions": {k: [vars(d) for d in v] for k, v in self.conversions.items()},
@@ -265,12 +281,30 @@ class Accelerated(ProcessHelpers):
                                             emulated=self.resolved.emulated)}
 
 
+def _scheduler(scheduler, optimizer):
+    """The user's scheduler, or the one `scheduler(optimizer)` builds (as optimizer= takes a factory)."""
+    if scheduler is None or callable(getattr(scheduler, "step", None)):
+        return scheduler
+    if not callable(scheduler):
+        raise UserError(f"scheduler={type(scheduler).__name__}: pass an LR scheduler (with .step()) or "
+                        "`lambda opt: torch.optim.lr_scheduler.X(opt, ...)`")
+    if optimizer is None:
+        raise UserError("scheduler=<factory> needs an optimizer to build on: drop build_optimizer=False or "
+                        "pass optimizer=")
+    built = scheduler(optimizer)
+    if not callable(getattr(built, "step", None)):
+        raise UserError(f"scheduler=<factory> returned {type(built).__name__}, not an LR scheduler: return "
+                        "e.g. torch.optim.lr_scheduler.LambdaLR(opt, fn)")
+    return built
+
+
 def _describe_optimizer(opt: torch.optim.Optimizer) -> str:
     """The user's optimizer as it will run: class, implementation flags, the first group's settings."""
     g = opt.param_groups[0] if opt.param_groups else {}
     parts = []
     for k in ("lr", "momentum", "nesterov", "betas", "weight_decay", "eps"):
-        v = g.get(k)
+        # An LR scheduler moves g["lr"] at once (a warm-up's is 0) and keeps what the user set in initial_lr.
+        v = g.get("initial_lr", g.get(k)) if k == "lr" else g.get(k)
         if v is None or (k in ("momentum", "nesterov", "weight_decay") and not v):
             continue  # SGD's momentum 0 / no weight decay: nothing to say
         if isinstance(v, (tuple, list)):
@@ -321,8 +355,9 @@ def _repoint(opt: torch.optim.Optimizer, names: dict[int, str], model: nn.Module
     return opt
 
 
-def accelerate(model: nn.Module, recipe: str | Recipe = "auto", *, lr: float = 3e-4, weight_decay: float = 0.1,
-               betas: tuple[float, float] = (0.9, 0.95), grad_clip: float | None = 1.0, strict: bool = False,
+def accelerate(model: nn.Module, recipe: str | Recipe = "auto", *, lr: float | None = None,
+               weight_decay: float | None = None, betas: tuple[float, float] | None = None,
+               grad_clip: float | None = 1.0, strict: bool = False,
                module_filter_fn: Callable[[nn.Module, str], bool] | None = None, env: EnvReport | None = None,
                build_optimizer: bool = True, optimizer: Optimizer | None = None, scheduler=None,
                grad_accum_steps: int = 1, distributed: str | None = None,
@@ -332,7 +367,8 @@ def accelerate(model: nn.Module, recipe: str | Recipe = "auto", *, lr: float = 3
     """Resolve `recipe` on this machine and apply it to `model` in place.
 
     optimizer: yours (an Optimizer over model.parameters(), or `lambda params: Optimizer`); else AdamW
-    with lr/weight_decay/betas. scheduler: stepped by acc.step() after each optimizer step.
+    with lr/weight_decay/betas (3e-4, 0.1, (0.9, 0.95) when not given). scheduler: an LR scheduler or
+    `lambda opt: Scheduler(opt, ...)`, stepped by acc.step() after each optimizer step.
     grad_accum_steps=N: acc.backward divides the loss by N; acc.step() steps every N-th call
     (gradient_accumulation_steps=N, Accelerate's and TrainingArguments' name, is the same setting).
     recipe also takes Lightning's precision strings ("bf16-mixed", "16-mixed", "32-true",

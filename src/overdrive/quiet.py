@@ -3,9 +3,11 @@
 Each entry below is a message we have seen land in our output, with where it comes from and
 why it is harmless. Only these are filtered: an unknown warning still reaches the user.
 
-The CLI runs the command inside `at_boundary(verbose=False)`; that also sets OVERDRIVE_QUIET=1,
-so the processes it starts (bench workers under multiprocessing spawn, torchrun ranks) install
-the same warning and logging filters when they import `overdrive` (see `install_from_env`).
+`import overdrive` installs the same filters in the user's own program (the Python API printed
+torchao's "Failed to load ..._C_mxfp8.so" and torch's Enum warnings on every import while the CLI
+hid them); OVERDRIVE_QUIET=0 keeps them out of it. The CLI runs the command inside
+`at_boundary(verbose=...)`: `-v` removes the filters and sets OVERDRIVE_QUIET=0, so the processes it
+starts (bench workers under multiprocessing spawn, torchrun ranks) show the noise too.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import sys
 import warnings
 from collections.abc import Iterator
 
-__all__ = ["NOISY_WARNINGS", "NOISY_LOGS", "NOISY_PRINTS", "QUIET_ENV", "at_boundary", "install", "install_from_env"]
+__all__ = ["NOISY_WARNINGS", "NOISY_LOGS", "NOISY_PRINTS", "QUIET_ENV", "at_boundary", "install", "install_from_env",
+           "uninstall"]
 
 QUIET_ENV = "OVERDRIVE_QUIET"
 
@@ -97,6 +100,7 @@ class _LineFilter:
 
 
 _installed: list[tuple[logging.Logger, logging.Filter]] = []
+_warning_entries: list[tuple] = []
 
 
 def install() -> None:
@@ -105,15 +109,29 @@ def install() -> None:
         return
     for category, pattern in NOISY_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern, category=category)
+        _warning_entries.append(warnings.filters[0])
     for name, pattern in NOISY_LOGS:
         lg, flt = logging.getLogger(name), _DropMatching(pattern)
         lg.addFilter(flt)
         _installed.append((lg, flt))
 
 
+def uninstall() -> None:
+    """Remove what `install` added (the user's own warning filters stay as they were)."""
+    for lg, flt in _installed:
+        lg.removeFilter(flt)
+    _installed.clear()
+    for entry in _warning_entries:
+        with contextlib.suppress(ValueError):
+            warnings.filters.remove(entry)
+    _warning_entries.clear()
+    getattr(warnings, "_filters_mutated", lambda: None)()  # the warnings cache re-reads the list
+
+
 def install_from_env() -> None:
-    """In a process the CLI started: install the filters when it asked for quiet."""
-    if os.environ.get(QUIET_ENV) == "1":
+    """On `import overdrive`: the CLI's filters, in the user's program and in the processes the CLI starts,
+    unless OVERDRIVE_QUIET=0 (or `overdrive -v`) asks for the noise."""
+    if os.environ.get(QUIET_ENV, "1") != "0":
         install()
 
 
@@ -121,10 +139,21 @@ def install_from_env() -> None:
 def at_boundary(*, verbose: bool) -> Iterator[None]:
     """Run a command with known third-party noise filtered (unless `verbose`), in this process and
     in the ones it starts; restores warnings, loggers, streams and the environment on exit."""
-    if verbose:
-        yield
-        return
     old_env = os.environ.get(QUIET_ENV)
+    if verbose:
+        was = bool(_installed)
+        uninstall()
+        os.environ[QUIET_ENV] = "0"  # the processes it starts show the noise too
+        try:
+            yield
+        finally:
+            if was:
+                install()
+            if old_env is None:
+                os.environ.pop(QUIET_ENV, None)
+            else:
+                os.environ[QUIET_ENV] = old_env
+        return
     old_out = sys.stdout
     os.environ[QUIET_ENV] = "1"
     sys.stdout = _LineFilter(old_out, NOISY_PRINTS)

@@ -22,7 +22,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SRC = os.path.join(ROOT, "src", "overdrive")
 
-_QUICK = ["bench", "--quick", "--no-micro", "--steps", "2"]
+_QUICK = ["bench", "--quick", "--no-micro", "--rounds", "2"]
 # name -> the command after `python -m overdrive` (or a script), always followed by --out DIR.
 RUNS: dict[str, list[str]] = {
     # fp32 only: a reduced precision on an AVX2-only CPU costs minutes (the bench still judges its

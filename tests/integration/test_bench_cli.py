@@ -173,7 +173,7 @@ def test_inference_latency_and_export_end_to_end(tmp_path):
 def test_bench_blackwell_presets_show_their_quality_on_cpu(tmp_path):
     # MXFP8 and NVFP4 run emulated here: no speed, but a loss against the fp32 baseline after the
     # same parity steps, and a verdict (MXFP8 within the FP8 tolerance on the reference GPT).
-    cp = _run("bench", "--quick", "--steps", "1", "--no-micro", "--configs", "mxfp8,nvfp4", "--out", str(tmp_path))
+    cp = _run("bench", "--quick", "--rounds", "1", "--no-micro", "--configs", "mxfp8,nvfp4", "--out", str(tmp_path))
     assert cp.returncode == 0, cp.stderr[-2000:]
     res = json.loads((tmp_path / "results.json").read_text())
     by = {c["name"]: c for c in res["configs"]}

@@ -31,7 +31,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 TAGS = {"bash", "python", "text", "toml"}
-QUICK = "--quick --steps 1 --no-micro"  # one timed round: the same code paths, a fraction of the time
+QUICK = "--quick --rounds 1 --no-micro"  # one timed round: the same code paths, a fraction of the time
 
 # README command (comment stripped) -> (what the walk runs instead, or None to leave it out; why).
 INSTEAD: dict[str, tuple[str | None, str]] = {
@@ -56,16 +56,17 @@ INSTEAD: dict[str, tuple[str | None, str]] = {
     "overdrive train examples/tiny.toml --set train.recipe=amp-bf16 --set train.steps=300": (
         "overdrive train examples/tiny.toml --set train.recipe=amp-bf16 --set train.steps=20",
         "bf16 runs ~70x slower than fp32 on an AVX2-only CPU (a second run: it gets its own folder)"),
-    "overdrive tune models.py:make_model --batch models.py:batch --loss models.py:loss --budget-s 150 --out tuned/": (
-        "overdrive tune models.py:make_model --batch models.py:batch --loss models.py:loss --budget-s 40 "
+    "overdrive tune --model models.py:make_model --batch models.py:batch --loss-fn models.py:loss --budget-s 150 "
+    "--out tuned/": (
+        "overdrive tune --model models.py:make_model --batch models.py:batch --loss-fn models.py:loss --budget-s 40 "
         "--out tuned/", "a smaller budget"),
-    "overdrive tune --hf path/to/config.json --budget-s 300": ("overdrive tune --hf path/to/config.json "
-                                                               "--budget-s 40", "a smaller budget"),
-    "pip install 'overdrive[torchao]'": (None, "downloads packages"),
-    "pip install 'overdrive[liger]'": (None, "downloads packages"),
-    "pip install 'overdrive[te]'": (None, "downloads packages"),
-    "pip install 'overdrive[hf]'": (None, "downloads packages"),
-    "pip install 'overdrive[triton]'": (None, "downloads packages"),
+    "overdrive tune --model path/to/config.json --budget-s 300": ("overdrive tune --model path/to/config.json "
+                                                                  "--budget-s 40", "a smaller budget"),
+    "pip install -e '.[torchao]'": (None, "downloads packages"),
+    "pip install -e '.[liger]'": (None, "downloads packages"),
+    "pip install -e '.[te]'": (None, "downloads packages"),
+    "pip install -e '.[hf]'": (None, "downloads packages"),
+    "pip install -e '.[triton]'": (None, "downloads packages"),
     "overdrive serve out/ranker --port 8000": (None, "serves in the foreground until stopped; "
                                                "tests/integration/test_triton_server.py starts and stops it"),
     "overdrive bench --workload inference --server triton --slo-ms 5 --out out/triton-bench": (

@@ -51,7 +51,7 @@ def test_wheel_installs_complete_and_runs_doctor_bench_and_report(tmp_path):
     cp = _run(od + ["doctor"], cwd=work, env=env)
     assert cp.returncode == 0, cp.stdout[-1500:] + cp.stderr[-1500:]
     out = work / "bench"
-    cp = _run(od + ["bench", "--quick", "--steps", "1", "--no-micro", "--configs", "fp32-fused", "--out", str(out)],
+    cp = _run(od + ["bench", "--quick", "--rounds", "1", "--no-micro", "--configs", "fp32-fused", "--out", str(out)],
               cwd=work, env=env)
     assert cp.returncode == 0, cp.stdout[-1500:] + cp.stderr[-1500:]
     assert (out / "results.json").is_file()

@@ -155,3 +155,23 @@ def test_fsdp_accumulation_syncs_gradients_on_the_last_micro_step_only(tmp_path)
         assert calls == [False, False, True] and stepped == [False, False, True]
     finally:
         dist.destroy_process_group()
+
+
+def test_scheduler_factory_is_built_on_the_optimizer_and_report_names_the_set_lr():
+    """scheduler= takes a factory as optimizer= does (it used to crash at the first step), and report() gives
+    the lr the user set, not a warm-up's current 0."""
+    warm = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, s / 4))  # noqa: E731
+    acc = overdrive.accelerate(UserNet(), "fp32", env=CPU, optimizer=lambda ps: torch.optim.AdamW(ps, lr=1e-3),
+                               scheduler=warm)
+    assert isinstance(acc.scheduler, torch.optim.lr_scheduler.LambdaLR)
+    text = acc.report()
+    assert "lr 0.001" in text and "scheduler LambdaLR (lr now 0)" in text
+    x, y = _data()
+    for _ in range(2):
+        acc.backward(F.cross_entropy(acc.model(x), y))
+        assert acc.step()["stepped"]
+    assert acc.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3 * 2 / 4)
+    own = overdrive.accelerate(UserNet(), "fp32", env=CPU, lr=2e-3, scheduler=warm)  # on our AdamW too
+    assert isinstance(own.scheduler, torch.optim.lr_scheduler.LambdaLR) and "lr 0.002" in own.report()
+    with pytest.raises(UserError, match="scheduler=int"):
+        overdrive.accelerate(UserNet(), "fp32", env=CPU, scheduler=3)

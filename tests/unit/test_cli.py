@@ -3,6 +3,7 @@
 import argparse
 import io
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -95,7 +96,7 @@ def test_bench_suite_help_lists_every_registered_suite():
     text = " ".join(_subparsers(build_parser())["bench"].format_help().split())
     for name in [*SUITES, *RECSYS_SUITES, *LATENCY_SUITES]:
         assert name in text, f"bench --help does not list suite {name}"
-    assert "timed rounds" in text  # --steps says what it sets
+    assert "timed rounds" in text  # --rounds says what it sets
 
 
 def test_report_refuses_a_third_folder(tmp_path, capsys):
@@ -208,3 +209,24 @@ def test_bare_overdrive_shows_help_and_a_stray_word_names_its_subcommand(capsys)
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and len(err.splitlines()) == 1
     assert "plan: unrecognized arguments: stray" in err and "see overdrive plan --help" in err
+
+
+API_NOISE = textwrap.dedent("""
+    import logging
+    import overdrive  # the Python API, no CLI boundary
+    logging.getLogger("torchao").warning("Failed to load /x/torchao/_C_mxfp8.cpython-310.so: no")
+    logging.getLogger("torch.utils._pytree").warning("<enum 'K'> ... register_constant() is deprecated")
+    logging.getLogger("torchao").warning("an unknown torchao warning")
+""")
+
+
+@pytest.mark.parametrize("env", [{}, {"OVERDRIVE_QUIET": "0"}])
+def test_the_python_api_filters_the_same_known_noise_as_the_cli(env):
+    """`import overdrive` in a user's script used to print torchao's failed .so loads and torch's Enum warnings
+    (only the CLI filtered them); OVERDRIVE_QUIET=0 shows them."""
+    cp = subprocess.run([sys.executable, "-c", API_NOISE], capture_output=True, text=True, timeout=120,
+                        env={**os.environ, **env})
+    assert cp.returncode == 0, cp.stderr
+    assert "an unknown torchao warning" in cp.stderr  # only known noise goes
+    shown = env.get("OVERDRIVE_QUIET") == "0"
+    assert ("_C_mxfp8" in cp.stderr) == shown and ("register_constant" in cp.stderr) == shown

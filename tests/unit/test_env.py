@@ -1,5 +1,6 @@
 """The doctor's verdicts on simulated machines (facts faked at the probe boundary)."""
 
+import os
 import pytest
 
 from fakes import APEX_OK, LIGER_OK, TE_OK, TORCHAO_EMU, TRITON_OK, machine
@@ -215,3 +216,34 @@ def test_env_disk_cache(monkeypatch, tmp_path):
         assert len(calls) == 3
     finally:
         env_mod.set_env(None)
+
+
+def test_doctor_says_what_the_bench_measured_here(tmp_path, monkeypatch):
+    """The doctor's verdict is the probes' expectation; it never said what the bench found (fp16 14.7x slower)."""
+    import io
+    import json
+
+    from rich.console import Console
+
+    from fakes import TORCHAO_EMU, machine
+    from overdrive.bench.findings import findings_path, load_findings, save_findings
+    from overdrive.env import build_report
+    from overdrive.report.doctor import render_doctor
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    rep = build_report(machine(None, torchao=TORCHAO_EMU))
+
+    def shown():
+        buf = io.StringIO()
+        render_doctor(rep, Console(file=buf, width=240))
+        return buf.getvalue()
+
+    assert "Measured here: nothing yet" in shown()
+    results = json.load(open(os.path.join(os.path.dirname(__file__), "data", "bench_cpu_quick.json")))
+    assert save_findings(results, rep) == findings_path(rep) and load_findings(rep)["suite"] == "cpu-quick"
+    text = shown()
+    assert "Measured here by `overdrive bench` (suite cpu-quick, 2026-11-30" in text
+    assert "amp-fp16 (fp16): stopped — 41x slower than the baseline on the first step" in text
+    assert "fp32-fused (fp32): 0.62x the baseline [0.16–2.49]" in text
+    other = build_report({**machine(None), "torch": {**machine(None)["torch"], "version": "9.9.9"}})
+    assert load_findings(other) is None  # another torch build: another machine's findings

@@ -73,3 +73,51 @@ def test_trainer_arguments_that_undo_the_recipe_are_refused(tmp_path):
     acc = overdrive.accelerate(model, "amp-bf16", env=CPU)
     with pytest.raises(UserError, match="bf16"):
         _trainer(acc, tmp_path, bf16=False).train()
+
+
+def _losses(model, tmp_path, acc=None, **args):
+    """Per-step training losses of a seeded Trainer run (through Overdrive when acc is given)."""
+    kw = {"output_dir": str(tmp_path), "max_steps": 4, "per_device_train_batch_size": 2, "logging_steps": 1,
+          "save_strategy": "no", "report_to": [], "disable_tqdm": True, "seed": 0, **args}
+    extra = acc.trainer_kwargs() if acc is not None else {"model": model}
+    if acc is not None:
+        kw.update(acc.training_args_kwargs())
+    else:
+        kw["use_cpu"] = True
+    trainer = transformers.Trainer(args=transformers.TrainingArguments(**kw), train_dataset=_Tokens(n=16), **extra)
+    trainer.train()
+    return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+
+def _tiny():
+    torch.manual_seed(0)
+    return build_hf_model("llama", n_layer=1, d_model=32, n_head=2, vocab_size=256)
+
+
+@pytest.mark.parametrize("build_optimizer", [True, False])
+def test_trainer_hyperparameters_win(build_optimizer, tmp_path):
+    """The README's pattern with the user's learning_rate and accumulation trains like the plain Trainer (it
+    used to run Overdrive's AdamW at 3e-4 and raise 'multiple values' for gradient_accumulation_steps)."""
+    import copy
+
+    base = _tiny()
+    user = dict(learning_rate=2e-3, gradient_accumulation_steps=2, weight_decay=0.01)
+    plain = _losses(copy.deepcopy(base), tmp_path / "plain", **user)
+    acc = overdrive.accelerate(copy.deepcopy(base), "fp32", env=CPU, build_optimizer=build_optimizer)
+    ours = _losses(None, tmp_path / "od", acc=acc, **user)
+    assert len(ours) == len(plain) == 4
+    assert ours == pytest.approx(plain, rel=1e-4, abs=1e-5)
+    text = acc.report()
+    assert "Trainer's own" in text and "clipping, accumulation and the LR schedule: the Trainer's" in text
+    assert "gradient clipping at 1" not in text
+
+
+def test_trainer_lr_set_twice_differently_is_refused(tmp_path):
+    acc = overdrive.accelerate(_tiny(), "fp32", env=CPU, optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1))
+    with pytest.raises(UserError, match=r"learning_rate=0.002\) against the optimizer's lr 0.1.*set each once"):
+        _losses(None, tmp_path, acc=acc, learning_rate=2e-3)
+
+
+def test_trainer_uses_an_optimizer_chosen_in_accelerate(tmp_path):
+    acc = overdrive.accelerate(_tiny(), "fp32", env=CPU, lr=3e-3)
+    assert _losses(None, tmp_path, acc=acc) and acc.optimizer.state  # ours stepped: the user chose lr=3e-3

@@ -86,8 +86,8 @@ def test_report_refuses_results_with_missing_keys_or_deep_nesting(tmp_path, caps
 def test_bench_flags_refused_before_work(tmp_path, capsys):
     from overdrive.cli import main
 
-    assert main(["bench", "--quick", "--steps", "-1"]) == 2
-    assert "--steps must be >= 1" in capsys.readouterr().err
+    assert main(["bench", "--quick", "--rounds", "-1"]) == 2
+    assert "--rounds must be >= 1" in capsys.readouterr().err
     (tmp_path / "f").write_text("x")
     assert main(["bench", "--quick", "--out", str(tmp_path / "f" / "out")]) == 2
     err = capsys.readouterr().err

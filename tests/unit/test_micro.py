@@ -31,6 +31,17 @@ def test_a_far_slower_provider_is_sampled_twice_then_stops(monkeypatch):
     assert by["gone"] == {"group": "g", "provider": "gone", "status": "skipped", "reason": "not here"}
 
 
+def test_micro_rates_are_printed_in_a_unit_that_shows_them():
+    """A CPU's rates are fractions of a TB/s: they printed 0.000 TB/s; three significant digits in a scaled unit."""
+    from overdrive.report.tables import rate_text
+
+    assert rate_text(0.000412, "TB/s") == "412 MB/s"
+    assert rate_text(0.0412, "TB/s") == "41.2 GB/s"
+    assert rate_text(1.83, "TB/s") == "1.83 TB/s"
+    assert rate_text(0.0009, "TFLOP/s") == "900 MFLOP/s"
+    assert rate_text(None, "TB/s") == "-" and rate_text(3.0, "ops") == "3 ops"
+
+
 def test_liger_rmsnorm_does_not_overwrite_the_gradient_every_provider_reuses(monkeypatch):
     """LigerRMSNorm(in_place=True), its default, writes dX into dY: the norm micro-benchmark reuses one gy, so
     every call after the first (and every provider after Liger) ran on the previous call's dX."""

@@ -463,3 +463,19 @@ def test_export_refuses_a_withheld_verdict(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "withheld its verdict" in err and "load 4.1" in err
     assert not (tmp_path / "o" / "triton").exists()  # the estimate is never written as settings
+
+
+def test_export_takes_the_users_model_as_bench_does_with_model(tmp_path, capsys):
+    """`export --model FILE.py:FACTORY` (bench's spelling) reaches the same checks as the positional FILE.py:FACTORY;
+    it used to be "invalid choice ... recsys, gpt"."""
+    from overdrive.cli import main
+
+    assert main(["export", "--model", f"{tmp_path}/nope.py:make", "--inputs", f"{tmp_path}/nope.py:x", "--no-onnx",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert main(["export", "--model", "m.py:make", "--out", str(tmp_path / "o")]) == 2
+    assert "needs example inputs" in capsys.readouterr().err
+    assert main(["export", "a.py:f", "--model", "b.py:g", "--out", str(tmp_path / "o")]) == 2
+    assert "two models" in capsys.readouterr().err
+    assert main(["export", "--model", "bert", "--out", str(tmp_path / "o")]) == 2
+    assert "recsys, gpt or FILE.py:FACTORY" in capsys.readouterr().err

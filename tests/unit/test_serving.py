@@ -371,7 +371,8 @@ def test_an_engine_that_differs_is_never_timed():
     assert calls["bad"] == seen  # not called again: no timing of a wrong engine
     assert set(m["samples"]) == {"eager", "onnxruntime"}
     assert all(len(rs) == 2 and all(len(r) == 3 for r in rs) for e in m["samples"].values() for rs in e.values())
-    assert [p["of"] for p in m["aa"]] == ["eager at batch 1", "eager at batch 4"]  # twins at smallest and largest
+    # twins of eager at the smallest and largest batch, and of every other engine at the smallest (its own control)
+    assert [p["of"] for p in m["aa"]] == ["eager at batch 1", "eager at batch 4", "onnxruntime at batch 1"]
     assert all(len(p["a"]) == 2 and len(p["b"][0]) == 3 for p in m["aa"])
 
 
@@ -392,9 +393,10 @@ def test_short_calls_get_more_calls_per_round_and_twins_as_many_as_their_key():
                         min_round_ms=20)
     # 20 ms of calls per round: 400 of 0.05 ms, 40 of 0.5 ms; never fewer than reps, never more than 20 x reps.
     assert m["reps_per_key"] == {"eager@1": 400, "eager@4": 30, "onnxruntime@1": 40,
-                                 "onnxruntime@4": 30 * MAX_REP_FACTOR, "eager#A@1": 400, "eager#B@1": 400, "eager#A@4": 30, "eager#B@4": 30}
+                                 "onnxruntime@4": 30 * MAX_REP_FACTOR, "eager#A@1": 400, "eager#B@1": 400, "eager#A@4": 30,
+                                 "eager#B@4": 30, "onnxruntime#A@1": 40, "onnxruntime#B@1": 40}
     assert [len(r) for r in m["samples"]["eager"][1]] == [400, 400]
-    assert [(len(p["a"][0]), len(p["b"][0])) for p in m["aa"]] == [(400, 400), (30, 30)]
+    assert [(len(p["a"][0]), len(p["b"][0])) for p in m["aa"]] == [(400, 400), (30, 30), (40, 40)]
 
 
 # --- decode caches: built per batch, bounded by memory, freed between batches ----------------------------------
@@ -586,3 +588,93 @@ def test_a_quiet_host_whose_every_answer_is_fragile_is_no_verdict_either():
     row = out["engines"]["onnxruntime"]
     assert not out["noise_floor"]["busy"] and row["verdict"] == "withheld" and row["best"] is None
     assert out["verdict"] == "withheld" and "no engine's answer held" in out["withheld"]
+
+
+def test_each_engine_is_judged_against_its_own_control():
+    """One eager batch-1 twin pair split by a few slow calls withholds eager's verdict only, with that reason;
+    ONNX Runtime, whose own twins agree, keeps its verdict (it used to withhold every engine, quoting a
+    per-round spread that was inside the limit)."""
+    from overdrive.serve.engines import Engine
+    from overdrive.serve.serving import summarize_serving
+
+    rng = np.random.default_rng(3)
+
+    def rounds(base, per, n=40):
+        return {b: [list((base + per * b) * (1 + rng.exponential(0.05, n))) for _ in range(10)] for b in (1, 4)}
+
+    calm = [list(1.0 * (1 + rng.exponential(0.03, 40))) for _ in range(10)]
+    spiky = [[x if (k * 40 + i) % 25 else 6.0 for i, x in enumerate(r)] for k, r in enumerate(calm)]  # 4% at 6 ms
+    ort = rounds(0.2, 0.02)[1]
+    m = {"samples": {"eager": rounds(0.5, 0.1), "onnxruntime": rounds(0.2, 0.02)},
+         "aa": [{"of": "eager at batch 1", "engine": "eager", "batch": 1, "a": calm, "b": spiky, "rate_check": True},
+                {"of": "onnxruntime at batch 1", "engine": "onnxruntime", "batch": 1, "a": ort,
+                 "b": [[x * 1.01 for x in r] for r in ort], "rate_check": True}]}
+    ld = {"load1": 3.0, "cores": 2, "per_core": 1.5, "busy": True}
+    engines = [Engine("eager", "eager", lambda b: None), Engine("onnxruntime", "ORT", lambda b: None)]
+    out = summarize_serving(m, engines, 5.0, loads=(ld, ld), requests=1000, resamples=10, curve=False)
+    eager, onnx = out["engines"]["eager"], out["engines"]["onnxruntime"]
+    assert onnx["verdict"] == "given" and onnx["best"]["rate"] > 0 and onnx["control"] == "onnxruntime"
+    assert eager["verdict"] == "withheld" and eager["best"] is None
+    assert eager["withheld"].startswith("too busy to judge: eager at batch 1: one twin met the SLO")
+    assert out["verdict"] == "given" and not out["withheld"]
+    assert out["winner"] is None  # eager was not judged: ORT cannot be called the winner over it
+    assert "onnxruntime: " in out["text"] and "req/s [" in out["text"] and "eager: no verdict: too busy" in out["text"]
+
+
+def test_a_withheld_page_is_not_green_names_the_users_model_and_wraps_its_reasons(tmp_path):
+    """No verdict: the first line is not drawn as a result; the next step exports the model the bench measured
+    (not `--model recsys`); the reason cells wrap instead of pushing the table past a 1280 px page."""
+    from overdrive.report.latency_view import write_latency_report
+    from overdrive.serve.engines import Engine
+    from overdrive.serve.serving import summarize_serving
+
+    svc = {b: [[0.2 + 0.02 * b] * 40] * 10 for b in (1, 4)}
+    a = [[1.0] * 40 for _ in range(10)]
+    b = [[1.0 * (2.0 if k % 2 else 0.6)] * 40 for k in range(10)]
+    ld = {"load1": 5.2, "cores": 2, "per_core": 2.6, "busy": True}
+    sv = summarize_serving({"samples": {"onnxruntime": svc}, "aa": [{"of": "onnxruntime at batch 1", "batch": 1,
+                                                                     "engine": "onnxruntime", "a": a, "b": b}]},
+                           [Engine("onnxruntime", "ONNX Runtime (CPU EP)", lambda b: None)], 5.0, loads=(ld, ld),
+                           requests=1000, resamples=5, curve=False)
+    assert sv["verdict"] == "withheld" and "onnxruntime at batch 1: the twins' per-round interval" in sv["withheld"]
+    sv["model_identity"] = {"given": {"factory": "ranker.py:make", "inputs": "ranker.py:example", "dynamic": ["ids:1"]}}
+    r = {"schema": "overdrive.latency/1", "device": "CPU (test)", "created": "now", "git_commit": "abc", "slo_ms": 5.0,
+         "workloads": {}, "serving": sv, "recommendation": {"text": sv["text"]}}
+    write_latency_report(r, str(tmp_path))
+    page = (tmp_path / "report.html").read_text()
+    assert "<p class='rec none'>" in page and "<p class='rec'>" not in page
+    assert "overdrive export --model ranker.py:make --inputs ranker.py:example --dynamic ids:1 --max-batch N" in page
+    assert "--model recsys" not in page
+    assert "<td class='w'>no verdict: too busy" in page and "td.w{white-space:normal" in page
+
+
+def test_a_rate_that_some_resamples_lose_says_so_not_zero_to_infinity():
+    """The ONNX Runtime row of a user's bench read "the rate is known only to [0, inf] req/s": the real reason is
+    that some resamples of the rounds met the SLO at no rate."""
+    from overdrive.serve.serving import engine_verdict
+
+    rng = np.random.default_rng(1)
+    rounds = {1: [list(np.where(rng.random(40) < 0.004 * (k % 3), 6.0, 1.0)) for k in range(10)]}
+    v = engine_verdict(rounds, 5.0, requests=1000, resamples=20)
+    assert v["ci"][0] == 0.0 and "[0, inf]" not in v["fragile"]
+    assert v["fragile"].startswith("fragile: in 1 of 20 resamples of the 10 rounds the recommended setting")
+
+
+def test_the_runs_no_verdict_names_each_engines_own_reason():
+    from overdrive.serve.engines import Engine
+    from overdrive.serve.serving import summarize_serving
+
+    rng = np.random.default_rng(1)
+    svc = {1: [list(np.where(rng.random(40) < 0.004 * (k % 3), 6.0, 1.0)) for k in range(10)]}
+    calm = [[1.0] * 40 for _ in range(10)]
+    swing = [[1.0 * (2.0 if k % 2 else 0.6)] * 40 for k in range(10)]
+    ld = {"load1": 5.0, "cores": 2, "per_core": 2.5, "busy": True}
+    m = {"samples": {"eager": {1: calm}, "onnxruntime": svc},
+         "aa": [{"of": "eager at batch 1", "engine": "eager", "batch": 1, "a": calm, "b": swing},
+                {"of": "onnxruntime at batch 1", "engine": "onnxruntime", "batch": 1, "a": calm, "b": calm}]}
+    out = summarize_serving(m, [Engine("eager", "eager", None), Engine("onnxruntime", "ORT", None)], 5.0,
+                            loads=(ld, ld), requests=1000, resamples=20, curve=False)
+    why = out["withheld"]
+    assert out["verdict"] == "withheld" and why.startswith("no engine's answer held: eager: too busy to judge: eager at")
+    assert "; onnxruntime: fragile: in " in why and "met the SLO at no rate" in why
+    assert why.count("load 5.0 -> 5.0 on 2 cores") == 1  # the figures once, at the end

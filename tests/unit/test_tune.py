@@ -472,3 +472,76 @@ def test_a_busy_host_keeps_the_baseline_unless_a_difference_clears_its_noise():
     rows[1].update(speedup=1.9, speedup_ci=[1.5, 2.4], verdict="faster")
     best, text, confident = _pick(rows, runs, floor=floor, busy=True)
     assert best.name == "fp32" and "busy" in text and not confident  # never cached over a quiet run's winner
+
+
+def test_tuned_entry_survives_unrelated_installs_and_says_what_changed(tmp_path, monkeypatch):
+    """Installing an engine the winner does not use keeps the entry (it used to be 'no tuned recipe' after
+    `pip install onnx` or torchao); an engine the winner runs on that changed makes it stale, by name; another
+    torch build finds no entry but says an older one exists and what differs."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    bare = build_report(machine(None))  # no torchao here
+    sig = model_signature(Net())
+    win = Recipe(name="fp32+foreach", precision="fp32", optimizer="foreach")
+    save_tuned(win, signature=sig, fingerprint=machine_fingerprint(bare), summary="1.2x", env=bare)
+    acc = overdrive.accelerate(Net(), "tuned", env=CPU)  # torchao installed since: the winner does not use it
+    assert acc.resolved.recipe == win and not acc.resolved.decisions[0].fallback
+
+    fp8 = Recipe(name="fp8", precision="fp8")
+    save_tuned(fp8, signature=model_signature(Net(64)), fingerprint=machine_fingerprint(CPU), summary="1.1x", env=CPU)
+    stale = overdrive.accelerate(Net(64), "tuned", env=bare).resolved.decisions[0]
+    assert stale.fallback and "stale" in stale.reason and "torchao was '" in stale.reason and "is 'missing' now" in stale.reason
+
+    facts = machine(None, torchao=TORCHAO_EMU)
+    facts["torch"]["version"] = "2.99.0"
+    newer = overdrive.accelerate(Net(), "tuned", env=build_report(facts)).resolved.decisions[0]
+    assert newer.fallback and "an older entry for it exists" in newer.reason
+    assert "torch " in newer.reason and "-> 2.99.0" in newer.reason
+
+
+def test_compile_warm_up_follows_this_models_measured_compile_time(monkeypatch):
+    """The first compile may use the warm-up time left (it was a fixed third of the budget: at 120 s a 30 s
+    compile under load was dropped); later compiles get 3x the slowest measured one, not a fixed share."""
+    from overdrive.tune.measure import Run, Session
+
+    cands = {c.name: c for c in named_candidates(["amp-bf16+compile", "fp32+compile"], CPU)}
+    assert all(c.resolved.compile != "off" for c in cands.values() if c.name != "baseline")
+    first_ms = {"baseline": 10.0, "amp-bf16+compile": 10_000.0, "fp32+compile": 9_000.0}
+    s = Session(Workload(model_fn=Net, batch_fn=_batch), CPU, budget_s=120)
+    runs = {n: Run(cand=c, worker=object()) for n, c in cands.items()}
+    s.runs = list(runs.values())
+    timeouts = {}
+
+    def fake_call(run, msg, timeout, on_timeout):
+        timeouts.setdefault(run.cand.name, timeout)
+        ms = first_ms[run.cand.name] if not run.warmup_ms else 10.0
+        return {"steps": [{"ms": ms, "loss": 2.0 - 0.01 * (len(run.loss) + i), "gnorm": 1.0} for i in range(msg[1])]}
+
+    monkeypatch.setattr(s, "_call", fake_call)
+    monkeypatch.setattr(s, "_end", lambda run, status, reason, collect=False: setattr(run, "status", status))
+    base = runs["baseline"]
+    s._warm(base, None)
+    s._warm(runs["amp-bf16+compile"], base)
+    s._warm(runs["fp32+compile"], base)
+    assert timeouts["amp-bf16+compile"] > 0.6 * 120  # all the warm-up time left (0.65 of the budget), not 40 s
+    assert timeouts["fp32+compile"] == pytest.approx(30.0)  # 3x the 10 s compile measured for this model
+
+
+def test_a_winner_merged_with_fallback_names_says_what_ran():
+    """Where FP8 cannot run, the FP8 presets fall back to another row's recipe: the winner line used to read
+    "Winner: amp-bf16 (also named fp8, fp8-rowwise, ... mxfp8)", as if FP8 ran."""
+    from overdrive.recipes.labels import same_recipe_text
+    from overdrive.tune.candidates import preset_candidates
+    from overdrive.tune.measure import Run
+
+    nofp8 = build_report(machine(None))  # no torchao: every FP8 preset falls back (to fp32 on this fake CPU)
+    cands = preset_candidates(nofp8)
+    merged = next(c for c in cands if "fp8" in c.names)
+    assert merged.resolved.precision == "fp32" and {"fp8", "mxfp8", "fp32-fused"} <= set(merged.names)
+    runs = [Run(cand=c) for c in cands]
+    rows = [_rowd(cands[0].name, 1.0, None), _rowd(merged.name, 1.2, [1.1, 1.3])]
+    rows[0]["names"], rows[1]["names"] = list(cands[0].names), list(merged.names)
+    _, text, _ = _pick(rows, runs)
+    assert text.startswith(f"Winner: {merged.name} (the same recipe here as fp32-fused, auto; ")
+    assert "fp8, fp8-rowwise, fp8-delayed, mxfp8 asked for fp8, mxfp8 and fell back to this recipe here: fp32 ran" \
+        in text and "also named" not in text
+    assert same_recipe_text(["fp32-fused"], "fp32") == " (the same recipe here as fp32-fused)"

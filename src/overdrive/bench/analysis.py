@@ -13,6 +13,7 @@ from overdrive.env import EnvReport
 from overdrive.measure.quality import LOSS_TOLERANCE, loss_tolerance
 from overdrive.measure.stats import compare, host_too_busy, noise_floor, paired_ci, round_medians, summarize
 from overdrive.models import gpt_config
+from overdrive.recipes.labels import same_recipe_text
 
 __all__ = ["analyze", "LOSS_TOLERANCE", "loss_tolerance", "recommend", "apply_hint"]
 
@@ -203,14 +204,14 @@ def recommend(configs: list[dict], schedule: dict, task: str = "gpt") -> dict:
         load = f", load average {noise['load_1min']:.1f} on {noise['cores']} cores" if noise.get("load_1min") else ""
         text = (f"the host was too busy to judge: the baseline against its own twin (A/A) measured {aa['ratio']:.2f}x "
                 f"[{aa['ci'][0]:.2f}–{aa['ci'][1]:.2f}] over {aa['rounds']} rounds (noise ±{aa['spread_pct']:.0f}%)"
-                f"{load}. No recommendation: re-run on a quieter machine (or with more rounds, --steps){tail}")
+                f"{load}. No recommendation: re-run on a quieter machine (or with more rounds, --rounds){tail}")
         return {"name": None, "label": None, "text": text, "speedup": None, "speedup_ci": None, "apply": None,
                 "evidence": False, "too_busy": True}
     if faster:
         best = max(faster, key=lambda c: c["speedup"])
         lo, hi = best["speedup_ci"]
         lo_s = f"{lo:.2f}" if round(lo, 2) > 1.0 else f"{lo:.3f}"  # never print a lower bound above 1.0 as "1.00"
-        also = f" (= {', '.join(a['name'] for a in best['also'])})" if best.get("also") else ""
+        also = same_recipe_text([a["name"] for a in best.get("also") or []], best.get("precision"))
         hint = apply_hint(best, task)
         text = (f"fastest safe recipe here: {best['label']}{also} — {best['speedup']:.2f}x [{lo_s}–{hi:.2f}] the "
                 f"baseline's speed ({'+'.join(best['models'])} step {best['step_ms']['median']:.1f} ms), "
@@ -230,6 +231,6 @@ def recommend(configs: list[dict], schedule: dict, task: str = "gpt") -> dict:
         need = f"above the A/A noise floor ±{floor:.1f}%" if floor is not None else "above 1.0"
         text = (f"no recipe was measurably faster than the baseline here{lead} (the interval must lie {need}): "
                 f"{_why_no_evidence(best, schedule, configs)}. Keep plain PyTorch, or re-run with more rounds "
-                f"(--steps) on a quiet machine{tail}")
+                f"(--rounds) on a quiet machine{tail}")
     return {"name": None, "label": None, "text": text, "speedup": None, "speedup_ci": None, "apply": None,
             "evidence": False}

@@ -110,7 +110,8 @@ def load_results(path: str) -> dict:
 
     p = os.path.join(path, "results.json") if os.path.isdir(path) else path
     schema = json.loads(resources.files("overdrive.bench").joinpath("results.schema.json").read_text())
-    fix = "pass a folder written by `overdrive bench --out DIR` (or re-run the bench)"
+    fix = ("pass a folder written by `overdrive bench --out DIR`, `tune --out DIR` or `plan --out DIR` (or re-run "
+           "the command)")
     doc = read_json(p, schema=schema, what="overdrive bench result", fix=fix)
     bad = _non_finite(doc)
     if bad:

@@ -8,6 +8,7 @@ import json
 import os
 
 from overdrive.commands import late_help
+from overdrive.commands.vocabulary import deprecated
 from overdrive.errors import UserError
 
 
@@ -19,7 +20,7 @@ def _refuse_ignored_flags(args: argparse.Namespace, workload) -> None:
     if (args.model or args.inputs or args.dynamic) and workload.name != "inference":
         raise UserError(f"--model/--inputs/--dynamic serve your model under a request stream: they apply to "
                         f"--workload inference, not {workload.name} (to tune your model's training: overdrive tune "
-                        "FILE.py:FACTORY)")
+                        "--model FILE.py:FACTORY)")
     if (args.inputs or args.dynamic) and not args.model:
         raise UserError("--inputs/--dynamic are for your own model: pass --model FILE.py:FACTORY too")
     if args.model and ".py:" not in args.model:
@@ -27,6 +28,9 @@ def _refuse_ignored_flags(args: argparse.Namespace, workload) -> None:
     if args.model and not args.inputs:
         raise UserError(f"--model {args.model} needs example inputs: pass --inputs FILE.py:FN, FN(batch) returning a "
                         "tensor or a tuple of tensors whose first dimension is the batch")
+    if args.threads is not None and workload.name == "inference":
+        raise UserError("--threads applies to the training workloads: the inference bench sets each engine's threads "
+                        "from the host's load (half the free cores, recorded in the results); drop --threads")
     if args.server != "simulated" and workload.name != "inference":
         raise UserError(f"--server {args.server} serves the inference bench's model: add --workload inference")
     if args.configs and not workload.configs_apply:
@@ -83,8 +87,10 @@ def _bench(args: argparse.Namespace, held: list) -> int:
             data_note = workload.check_data(args.data)  # fail now, in one line, not inside six workers
         except DataError as e:
             raise UserError(str(e)) from None
-    if args.steps is not None and args.steps < 1:
-        raise UserError(f"--steps must be >= 1 timed round, got {args.steps}")
+    if args.rounds is not None and args.rounds < 1:
+        raise UserError(f"--rounds must be >= 1 timed round, got {args.rounds}")
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads must be >= 1, got {args.threads}")
     from overdrive.track import parse_report_to
 
     report_to = parse_report_to(args.report_to)  # a missing tracker package: one line, before the run
@@ -114,8 +120,8 @@ def _bench(args: argparse.Namespace, held: list) -> int:
                 suite, [c.strip() for c in args.configs.split(",") if c.strip()]))
         except ValueError as e:
             raise UserError(str(e)) from None
-    if args.steps:
-        suite = dataclasses.replace(suite, rounds=args.steps)
+    if args.rounds:
+        suite = dataclasses.replace(suite, rounds=args.rounds)
     console = wide_console()
     console.print(f"overdrive bench: suite [bold]{escape(suite.name)}[/] ({workload.name}) on "
                   f"{escape(env.gpus[0].name) if env.gpus else 'CPU'} — "
@@ -127,8 +133,11 @@ def _bench(args: argparse.Namespace, held: list) -> int:
                   TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), console=console, transient=not console.is_terminal) as progress:
         results = run_bench(suite, env=env, data=args.data, seed=args.seed, micro=not args.no_micro,
-                            progress=progress, on_partial=_partial_writer(args.out))
+                            progress=progress, threads=args.threads, on_partial=_partial_writer(args.out))
     render_bench(results, console)
+    from overdrive.bench.findings import save_findings
+
+    save_findings(results, env)  # for `overdrive doctor`: what the bench measured, beside what the probes expect
     if args.out:
         _write_report(results, args.out, console)
     if report_to:
@@ -152,6 +161,10 @@ def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
     from overdrive.serve.engines import ServingError
     from overdrive.serve.export import ExportError, user_served_model
 
+    if args.rounds:  # the fixed-batch tables' rounds and the request stream's
+        import dataclasses
+
+        suite = dataclasses.replace(suite, rounds=args.rounds, serve_rounds=args.rounds)
     if args.server == "triton":  # before any work: the extra, and a machine the server binary runs on
         from overdrive.serve.triton_bench import triton_unavailable
 
@@ -257,10 +270,13 @@ def register(sub) -> None:
                         "setting, driven by an open-loop Poisson client: needs overdrive[triton])")
     b.add_argument("--configs", help="comma-separated candidates to run (the baseline always runs): the suite's, or "
                                      "any recipe name (e.g. fp8-rowwise, bf16+compile)")
-    b.add_argument("--steps", type=int, help="sets the number of timed rounds, not optimizer steps: each round "
-                                              "runs every configuration for the suite's steps per round "
-                                              "(default: the suite's rounds); quality is always judged after the "
-                                              "suite's fixed parity steps")
+    b.add_argument("--rounds", type=int, help="timed rounds: each round runs every configuration for the suite's "
+                                               "steps per round (default: the suite's rounds; inference: the rounds "
+                                               "of every table and of the request stream); quality is always judged "
+                                               "after the suite's fixed parity steps")
+    deprecated(b, "--steps", new="--rounds", dest="rounds", type=int)
+    b.add_argument("--threads", type=int, default=None, help="torch threads per measuring process (default: from the "
+                   "cores, the processes stepping at once and the host's load; recorded in the results)")
     b.add_argument("--seed", type=int, default=0, help="seed for model init and data order (default 0)")
     b.add_argument("--no-micro", action="store_true", help="skip the micro-benchmarks")
     b.add_argument("--report-to", metavar="TRACKERS", help="log the results to tensorboard, mlflow and/or wandb "

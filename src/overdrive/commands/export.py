@@ -8,6 +8,7 @@ from overdrive.errors import UserError
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    _model_or_factory(args)  # before the heavy imports: a wrong --model is a one-line error at once
     from overdrive.io import check_writable
     from overdrive.serve.export import ExportError, batching_from, export_for_serving, user_served_model
 
@@ -72,6 +73,21 @@ def _print(rep: dict) -> None:
         print(f"ONNX {rep['onnx']}")
 
 
+def _model_or_factory(args: argparse.Namespace) -> None:
+    """--model takes what bench's --model takes (recsys, gpt or FILE.py:FACTORY); the positional
+    FILE.py:FACTORY is the older spelling of --model FILE.py:FACTORY."""
+    m = args.model or "recsys"
+    if ".py:" in m:
+        if args.factory and args.factory != m:
+            raise UserError(f"two models: {args.factory} and --model {m}: pass one, as --model FILE.py:FACTORY")
+        args.factory, m = m, "recsys"
+    elif m not in ("recsys", "gpt"):
+        raise UserError(f"--model {m!r}: use recsys, gpt or FILE.py:FACTORY (a function returning your nn.Module)")
+    elif args.model and args.factory:
+        raise UserError(f"two models: {args.factory} and --model {m}: pass one")
+    args.model = m
+
+
 def _printable(s: str) -> str:
     """Text from a results file (untrusted) as the terminal should show it: escapes, never control codes."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
@@ -83,7 +99,7 @@ def register(sub) -> None:
                                    "are installed, and triton/<name>/ (model + config.pbtxt with dynamic batching up "
                                    "to the SLO batch). Each artefact is reloaded and checked against the eager model.")
     e.add_argument("factory", nargs="?", metavar="FILE.py:FACTORY",
-                   help="your own model: a function returning an nn.Module (with --inputs); default: --model")
+                   help="deprecated spelling of --model FILE.py:FACTORY")
     e.add_argument("--inputs", metavar="FILE.py:FN", help="FN(batch) returns example inputs (a tensor or a tuple, "
                    "batch first) for FILE.py:FACTORY")
     e.add_argument("--dynamic", action="append", metavar="INPUT:AXIS",
@@ -91,9 +107,10 @@ def register(sub) -> None:
                         "repeatable); the batch is always dynamic")
     e.add_argument("--bag-len", type=int, default=5, help="the click model's example bag length (the dimension "
                    "stays dynamic: -1 in config.pbtxt; default 5)")
-    e.add_argument("--model", choices=["recsys", "gpt"], default="recsys",
-                   help="recsys: the DLRM-style click model; gpt: a reference GPT of --size (with --weights, "
-                        "the size it was trained at)")
+    e.add_argument("--model", metavar="recsys|gpt|FILE.py:FACTORY",
+                   help="recsys (default): the DLRM-style click model; gpt: a reference GPT of --size (with "
+                        "--weights, the size it was trained at); FILE.py:FACTORY: your own model, a function "
+                        "returning an nn.Module (with --inputs)")
     e.add_argument("--size", default="cpu-student", help="reference GPT size (for --model gpt)")
     e.add_argument("--weights", help="a state_dict .pt to load (weights_only); default: fresh random weights")
     e.add_argument("--out", default="out/export", help="output folder (default out/export)")

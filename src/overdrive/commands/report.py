@@ -40,6 +40,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if len(args.dirs) > 2:
         raise UserError(f"overdrive report takes one folder (re-render) or two (compare), got {len(args.dirs)}")
     console = wide_console()
+    plan_doc = _plan_result(args.dirs[0]) if len(args.dirs) == 1 else None
+    if plan_doc is not None:
+        from overdrive.report.plan_html import write_plan_html
+        from overdrive.report.plan_view import render_plan, write_breakdown_png
+
+        render_plan(plan_doc, console)
+        out = args.out or _folder_of(args.dirs[0])
+        _writable(out, "--out" if args.out else "report DIR", "the plan")
+        png = os.path.join(out, "memory.png")
+        page = _written(lambda: (write_breakdown_png(plan_doc, png), write_plan_html(plan_doc, out, png=png))[1])
+        console.print(f"re-rendered {escape(page)}")
+        _screenshots(args, page, console)
+        return 0
     tune_doc = _tune_result(args.dirs[0]) if len(args.dirs) == 1 else None
     if tune_doc is not None:
         from overdrive.report.tune_view import render_tune, write_report
@@ -97,6 +110,24 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan_result(path: str) -> dict | None:
+    """A plan folder's plan.json (what `overdrive plan --out DIR` writes), or None when there is none."""
+    from overdrive.io import read_json
+
+    p = os.path.join(path, "plan.json") if os.path.isdir(path) else path
+    if os.path.basename(p) != "plan.json" or not os.path.isfile(p):
+        return None
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, "results.json")):
+        return None  # a bench or tune folder that also holds a plan: its results come first
+    try:
+        doc = read_json(p, what="plan result")
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if not (isinstance(doc, dict) and isinstance(doc.get("candidates"), list) and "model" in doc):
+        raise UserError(f"{p} is not an overdrive plan result (no candidates/model): re-run `overdrive plan --out DIR`")
+    return doc
+
+
 def _tune_result(path: str) -> dict | None:
     """A tune folder's results.json, schema-checked (`tune.results`); None when the file is not a tune result."""
     from overdrive.tune.results import load_tune_result
@@ -125,9 +156,11 @@ def _screenshots(args: argparse.Namespace, page: str | None, console) -> None:
 
 
 def register(sub) -> None:
-    r = sub.add_parser("report", help="re-render a bench result folder, or compare two",
+    r = sub.add_parser("report", help="re-render a result folder (bench, inference bench, tune, plan), or compare two "
+                                      "bench folders",
                        description="overdrive report DIR re-renders the table, plots and report.html from "
-                                   "DIR/results.json; overdrive report DIR_A DIR_B compares two runs.")
+                                   "DIR/results.json (DIR/plan.json for a plan); overdrive report DIR_A DIR_B compares "
+                                   "two bench runs.")
     r.add_argument("dirs", nargs="+", metavar="DIR", help="one or two result folders (or results.json files)")
     r.add_argument("--out", help="with two folders: also write the comparison to OUT/compare.html; with one: write "
                    "the re-rendered page and plots to OUT instead of DIR (e.g. when DIR is read-only)")
@@ -135,5 +168,5 @@ def register(sub) -> None:
                    "(suite, models, batch, sequence): show the rows anyway, without a verdict")
     r.add_argument("--screenshot", action="store_true", help="also save full-page PNGs of the page at 1280 and 390 "
                    "px wide beside it (needs a headless Chromium: apt-get install chromium; pip install "
-                   "'overdrive[browser]')")
+                   "playwright, the overdrive[browser] extra)")
     r.set_defaults(func=_cmd_report)

@@ -6,14 +6,35 @@ import argparse
 import json
 import sys
 
+from overdrive.commands.vocabulary import deprecated
 from overdrive.errors import UserError
 
 
+def _model(args: argparse.Namespace) -> None:
+    """--model FILE.py:FACTORY or --model CONFIG (a transformers config folder or .json, as plan --model takes
+    it) into factory/hf; the positional FILE.py:FACTORY and --hf CONFIG are the older spellings."""
+    import os
+
+    m = args.model
+    if m is not None and args.factory is not None:
+        raise UserError(f"two models: {args.factory} and --model {m}: pass one, as --model")
+    if m is None:
+        args.hf = None
+        return
+    if ".py:" in m:
+        args.factory, args.hf = m, None
+    elif os.path.isdir(m) or m.endswith(".json"):
+        args.factory, args.hf = None, m
+    else:
+        raise UserError(f"--model {m!r}: pass FILE.py:FACTORY (a function returning a fresh nn.Module) or a "
+                        "transformers config folder or .json")
+
+
 def _cmd_tune(args: argparse.Namespace) -> int:
+    _model(args)
     if not args.factory and not args.hf:
-        raise UserError("pass the model as FILE.py:FACTORY (a function returning a fresh nn.Module), or --hf CONFIG")
-    if args.factory and args.hf:
-        raise UserError("pass either FILE.py:FACTORY or --hf CONFIG, not both")
+        raise UserError("pass the model as --model FILE.py:FACTORY (a function returning a fresh nn.Module), or "
+                        "--model CONFIG (a transformers config folder or .json)")
     import math
 
     if not (args.budget_s > 0 and math.isfinite(args.budget_s)):  # nan and inf too
@@ -38,7 +59,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from overdrive.tune import tune
 
-    kw = dict(loss_fn=args.loss, hf=args.hf, budget_s=args.budget_s, candidates=args.candidates, out=args.out,
+    kw = dict(loss_fn=args.loss_fn, hf=args.hf, budget_s=args.budget_s, candidates=args.configs, out=args.out,
               seed=args.seed, lr=args.lr, threads=args.threads)
     if args.json:
         res = tune(args.factory, args.batch, progress=lambda s: print(f"tune: {s}", file=sys.stderr), **kw)
@@ -103,16 +124,19 @@ def register(sub) -> None:
                                    "timed rounds with an A/A twin of the baseline, successive halving, paired per-round "
                                    "intervals; every loss curve checked against the fp32 baseline. A winner needs "
                                    "its interval above 1.0 and beyond the A/A noise floor.")
-    p.add_argument("factory", nargs="?", metavar="FILE.py:FACTORY",
-                   help="a function returning a fresh nn.Module (same weights each call)")
-    p.add_argument("--batch", metavar="FILE.py:FN", help="FN(step) returns a batch: a tensor, tuple or dict")
-    p.add_argument("--loss", metavar="FILE.py:FN", help="FN(model, batch) returns the scalar loss (default: the "
+    p.add_argument("--model", metavar="FILE.py:FACTORY|CONFIG", help="FILE.py:FACTORY, a function returning a fresh "
+                   "nn.Module (same weights each call); or a transformers config folder or .json: a causal LM with "
+                   "random token batches (no download)")
+    p.add_argument("factory", nargs="?", metavar="FILE.py:FACTORY", help="older spelling of --model FILE.py:FACTORY")
+    p.add_argument("--batch", metavar="FILE.py:FN", help="FN(step) returns a training batch: a tensor, tuple or dict")
+    p.add_argument("--loss-fn", metavar="FILE.py:FN", help="FN(model, batch) returns the scalar loss (default: the "
                    "model's output if a scalar, else its .loss)")
-    p.add_argument("--hf", metavar="CONFIG", help="a transformers config folder or .json: a causal LM with random "
-                   "token batches (no download)")
+    deprecated(p, "--loss", new="--loss-fn", dest="loss_fn", metavar="FILE.py:FN")
+    deprecated(p, "--hf", new="--model CONFIG", dest="model", metavar="CONFIG")
     p.add_argument("--budget-s", type=float, default=120.0, help="wall-clock budget for the whole run, probing and "
                    "compilation included (default 120)")
-    p.add_argument("--candidates", help="comma-separated recipe names to try (default: all distinct presets + knobs)")
+    p.add_argument("--configs", help="comma-separated recipe names to try (default: all distinct presets + knobs)")
+    deprecated(p, "--candidates", new="--configs", dest="configs")
     p.add_argument("--out", metavar="DIR", help="write results.json, report.html and recipe.json (the winner)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout (progress goes to stderr)")
     p.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate for the measured steps")

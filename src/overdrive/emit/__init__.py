@@ -1,6 +1,6 @@
 """Overdrive picks, your stack runs it: the winning recipe written as another stack's own configuration.
 
-    overdrive tune models.py:make --batch models.py:batch --out tuned --emit accelerate --emit trainer
+    overdrive tune --model models.py:make --batch models.py:batch --out tuned --emit accelerate --emit trainer
     overdrive emit tuned --for lightning --for torchtitan          # later, from the tune folder
     overdrive.emit.emit("tuned", stacks=["accelerate"], out="tuned")
 

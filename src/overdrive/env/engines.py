@@ -220,10 +220,13 @@ def _block_scaled(fmt: str, engines: dict[str, EngineStatus], gpus: list[dict]) 
                                 f"(its MXFP8 kernels may need a source build on this platform)")
     g = gpus[0] if gpus else None
     where = f"{g['name']} is SM {g['cc'][0]}.{g['cc'][1]}" if g else "no GPU"
-    return EngineStatus(name=fmt, status="unsupported" if emulated else "missing",
-                        reason=f"{name} needs SM >= 10.0 ({where}); " + reason, details={"engines": per},
+    # The hardware lacks the format: "unsupported" whether or not emulation runs (MXFP8 read "missing" and
+    # NVFP4 "unsupported" on one CPU for this same reason); the reason and the fix say about emulation.
+    return EngineStatus(name=fmt, status="unsupported",
+                        reason=f"{name} needs SM >= 10.0 ({where}); " + reason
+                        + ("" if emulated else f"; no {name} emulation either"), details={"engines": per},
                         fix=f"run on a Blackwell GPU (B200/B300) for {name} speed" +
-                            ("" if emulated else "; pip install 'overdrive[torchao]' for emulation"))
+                            ("" if emulated else "; pip install 'torchao>=0.10' for emulation"))
 
 
 def _gpu_kernel_lib(n: str, f: dict, has_gpu: bool, gpu_name: str, smoke_key: str, what: str,
@@ -289,10 +292,10 @@ def classify_engines(facts: dict, gpus: list[dict]) -> dict[str, EngineStatus]:
     missing_fix = {
         "te": ("transformer_engine", _TE_INSTALL),
         "apex": ("apex", "no PyPI package (the PyPI 'apex' is unrelated): " + _APEX_BUILD),
-        "torchao": ("torchao", "pip install 'overdrive[torchao]'"),
-        "liger": ("liger_kernel", "pip install 'overdrive[liger]'"),
+        "torchao": ("torchao", "pip install 'torchao>=0.10' (the overdrive[torchao] extra)"),
+        "liger": ("liger_kernel", "pip install liger-kernel packaging numpy (the overdrive[liger] extra)"),
         "triton": ("triton", "pip install triton (CUDA builds of torch bring it)"),
-        "onnx": ("onnx", "pip install 'overdrive[export]' (onnx, onnxscript, onnxruntime)"),
+        "onnx": ("onnx", "pip install onnx onnxscript onnxruntime (the overdrive[export] extra)"),
         "torchrec": ("torchrec", "pip install torchrec fbgemm-gpu (fbgemm-gpu-cpu without CUDA), built for this torch"),
     }
     for key, (name, fix) in missing_fix.items():

@@ -137,7 +137,7 @@ def _fp8(engines: dict[str, EngineStatus], gpus: list[GpuInfo]) -> tuple[str | N
         if engines.get(name) and engines[name].ok:
             return name, f"{label} runs FP8 on {gpus[0].name}"
     return None, ("the GPU has FP8 tensor cores but no FP8 engine works: "
-                  "pip install 'overdrive[torchao]' or install Transformer Engine")
+                  "pip install 'torchao>=0.10' or install Transformer Engine")
 
 
 def build_report(facts: dict, *, created: str | None = None) -> EnvReport:

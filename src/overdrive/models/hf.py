@@ -19,7 +19,7 @@ def build_hf_model(family: str, *, n_layer: int = 2, d_model: int = 64, n_head: 
     try:
         import transformers
     except ImportError as e:
-        raise ImportError("Hugging Face models need transformers: pip install 'overdrive[hf]'") from e
+        raise ImportError("Hugging Face models need transformers: pip install transformers accelerate (the overdrive[hf] extra)") from e
     if family == "gpt2":
         cfg = transformers.GPT2Config(n_layer=n_layer, n_embd=d_model, n_head=n_head, vocab_size=vocab_size,
                                       n_positions=max_positions, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,

@@ -83,7 +83,7 @@ def _emulation_why_not(fmt: str, env: EnvReport) -> str | None:
     if ao.details.get("mxfp8_emulate_ok"):
         return None
     if ao.status == "missing":
-        return "torchao is not installed (pip install 'overdrive[torchao]' for its MXFP8 emulation)"
+        return "torchao is not installed (pip install 'torchao>=0.10' for its MXFP8 emulation)"
     return f"torchao's MXFP8 emulated recipe failed here: {ao.details.get('mxfp8_emulate_error') or ao.reason}"
 
 

@@ -69,6 +69,28 @@ def ran_label(name: str, r: ResolvedRecipe, env: EnvReport) -> str:
     return f"{head} (fallback: {'; '.join(_short(d, env) for d in falls)})"
 
 
+def same_recipe_text(names: list[str], ran: str | None) -> str:
+    """What the other names of a merged row mean, beside its name, said so that none reads as if it ran:
+    ' (fp8, mxfp8 asked for fp8 and fell back to this recipe here: bf16 ran)' for fallbacks,
+    ' (the same recipe here as fp32-fused)' for names that ask for what ran. `ran`: what_runs() (None:
+    not recorded, every name is said as the same recipe)."""
+    from overdrive.recipes import PRESETS
+
+    def asked(n: str) -> str | None:
+        rec = PRESETS.get(n.split("+")[0])
+        if rec is None or rec.precision == "auto":
+            return None
+        return rec.fp8_scaling if rec.fp8_scaling in ("mxfp8", "nvfp4") else rec.precision
+
+    fell = [n for n in names if ran and asked(n) is not None and not ran.startswith(asked(n))]
+    same = [n for n in names if n not in fell]
+    parts = [f"the same recipe here as {', '.join(same)}"] if same else []
+    if fell:
+        formats = ", ".join(dict.fromkeys(asked(n) for n in fell))
+        parts.append(f"{', '.join(fell)} asked for {formats} and fell back to this recipe here: {ran} ran")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def effective_key(r: ResolvedRecipe, options: dict | None = None, extra: dict | None = None) -> str:
     """Equal for two candidates that run the same thing here: the resolved fields without the
     requested recipe and the decision log, plus task options (and any test injection)."""

@@ -226,7 +226,7 @@ def _fp8(r: Recipe, env: EnvReport, log: _Log, compile_mode: str = "off", own_ch
         return log.add("fp8", want, "emulated", f"fp8 requested: {where} → torchao emulation, numerics only, "
                                                  "not faster", fallback=True), scaling, "fp8"
     alt = env.best_precision
-    extra = "" if ao.status != "missing" else "; pip install 'overdrive[torchao]' for emulation"
+    extra = "" if ao.status != "missing" else "; pip install 'torchao>=0.10' for emulation"
     log.add("fp8", want, f"none ({alt})", f"fp8 requested: {where}, and {ao_why()}{extra} → {alt}", fallback=True)
     return None, None, alt
 

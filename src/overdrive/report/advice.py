@@ -68,7 +68,7 @@ def next_step(results: dict) -> Step:
                     "notes below, then re-run `overdrive bench`.")
     if (results.get("recommendation") or {}).get("too_busy"):
         return Step("Next step: re-run `overdrive bench --out DIR` when the machine is quieter (or with more rounds, "
-                    "--steps): this host was too busy to tell the recipes apart, so nothing was judged.")
+                    "--rounds): this host was too busy to tell the recipes apart, so nothing was judged.")
     if w.get("baseline"):
         what = "your plain fp32 PyTorch loop" if task == "gpt" else "the baseline (nn.Embedding, dense AdamW)"
         return Step(f"Next step: keep {what} — no candidate was measurably faster here. Re-run `overdrive bench --out DIR` on "

@@ -2,7 +2,7 @@
 browser tests make (console errors, images decoded, horizontal overflow, the verdict above the fold).
 
 Chromium comes from the system (Debian `chromium`, or $OVERDRIVE_CHROMIUM); Playwright from PyPI
-(`pip install 'overdrive[browser]'`) drives it. Playwright's own browser download is not needed.
+(`pip install playwright`, the overdrive[browser] extra) drives it. Playwright's own browser download is not needed.
 Nothing here is imported by the bench: a report is written without a browser.
 """
 
@@ -46,7 +46,7 @@ def browser_missing() -> str | None:
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        return "Playwright is not installed (pip install 'overdrive[browser]')"
+        return "Playwright is not installed (pip install playwright: the overdrive[browser] extra)"
     if find_chromium() is None:
         return "no Chromium found (apt-get install chromium, or set OVERDRIVE_CHROMIUM to its path)"
     return None

@@ -79,6 +79,16 @@ def render_doctor(rep: EnvReport, console: Console | None = None) -> None:
                   _e(st.reason), _e(st.fix))
     c.print(e)
 
-    c.print("[bold]Verdict[/]")
+    c.print("[bold]Verdict[/] (what the probes expect)")
     for line in rep.verdict:
         c.print(f"  {escape(line)}")
+    from overdrive.bench.findings import findings_lines, load_findings
+
+    found = load_findings(rep)
+    if found:
+        c.print(f"[bold]Measured here[/] by `overdrive bench` (suite {_e(found.get('suite'))}, {_e(found.get('created'))})")
+        for line in findings_lines(found):
+            c.print(f"  {_e(line)}")
+    else:
+        c.print("[bold]Measured here[/]: nothing yet — `overdrive bench` measures what each recipe costs on this "
+                "machine, and the doctor shows it here after")

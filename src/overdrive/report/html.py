@@ -9,7 +9,7 @@ from overdrive.bench.results import suite_title, throughput
 from overdrive.io import write_atomic
 from overdrive.report.advice import next_step, precision_note, role_order, verdict_text
 from overdrive.report.page import esc, img_tag, page, rec_block, table
-from overdrive.report.tables import emulated_note, mfu_cell
+from overdrive.report.tables import emulated_note, mfu_cell, rate_text
 
 __all__ = ["write_html", "bench_rows"]
 
@@ -89,7 +89,10 @@ def write_html(results: dict, out_dir: str, plots: list[str]) -> str:
             f"{esc(suite_title(results))} · {esc(str(results.get('created')))} · commit "
             f"{esc(str(results.get('git_commit')))} · torch "
             f"{esc(str((results.get('versions') or {}).get('torch')))}</p>"]
-    body += rec_block(verdict_text(results), next_step(results).html(esc), why)
+    rec = results.get("recommendation") or {}
+    # "too busy to judge" or nothing completed: no verdict, never drawn in the green of a result
+    answered = not rec.get("too_busy") and not str(rec.get("text", "")).startswith("no configuration completed")
+    body += rec_block(verdict_text(results), next_step(results).html(esc), why, answered=answered)
     head, rows = bench_rows(results)
     body.append(table(head, rows, left=3))
     body += [f"<p class='note'>{esc(n)}</p>" for n in _notes(results)]
@@ -100,7 +103,7 @@ def write_html(results: dict, out_dir: str, plots: list[str]) -> str:
         body.append("<h2>Micro-benchmarks</h2>")
         body.append(table(["group", "provider", "ms median", "p10–p90", "rate"], [
             [esc(m["group"]), esc(m["provider"]), f"{m['ms']['median']:.3f}",
-             f"{m['ms']['p10']:.3f}–{m['ms']['p90']:.3f}", f"{_f(m.get('rate'), '{:.3f}')} {esc(m.get('unit', ''))}"]
+             f"{m['ms']['p10']:.3f}–{m['ms']['p90']:.3f}", esc(rate_text(m.get("rate"), m.get("unit", "")))]
             for m in micro], left=2))
     verdict = []
     for v in env.get("verdict", []):

@@ -95,14 +95,14 @@ def served_name(sv: dict) -> str:
     return ((sv.get("model_identity") or {}).get("given") or {}).get("factory") or "click model"
 
 
-def export_command(sv: dict, out_dir: str) -> str:
-    """The `overdrive export` that writes these serving results' settings for the model they measured."""
-    given = (sv.get("model_identity") or {}).get("given")
-    if not given:
-        return f"overdrive export --model recsys --slo-from {out_dir} --out export/"
-    args = [given["factory"], "--inputs", given["inputs"]] + [a for d in given.get("dynamic") or []
-                                                               for a in ("--dynamic", d)]
-    return f"overdrive export {shlex.join(args)} --slo-from {shlex.quote(out_dir)} --out export/"
+def export_command(sv: dict | None, out_dir: str | None, *, max_batch: str | None = None) -> str:
+    """The `overdrive export` for the model these results measured (the user's FILE.py:FACTORY, or the click
+    model): with --slo-from the folder, or with --max-batch when the bench gave no setting to take."""
+    given = ((sv or {}).get("model_identity") or {}).get("given")
+    args = ["--model", given["factory"], "--inputs", given["inputs"]] + [
+        a for d in given.get("dynamic") or [] for a in ("--dynamic", d)] if given else ["--model", "recsys"]
+    how = ["--slo-from", out_dir] if out_dir else ["--max-batch", max_batch or "N"]
+    return f"overdrive export {shlex.join(args + how)} --out export/".replace("'N'", "N")
 
 
 def render_serving(sv: dict, console: Console) -> None:
@@ -235,7 +235,8 @@ def _serving_html(sv: dict, png: str) -> list[str]:
             f"<p class='meta'>{e(_load_text(sv.get('load')))}; {e(_floor_text(sv.get('noise_floor')))}; threads "
             f"per engine {e(str(sv.get('threads_why', sv.get('threads'))))}. "
             f"{e(sv['note'])}.</p>",
-            table(["engine", "highest rate under the SLO (req/s)", "batcher settings (config.pbtxt)", "outputs"], rows),
+            table(["engine", "highest rate under the SLO (req/s)", "batcher settings (config.pbtxt)", "outputs"], rows,
+                  wrap=(1, 2)),
             img_tag(png, "latency against request rate", "p99 end-to-end latency per request rate, SLO dashed")]
 
 
@@ -249,13 +250,29 @@ def latency_next_step(r: dict, out_dir: str) -> str:
         return (f"Next step: serve the ONNX model with ONNX Runtime at {ort['best']['rate']:,.0f} req/s: "
                 f"<code>{html.escape(cmd)}</code> writes a Triton repository whose config.pbtxt carries "
                 f"{html.escape(_setting_text(ort['best']['config']))}.")
+    sv = r.get("serving")
+    if sv and ((sv.get("model_identity") or {}).get("given") or not best.get("batch")):
+        # A bench of the user's model (or of the click model under a stream only) that gave ONNX Runtime no
+        # setting: say why, and how to export that same model without one.
+        why = ort.get("withheld") or sv.get("withheld") or (
+            "no setting met the SLO" if ort.get("status") == "ok" else f"ONNX Runtime {ort.get('status') or 'not measured'}")
+        return (f"Next step: no ONNX Runtime setting to export for {html.escape(served_name(sv))} ({html.escape(why)}). "
+                "Re-run the bench on a quieter host (or with a larger <code>--slo-ms</code>), or export with a batch "
+                f"you choose: <code>{html.escape(export_command(sv, None))}</code>.")
     if best.get("batch"):
-        cmd = f"overdrive export --model recsys --slo-from {out_dir} --out export/"
+        cmd = export_command(None, out_dir)
         return (f"Next step: serve {html.escape(str(best.get('mode')))} at batch {best['batch']}: "
                 f"<code>{html.escape(cmd)}</code> writes model.pt2 and a Triton repository with that max batch.")
     return (f"Next step: no batch met p99 &le; {r['slo_ms']:g} ms here — re-run with a larger "
-            "<code>--slo-ms</code> or on the GPU you serve from, then <code>overdrive export --model recsys "
-            f"--slo-from DIR</code>.")
+            f"<code>--slo-ms</code> or on the GPU you serve from, then <code>{html.escape(export_command(sv, 'DIR'))}"
+            "</code>.")
+
+
+def _answered(r: dict) -> bool:
+    """Whether the page's first line is a result: a serving verdict given, or a fixed-batch best found."""
+    sv = r.get("serving") or {}
+    return (bool(sv) and sv.get("verdict") == "given") or any(
+        (w.get("best") or {}).get("batch") for w in (r.get("workloads") or {}).values())
 
 
 def write_latency_report(r: dict, out_dir: str) -> list[str]:
@@ -270,7 +287,7 @@ def write_latency_report(r: dict, out_dir: str) -> list[str]:
     rec = (r.get("recommendation") or {}).get("text") or "; ".join(w["best"]["text"] for w in r["workloads"].values())
     body = [f"<h1>overdrive bench --workload inference</h1><p class='meta'>{e(r['device'])} · SLO p99 &le; "
             f"{r['slo_ms']:g} ms · {e(r['created'])} · commit {e(str(r.get('git_commit')))}</p>",
-            *rec_block(rec, latency_next_step(r, out_dir))]
+            *rec_block(rec, latency_next_step(r, out_dir), answered=_answered(r))]
     written = [png] if r["workloads"] else []
     if r.get("serving"):
         rate_png = os.path.join(out_dir, "latency_vs_rate.png")

@@ -28,6 +28,8 @@ h1{font-size:1.45em;margin:.2em 0 .1em}h2{font-size:1.2em;margin:1.2em 0 .3em}h3
 .rec,.next{padding:.5em .7em;margin:.5em 0;border-left:4px solid}
 .rec{font-size:1.12em;font-weight:600;background:var(--rec-bg);border-color:var(--rec-line)}
 .next{background:var(--next-bg);border-color:var(--next-line)}
+.rec.none{background:var(--head);border-color:var(--warn)}
+td.w{white-space:normal;min-width:14em;max-width:34em}
 .why{font-size:14px;margin:.4em 0;color:var(--warn)}
 code{background:var(--code);padding:0 .3em;border-radius:3px;font-size:.92em}
 .scroll{overflow-x:auto;max-width:100%;margin:.5em 0}
@@ -51,14 +53,17 @@ def page(title: str, body: list[str]) -> str:
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>", *body, "</body></html>"])
 
 
-def table(headers: list[str], rows: list[list[str]], *, left: int = 1) -> str:
-    """Cells are HTML already (escaped by the caller); the first `left` columns align left. The
+def table(headers: list[str], rows: list[list[str]], *, left: int = 1, wrap: tuple[int, ...] = ()) -> str:
+    """Cells are HTML already (escaped by the caller); the first `left` columns align left, the `wrap`
+    columns (sentences: a reason, a setting) wrap instead of widening the table past the page. The
     wrapper scrolls sideways on a narrow screen instead of pushing the page wider."""
-    def cls(i: int) -> str:
-        return " class='l'" if i < left else ""
+    def cls(i: int, td: bool = False) -> str:
+        c = " ".join(x for x in ("l" if i < left else "", "w" if td and i in wrap else "") if x)
+        return f" class='{c}'" if c else ""
 
     head = "".join(f"<th{cls(i)}>{h}</th>" for i, h in enumerate(headers))
-    body = "".join("<tr>" + "".join(f"<td{cls(i)}>{c}</td>" for i, c in enumerate(r)) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td{cls(i, True)}>{c}</td>" for i, c in enumerate(r)) + "</tr>"
+                   for r in rows)
     return f"<div class='scroll'><table><tr>{head}</tr>{body}</table></div>"
 
 
@@ -69,10 +74,11 @@ def img_tag(path: str, alt: str, caption: str | None = None) -> str:
     return f"<figure>{cap}<img alt='{esc(alt)}' src='data:image/png;base64,{b64}'></figure>"
 
 
-def rec_block(rec: str, next_html: str, why: str | None = None) -> list[str]:
+def rec_block(rec: str, next_html: str, why: str | None = None, *, answered: bool = True) -> list[str]:
     """The two lines a reader needs first: the verdict, then how to apply it (HTML, escaped by
-    the caller), and an optional sentence on why the verdict differs from what was expected."""
-    out = [f"<p class='rec'>{esc(rec)}</p>", f"<p class='next'>{next_html}</p>"]
+    the caller), and an optional sentence on why the verdict differs from what was expected.
+    answered=False (no verdict) draws the first line grey-amber, never in the green of a result."""
+    out = [f"<p class='rec{'' if answered else ' none'}'>{esc(rec)}</p>", f"<p class='next'>{next_html}</p>"]
     if why:
         out.append(f"<p class='why'>{esc(why)}</p>")
     return out

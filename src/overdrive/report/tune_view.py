@@ -73,7 +73,8 @@ def render_tune(res: dict, console=None) -> None:
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1150px;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left}
 th{background:#f3f3f3}.unsafe{color:#b00;font-weight:bold}img{max-width:100%}
-.rec{font-size:1.1em;background:#eef7ee;padding:.6em;border-left:4px solid #393}.note{color:#555;font-size:13px}"""
+.rec{font-size:1.1em;background:#eef7ee;padding:.6em;border-left:4px solid #393}.note{color:#555;font-size:13px}
+.rec.none{background:#f3f3f3;border-left-color:#8a5a00}"""
 
 
 def _png(fig) -> str:
@@ -133,11 +134,13 @@ def write_report(res: dict, out_dir: str) -> str:
     from overdrive.tune.api import speedup_text
 
     e = html.escape
+    no_verdict = bool((res.get("noise") or {}).get("too_busy")) and not str(res.get("summary")).startswith("Winner")
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>overdrive tune</title><style>{_CSS}"
              "</style></head><body><h1>overdrive tune</h1>",
              f"<p>{e(str(res.get('workload')))} on {e(str(res.get('gpu') or res.get('cpu')))} · {e(res['created'])}"
              f" · budget {res['budget_s']:g} s, took {res['elapsed_s']:.0f} s, {res['rounds']} timed rounds</p>",
-             f"<p class='rec'>{e(res['summary'])}</p>",
+             # no verdict (a host too busy to judge) is not drawn in the green of a result
+             f"<p class='rec{' none' if no_verdict else ''}'>{e(res['summary'])}</p>",
              f"<p class='note'>Measured: {e(measured_line(res) or '-')}.</p>",
              f"<p class='note'>{e(_flops_line(res))}</p>",
              f"<p class='note'>Safety: {e(res['tolerance'])}. Speedups are against the baseline "

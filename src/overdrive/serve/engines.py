@@ -233,19 +233,23 @@ def measure_service(engines: list[Engine], batches: list[int], *, rounds: int, r
                     min_round_ms: float = MIN_ROUND_MS) -> dict:
     """{"samples": {engine: {batch: [[ms, ...] per round]}}, "aa": [twin pairs]}: per-call service times.
 
-    One key per (engine, batch), plus A/A twins of `aa` at the smallest and the largest batch (each
-    measured as two keys); `rounds` rounds of `reps` calls per key (more for short calls: a key's round
-    lasts at least `min_round_ms` by its warm-up's median call, up to MAX_REP_FACTOR x reps), in an
-    order shuffled afresh each round (`measure.rounds.shuffled`: no key always follows the same
+    One key per (engine, batch), plus A/A twins (each measured as two keys): of every engine at the
+    smallest batch (each engine's verdict is judged against its own control: one engine's outliers
+    say nothing of another's), and of `aa` at the largest batch too; `rounds` rounds of `reps` calls
+    per key (more for short calls: a key's round lasts at least `min_round_ms` by its warm-up's median
+    call, up to MAX_REP_FACTOR x reps), in an order shuffled afresh each round (`measure.rounds.shuffled`: no key always follows the same
     neighbour), so the host's drift and contention fall on every key alike and each round is one
     moment's evidence. Warm-up calls first, apart. Timing is host to host on the wall clock (the
     outputs come back to the host, which syncs); `timer(fn) -> ms` replaces the clock in tests."""
     live = [e for e in engines if e.status == "ok"]
     keys = [(e.name, b) for e in live for b in batches]
-    twins = sorted({batches[0], batches[-1]})
-    aa_keys = [(f"{aa}#{t}", b) for b in twins for t in "AB"] if any(e.name == aa for e in live) else []
+    twins = [(e.name, batches[0]) for e in live]  # (engine, batch): the aa engine first, at both ends
+    twins.sort(key=lambda t: t[0] != aa)
+    if any(e.name == aa for e in live) and batches[-1] != batches[0]:
+        twins.insert(1, (aa, batches[-1]))
+    aa_keys = [(f"{n}#{t}", b) for n, b in twins for t in "AB"]
     runs = {e.name: e.run for e in live}
-    runs.update({k[0]: runs[aa] for k in aa_keys})
+    runs.update({k[0]: runs[k[0].rsplit("#", 1)[0]] for k in aa_keys})
     samples: dict = {k: [[] for _ in range(rounds)] for k in keys + aa_keys}
     timer = timer or (lambda fn: time_fn(fn, cuda=clock_cuda))
     per_key: dict = {}
@@ -261,7 +265,7 @@ def measure_service(engines: list[Engine], batches: list[int], *, rounds: int, r
         # a 0.06 ms model sat 13% apart over 20 rounds); calls of 2 ms keep `reps`.
         per_key[key] = min(reps * MAX_REP_FACTOR, max(reps, math.ceil(min_round_ms / max(warm, 1e-6))))
     for key in aa_keys:
-        per_key[key] = per_key.get((aa, key[1]), reps)
+        per_key[key] = per_key.get((key[0].rsplit("#", 1)[0], key[1]), reps)
 
     def one(key, k) -> bool:
         name, b = key
@@ -275,9 +279,9 @@ def measure_service(engines: list[Engine], batches: list[int], *, rounds: int, r
                               on_round=(lambda *_: progress.update(task, advance=1)) if progress else None)
     out: dict = {"samples": {}, "rounds": done, "reps": reps,
                  "reps_per_key": {f"{n}@{b}": r for (n, b), r in per_key.items()},
-                 "aa": [{"of": f"{aa} at batch {b}", "batch": b, "a": samples[(f"{aa}#A", b)][:done],
-                         "b": samples[(f"{aa}#B", b)][:done], "rate_check": b == batches[0]}
-                        for b in twins if aa_keys]}
+                 "aa": [{"of": f"{n} at batch {b}", "engine": n, "batch": b, "a": samples[(f"{n}#A", b)][:done],
+                         "b": samples[(f"{n}#B", b)][:done], "rate_check": b == batches[0]}
+                        for n, b in twins]}
     for (name, b) in keys:
         out["samples"].setdefault(name, {})[b] = samples[(name, b)][:done]
     return out

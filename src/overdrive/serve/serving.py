@@ -11,9 +11,11 @@ over rounds, every batch size of a resample taken from the same rounds. The sett
 the one that holds the most (the rate it keeps in 90% of the resamples), not the one fastest on the
 pooled samples: near the SLO's edge the fastest is the one a repeated run loses.
 
-The verdict is withheld, with the figures, when
-- the host is too busy: an A/A twin's per-round interval is wider than `BUSY_FLOOR` (the bench's
-  "too busy to judge"), or the A/A twins' highest rates differ by more than it;
+Each engine is judged against its own control: its own A/A twins at the smallest batch (eager's also
+at the largest); an engine without twins (results written before, a server measured from outside) is
+judged against eager's. An engine's verdict is withheld, with the figures and the check that tripped, when
+- its control says the host is too busy: a twin pair's per-round interval is wider than `BUSY_FLOOR`
+  (the bench's "too busy to judge"), or the twins' highest rates under the SLO differ by more than it;
 - the answer is fragile: no setting keeps the SLO in `STABLE_SHARE` of the resamples; a setting not
   equivalent to the recommendation beats it beyond its interval in more than 1 - `STABLE_SHARE` of
   them (a setting at the SLO's edge: a repeated run may count it or not); or the rate is known only
@@ -29,8 +31,9 @@ import math
 
 import numpy as np
 
-from overdrive.measure.percentiles import aa_floor, latency_summary, t975
-from overdrive.measure.stats import BUSY_FLOOR, host_too_busy, noise_floor, round_medians
+from overdrive.measure.percentiles import latency_summary, t975
+from overdrive.measure.stats import BUSY_FLOOR
+from overdrive.serve.aa_control import _flat, _rounds, busy_reason, floor_figures, own_floors, service_floor
 from overdrive.measure.threads import load_report, plan_threads
 from overdrive.serve.batcher import (SETTING_TOL, UTIL_CAP, BatcherConfig, ServiceTimes,
                                      max_rate_under_slo, rate_curve, search_settings, simplicity)
@@ -56,73 +59,8 @@ CANDIDATES = 0.6
 resample: a steadier setting a little slower on the pooled samples may hold more than the fastest."""
 
 
-def _rounds(xs) -> list[list[float]]:
-    """Samples as rounds: a list of per-round lists, or a flat list (one round)."""
-    xs = list(xs)
-    if xs and isinstance(xs[0], (list, tuple, np.ndarray)):
-        return [list(r) for r in xs]
-    return [xs]
-
-
-def _flat(rounds: list[list[float]]) -> list[float]:
-    return [x for r in rounds for x in r]
-
-
 def _cfg(d: dict) -> BatcherConfig:
     return BatcherConfig(**{k: tuple(v) if k == "preferred_batch_size" else v for k, v in d.items() if k != "kind"})
-
-
-def service_floor(pairs: list[dict], slo_ms: float, *, requests: int = 4000, seed: int = 0) -> dict:
-    """The A/A floor of the service times: per twin pair (the same engine and batch measured as two keys
-    in the same rounds), the per-round paired interval (measure.stats.noise_floor), the percentiles'
-    difference, and at the smallest batch the difference of the two twins' highest rates under the SLO
-    (what noise alone does to the answer). busy: any of them beyond BUSY_FLOOR."""
-    out: dict = {"pairs": [], "factor": 1.0, "busy": False, "limit": BUSY_FLOOR}
-    for p in pairs:
-        a, b = _rounds(p["a"]), _rounds(p["b"])
-        nf = noise_floor(round_medians(a), round_medians(b))
-        row = {"of": p["of"], "batch": p["batch"], **aa_floor(_flat(a), _flat(b)),
-               "rounds": min(len(a), len(b)), "round_floor": nf.to_dict() if nf else None}
-        if nf:
-            out["factor"] = max(out["factor"], nf.factor)
-            out["busy"] = out["busy"] or host_too_busy(nf)
-        if p.get("rate_check"):
-            cfg = BatcherConfig(max_batch_size=p["batch"])
-            ra, rb = (max_rate_under_slo(cfg, ServiceTimes({p["batch"]: _flat(x)}), slo_ms, requests=requests,
-                                         seed=seed) for x in (a, b))
-            row["rates"] = [ra, rb]
-            # None: neither twin met the SLO (nothing to compare), or one met it and the other not (a split)
-            ratio = (max(ra, rb) / min(ra, rb)) if ra and rb else (math.inf if bool(ra) != bool(rb) else None)
-            row["rate_ratio"] = ratio if ratio is not None and math.isfinite(ratio) else None
-            row["rate_split"] = ratio == math.inf
-            out["busy"] = out["busy"] or (ratio is not None and ratio > BUSY_FLOOR)
-        out["pairs"].append(row)
-    if out["pairs"]:
-        worst = max(out["pairs"], key=lambda r: (r["round_floor"] or {}).get("spread_pct") or 0.0)
-        out["spread_pct"] = (worst["round_floor"] or {}).get("spread_pct")
-        out["of"] = worst["of"]
-        rr = [r["rate_ratio"] for r in out["pairs"] if r.get("rate_ratio") is not None]
-        out["rate_split"] = any(r.get("rate_split") for r in out["pairs"])
-        out["rate_spread_pct"] = round(100 * (max(rr) - 1), 1) if rr else None
-    return out
-
-
-def _floor_figures(floor: dict | None, loads: tuple[dict, dict] | None) -> str:
-    """'load 3.8 on 2 cores, A/A spread ±2.1% per round, ±4.0% in rate': the figures beside a withheld verdict."""
-    parts = []
-    if loads:
-        parts.append(f"load {loads[0].get('load1')} -> {loads[1].get('load1')} on {loads[0].get('cores')} cores")
-    if floor and floor.get("pairs"):
-        sp = floor.get("spread_pct")
-        rs = floor.get("rate_spread_pct")
-        parts.append(f"A/A spread ±{sp:.1f}% per round" if sp is not None else "A/A spread: too few rounds")
-        if floor.get("rate_split"):
-            parts.append("one A/A twin met the SLO, the other not")
-        elif rs is not None:
-            parts.append(f"A/A rates differ by {rs:.1f}%")
-        elif any("rates" in r for r in floor["pairs"]):
-            parts.append("neither A/A twin met the SLO")
-    return ", ".join(parts)
 
 
 def _levels(rounds: dict[int, list[list[float]]]) -> np.ndarray:
@@ -234,7 +172,11 @@ def engine_verdict(rounds: dict[int, list[list[float]]], slo_ms: float, *, reque
     stability = float(1 - beaten.mean())
     rival = max(wins, key=lambda c: wins[c].mean()) if wins else None
     fragile = None
-    if not lo or not math.isfinite(hi) or hi / lo > BUSY_FLOOR ** 2:
+    missed = sum(1 for b in boots[chosen] if b <= 0)
+    if missed:  # the interval is [0, inf]: say why, not "known only to [0, inf]"
+        fragile = (f"fragile: in {missed} of {resamples} resamples of the {n_rounds} rounds the recommended setting "
+                   f"({_short(chosen.to_dict())}) met the SLO at no rate (its p99 rests on a few slow calls)")
+    elif not lo or not math.isfinite(hi) or hi / lo > BUSY_FLOOR ** 2:
         fragile = (f"fragile: the rate is known only to [{lo:,.0f}, {hi:,.0f}] req/s, wider than "
                    f"±{100 * (BUSY_FLOOR - 1):.0f}%")
     elif stability < STABLE_SHARE:
@@ -291,11 +233,9 @@ def summarize_serving(measured: dict, engines: list, slo_ms: float, *, requests:
     if loads:
         out["load"] = {"before": loads[0], "after": loads[1],
                        "busy": bool(loads[0].get("busy") or loads[1].get("busy"))}
-    figures = _floor_figures(floor, loads)
-    busy_reason = (f"too busy to judge: the A/A control is beyond ±{100 * (BUSY_FLOOR - 1):.0f}% ({figures})"
-                   if floor["busy"] else None)
-    out["verdict"] = "withheld" if busy_reason else "given"
-    out["withheld"] = busy_reason
+    figures = floor_figures(floor, loads)
+    own = own_floors(measured.get("aa") or [], slo_ms, requests=requests, seed=seed)
+    out["noise_floors"] = own
     for e in engines:
         row: dict = {"label": e.label, "status": e.status, "reason": e.reason, "kind": e.kind,
                      "max_abs_error_vs_eager": e.meta.get("max_abs_error_vs_eager"), "best": None}
@@ -305,10 +245,13 @@ def summarize_serving(measured: dict, engines: list, slo_ms: float, *, requests:
             continue
         rounds = {int(b): _rounds(xs) for b, xs in samples.items()}
         row["service"] = {str(b): latency_summary(_flat(rs)) for b, rs in rounds.items()}
+        control = own.get(e.name) or floor  # its own twins; else eager's (all the pairs measured)
+        row["control"] = e.name if e.name in own else (floor.get("of") or "none measured")
+        busy_why = busy_reason(control, loads)
         est = engine_verdict(rounds, slo_ms, requests=requests, seed=seed, resamples=resamples,
-                             floor_factor=floor["factor"], delays_us=delays_us)
+                             floor_factor=control["factor"], delays_us=delays_us)
         row["estimate"] = est
-        why = busy_reason or (f"{est['fragile']} ({figures})" if est["fragile"] else None)
+        why = busy_why or (f"{est['fragile']} ({floor_figures(control, loads)})" if est["fragile"] else None)
         row["verdict"] = "withheld" if why else "given"
         row["withheld"] = why
         if not why and est["config"]:
@@ -324,24 +267,37 @@ def summarize_serving(measured: dict, engines: list, slo_ms: float, *, requests:
         row["tried"] = est["tried"]
         out["engines"][e.name] = row
     given = {k: r for k, r in out["engines"].items() if r.get("best")}
-    # The run's verdict is given only where an engine's is: a host quiet enough but every answer fragile is
-    # no verdict either.
-    if not any(r.get("verdict") == "given" for r in out["engines"].values()):
-        out["verdict"] = "withheld"
-        out["withheld"] = busy_reason or f"no engine's answer held: each was fragile or failed ({figures})"
+    # The run's verdict is given where any engine's is (each judged against its own control); none given:
+    # the run's reason is the engines' own reasons, never a figure that was inside the limit.
+    judged = [r for r in out["engines"].values() if r.get("verdict")]
+    out["verdict"] = "given" if any(r["verdict"] == "given" for r in judged) else "withheld"
+    out["withheld"] = None
+    if out["verdict"] == "withheld":
+        busy = [r["withheld"] for r in judged if (r.get("withheld") or "").startswith("too busy")]
+        out["withheld"] = ((busy[0] if len(set(busy)) == 1 else "; ".join(dict.fromkeys(busy)))
+                           if busy and len(busy) == len(judged) else
+                           "no engine's answer held: " + "; ".join(
+                               f"{k}: {_no_figures(r.get('withheld')) or 'no setting met the SLO'}"
+                               for k, r in out["engines"].items() if r.get("verdict")) + f" ({figures})")
     out["winner"] = None
-    if given:
+    # A winner only among engines that were all judged: one whose verdict was withheld may be the faster.
+    if given and not any(r.get("verdict") == "withheld" for r in judged):
         k = max(given, key=lambda k: given[k]["best"]["rate"])
         others = [r["best"]["ci"][1] for k2, r in given.items() if k2 != k]
         # A winner only when its interval clears every other engine's.
         out["winner"] = k if not others or given[k]["best"]["ci"][0] > max(others) else None
     out["text"] = "; ".join(f"{k}: {_best_text(r)}" for k, r in out["engines"].items())
-    if busy_reason:
-        out["text"] = f"no verdict: {busy_reason}"
-    if out.get("load", {}).get("busy") and not busy_reason:
+    if out["verdict"] == "withheld":
+        out["text"] = f"no verdict: {out['withheld']}"
+    if out.get("load", {}).get("busy") and out["verdict"] == "given":
         out["text"] += (f" (host busy: load {out['load']['before']['load1']} -> {out['load']['after']['load1']} on "
                         f"{out['load']['before']['cores']} cores; figures are this host's, now)")
     return out
+
+
+def _no_figures(why: str | None) -> str | None:
+    """An engine's reason without the figures in its last parenthesis (the run's line says them once)."""
+    return why.rsplit(" (", 1)[0] if why and why.endswith(")") else why
 
 
 def _best_text(r: dict) -> str:

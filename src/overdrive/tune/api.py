@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from overdrive.recipes.labels import ran_label
+from overdrive.recipes.labels import ran_label, same_recipe_text, what_runs
 from overdrive.env import EnvReport, get_env
 from overdrive.errors import UserError
 from overdrive.measure.stats import compare, host_too_busy, round_medians, summarize
@@ -141,12 +141,12 @@ def tune(model_fn: Callable | str | None = None, batch_fn: Callable | str | None
 
 def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, seed, threads, tolerance, progress, env,
           cache, t0, lock) -> TuneResult:
-    bf, lf = _fn(batch_fn, "--batch"), _fn(loss_fn, "--loss")
+    bf, lf = _fn(batch_fn, "--batch"), _fn(loss_fn, "--loss-fn")
     if hf:
         wl = hf_workload(hf, batch_fn=bf, loss_fn=lf)
     else:
         if model_fn is None:
-            raise UserError("no model: pass FILE.py:FACTORY (a function returning a fresh nn.Module) or --hf CONFIG")
+            raise UserError("no model: pass --model FILE.py:FACTORY (a function returning a fresh nn.Module) or --model CONFIG")
         if bf is None:
             raise UserError("no batches: pass --batch FILE.py:FN (FN(step) returns a tensor, tuple or dict)")
         mf = _fn(model_fn, "model factory")
@@ -157,7 +157,7 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
         try:
             parse_name(n)
         except ValueError as e:
-            raise UserError(f"--candidates: {e}") from None
+            raise UserError(f"--configs: {e}") from None
     if env is None:
         if progress:
             progress("probing this machine (cached for a day after the first time)")
@@ -194,7 +194,7 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
     if cache and base.signature and rows[0]["safe"] is not False:  # an unsafe baseline is never cached
         try:
             path, written = save_tuned(best, signature=base.signature, fingerprint=meta["fingerprint"],
-                                       summary=summary, threads=s.plan.threads, confident=confident)
+                                       summary=summary, threads=s.plan.threads, confident=confident, env=env)
             meta["cached_at"] = path
             if not written:
                 meta["cache_note"] = (f"this run was inconclusive: the confident winner cached at {path} was kept")
@@ -266,7 +266,7 @@ def _pick(rows: list[dict], runs: list[Run], *, floor=None, busy: bool = False, 
         w = max(winners, key=lambda r: r["speedup"])
         lo, hi = w["speedup_ci"]
         run = next(x for x in runs if x.cand.name == w["name"])
-        also = f" (also named {', '.join(w['names'][1:])})" if len(w["names"]) > 1 else ""
+        also = same_recipe_text(w["names"][1:], what_runs(run.cand.resolved))
         text = (f"Winner: {w['name']}{also}: {w['speedup']:.2f}x the baseline ({base['name']}, plain fp32 PyTorch), "
                 f"95% CI {lo:.2f}-{hi:.2f}{floor_txt}, over {w['rounds']} paired rounds ({w['n']} vs {n_base} "
                 f"timed steps) "

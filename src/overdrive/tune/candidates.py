@@ -145,7 +145,7 @@ def parse_name(name: str) -> Recipe:
 
 
 def named_candidates(names: list[str], env: EnvReport) -> list[Candidate]:
-    """`--candidates a,b,c`: exactly these (the baseline is always measured first, as the reference)."""
+    """`--configs a,b,c`: exactly these (the baseline is always measured first, as the reference)."""
     base = baseline_recipe()
     specs = [(base.name, base)]
     for n in names:

@@ -60,6 +60,9 @@ GROSS_SLOWDOWN = 10.0
 """During the warm-ups, a candidate this many times slower on every step is stopped at once."""
 LOOK_ROUNDS = look_rounds(4, 32, LOOKS)
 """The rounds after which tune may stop measuring (4, 8, 16, 32); the budget may end them sooner."""
+COMPILE_MARGIN = 3.0
+"""A compiled candidate's first step may take this many times the slowest compile measured so far for this
+model (compiles of one model differ by precision and knobs; a shared host's load swings 3-16)."""
 TURN_S = 0.3
 """About this much of the baseline's step time per turn (at least one step): short turns give more
 rounds, and the round, not the step, is the unit of evidence."""
@@ -245,8 +248,11 @@ class Session:
         if base is not None and eager:
             t, why = min(t, max(5.0, 30 * ref_s)), "over 30x the baseline's step"
         elif base is not None:
-            # Compilation is paid from the budget: at most a third of it for one candidate.
-            t, why = min(t, self.budget_s / 3), f"a third of the {self.total_budget_s:.0f} s budget"
+            # Compilation is paid from the budget, by what this model's compiles took here, not by a fixed share
+            # of it: a third of 120 s (24 s once set-ups had run) dropped a winner whose compile took 30 s under
+            # load. The first compile has nothing to scale from: it may use the warm-up time left.
+            t, why = compile_warmup_s(t, [r.warmup_ms[0] / 1e3 for r in self.runs
+                                          if r is not run and r.warmup_ms and r.cand.resolved.compile != "off"])
         else:
             why = "the budget"
         self.say(f"warm-up {run.cand.label}" + ("" if eager else " (compiling)"))
@@ -495,6 +501,15 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
         return s
     finally:
         s.close()
+
+
+def compile_warmup_s(left_s: float, compiles_s: list[float]) -> tuple[float, str]:
+    """(seconds a compiled candidate's first step may take, why): COMPILE_MARGIN x the slowest compile of this
+    model measured so far (at least 5 s), within the warm-up time left; all of it for the first compile."""
+    if not compiles_s:
+        return left_s, "the warm-up time left: the first compile of this model, nothing measured yet"
+    need = max(5.0, COMPILE_MARGIN * max(compiles_s))
+    return min(left_s, need), f"{COMPILE_MARGIN:g}x this model's slowest compile here so far ({max(compiles_s):.0f} s)"
 
 
 def _too_small(s: Session, base: Run) -> str:

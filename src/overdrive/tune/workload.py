@@ -142,7 +142,7 @@ def compute_loss(model, batch, loss_fn: Callable | None):
             out = model(**batch) if isinstance(batch, dict) else model(*batch) if isinstance(batch, (tuple, list)) \
                 else model(batch)
         except TypeError as e:  # the batch does not fit the model's forward signature
-            raise UserError(f"{call} fails ({_first_line(e)}): pass --loss FILE.py:FN (loss_fn(model, batch) -> "
+            raise UserError(f"{call} fails ({_first_line(e)}): pass --loss-fn FILE.py:FN (loss_fn(model, batch) -> "
                             "scalar loss)") from None
         where = "the model"
         if not isinstance(out, torch.Tensor):
@@ -154,7 +154,7 @@ def compute_loss(model, batch, loss_fn: Callable | None):
         shape = f"a tensor of shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
         raise UserError(f"{where} returned {shape}, not a scalar loss: "
                         + ("return loss (one float tensor)" if loss_fn is not None
-                           else "pass --loss FILE.py:FN (loss_fn(model, batch) -> scalar)"))
+                           else "pass --loss-fn FILE.py:FN (loss_fn(model, batch) -> scalar)"))
     return out.reshape(())
 
 
@@ -164,19 +164,19 @@ def _hf_config(path: str):
     try:
         import transformers
     except ImportError:
-        raise UserError("--hf needs transformers: pip install 'overdrive[hf]'") from None
+        raise UserError("--model CONFIG needs transformers: pip install transformers (the overdrive[hf] extra)") from None
     p = os.path.join(path, "config.json") if os.path.isdir(path) else path
     if not os.path.isfile(p):
-        raise UserError(f"--hf {path}: no such config (pass a folder with config.json, or a config .json file)")
+        raise UserError(f"--model {path}: no such config (pass a folder with config.json, or a config .json file)")
     try:
         with open(p) as f:
             d = json.load(f)
         model_type = d.pop("model_type")
         return transformers.AutoConfig.for_model(model_type, **d)
     except KeyError:
-        raise UserError(f"--hf {p} has no model_type: write the config with config.save_pretrained()") from None
+        raise UserError(f"--model {p} has no model_type: write the config with config.save_pretrained()") from None
     except (ValueError, TypeError) as e:
-        raise UserError(f"--hf {p} is not a transformers config: {_first_line(e)}") from None
+        raise UserError(f"--model {p} is not a transformers config: {_first_line(e)}") from None
 
 
 def _hf_model(path: str):
@@ -199,7 +199,7 @@ def hf_workload(path: str, *, batch_fn: Callable | None = None, loss_fn: Callabl
     cfg = _hf_config(path)
     vocab = getattr(cfg, "vocab_size", None)
     if not vocab:
-        raise UserError(f"--hf {path}: the config has no vocab_size (tune builds causal LMs)")
+        raise UserError(f"--model {path}: the config has no vocab_size (tune builds causal LMs)")
     max_pos = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or seq
     bf = batch_fn or functools.partial(_hf_batch, int(vocab), batch, min(seq, int(max_pos)))
     return Workload(model_fn=functools.partial(_hf_model, os.path.abspath(path)), batch_fn=bf, loss_fn=loss_fn,
