@@ -164,7 +164,7 @@ def test_stale_lock_of_a_dead_process_is_taken_over_and_said(tmp_path):
 def test_a_used_folder_gets_a_fresh_sibling_unless_resume_or_overwrite(tmp_path):
     run = tmp_path / "tiny"
     run.mkdir()
-    (run / "config.json").write_text(json.dumps({"run_id": "old-run"}))
+    (run / "config.json").write_text(json.dumps({"run_id": "old-run", "model": {}, "data": {}, "train": {}}))
     (run / "metrics.jsonl").write_text("{}\n")
     said = []
     d = claim_run_dir(str(run), resume=False, overwrite=False, say=said.append)

@@ -342,3 +342,73 @@ def test_a_really_full_disk_during_acc_save_is_a_sentence_not_a_tuple_repr(tmp_p
     assert "cannot write checkpoint" in msg and "(RuntimeError(" not in msg and "FrameSummary" not in msg, msg
     assert "disk full" in msg or "File too large" in msg, msg
     assert os.listdir(tmp_path) == ["ck"]  # the previous save kept, no .tmp left
+
+
+# --- Hostile pass 2: the RNG state and the loader count of a resealed extra file, checked before loading ---
+
+@pytest.mark.parametrize("tamper", ["rng_empty", "rng_python", "rng_numpy", "loaders"])
+def test_a_resealed_rng_state_or_loader_count_is_one_line_and_leaves_the_model_alone(tmp_path, tamper):
+    acc = _acc()
+    acc.steps = 4
+    ck = acc.save(str(tmp_path / "ck"))
+    p = os.path.join(ck, "extra_rank0.pt")
+    extra = load_tensors(p)
+    if tamper == "rng_empty":
+        extra["rng"] = {}
+    elif tamper == "rng_python":
+        extra["rng"]["python"] = [1, 2]
+    elif tamper == "rng_numpy":
+        extra["rng"]["numpy"] = {"a": 1}
+    else:
+        extra["dataloaders"] = [{"epoch": 0}]
+    save_tensors(p, extra)
+    info = read_manifest(ck)
+    write_manifest(ck, hash_files(ck), **{k: v for k, v in info.items() if k not in ("files", "format")})
+    other = _acc(1)
+    before = other.model.fc.weight.detach().clone()
+    rng = torch.get_rng_state()
+    with pytest.raises(UserError, match="RNG state that does not restore|positions of 1 prepared") as e:
+        other.load(ck)
+    assert "\n" not in str(e.value) and "UserError" not in str(e.value)
+    assert torch.equal(other.model.fc.weight, before) and other.steps == 0  # nothing changed
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+@pytest.mark.parametrize("flag", ["--resume", "--overwrite"])
+def test_another_tools_config_json_with_a_run_id_is_not_a_run_to_resume_or_delete(tmp_path, capsys, flag):
+    """A folder of the user's whose config.json (W&B, MLflow, their own) carries a "run_id" of its own:
+    --resume must not overwrite it and append to their metrics.jsonl, --overwrite must not delete them."""
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "config.json").write_text('{"run_id": "wandb-7f3a", "model": "theirs", "lr": 0.1}')
+    (d / "metrics.jsonl").write_text('{"mine": 1}\n')
+    before = {n: (d / n).read_bytes() for n in os.listdir(d)}
+    argv = ["train", TINY, "--set", f'train.out_dir="{d}"', "--set", "train.steps=1", flag]
+    assert main(argv) == 2
+    assert "holds no overdrive run" in _one_line(capsys)
+    assert {n: (d / n).read_bytes() for n in os.listdir(d)} == before
+
+
+def test_a_file_of_the_users_where_acc_save_puts_its_lock_is_refused_not_truncated_and_deleted(tmp_path):
+    mine = tmp_path / ".ck.lock"
+    mine.write_text("my lock notes\n")
+    acc = _acc()
+    with pytest.raises(UserError, match="overdrive did not write"):
+        acc.save(str(tmp_path / "ck"))
+    assert mine.read_text() == "my lock notes\n" and sorted(os.listdir(tmp_path)) == [".ck.lock"]
+    mine.write_text(json.dumps({"pid": 999999, "host": "h", "started": "t"}))  # ours, left by a killed save
+    acc.save(str(tmp_path / "ck"))
+    assert sorted(os.listdir(tmp_path)) == ["ck"]
+
+
+def test_resume_never_appends_through_a_metrics_jsonl_link_outside_the_run(tmp_path, capsys):
+    run, victim = tmp_path / "run", tmp_path / "victim.txt"
+    argv = ["train", TINY, "--set", f'train.out_dir="{run}"', "--set", "train.steps=1"]
+    assert main(argv) == 0
+    victim.write_text("victim\n")
+    (run / "metrics.jsonl").unlink()
+    (run / "metrics.jsonl").symlink_to(victim)
+    capsys.readouterr()
+    assert main(argv[:-1] + ["train.steps=2", "--resume"]) == 2
+    assert "metrics.jsonl is a symbolic link" in _one_line(capsys)
+    assert victim.read_text() == "victim\n"

@@ -176,3 +176,133 @@ def test_the_environment_lives_under_the_cache_the_user_names(monkeypatch, tmp_p
     monkeypatch.setenv("OVERDRIVE_CACHE", str(tmp_path / "od"))
     assert env_dir().startswith(str(tmp_path / "od" / "triton-env-py"))
     assert ready_env() is None  # nothing made there: export installs nothing and says how to get the check
+
+
+def test_a_second_signal_while_stopping_still_ends_everything(tmp_path):
+    """Ctrl-C pressed twice: the second signal arrives while stop() waits for the stubs; it must not cut the stop
+    short (a traceback, and a stub that ignores SIGTERM left running for good)."""
+    env = _fake(tmp_path)
+    out = _local_repo(tmp_path)
+    code = textwrap.dedent(f"""
+        import sys
+        import overdrive.serve.triton_env as te
+        te.ensure_env = lambda say=print: te.TritonEnv(root={env.root!r}, server={env.server!r}, backends={env.backends!r})
+        from overdrive.cli import main
+        sys.exit(main(["serve", {str(out)!r}]))
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env={**os.environ, "FAKE_CHILD_PID": str(tmp_path / "child.pid")})
+    child = None
+    try:
+        line = p.stdout.readline()
+        assert "READY m (version 1)" in line, line
+        child = int((tmp_path / "child.pid").read_text())
+        p.send_signal(signal.SIGTERM)
+        time.sleep(0.8)  # inside stop(): the server is gone, the stub that ignores SIGTERM is still there
+        p.send_signal(signal.SIGINT)
+        rest = p.communicate(timeout=60)[0]
+    finally:
+        if p.poll() is None:
+            p.kill()
+    try:
+        assert p.returncode == 0 and "Traceback" not in rest, rest
+        assert "stopped: tritonserver and its python-backend stubs have exited" in rest
+        assert not _alive(child)
+    finally:
+        if child and _alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_a_second_sigterm_during_a_bench_cleanup_does_not_cut_it_short():
+    """bench runs under parent_ends_on_sigterm: the first SIGTERM starts the cleanup (a server's stop), a second
+    one inside that cleanup must not raise again and abandon it."""
+    from overdrive.measure.procs import parent_ends_on_sigterm
+
+    finished = False
+    with pytest.raises(SystemExit):
+        with parent_ends_on_sigterm():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(1)
+            finally:  # the cleanup
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.2)
+                finished = True
+    assert finished
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN  # left as it was outside
+
+
+@pytest.mark.parametrize("tamper", ["edited", "added", "link", "pyc", "filename", "env_path"])
+def test_serve_runs_only_the_model_py_export_wrote(tmp_path, tamper):
+    """The python backend runs the model folder's Python: an export folder handed over with its model.py
+    edited (or another .py added, a link, a config naming another file or environment) is refused, and a
+    planted bytecode cache is dropped before the server could import it."""
+    from overdrive.serve.triton_local import find_local_repository
+
+    out = _local_repo(tmp_path)
+    mdir = out / "triton_local" / "m"
+    assert find_local_repository(str(out)) == str(out / "triton_local")
+    cfg = mdir / "config.pbtxt"
+    if tamper == "edited":
+        (mdir / "1" / "model.py").write_text((mdir / "1" / "model.py").read_text() + "\nimport os; os.system('id')\n")
+    elif tamper == "added":
+        (mdir / "1" / "evil.py").write_text("import os\n")
+    elif tamper == "link":
+        (tmp_path / "x.py").write_bytes((mdir / "1" / "model.py").read_bytes())
+        (mdir / "1" / "model.py").unlink()
+        (mdir / "1" / "model.py").symlink_to(tmp_path / "x.py")
+    elif tamper == "pyc":
+        (mdir / "1" / "__pycache__").mkdir()
+        (mdir / "1" / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"planted")
+        assert find_local_repository(str(out))
+        assert not (mdir / "1" / "__pycache__").exists()
+        return
+    elif tamper == "filename":
+        cfg.write_text(cfg.read_text() + '\ndefault_model_filename: "evil.py"\n')
+    else:
+        cfg.write_text(cfg.read_text() + '\nparameters { key: "EXECUTION_ENV_PATH" value { string_value: "/tmp/e.tgz" } }\n')
+    with pytest.raises(UserError, match="export writes|export never"):
+        find_local_repository(str(out))
+
+
+def test_sigterm_to_export_while_its_server_check_runs_leaves_no_process(tmp_path):
+    """export loads the repository in a real tritonserver; a SIGTERM then must stop it and its stubs (without a
+    handler, Python died at once and a stub outlived it)."""
+    env = _fake(tmp_path)
+    repo = _local_repo(tmp_path) / "triton_local"
+    code = textwrap.dedent(f"""
+        import sys, time
+        import overdrive.serve.export as ex
+        from overdrive.serve.triton_env import TritonEnv
+        from overdrive.serve.triton_server import TritonServer
+
+        def export_for_serving(*a, **kw):  # the server check of a real export, with the fake server
+            with TritonServer({str(repo)!r}, env=TritonEnv(root={env.root!r}, server={env.server!r},
+                                                          backends={env.backends!r})):
+                print("checking", flush=True)
+                time.sleep(60)
+
+        ex.export_for_serving = export_for_serving
+        from overdrive.cli import main
+        sys.exit(main(["export", "--out", {str(tmp_path / "x")!r}]))
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env={**os.environ, "FAKE_CHILD_PID": str(tmp_path / "child.pid")})
+    child = None
+    try:
+        assert "checking" in p.stdout.readline()
+        for _ in range(50):
+            if (tmp_path / "child.pid").exists():
+                break
+            time.sleep(0.1)
+        child = int((tmp_path / "child.pid").read_text())
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    try:
+        assert p.returncode == 143 and not _alive(child)
+    finally:
+        if child and _alive(child):
+            os.kill(child, signal.SIGKILL)

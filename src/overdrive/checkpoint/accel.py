@@ -125,7 +125,7 @@ def load_state(path: str, acc) -> list[str]:
     state = _states(acc)
     try:
         # every field read back is checked before anything (the model's own tensors included) is changed
-        extra = load_folder(path, state, rank=rank, world=world, check_extra=lambda x: _check_extra(x, path, rank),
+        extra = load_folder(path, state, rank=rank, world=world, check_extra=lambda x: _check_extra(x, path, rank, acc),
                             exact="model")
         set_state_dict(acc.model, acc.optimizer if acc.optimizer is not None else [],
                        model_state_dict=state["model"], optim_state_dict=state.get("optim", {}))
@@ -159,7 +159,7 @@ def load_state(path: str, acc) -> list[str]:
     return notes
 
 
-def _check_extra(extra: dict, path: str, rank: int) -> None:
+def _check_extra(extra: dict, path: str, rank: int, acc=None) -> None:
     """The counters and states of extra_rank*.pt are untrusted (a file can be resealed with its manifest):
     each of the right type and range, or one line naming the field."""
     def count(v, lo):
@@ -173,16 +173,39 @@ def _check_extra(extra: dict, path: str, rank: int) -> None:
     dl = extra.get("dataloaders")
     if dl is not None and not (isinstance(dl, list) and all(isinstance(d, dict) for d in dl)):
         bad.append(f"dataloaders ({type(dl).__name__})")
+    if isinstance(extra.get("rng"), dict) and not _rng_fits(extra["rng"]):
+        bad.append("an RNG state that does not restore")
     if bad:
         raise CheckpointError(f"cannot load {path}: extra_rank{rank}.pt holds {', '.join(bad)}, not what acc.save() "
                               "writes "
                         "(a count >= 0, a state dict): the file was edited; load another checkpoint")
 
 
-def _load_positions(acc, saved: list, path: str) -> None:
+    if acc is not None:  # before the model changes, not after
+        try:
+            _load_positions(acc, dl or [], path, check_only=True)
+        except UserError as e:
+            raise CheckpointError(str(e)) from None
+
+
+def _rng_fits(state: dict) -> bool:
+    """Whether set_rng_state takes `state`: tried, then this process's generators put back as they were."""
+    now = rng_state()
+    try:
+        set_rng_state(state)
+        return True
+    except Exception:  # noqa: BLE001 — any way a resealed state can be wrong (a key, a type, a length)
+        return False
+    finally:
+        set_rng_state(now)
+
+
+def _load_positions(acc, saved: list, path: str, *, check_only: bool = False) -> None:
     loaders = getattr(acc, "dataloaders", [])
     if saved and len(saved) != len(loaders):
         raise UserError(f"{path} holds the positions of {len(saved)} prepared DataLoader(s), this run prepared "
                         f"{len(loaders)}: prepare the same loaders, in the same order, before acc.load()")
+    if check_only:
+        return
     for d, st in zip(loaders, saved):
         d.load_state_dict(st)

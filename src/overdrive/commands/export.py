@@ -25,6 +25,16 @@ def _cmd_export(args: argparse.Namespace) -> int:
         raise UserError("--inputs/--dynamic are for your own model: pass FILE.py:FACTORY too (the built-in models "
                         "know their inputs; --bag-len sets the click model's)")
     check_writable(args.out, flag="--out")  # before the export, not after it
+    from overdrive.measure.procs import parent_ends_on_sigterm
+
+    # SIGTERM: the check's tritonserver and its stubs are stopped, the staging folder removed, the lock released
+    with parent_ends_on_sigterm():
+        rep = _export(args, batching_from, export_for_serving, user_served_model, ExportError)
+    _print(rep)
+    return 0
+
+
+def _export(args, batching_from, export_for_serving, user_served_model, ExportError) -> dict:
     try:
         batching = served = None
         if args.slo_from:
@@ -38,6 +48,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
                                  inputs=args.inputs, dynamic=args.dynamic, bag_len=args.bag_len, served=served)
     except (ExportError, ValueError, FileNotFoundError) as e:
         raise UserError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+    return rep
+
+
+def _print(rep: dict) -> None:
     b = {k: _printable(v) if isinstance(v, str) else v for k, v in rep["batching"].items()}
     print(f"exported {rep['name']} (max_batch_size {b['max_batch_size']}, preferred "
           f"{b.get('preferred_batch_size') or 'none'}, delay {b.get('max_queue_delay_us', 0)} µs — "
@@ -57,7 +71,6 @@ def _cmd_export(args: argparse.Namespace) -> int:
               f"not loaded by a real tritonserver: {sc.get('why')}")
     if rep.get("onnx"):
         print(f"ONNX {rep['onnx']}")
-    return 0
 
 
 def _model_or_factory(args: argparse.Namespace) -> None:

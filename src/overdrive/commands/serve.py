@@ -18,6 +18,10 @@ def _raise_stop(signum, frame):
     raise _Stop(signal.Signals(signum).name)
 
 
+def _already_stopping(signum, frame):
+    print(f"{signal.Signals(signum).name}: already stopping tritonserver (it ends within ~20 s)", flush=True)
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from overdrive.serve.triton_local import find_local_repository
     from overdrive.serve.triton_server import HOST, TritonServer, TritonServerError, port_taken
@@ -51,6 +55,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"{s}: stopping tritonserver", flush=True)
     finally:
         if server is not None:
+            # A second Ctrl-C must not cut the stop short: its SIGKILL of what is left would never come.
+            for sig in old:
+                signal.signal(sig, _already_stopping)
             server.stop()
         for sig, h in old.items():
             signal.signal(sig, h)

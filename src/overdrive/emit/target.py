@@ -55,6 +55,20 @@ def _read_json(path: str, what: str) -> dict:
     return d
 
 
+_RAN_FIELDS = ("precision", "fp8_backend", "fp8_scaling", "optimizer", "norm", "loss", "compile",
+               "activation_checkpointing", "checkpoint_every", "emulated", "device")
+"""The resolved fields an emitter copies into a config or a comment (the rest, e.g. decisions, is not read)."""
+
+
+def _check_text(src: str, fields: dict) -> None:
+    # A tune folder is untrusted: every field copied into a config is a scalar, and text is one printable line.
+    for k, v in fields.items():
+        ok = v is None or isinstance(v, (bool, int, float)) or (isinstance(v, str) and v.isprintable())
+        if not ok:
+            raise UserError(f"{src}: field {k}={v!r:.80} is not one printable value: the file was altered; re-run "
+                            "`overdrive tune --out DIR`")
+
+
 def load_target(src: str, *, env=None) -> Target:
     """A tune folder, a tune results.json, or a recipe.json -> the Target to emit."""
     if os.path.isdir(src):
@@ -74,6 +88,8 @@ def load_target(src: str, *, env=None) -> Target:
             raise UserError(f"{src}: the winner's recipe is not one this Overdrive reads ({e}): re-run tune") from None
         layers = [x for x in ((row.get("fp8_filter") or {}).get("layers") or []) if isinstance(x, dict) and "fqn" in x]
         dev = d.get("gpu") or d.get("cpu") or d.get("device") or "the measuring machine"
+        _check_text(src, {**{k: v for k, v in row["resolved"].items() if k in _RAN_FIELDS}, "gpu/cpu/device": dev, **{f"fp8_filter fqn {i}": x["fqn"]
+                                                                       for i, x in enumerate(layers)}})
         return Target(recipe=recipe, ran=dict(row["resolved"]), where=f"measured by overdrive tune on {dev}",
                       fp8_layers=layers if recipe.fp8_shapes else [], source=src)
     recipe = Recipe.load(src)

@@ -48,12 +48,14 @@ def bound_to_parent(target, parent_pid, *args) -> None:
 @contextlib.contextmanager
 def parent_ends_on_sigterm():
     """While inside: SIGTERM raises SystemExit(143) in the main thread, so cleanup runs (workers
-    stopped, locks released). Outside the main thread this is a no-op (signals go to the main one)."""
+    stopped, locks released); later SIGTERMs are ignored until the block is left, so cleanup finishes. Outside the main thread this is a no-op (signals go to the main one)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def _raise(signum, frame):
+        # Once: a second SIGTERM during the cleanup this starts would cut it short (a server's stubs left running).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise SystemExit(128 + signum)
 
     old = signal.signal(signal.SIGTERM, _raise)

@@ -13,6 +13,7 @@ header and in the parameter `overdrive_variant`.
 from __future__ import annotations
 
 import os
+import shutil
 
 from overdrive.io import write_atomic
 
@@ -85,7 +86,40 @@ def find_local_repository(path: str) -> str:
             hint = f"serve {sibling} here" if os.path.isdir(sibling) else "re-export with onnx installed"
             raise UserError(f"{cfg_path}: {cfg.platform or cfg.backend or 'this model'} needs Triton's container (the "
                             f"tritonserver here has the python backend only); {hint}")
+        _only_our_code(os.path.join(path, m), cfg, cfg_path)
     return path
+
+
+_PARAMETERS = {"overdrive_variant", "overdrive_batching_source", "intra_op_thread_count", "inter_op_thread_count"}
+
+
+def _only_our_code(model_dir: str, cfg, cfg_path: str) -> None:
+    """The python backend runs the model folder's Python: serve runs only the model.py export writes (the
+    same ONNX model in ONNX Runtime), never one edited or added since, nor another file or environment a
+    config names (default_model_filename, EXECUTION_ENV_PATH)."""
+    from overdrive.errors import UserError
+
+    fix = "re-export it with `overdrive export` (serve runs only the model.py export writes)"
+    extra = sorted(set(cfg.parameters) - _PARAMETERS)
+    if cfg.default_model_filename not in ("", "model.py") or extra:
+        raise UserError(f"{cfg_path} names {cfg.default_model_filename or ', '.join(extra)}, which export never "
+                        f"writes: {fix}")
+    ours = _model_py()
+    for v in sorted(os.listdir(model_dir)):
+        vdir = os.path.join(model_dir, v)
+        if not os.path.isdir(vdir):
+            continue
+        cache = os.path.join(vdir, "__pycache__")
+        if os.path.isdir(cache) and not os.path.islink(cache):
+            # Bytecode a planted .pyc could replace model.py with (its header only names the source's size and
+            # time): a cache, removed, and the stub compiles the checked model.py again.
+            shutil.rmtree(cache)
+        py = [n for n in os.listdir(vdir) if n.endswith((".py", ".pyc", ".so")) or n == "__pycache__"]
+        for n in py:
+            p = os.path.join(vdir, n)
+            same = n == "model.py" and os.path.isfile(p) and not os.path.islink(p) and open(p, "rb").read() == ours
+            if not same:
+                raise UserError(f"{p} is not the model.py overdrive export writes (edited, added, or a link): {fix}")
 
 
 def load_in_server(out_dir: str) -> dict:

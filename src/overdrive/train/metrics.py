@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from overdrive.io import check_writable
+from overdrive.io import check_writable, refuse_links
 
 __all__ = ["MetricsLog"]
 
@@ -23,6 +23,7 @@ class MetricsLog:
         self.names = parse_report_to(report_to) if rank == 0 else []
         self.trackers = Trackers([])
         if rank == 0:
+            refuse_links(run_dir, ["metrics.jsonl"], flag="train.out_dir")  # appending would write through it
             check_writable(self.path, flag="train.out_dir", kind="file")  # now, not at the first log line
 
     def start(self, params: dict, run_name: str) -> list[str]:
@@ -43,7 +44,9 @@ class MetricsLog:
     def __call__(self, rec: dict) -> None:
         if self.rank != 0:
             return
-        with open(self.path, "a") as f:
+        # O_NOFOLLOW: a metrics.jsonl swapped for a link mid-run is never appended through
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        with os.fdopen(fd, "a") as f:
             f.write(json.dumps(rec) + "\n")
         if self.trackers:
             self.trackers.log({k: v for k, v in rec.items() if k != "step"}, rec["step"])

@@ -76,6 +76,10 @@ class RunLock:
             raise RunDirError(f"{self.what} is in use by {self.holder} (pid {h.get('pid', '?')} on "
                               f"{h.get('host', '?')}, since {h.get('started', '?')}): {self.fix}") from None
         h = _holder(fd)
+        if h and not isinstance(h.get("pid"), int):  # text overdrive never wrote: another tool's or the user's file
+            os.close(fd)
+            raise RunDirError(f"{self.path} is a file overdrive did not write (not a lock of ours): move it, or "
+                              f"pick another name for {self.what}")
         if h:  # the file still names a holder, yet the lock was free: that process died holding it
             say(f"took over the lock of {self.what} left by pid {h.get('pid', '?')} on {h.get('host', '?')} "
                 "(that process is gone)")
@@ -108,8 +112,9 @@ def _same_file(fd: int, path: str) -> bool:
 def _holder(fd: int) -> dict:
     try:
         raw = os.pread(fd, 4096, 0)
-        return json.loads(raw) if raw.strip() else {}
-    except (OSError, ValueError):
+        h = json.loads(raw) if raw.strip() else {}
+        return h if isinstance(h, dict) else {"pid": "?", "host": "?"}
+    except (OSError, ValueError, RecursionError):
         return {"pid": "?", "host": "?"}
 
 
@@ -121,11 +126,18 @@ class RunDir:
     notes: list[str] = field(default_factory=list)
 
 
+_CONFIG_SECTIONS = ("model", "data", "train")
+"""What every config.json a run writes holds beside its run_id (TrainConfig.to_dict): another tool's
+config.json with a "run_id" of its own is the user's file, never a run of ours to resume into or delete."""
+
+
 def _run_id_of(folder: str) -> str | None:
     try:
         with open(os.path.join(folder, "config.json")) as f:
-            rid = json.load(f).get("run_id")
-        return rid if isinstance(rid, str) else None
+            doc = json.load(f)
+        rid = doc.get("run_id")
+        ours = all(isinstance(doc.get(k), dict) for k in _CONFIG_SECTIONS)
+        return rid if isinstance(rid, str) and rid and ours else None
     except (OSError, ValueError, AttributeError, RecursionError):
         return None
 
@@ -204,8 +216,11 @@ def claim_run_dir(out_dir: str, *, resume: bool, overwrite: bool, say: Callable[
         if resume:
             raise RunDirError(f"--resume: {out_dir} holds no overdrive run to continue (no config.json with a run id) "
                               f"but {listed}: pass the train.out_dir of the run to resume, or drop --resume")
-        if not overwrite:
-            return _sibling(out_dir, None, say)
+        if overwrite:  # refused before the lock: no run.lock left among the user's files
+            raise RunDirError(f"--overwrite: {out_dir} holds no overdrive run (no config.json with a run id) but "
+                              f"{listed}: it deletes only a run's own files; pick another train.out_dir or move "
+                              "those files away")
+        return _sibling(out_dir, None, say)
     lock = RunLock(out_dir).acquire(say)
     try:
         old, stuff = _run_id_of(out_dir), _contents(out_dir)
