@@ -52,8 +52,8 @@ def parse_report_to(value: str | list[str] | tuple[str, ...] | None) -> list[str
     for n in names:
         mod, pkg = _NEEDS[n]
         if importlib.util.find_spec(mod) is None:
-            raise UserError(f"--report-to {n}: the {pkg} package is not installed: pip install 'overdrive[trackers]' "
-                            f"(or pip install {pkg})")
+            raise UserError(f"--report-to {n}: the {pkg} package is not installed: pip install {pkg} "
+                            "(the overdrive[trackers] extra)")
     return names
 
 

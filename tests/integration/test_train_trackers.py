@@ -65,5 +65,5 @@ def test_a_tracker_that_is_not_installed_is_one_line_before_any_work(cfg, tmp_pa
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "mlflow" else real(n, *a))
     assert main(["train", str(cfg), "--report-to", "mlflow"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("overdrive: error:") and "pip install 'overdrive[trackers]'" in err[-1]
+    assert err[-1].startswith("overdrive: error:") and "pip install mlflow" in err[-1] and "overdrive[trackers] extra" in err[-1]
     assert not os.path.exists(tmp_path / "run")

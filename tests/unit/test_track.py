@@ -49,7 +49,7 @@ def test_report_to_names_are_checked_and_a_missing_package_names_the_extra(monke
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "wandb" else real(n, *a))
     with pytest.raises(UserError) as e:
         parse_report_to("tensorboard,wandb")
-    assert "pip install 'overdrive[trackers]'" in str(e.value) and "wandb" in str(e.value)
+    assert "overdrive[trackers] extra" in str(e.value) and "wandb" in str(e.value)
     assert "\n" not in str(e.value)
 
 

@@ -267,7 +267,7 @@ def register(sub) -> None:
     b.add_argument("--server", choices=["simulated", "triton"], default="simulated",
                    help="inference: simulated (Triton's dynamic batcher simulated from measured service times) or "
                         "triton (also a real tritonserver on 127.0.0.1 serving the exported model with the simulated "
-                        "setting, driven by an open-loop Poisson client: needs overdrive[triton])")
+                        "setting, driven by an open-loop Poisson client: needs pip install 'tritonclient[http,grpc]', the overdrive[triton] extra)")
     b.add_argument("--configs", help="comma-separated candidates to run (the baseline always runs): the suite's, or "
                                      "any recipe name (e.g. fp8-rowwise, bf16+compile)")
     b.add_argument("--rounds", type=int, help="timed rounds: each round runs every configuration for the suite's "

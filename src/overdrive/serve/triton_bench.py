@@ -95,7 +95,7 @@ def triton_unavailable() -> str | None:
     import importlib.util
 
     if importlib.util.find_spec("tritonclient") is None or importlib.util.find_spec("aiohttp") is None:
-        return "the client is not installed: pip install 'overdrive[triton]'"
+        return "the client is not installed: pip install 'tritonclient[http,grpc]' (the overdrive[triton] extra)"
     from overdrive.serve.triton_env import unavailable_reason
 
     return unavailable_reason()

@@ -45,7 +45,7 @@ def model_config_class():
 def config_schema() -> str:
     """Which ModelConfig checked the config: Triton's own, or the subset (and how to get Triton's)."""
     return ("tritonclient.grpc.model_config_pb2 (Triton's own)" if _triton_pb2() is not None else
-            "overdrive's subset of inference.ModelConfig (pip install 'overdrive[triton]' for Triton's own)")
+            "overdrive's subset of inference.ModelConfig (pip install 'tritonclient[grpc]', the overdrive[triton] extra, for Triton's own)")
 
 
 def _io(msg, name: str, dims: list[int], data_type: str) -> None:

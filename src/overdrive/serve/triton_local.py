@@ -68,8 +68,8 @@ def find_local_repository(path: str) -> str:
         path = os.path.join(path, LOCAL_DIR)
     elif os.path.isfile(os.path.join(path, "export.json")):  # an export folder without the variant
         raise UserError(f"{path} has no {LOCAL_DIR}/: it was exported without ONNX (--no-onnx, or the export extra "
-                        "missing), and the server here runs the ONNX model; re-export with pip install "
-                        "'overdrive[export]'")
+                        "missing), and the server here runs the ONNX model; re-export after pip install "
+                        "onnx onnxscript onnxruntime (the overdrive[export] extra)")
     models = [d for d in sorted(os.listdir(path)) if os.path.isfile(os.path.join(path, d, "config.pbtxt"))]
     if not models:
         raise UserError(f"{path} holds no model folder with a config.pbtxt: pass the folder `overdrive export --out` "
