@@ -10,16 +10,20 @@ import pytest
 from overdrive.cli import main
 
 
+def invoke(capsys, *a) -> SimpleNamespace:
+    """`overdrive plan *a` in-process (a subprocess pays torch's import on every call): returncode,
+    stdout, stderr; argparse's own refusals (SystemExit) included."""
+    try:
+        rc = main(["plan", *a])
+    except SystemExit as e:
+        rc = e.code
+    out = capsys.readouterr()
+    return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
+
+
 @pytest.fixture
 def run(capsys):
-    def _run(*a):
-        try:
-            rc = main(["plan", *a])
-        except SystemExit as e:
-            rc = e.code
-        out = capsys.readouterr()
-        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
-    return _run
+    return lambda *a: invoke(capsys, *a)
 
 
 def refused(cp, needle):

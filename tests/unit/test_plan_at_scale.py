@@ -153,15 +153,11 @@ def test_hand_fused_eager_kernels_move_what_compiled_code_moves():
 
 
 def test_cli_flags_of_the_older_stacks(capsys):
-    from overdrive.cli import main
+    from plan_cli import invoke
 
     def call(*a):
-        try:
-            rc = main(["plan", *a])
-        except SystemExit as e:
-            rc = e.code
-        out = capsys.readouterr()
-        return rc, out.out, out.err
+        r = invoke(capsys, *a)
+        return r.returncode, r.stdout, r.stderr
 
     def run(*a):
         rc, out, err = call("--model", "llama3-8b", "--json", "--precision", "bf16", "--micro-batch", "1",

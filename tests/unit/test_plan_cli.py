@@ -2,24 +2,15 @@
 
 import json
 import os
-from types import SimpleNamespace
 
 import pytest
 
-from overdrive.cli import main
+from plan_cli import invoke
 
 
 @pytest.fixture
 def run(capsys):
-    """The CLI in-process (a subprocess pays torch's import on every call): returncode, stdout, stderr."""
-    def _run(*a):
-        try:
-            rc = main(["plan", *a])
-        except SystemExit as e:  # argparse's own refusals
-            rc = e.code
-        out = capsys.readouterr()
-        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
-    return _run
+    return lambda *a: invoke(capsys, *a)
 
 
 @pytest.mark.parametrize("args, needle", [

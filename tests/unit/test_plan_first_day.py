@@ -3,11 +3,10 @@ tiny model, a safety margin in the ranking, an honest refusal of encoder-decoder
 and a next step that is the accelerate(...) call Overdrive runs."""
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
-from overdrive.cli import main
+from plan_cli import invoke
 from overdrive.plan import get_model, model_from_hf_config, plan
 from overdrive.plan.runnable import how_to_run, not_in_overdrive
 from overdrive.recipes import get_recipe
@@ -21,15 +20,7 @@ T5 = {"model_type": "t5", "d_model": 512, "num_layers": 6, "num_heads": 8, "d_ff
 
 @pytest.fixture
 def cli(capsys):
-    """The CLI in-process (a subprocess pays torch's import on every call): returncode, stdout, stderr."""
-    def _run(*a):
-        try:
-            rc = main(["plan", *a])
-        except SystemExit as e:  # argparse's own refusals
-            rc = e.code
-        out = capsys.readouterr()
-        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
-    return _run
+    return lambda *a: invoke(capsys, *a)
 
 
 @pytest.fixture
