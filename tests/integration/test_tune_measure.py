@@ -8,29 +8,9 @@ import pytest
 
 import overdrive
 from overdrive.cli import main
+import user_models
 
-USER_CODE = '''
-import torch
-from torch import nn
-
-
-def model():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
-
-
-def batch(step):
-    g = torch.Generator().manual_seed(step)
-    return torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
-
-
-def loss(m, b):
-    return nn.functional.cross_entropy(m(b[0]), b[1])
-
-
-def nan_loss(m, b):
-    return nn.functional.cross_entropy(m(b[0]), b[1]) * float("nan")
-'''
+USER_CODE = user_models.TUNE_MLP
 
 
 @pytest.fixture

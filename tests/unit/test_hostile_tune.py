@@ -23,6 +23,7 @@ from overdrive.tune.api import _pick, _row
 from overdrive.tune.candidates import named_candidates
 from overdrive.tune.measure import Run, Session
 from overdrive.tune.workload import Workload
+import user_models
 
 CPU = build_report(machine(None, torchao=TORCHAO_EMU))
 
@@ -180,24 +181,7 @@ def test_a_tampered_tune_result_is_one_line_naming_the_field(tmp_path, capsys, p
 
 # --- Major: a cache folder that cannot be written costs the cache, never the measurement -------------
 
-USER_CODE = '''
-import torch
-from torch import nn
-
-
-def model():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
-
-
-def batch(step):
-    g = torch.Generator().manual_seed(step)
-    return torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
-
-
-def loss(m, b):
-    return nn.functional.cross_entropy(m(b[0]), b[1])
-'''
+USER_CODE = user_models.TUNE_MLP
 
 
 @pytest.mark.slow  # one real tune of the baseline and fp32 (~20 s)

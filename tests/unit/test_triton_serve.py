@@ -96,9 +96,8 @@ def test_a_model_that_does_not_load_is_one_line_naming_it(tmp_path, monkeypatch)
         TritonServer(str(_local_repo(tmp_path) / "triton_local"), env=_fake(tmp_path)).start(timeout_s=20)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
-                         ids=["SIGTERM", "SIGINT"])  # ~7 s each (a subprocess importing the CLI): one in make test
-def test_serve_runs_in_the_foreground_until_a_signal_and_leaves_nothing(tmp_path, sig):
+def _serve_in_a_subprocess(tmp_path):
+    """`overdrive serve` of a local repository in its own process, on the fake tritonserver."""
     env = _fake(tmp_path)
     out = _local_repo(tmp_path)
     code = textwrap.dedent(f"""
@@ -108,8 +107,14 @@ def test_serve_runs_in_the_foreground_until_a_signal_and_leaves_nothing(tmp_path
         from overdrive.cli import main
         sys.exit(main(["serve", {str(out)!r}]))
     """)
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env={**os.environ, "FAKE_CHILD_PID": str(tmp_path / "child.pid")})
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "FAKE_CHILD_PID": str(tmp_path / "child.pid")})
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
+                         ids=["SIGTERM", "SIGINT"])  # ~7 s each (a subprocess importing the CLI): one in make test
+def test_serve_runs_in_the_foreground_until_a_signal_and_leaves_nothing(tmp_path, sig):
+    p = _serve_in_a_subprocess(tmp_path)
     try:
         line = p.stdout.readline()
         assert "READY m (version 1)" in line and "http://127.0.0.1:" in line, line
@@ -181,17 +186,7 @@ def test_the_environment_lives_under_the_cache_the_user_names(monkeypatch, tmp_p
 def test_a_second_signal_while_stopping_still_ends_everything(tmp_path):
     """Ctrl-C pressed twice: the second signal arrives while stop() waits for the stubs; it must not cut the stop
     short (a traceback, and a stub that ignores SIGTERM left running for good)."""
-    env = _fake(tmp_path)
-    out = _local_repo(tmp_path)
-    code = textwrap.dedent(f"""
-        import sys
-        import overdrive.serve.triton_env as te
-        te.ensure_env = lambda say=print: te.TritonEnv(root={env.root!r}, server={env.server!r}, backends={env.backends!r})
-        from overdrive.cli import main
-        sys.exit(main(["serve", {str(out)!r}]))
-    """)
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env={**os.environ, "FAKE_CHILD_PID": str(tmp_path / "child.pid")})
+    p = _serve_in_a_subprocess(tmp_path)
     child = None
     try:
         line = p.stdout.readline()
