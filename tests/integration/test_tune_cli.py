@@ -131,6 +131,7 @@ def test_python_api_wide_model(user, tmp_path):
     assert res.meta["signature"] and res.meta["elapsed_s"] <= 35
     p = res.save(str(tmp_path / "o"))
     assert Recipe.load(os.path.join(p, "recipe.json")) == res.best
+    assert main(["report", p]) == 0  # the page is the report's: rendered from the results save wrote
     assert "overdrive tune" in open(os.path.join(p, "report.html")).read()
 
 

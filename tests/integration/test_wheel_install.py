@@ -55,6 +55,6 @@ def test_wheel_installs_complete_and_runs_doctor_bench_and_report(tmp_path):
               cwd=work, env=env)
     assert cp.returncode == 0, cp.stdout[-1500:] + cp.stderr[-1500:]
     assert (out / "results.json").is_file()
-    cp = _run(od + ["report", str(out)], cwd=work, env=env)  # reads bench/results.schema.json from the wheel
+    cp = _run(od + ["report", str(out)], cwd=work, env=env)  # reads results/results.schema.json from the wheel
     assert cp.returncode == 0, cp.stdout[-1500:] + cp.stderr[-1500:]
     assert "Traceback" not in cp.stderr

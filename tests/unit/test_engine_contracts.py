@@ -314,7 +314,7 @@ def test_nvfp4_runs_report_mfu_against_the_fp4_peak():
     was read by the planner, never by the bench); now it also reports MFU against the FP4 peak, in JSON and CSV."""
     from overdrive.bench.analysis import analyze
     from overdrive.bench.flops import mfu
-    from overdrive.bench.results import csv_rows
+    from overdrive.results.bench import csv_rows
     from overdrive.bench.runner import ConfigRun
     from overdrive.bench.suites import SUITES, Candidate
 

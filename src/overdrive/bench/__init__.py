@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 
-from overdrive.bench.results import RESULTS_SCHEMA, load_results, save_results
 from overdrive.bench.suites import SUITES, Candidate, Suite, candidates_from_names
 from overdrive.bench.workloads import WORKLOADS, default_suite_name, get_suite
+from overdrive.results import BENCH_SCHEMA as RESULTS_SCHEMA
+from overdrive.results import load_results, save_results
 
 __all__ = ["run_bench", "Suite", "Candidate", "SUITES", "WORKLOADS", "get_suite", "default_suite_name", "candidates_from_names",
            "RESULTS_SCHEMA", "load_results", "save_results"]

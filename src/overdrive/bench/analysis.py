@@ -5,23 +5,15 @@ recommendation that needs evidence (the whole interval above the floor, on a hos
 from __future__ import annotations
 
 from overdrive.bench.apply import apply_hint
-from overdrive.bench.flops import achieved_tflops, flops_per_token, mfu
 from overdrive.bench.runner import ConfigRun, Schedule, ci_seed
 from overdrive.bench.suites import Suite
 from overdrive.bench.workloads import workload_for_task
 from overdrive.env import EnvReport
 from overdrive.measure.quality import LOSS_TOLERANCE, loss_tolerance
 from overdrive.measure.stats import compare, host_too_busy, noise_floor, paired_ci, round_medians, summarize
-from overdrive.models import gpt_config
 from overdrive.recipes.labels import same_recipe_text
 
 __all__ = ["analyze", "LOSS_TOLERANCE", "loss_tolerance", "recommend", "apply_hint"]
-
-
-def _model_flops(name: str, seq: int) -> tuple[int, int]:
-    cfg = gpt_config(name, block_size=seq)
-    n = cfg.n_params(non_embedding=True)
-    return n, flops_per_token(n, cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, seq)
 
 
 def _safe(run: ConfigRun, rows: dict[str, dict]) -> tuple[bool | None, str | None]:
@@ -49,97 +41,107 @@ def _role_rounds(run: ConfigRun, role: str) -> list[float]:
     return round_medians(out)
 
 
+def _config_record(run: ConfigRun) -> dict:
+    """What ran and how it went, before any figure: names, recipe, status, fallbacks and the raw timings."""
+    res = run.resolved or {}
+    raw = {"warmup_ms": run.warmup_ms, "rounds_ms": run.rounds_ms}
+    for r in run.roles:
+        raw[f"{r}_ms"], raw[f"{r}_loss"], raw[f"{r}_skipped"] = run.ms[r], run.loss[r], run.skipped[r]
+    c = {"name": run.cand.name, "label": run.label, "ran": run.label, "also": run.also,
+         "names": [run.cand.name] + [a["name"] for a in run.also], "description": run.cand.description,
+         "baseline": run.cand.baseline, "status": run.status, "reason": run.reason,
+         "recipe": run.cand.recipe.to_dict(), "resolved": res, "options": dict(run.cand.options),
+         "precision": res.get("precision", "?"), "emulated": bool(res.get("emulated")),
+         "fallbacks": [d["reason"] for d in res.get("decisions", []) if d.get("fallback")],
+         "setup_s": run.setup_s, "first_step_s": run.first_step_s, "memory": run.memory, "final": run.final,
+         "models": {}, "raw": raw}
+    tot = summarize(run.step_ms())
+    c["step_ms"] = tot
+    if tot["median"] and run.warmup_ms:
+        # Compile time (and other first-step costs) reported apart from the step time.
+        c["compile_s"] = max(0.0, run.warmup_ms[0] - tot["median"]) / 1e3
+    return c
+
+
+def _model_row(run: ConfigRun, base: ConfigRun | None, role: str, suite: Suite, workload, gpu, c: dict) -> dict:
+    """One model's row: its step times, rate, the workload's own figures and its paired speedup."""
+    ms = run.ms[role]
+    s = summarize(ms)
+    # The precision this role really ran in (the applier's, when the worker reported it).
+    role_precision = ((run.applied or {}).get(role) or {}).get("precision", c["precision"])
+    m = {"model": getattr(suite, role, role), "precision": role_precision, "step_ms": s, "tokens_per_s": None,
+         "examples_per_s": None, "tflops": None, "mfu_bf16_peak": None, "mfu_fp8_peak": None, "mfu_fp4_peak": None,
+         "speedup": None, "speedup_ci": None}
+    rate = workload.items_per_step(suite) / (s["median"] / 1e3) if s["median"] else None
+    if rate is not None:
+        m[workload.rate_key] = rate
+    m.update(workload.role_figures(role, suite, rate=rate, precision=role_precision, gpu=gpu, emulated=c["emulated"]))
+    bms = base.ms[role] if base else []
+    if not c["emulated"] and bms and ms and not run.cand.baseline:
+        ci = paired_ci(_role_rounds(base, role), _role_rounds(run, role), seed=ci_seed(run.cand.name))
+        if ci:
+            m["speedup"], m["speedup_ci"] = ci[0], [ci[1], ci[2]]
+    elif run.cand.baseline and ms:
+        m["speedup"], m["speedup_ci"] = 1.0, [1.0, 1.0]
+    return m
+
+
+def _verdict(c: dict, run: ConfigRun, base: ConfigRun | None, base_rounds: list, floor, looks: int) -> None:
+    """The configuration's speedup against the baseline, its interval and its verdict (in place)."""
+    if not run.cand.baseline and base and base.step_ms() and run.step_ms() and not c["emulated"]:
+        cmp = compare(base_rounds, round_medians(run.rounds_ms), floor, seed=ci_seed(run.cand.name), looks=looks)
+        c["speedup"], c["speedup_ci"] = (cmp.speedup, list(cmp.ci)) if cmp.ci else (None, None)
+        c["verdict"], c["verdict_why"], c["rounds"] = cmp.verdict, cmp.why, cmp.rounds
+    else:
+        c["speedup"], c["speedup_ci"] = (1.0, [1.0, 1.0]) if run.cand.baseline else (None, None)
+        c["verdict"] = "baseline" if run.cand.baseline else None
+        c["rounds"] = len(run.rounds_ms)
+
+
+def _memory_and_quality(c: dict, run: ConfigRun, base: ConfigRun | None) -> None:
+    """Peak memory against the baseline's, the worst loss delta and the safety verdict (in place)."""
+    bm = (base.memory or {}).get("peak_mb") if base else None
+    pm = (run.memory or {}).get("peak_mb")
+    c["peak_mb"] = pm
+    c["memory_saved_pct"] = (100 * (1 - pm / bm)) if (pm is not None and bm) else None
+    deltas = [c["models"][r]["loss_delta_pct"] for r in run.roles]
+    unsafe = [c["models"][r]["unsafe_reason"] for r in run.roles if c["models"][r]["unsafe_reason"]]
+    c["loss_delta_pct"] = max((abs(d) for d in deltas if d is not None), default=None)
+    c["safe"], c["not_assessed_reason"] = _safe(run, c["models"])
+    c["unsafe_reason"] = "; ".join(unsafe) or None
+    c["skipped_steps"] = {r: sum(run.skipped[r]) for r in run.roles}
+
+
+def _schedule(sched: Schedule, suite: Suite, floor, twin: ConfigRun | None, looks: int) -> dict:
+    return {"rounds_planned": sched.rounds_planned, "rounds_run": sched.rounds_run,
+            "cut_by_budget": sched.cut_by_budget, "budget_s": sched.budget_s,
+            "looks": list(sched.looks), "level": 1 - 0.05 / looks, "wall_cap_s": sched.wall_cap_s,
+            "stop_reason": sched.stop_reason, "parity_steps": suite.parity_steps,
+            "threads": sched.threads.to_dict() if sched.threads else None, "load_1min": list(sched.load),
+            "noise": noise_record(floor, twin, sched)}
+
+
 def analyze(runs: list[ConfigRun], suite: Suite, env: EnvReport, sched: Schedule | None = None) -> dict:
+    """Every configuration's record (what ran, per-model figures from its workload, speedup, memory,
+    quality), the schedule with the A/A noise floor, and the recommendation."""
     base = next((r for r in runs if r.cand.baseline), None)
     twin = sched.twin if sched is not None else None
     base_rounds = round_medians(base.rounds_ms) if base else []
     looks = len(sched.looks) if sched is not None and sched.looks else 1  # the level the run stopped at
     floor = noise_floor(base_rounds, round_medians(twin.rounds_ms), looks=looks) if (twin is not None and base) else None
-    spec = env.gpus[0].spec if env.gpus else None
-    gpt = suite.task == "gpt"
+    gpu = env.gpus[0].spec if env.gpus else None
     workload = workload_for_task(suite.task)
-    items = suite.batch * suite.seq if gpt else suite.batch  # tokens per step, or examples per step
     configs = []
     for run in runs:
-        res = run.resolved or {}
-        precision = res.get("precision", "?")
-        emulated = bool(res.get("emulated"))
-        raw = {"warmup_ms": run.warmup_ms, "rounds_ms": run.rounds_ms}
-        for r in run.roles:
-            raw[f"{r}_ms"], raw[f"{r}_loss"], raw[f"{r}_skipped"] = run.ms[r], run.loss[r], run.skipped[r]
-        c = {"name": run.cand.name, "label": run.label, "ran": run.label, "also": run.also,
-             "names": [run.cand.name] + [a["name"] for a in run.also], "description": run.cand.description,
-             "baseline": run.cand.baseline, "status": run.status, "reason": run.reason,
-             "recipe": run.cand.recipe.to_dict(), "resolved": res, "options": dict(run.cand.options),
-             "precision": precision, "emulated": emulated, "fallbacks": [d["reason"] for d in res.get("decisions", [])
-                                                                        if d.get("fallback")],
-             "setup_s": run.setup_s, "first_step_s": run.first_step_s, "memory": run.memory, "final": run.final,
-             "models": {}, "raw": raw}
-        tot = summarize(run.step_ms())
-        c["step_ms"] = tot
-        if tot["median"] and run.warmup_ms:
-            # Compile time (and other first-step costs) reported apart from the step time.
-            c["compile_s"] = max(0.0, run.warmup_ms[0] - tot["median"]) / 1e3
+        c = _config_record(run)
         quality = workload.quality_rows(run, base, suite)
         for role in run.roles:
-            ms = run.ms[role]
-            s = summarize(ms)
-            # The precision this role really ran in (the applier's, when the worker reported it).
-            role_precision = ((run.applied or {}).get(role) or {}).get("precision", precision)
-            m = {"model": getattr(suite, role, role), "precision": role_precision, "step_ms": s, "tokens_per_s": None,
-                 "examples_per_s": None, "tflops": None, "mfu_bf16_peak": None, "mfu_fp8_peak": None, "mfu_fp4_peak": None, "speedup": None,
-                 "speedup_ci": None}
-            if gpt:
-                n_params, fpt = _model_flops(getattr(suite, role), suite.seq)
-                m.update(params_nonembedding=n_params, flops_per_token=fpt)
-            if s["median"]:
-                rate = items / (s["median"] / 1e3)
-                m["tokens_per_s" if gpt else "examples_per_s"] = rate
-                if gpt:
-                    m["tflops"] = achieved_tflops(rate, fpt)
-                    if spec and not emulated:
-                        m["mfu_bf16_peak"] = mfu(rate, fpt, spec.bf16_tflops)
-                        if role_precision == "fp8":
-                            m["mfu_fp8_peak"] = mfu(rate, fpt, spec.fp8_tflops)
-                        elif role_precision == "fp4" and spec.fp4_tflops:
-                            # NVFP4 runs its GEMMs on the FP4 tensor cores: the catalog's dense FP4 peak.
-                            m["mfu_fp4_peak"] = mfu(rate, fpt, spec.fp4_tflops)
-            bms = base.ms[role] if base else []
-            if not emulated and bms and ms and not run.cand.baseline:
-                ci = paired_ci(_role_rounds(base, role), _role_rounds(run, role), seed=ci_seed(run.cand.name))
-                if ci:
-                    m["speedup"], m["speedup_ci"] = ci[0], [ci[1], ci[2]]
-            elif run.cand.baseline and ms:
-                m["speedup"], m["speedup_ci"] = 1.0, [1.0, 1.0]
-            m.update(quality[role])
-            c["models"][role] = m
-        if not run.cand.baseline and base and base.step_ms() and run.step_ms() and not emulated:
-            cmp = compare(base_rounds, round_medians(run.rounds_ms), floor, seed=ci_seed(run.cand.name), looks=looks)
-            c["speedup"], c["speedup_ci"] = (cmp.speedup, list(cmp.ci)) if cmp.ci else (None, None)
-            c["verdict"], c["verdict_why"], c["rounds"] = cmp.verdict, cmp.why, cmp.rounds
-        else:
-            c["speedup"], c["speedup_ci"] = (1.0, [1.0, 1.0]) if run.cand.baseline else (None, None)
-            c["verdict"] = "baseline" if run.cand.baseline else None
-            c["rounds"] = len(run.rounds_ms)
-        bm = (base.memory or {}).get("peak_mb") if base else None
-        pm = (run.memory or {}).get("peak_mb")
-        c["peak_mb"] = pm
-        c["memory_saved_pct"] = (100 * (1 - pm / bm)) if (pm is not None and bm) else None
-        deltas = [c["models"][r]["loss_delta_pct"] for r in run.roles]
-        unsafe = [c["models"][r]["unsafe_reason"] for r in run.roles if c["models"][r]["unsafe_reason"]]
-        c["loss_delta_pct"] = max((abs(d) for d in deltas if d is not None), default=None)
-        c["safe"], c["not_assessed_reason"] = _safe(run, c["models"])
-        c["unsafe_reason"] = "; ".join(unsafe) or None
-        c["skipped_steps"] = {r: sum(run.skipped[r]) for r in run.roles}
+            c["models"][role] = {**_model_row(run, base, role, suite, workload, gpu, c), **quality[role]}
+        _verdict(c, run, base, base_rounds, floor, looks)
+        _memory_and_quality(c, run, base)
         configs.append(c)
-    sched = sched or Schedule(rounds_planned=suite.rounds, rounds_run=suite.rounds)
-    schedule = {"rounds_planned": sched.rounds_planned, "rounds_run": sched.rounds_run,
-                "cut_by_budget": sched.cut_by_budget, "budget_s": sched.budget_s,
-                "looks": list(sched.looks), "level": 1 - 0.05 / looks, "wall_cap_s": sched.wall_cap_s,
-                "stop_reason": sched.stop_reason,
-                "parity_steps": suite.parity_steps,
-                "threads": sched.threads.to_dict() if sched.threads else None, "load_1min": list(sched.load),
-                "noise": noise_record(floor, twin, sched)}
+    schedule = _schedule(sched or Schedule(rounds_planned=suite.rounds, rounds_run=suite.rounds), suite, floor, twin,
+                         looks)
     return {"configs": configs, "recommendation": recommend(configs, schedule, suite.task), "schedule": schedule}
 
 

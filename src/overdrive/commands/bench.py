@@ -4,7 +4,6 @@ workloads registry) and overdrive.report."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 from overdrive.commands import late_help
@@ -12,14 +11,20 @@ from overdrive.commands.vocabulary import deprecated
 from overdrive.errors import UserError
 
 
+def _serving_workloads() -> str:
+    from overdrive.bench.workloads import WORKLOADS
+
+    return " or ".join(f"--workload {k}" for k, w in WORKLOADS.items() if w.serves_models)
+
+
 def _refuse_ignored_flags(args: argparse.Namespace, workload) -> None:
     """A flag that would be ignored is refused in one line, never silently dropped."""
     if args.quick and args.suite:
         raise UserError(f"--quick and --suite {args.suite} together: --quick picks the short suite, --suite names one; "
                         "pass only one of them")
-    if (args.model or args.inputs or args.dynamic) and workload.name != "inference":
+    if (args.model or args.inputs or args.dynamic) and not workload.serves_models:
         raise UserError(f"--model/--inputs/--dynamic serve your model under a request stream: they apply to "
-                        f"--workload inference, not {workload.name} (to tune your model's training: overdrive tune "
+                        f"{_serving_workloads()}, not {workload.name} (to tune your model's training: overdrive tune "
                         "--model FILE.py:FACTORY)")
     if (args.inputs or args.dynamic) and not args.model:
         raise UserError("--inputs/--dynamic are for your own model: pass --model FILE.py:FACTORY too")
@@ -28,14 +33,16 @@ def _refuse_ignored_flags(args: argparse.Namespace, workload) -> None:
     if args.model and not args.inputs:
         raise UserError(f"--model {args.model} needs example inputs: pass --inputs FILE.py:FN, FN(batch) returning a "
                         "tensor or a tuple of tensors whose first dimension is the batch")
-    if args.threads is not None and workload.name == "inference":
-        raise UserError("--threads applies to the training workloads: the inference bench sets each engine's threads "
-                        "from the host's load (half the free cores, recorded in the results); drop --threads")
-    if args.server != "simulated" and workload.name != "inference":
-        raise UserError(f"--server {args.server} serves the inference bench's model: add --workload inference")
+    if args.threads is not None and not workload.threads_apply:
+        raise UserError(f"--threads applies to the training workloads: the {workload.name} bench sets each engine's "
+                        "threads from the host's load (half the free cores, recorded in the results); drop --threads")
+    if args.server != "simulated" and not workload.serves_models:
+        raise UserError(f"--server {args.server} serves the inference bench's model: add {_serving_workloads()}")
     if args.configs and not workload.configs_apply:
         raise UserError(f"--configs does not apply to --workload {workload.name}: it measures every mode; drop "
                         "--configs")
+    if args.report_to and workload.kind != "bench":
+        raise UserError(f"--report-to logs training benches; the {workload.name} bench writes its results with --out")
 
 
 def _refuse_gpu_suite_without_gpu(args: argparse.Namespace, env) -> None:
@@ -64,20 +71,12 @@ def _claim(args: argparse.Namespace, held: list) -> None:
     held.append(claim_results_dir(args.out, what="overdrive bench"))
 
 
-def _bench(args: argparse.Namespace, held: list) -> int:
-    import dataclasses
-
-    from rich.markup import escape
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from overdrive.bench import candidates_from_names, run_bench
-    from overdrive.bench.workloads import get_workload
+def _checked_args(args: argparse.Namespace, workload) -> tuple[str | None, list]:
+    """Everything about the arguments that can fail before the run, in one line each: (the data
+    file's summary, the trackers to report to)."""
     from overdrive.data import DataError
-    from overdrive.env import get_env
-    from overdrive.report.console import wide_console
-    from overdrive.report.tables import render_bench
+    from overdrive.track import parse_report_to
 
-    workload = get_workload(args.workload)
     _refuse_ignored_flags(args, workload)
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
         raise UserError(f"--out {args.out} is a file: pass a folder (it is created if missing)")
@@ -91,9 +90,29 @@ def _bench(args: argparse.Namespace, held: list) -> int:
         raise UserError(f"--rounds must be >= 1 timed round, got {args.rounds}")
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads must be >= 1, got {args.threads}")
-    from overdrive.track import parse_report_to
+    if workload.serves_models and (not args.slo_ms > 0 or args.slo_ms == float("inf")):  # nan and inf too
+        raise UserError(f"--slo-ms must be positive (a number of milliseconds), got {args.slo_ms}")
+    return data_note, parse_report_to(args.report_to)  # a missing tracker package: one line, before the run
 
-    report_to = parse_report_to(args.report_to)  # a missing tracker package: one line, before the run
+
+def _suite_of(args: argparse.Namespace, workload, env):
+    from overdrive.bench.workloads import WORKLOADS
+
+    name = args.suite or workload.default_suite(has_gpu=env.has_gpu, quick=args.quick)
+    if name not in workload.suites:
+        owner = next((k for k, w in WORKLOADS.items() if name in w.suites), None)
+        if owner:
+            raise UserError(f"--suite {name} is a suite of --workload {owner}: add --workload {owner}")
+        raise UserError(f"unknown {workload.name} suite '{name}': suites are {', '.join(workload.suites)}")
+    return workload.suites[name]
+
+
+def _bench(args: argparse.Namespace, held: list) -> int:
+    from overdrive.bench.workloads import get_workload
+    from overdrive.env import get_env
+
+    workload = get_workload(args.workload)
+    data_note, report_to = _checked_args(args, workload)
     if args.out:
         from overdrive.io import check_writable
 
@@ -101,19 +120,21 @@ def _bench(args: argparse.Namespace, held: list) -> int:
         _claim(args, held)
     env = get_env()
     _refuse_gpu_suite_without_gpu(args, env)
-    name = args.suite or workload.default_suite(has_gpu=env.has_gpu, quick=args.quick)
-    if name not in workload.suites:
-        from overdrive.bench.workloads import WORKLOADS
+    suite = _suite_of(args, workload, env)
+    if workload.kind == "latency":
+        return _bench_latency(args, env, workload, suite)
+    return _bench_training(args, env, workload, suite, data_note, report_to)
 
-        owner = next((k for k, w in WORKLOADS.items() if name in w.suites), None)
-        if owner:
-            raise UserError(f"--suite {name} is a suite of --workload {owner}: add --workload {owner}")
-        raise UserError(f"unknown {workload.name} suite '{name}': suites are {', '.join(workload.suites)}")
-    suite = workload.suites[name]
-    if workload.name == "inference":
-        if report_to:
-            raise UserError("--report-to logs training benches; the inference bench writes its results with --out")
-        return _bench_inference(args, env, workload, suite)
+
+def _bench_training(args: argparse.Namespace, env, workload, suite, data_note: str | None, report_to) -> int:
+    import dataclasses
+
+    from rich.markup import escape
+
+    from overdrive.bench import candidates_from_names, run_bench
+    from overdrive.report.console import wide_console
+    from overdrive.report.tables import render_bench
+
     if args.configs:
         try:
             suite = suite.with_candidates(candidates_from_names(
@@ -129,9 +150,7 @@ def _bench(args: argparse.Namespace, held: list) -> int:
                   f"judged after {suite.parity_steps} steps")
     if data_note:
         console.print(f"data: {escape(data_note)}")
-    with Progress(TextColumn("{task.description:<28}", markup=False), BarColumn(),
-                  TextColumn("{task.percentage:>3.0f}%"),
-                  TimeElapsedColumn(), console=console, transient=not console.is_terminal) as progress:
+    with _progress(console) as progress:
         results = run_bench(suite, env=env, data=args.data, seed=args.seed, micro=not args.no_micro,
                             progress=progress, threads=args.threads, on_partial=_partial_writer(args.out))
     render_bench(results, console)
@@ -148,22 +167,38 @@ def _bench(args: argparse.Namespace, held: list) -> int:
     return 0
 
 
-def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
+def _progress(console):
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description:<28}", markup=False), BarColumn(),
+                    TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(), console=console,
+                    transient=not console.is_terminal)
+
+
+def _served_model(args: argparse.Namespace):
+    """The user's model for the request stream (--model/--inputs), or None for the built-in one."""
+    from overdrive.serve.export import ExportError, user_served_model
+
+    if not args.model:
+        return None
+    try:
+        return user_served_model(args.model, args.inputs, dynamic=args.dynamic)
+    except ExportError as e:
+        raise UserError(str(e).splitlines()[0]) from None
+
+
+def _bench_latency(args: argparse.Namespace, env, workload, suite) -> int:
+    import dataclasses
+
     from rich.markup import escape
     from rich.progress import Progress
 
-    from overdrive.io import write_atomic
     from overdrive.report.console import wide_console
-    from overdrive.report.latency_view import render_latency, write_latency_report
-
-    if not args.slo_ms > 0 or args.slo_ms == float("inf"):  # nan and inf too
-        raise UserError(f"--slo-ms must be positive (a number of milliseconds), got {args.slo_ms}")
+    from overdrive.report.latency_view import render_latency
     from overdrive.serve.engines import ServingError
-    from overdrive.serve.export import ExportError, user_served_model
+    from overdrive.serve.export import ExportError
 
     if args.rounds:  # the fixed-batch tables' rounds and the request stream's
-        import dataclasses
-
         suite = dataclasses.replace(suite, rounds=args.rounds, serve_rounds=args.rounds)
     if args.server == "triton":  # before any work: the extra, and a machine the server binary runs on
         from overdrive.serve.triton_bench import triton_unavailable
@@ -171,12 +206,7 @@ def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
         why = triton_unavailable()
         if why:
             raise UserError(f"--server triton: {why}")
-    model = None
-    if args.model:
-        try:
-            model = user_served_model(args.model, args.inputs, dynamic=args.dynamic)
-        except ExportError as e:
-            raise UserError(str(e).splitlines()[0]) from None
+    model = _served_model(args)
     console = wide_console()
     console.print(f"overdrive bench: inference latency, suite [bold]{escape(suite.name)}[/], SLO p99 <= "
                   f"{args.slo_ms:g} ms" + (f"; {escape(model.description)}, under a request stream only (the "
@@ -188,26 +218,43 @@ def _bench_inference(args: argparse.Namespace, env, workload, suite) -> int:
         raise UserError(str(e).splitlines()[0]) from None
     render_latency(r, console)
     if args.server == "triton":
-        from overdrive.report.triton_view import triton_lines
-        from overdrive.serve.serving import click_served_model
-        from overdrive.serve.triton_bench import run_triton_bench
-
-        try:
-            r["triton"] = run_triton_bench(r.get("serving") or {}, model or click_served_model(suite, args.seed),
-                                           slo_ms=args.slo_ms, seed=args.seed, say=lambda m: console.print(escape(m)))
-        except (ExportError, RuntimeError) as e:  # the server did not start or load: its own error line
-            raise UserError(f"--server triton: {str(e).splitlines()[0]}") from None
-        for line in triton_lines(r["triton"]):
-            console.print(escape(line))
+        _triton(args, r, model, suite, console)
     if args.out:
-        write_atomic(os.path.join(args.out, "results.json"), json.dumps(r, indent=1) + "\n")
-        files = write_latency_report(r, args.out)
-        if r.get("triton"):
-            from overdrive.report.triton_view import write_triton_plot
-
-            files += [f for f in [write_triton_plot(r, args.out)] if f]
-        console.print(escape(f"wrote {args.out}/results.json and " + ", ".join(os.path.basename(f) for f in files)))
+        _write_latency(r, args.out, console)
     return 0
+
+
+def _triton(args: argparse.Namespace, r: dict, model, suite, console) -> None:
+    """--server triton: the setting the simulation chose, served by a real tritonserver and measured."""
+    from rich.markup import escape
+
+    from overdrive.report.triton_view import triton_lines
+    from overdrive.serve.export import ExportError
+    from overdrive.serve.serving import click_served_model
+    from overdrive.serve.triton_bench import run_triton_bench
+
+    try:
+        r["triton"] = run_triton_bench(r.get("serving") or {}, model or click_served_model(suite, args.seed),
+                                       slo_ms=args.slo_ms, seed=args.seed, say=lambda m: console.print(escape(m)))
+    except (ExportError, RuntimeError) as e:  # the server did not start or load: its own error line
+        raise UserError(f"--server triton: {str(e).splitlines()[0]}") from None
+    for line in triton_lines(r["triton"]):
+        console.print(escape(line))
+
+
+def _write_latency(r: dict, out: str, console) -> None:
+    from rich.markup import escape
+
+    from overdrive.bench import save_results
+    from overdrive.report.latency_view import write_latency_report
+
+    save_results(r, out)
+    files = write_latency_report(r, out)
+    if r.get("triton"):
+        from overdrive.report.triton_view import write_triton_plot
+
+        files += [f for f in [write_triton_plot(r, out)] if f]
+    console.print(escape(f"wrote {out}/results.json, results.csv and " + ", ".join(os.path.basename(f) for f in files)))
 
 
 def _partial_writer(out: str | None):

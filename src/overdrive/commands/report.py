@@ -31,83 +31,118 @@ def _written(fn):
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from rich.markup import escape
-
-    from overdrive.bench import load_results
     from overdrive.report.console import wide_console
-    from overdrive.report.tables import render_bench, render_compare
 
     if len(args.dirs) > 2:
         raise UserError(f"overdrive report takes one folder (re-render) or two (compare), got {len(args.dirs)}")
     console = wide_console()
-    plan_doc = _plan_result(args.dirs[0]) if len(args.dirs) == 1 else None
+    if len(args.dirs) == 2:
+        page = _compare(args, [_loaded(d) for d in args.dirs], console)
+        _screenshots(args, page, console)
+        return 0
+    path = args.dirs[0]
+    plan_doc = _plan_result(path)
     if plan_doc is not None:
-        from overdrive.report.plan_html import write_plan_html
-        from overdrive.report.plan_view import render_plan, write_breakdown_png
+        page = _plan(args, plan_doc, console)
+    elif _kind(path) == "tune":
+        page = _tune(path, console)
+    else:
+        page = _one(args, _loaded(path), console)
+    console.print(f"re-rendered {escape(page)}")
+    _screenshots(args, page, console)
+    return 0
 
-        render_plan(plan_doc, console)
-        out = args.out or _folder_of(args.dirs[0])
-        _writable(out, "--out" if args.out else "report DIR", "the plan")
-        png = os.path.join(out, "memory.png")
-        page = _written(lambda: (write_breakdown_png(plan_doc, png), write_plan_html(plan_doc, out, png=png))[1])
-        console.print(f"re-rendered {escape(page)}")
-        _screenshots(args, page, console)
-        return 0
-    tune_doc = _tune_result(args.dirs[0]) if len(args.dirs) == 1 else None
-    if tune_doc is not None:
-        from overdrive.report.tune_view import render_tune, write_report
 
-        render_tune(tune_doc, console)
-        page = write_report(tune_doc, _folder_of(args.dirs[0]))
-        console.print(f"re-rendered {page}")
-        _screenshots(args, page, console)
-        return 0
+def escape(text: str) -> str:
+    from rich.markup import escape as rich_escape  # rich loads when a report is rendered, not when parsing
+
+    return rich_escape(text)
+
+
+def _kind(path: str) -> str | None:
+    from overdrive.results import kind_of
+
+    return kind_of(path)
+
+
+def _loaded(path: str) -> dict:
+    """A bench or inference bench result, through the results module's one reader."""
+    from overdrive.results import load_results
+
     try:
-        loaded = [load_results(d) for d in args.dirs]
+        return load_results(path)
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
     except OSError as e:  # a results.json we may not read
-        raise UserError(f"cannot read {e.filename or args.dirs}: {e.strerror or type(e).__name__}") from None
-    out = args.out or (_folder_of(args.dirs[0]) if len(loaded) == 1 else None)
+        raise UserError(f"cannot read {e.filename or path}: {e.strerror or type(e).__name__}") from None
+
+
+def _plan(args: argparse.Namespace, plan_doc: dict, console) -> str:
+    from overdrive.report.plan_html import write_plan_html
+    from overdrive.report.plan_view import render_plan, write_breakdown_png
+
+    render_plan(plan_doc, console)
+    out = args.out or _folder_of(args.dirs[0])
+    _writable(out, "--out" if args.out else "report DIR", "the plan")
+    png = os.path.join(out, "memory.png")
+    return _written(lambda: (write_breakdown_png(plan_doc, png), write_plan_html(plan_doc, out, png=png))[1])
+
+
+def _tune(path: str, console) -> str:
+    from overdrive.report.tune_view import render_tune, write_report
+    from overdrive.results import load_tune
+
+    try:
+        doc = load_tune(path)
+    except (FileNotFoundError, ValueError) as e:
+        raise UserError(str(e)) from None
+    render_tune(doc, console)
+    return write_report(doc, _folder_of(path))
+
+
+def _one(args: argparse.Namespace, doc: dict, console) -> str:
+    """One bench or inference bench folder: the console table, then the page (and plots) re-rendered."""
+    from overdrive.results import LATENCY_SCHEMA
+
+    out = args.out or _folder_of(args.dirs[0])
     flag = "--out" if args.out else "report DIR"
-    if any(d["schema"] == "overdrive.latency/1" for d in loaded):
+    if doc["schema"] == LATENCY_SCHEMA:
         from overdrive.report.latency_view import render_latency, write_latency_report
 
-        if len(loaded) != 1:
-            raise UserError("comparing inference results (with each other or with a bench result) is not supported "
-                            "yet: pass one folder")
-        render_latency(loaded[0], console)
+        render_latency(doc, console)
         _writable(out, flag, "the table")
-        page = _written(lambda: write_latency_report(loaded[0], out))[-1]
-        console.print(f"re-rendered {escape(page)}")
-        _screenshots(args, page, console)
-        return 0
-    if len(loaded) == 1:
-        from overdrive.report.html import write_html
-        from overdrive.report.plots import write_plots
+        return _written(lambda: write_latency_report(doc, out))[-1]
+    from overdrive.report.html import write_html
+    from overdrive.report.plots import write_plots
+    from overdrive.report.tables import render_bench
 
-        render_bench(loaded[0], console)
-        _writable(out, flag, "the table")
-        page = _written(lambda: write_html(loaded[0], out, write_plots(loaded[0], out)))
-        console.print(f"re-rendered {escape(page)}")
-    else:
-        from overdrive.report.compare import differences
+    render_bench(doc, console)
+    _writable(out, flag, "the table")
+    return _written(lambda: write_html(doc, out, write_plots(doc, out)))
 
-        diff = differences(loaded[0], loaded[1])
-        if diff and not args.allow_different:
-            raise UserError(f"{args.dirs[0]} and {args.dirs[1]} are not the same benchmark ({'; '.join(diff)}): "
-                            "compare two runs of one suite (re-run one with --suite), or pass --allow-different to "
-                            "see their rows side by side without a verdict")
-        render_compare(loaded[0], loaded[1], console)
-        page = None
-        if args.out:
-            from overdrive.report.compare import write_compare_html
 
-            _writable(args.out, "--out", "the comparison")
-            page = _written(lambda: write_compare_html(loaded[0], loaded[1], args.out, names=tuple(args.dirs)))
-            console.print(f"wrote {escape(page)}")
-    _screenshots(args, page, console)
-    return 0
+def _compare(args: argparse.Namespace, loaded: list[dict], console) -> str | None:
+    from overdrive.report.compare import differences
+    from overdrive.report.tables import render_compare
+    from overdrive.results import LATENCY_SCHEMA
+
+    if any(d["schema"] == LATENCY_SCHEMA for d in loaded):
+        raise UserError("comparing inference results (with each other or with a bench result) is not supported "
+                        "yet: pass one folder")
+    diff = differences(loaded[0], loaded[1])
+    if diff and not args.allow_different:
+        raise UserError(f"{args.dirs[0]} and {args.dirs[1]} are not the same benchmark ({'; '.join(diff)}): "
+                        "compare two runs of one suite (re-run one with --suite), or pass --allow-different to "
+                        "see their rows side by side without a verdict")
+    render_compare(loaded[0], loaded[1], console)
+    if not args.out:
+        return None
+    from overdrive.report.compare import write_compare_html
+
+    _writable(args.out, "--out", "the comparison")
+    page = _written(lambda: write_compare_html(loaded[0], loaded[1], args.out, names=tuple(args.dirs)))
+    console.print(f"wrote {escape(page)}")
+    return page
 
 
 def _plan_result(path: str) -> dict | None:
@@ -126,16 +161,6 @@ def _plan_result(path: str) -> dict | None:
     if not (isinstance(doc, dict) and isinstance(doc.get("candidates"), list) and "model" in doc):
         raise UserError(f"{p} is not an overdrive plan result (no candidates/model): re-run `overdrive plan --out DIR`")
     return doc
-
-
-def _tune_result(path: str) -> dict | None:
-    """A tune folder's results.json, schema-checked (`tune.results`); None when the file is not a tune result."""
-    from overdrive.tune.results import load_tune_result
-
-    try:
-        return load_tune_result(path)
-    except ValueError as e:
-        raise UserError(str(e)) from None
 
 
 def _screenshots(args: argparse.Namespace, page: str | None, console) -> None:

@@ -63,6 +63,7 @@ def _run(args: argparse.Namespace) -> int:
               seed=args.seed, lr=args.lr, threads=args.threads)
     if args.json:
         res = tune(args.factory, args.batch, progress=lambda s: print(f"tune: {s}", file=sys.stderr), **kw)
+        _page(res, args.out)
         _after(res, args, quiet=True)
         d = res.to_dict()
         d["candidates"] = [{k: v for k, v in r.items() if k != "losses"} for r in d["candidates"]]
@@ -84,11 +85,23 @@ def _run(args: argparse.Namespace) -> int:
 
         res = tune(args.factory, args.batch, progress=say, **kw)
     _print(res)
+    _page(res, args.out)
     if args.out:
         print(f"wrote {args.out}/results.json, report.html and recipe.json "
               f"(apply it: accelerate(model, recipe=Recipe.load('{args.out}/recipe.json')))")
     _after(res, args, quiet=False)
     return 0
+
+
+def _page(res, out: str | None) -> None:
+    """report.html beside the results tune wrote (the page is the report's, rendered from results.json)."""
+    if not out:
+        return
+    from overdrive.measure.lock import claim_results_dir
+    from overdrive.report.tune_view import write_report
+
+    with claim_results_dir(out, what="overdrive tune"):
+        write_report(res.to_dict(), out)
 
 
 def _after(res, args, *, quiet: bool) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from overdrive.bench.apply import apply_hint, recipe_of
+from overdrive.bench.workloads import Workload, workload_of
 
 __all__ = ["Step", "next_step", "precision_note", "role_order", "winner", "verdict_text"]
 
@@ -62,27 +62,20 @@ def verdict_text(results: dict) -> str:
 
 def next_step(results: dict) -> Step:
     w = winner(results)
-    task = (results.get("suite") or {}).get("task", "gpt")
     if w is None:
         return Step("Next step: nothing to apply yet — no configuration completed safely; read the statuses and "
                     "notes below, then re-run `overdrive bench`.")
     if (results.get("recommendation") or {}).get("too_busy"):
         return Step("Next step: re-run `overdrive bench --out DIR` when the machine is quieter (or with more rounds, "
                     "--rounds): this host was too busy to tell the recipes apart, so nothing was judged.")
+    workload = workload_of(results) or Workload()
     if w.get("baseline"):
-        what = "your plain fp32 PyTorch loop" if task == "gpt" else "the baseline (nn.Embedding, dense AdamW)"
+        what = workload.baseline_words
         return Step(f"Next step: keep {what} — no candidate was measurably faster here. Re-run `overdrive bench --out DIR` on "
                     "the machine you train on: the answer changes with the hardware.")
     # Rebuilt from the winner's recorded recipe, never copied from the file's own hint: one builder
-    # (bench.apply) for the bench and the report, so an older file's truncated hint is mended too.
-    hint = apply_hint(w, task)
-    label = w.get("label") or w["name"]
-    if task != "gpt":
-        return Step(f"Next step: use {label} (from overdrive.recsys import DLRM, build_optimizers, train_step)",
-                    hint["code"], None, " — click models have no train config; call these in your own loop.")
-    ran = recipe_of(w)
-    said = f" (recorded as {ran}: what was measured)" if ran != w.get("name") else ""
-    return Step(f"Next step: apply {label}{said}", hint["code"], hint["train"])
+    # (the workload's apply_hint) for the bench and the report, so an older file's truncated hint is mended too.
+    return Step(*workload.next_step(w, w.get("label") or w["name"], workload.apply_hint(w)))
 
 
 def precision_note(results: dict) -> str | None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 
-from overdrive.bench.results import suite_title, throughput
+from overdrive.bench.workloads import suite_title
+from overdrive.results.bench import throughput
 from overdrive.io import write_atomic
 from overdrive.report.advice import next_step, precision_note, role_order, verdict_text
 from overdrive.report.page import esc, img_tag, page, rec_block, table
-from overdrive.report.tables import emulated_note, mfu_cell, rate_text
+from overdrive.report.tables import bench_workload, emulated_note, rate_text
 
 __all__ = ["write_html", "bench_rows"]
 
@@ -22,10 +23,9 @@ def _f(v, fmt="{:.2f}") -> str:
 
 def bench_rows(results: dict) -> tuple[list[str], list[list[str]]]:
     """Header and HTML cells, one row per configuration and model, in the run's order."""
-    gpt = (results.get("suite") or {}).get("task", "gpt") == "gpt"
-    head = ["config", "model", "status", "step ms median", "p10–p90", "tokens/s" if gpt else "examples/s",
-            "speedup [95% CI]", "MFU vs BF16 peak (CPU: achieved)" if gpt else "held-out AUC", "peak MB",
-            "mem saved", "loss Δ" if gpt else "log-loss Δ", "safe"]
+    w = bench_workload(results)
+    head = ["config", "model", "status", "step ms median", "p10–p90", esc(w.rate_unit), "speedup [95% CI]",
+            esc(w.quality_header), "peak MB", "mem saved", esc(w.loss_header), "safe"]
     rows = []
     for c in results.get("configs", []):
         # What ran (fallbacks included), and the candidates that resolved to the same thing here.
@@ -50,10 +50,7 @@ def bench_rows(results: dict) -> tuple[list[str], list[list[str]]]:
             else:
                 speed = "-"
             p1090 = f"{s['p10']:.1f}–{s['p90']:.1f}" if None not in (s.get("p10"), s.get("p90")) else "-"
-            if gpt:
-                quality = "-" if c.get("emulated") else esc(mfu_cell(m, c.get("precision", "")))
-            else:
-                quality = _f(m.get("auc"), "{:.4f}")
+            quality = esc(w.quality_cell(m, c))
             safe = ("not assessed" if c.get("safe", True) is None else "yes" if c.get("safe")
                     else "<span class='unsafe'>UNSAFE</span>") if i == 0 else ""
             rows.append([name if i == 0 else "", esc(role), esc(st) if i == 0 else "", _f(s.get("median"), "{:.1f}"),

@@ -7,11 +7,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from overdrive.recipes.labels import low_precision_format
-from overdrive.bench.results import suite_title, throughput
+from overdrive.bench.workloads import Workload, suite_title, workload_of
+from overdrive.results.bench import throughput
+from overdrive.bench.workloads.gpt import mfu_cell
 from overdrive.report.advice import next_step, precision_note, role_order, verdict_text
 from overdrive.report.compare import LEGEND, compare_rows, relabelled, verdict
 
-__all__ = ["render_bench", "render_compare", "fmt_ms", "mfu_cell", "emulated_note", "rate_text"]
+__all__ = ["render_bench", "render_compare", "fmt_ms", "mfu_cell", "emulated_note", "rate_text", "bench_workload"]
 
 _SCALES = {"TB/s": ("TB/s", "GB/s", "MB/s", "kB/s"), "TFLOP/s": ("TFLOP/s", "GFLOP/s", "MFLOP/s", "kFLOP/s")}
 
@@ -51,18 +53,6 @@ def _pct(v) -> str:
     return "-" if v is None else f"{v:+.1f}%"
 
 
-def mfu_cell(m: dict, precision: str) -> str:
-    """MFU where a peak is known (GPU); on CPU the achieved rate, so console and HTML show one figure."""
-    if m.get("mfu_bf16_peak") is None:
-        return "-" if m.get("tflops") is None else f"{m['tflops'] * 1e3:.0f} GF/s"
-    s = f"{100 * m['mfu_bf16_peak']:.1f}%"
-    if precision == "fp8" and m.get("mfu_fp8_peak") is not None:
-        s += f" ({100 * m['mfu_fp8_peak']:.1f}% of FP8)"
-    if precision == "fp4" and m.get("mfu_fp4_peak") is not None:
-        s += f" ({100 * m['mfu_fp4_peak']:.1f}% of FP4)"
-    return s
-
-
 def _clip(text: str, n: int = 80) -> str:
     """At most n characters, cut at a word with an ellipsis (never mid-word)."""
     text = " ".join(text.split())
@@ -88,29 +78,27 @@ def _threads_note(t: dict | None) -> str | None:
     return f"{t['threads']} torch thread(s) per worker ({how})"
 
 
-def render_bench(results: dict, console: Console | None = None) -> None:
-    c = console or Console()
-    suite = results["suite"]
-    gpt = suite.get("task", "gpt") == "gpt"
+def bench_workload(results: dict) -> Workload:
+    """The workload whose columns the table shows; a generic one for a task this version does not know."""
+    return workload_of(results) or Workload()
+
+
+def _bench_table(results: dict) -> Table:
+    w = bench_workload(results)
     t = Table(title=_e(f"overdrive bench — {results['device']} — {suite_title(results)}"), title_justify="left")
-    for col in ("config", "model", "step ms (median [p10–p90])", "tokens/s" if gpt else "examples/s",
-                "speedup vs baseline",
-                "MFU vs BF16 peak (CPU: achieved)" if gpt else "held-out AUC", "peak mem", "mem saved",
-                "loss Δ" if gpt else "log-loss Δ", "safe"):
+    for col in ("config", "model", "step ms (median [p10–p90])", w.rate_unit, "speedup vs baseline", w.quality_header,
+                "peak mem", "mem saved", w.loss_header, "safe"):
         t.add_column(escape(col), overflow="fold")
     for cfg in results["configs"]:
         emu = " (emulated)" if cfg["emulated"] and "emulated" not in cfg.get("label", "") else ""
         if cfg["status"] in ("failed", "oom", "crashed", "unavailable"):
             t.add_row(_e(cfg.get("label", cfg["name"])), "-", f"[red]{_e(cfg['status'])}[/]: {_e(cfg['reason'])}",
-                      "", "", "", "",
-                      "", "", "[red]no[/]")
+                      "", "", "", "", "", "", "[red]no[/]")
             continue
         mem = f"{cfg['peak_mb']:.0f} MB" if cfg.get("peak_mb") is not None else "-"
         for i, role in enumerate(role_order(results, cfg)):
             m = cfg["models"][role]
             rate = throughput(m)[0]
-            quality = ("-" if cfg["emulated"] else mfu_cell(m, cfg["precision"])) if gpt else (
-                f"{m['auc']:.4f}" if m.get("auc") is not None else "-")
             speed = "quality only" if cfg["emulated"] else _x(m["speedup"], m["speedup_ci"])
             if cfg["status"] == "stopped":
                 speed = "stopped early"
@@ -118,10 +106,30 @@ def render_bench(results: dict, console: Console | None = None) -> None:
                 if i == 0 else ""
             name = cfg.get("label", cfg["name"]) + "".join(f" = {a['label']}" for a in cfg.get("also", []))
             t.add_row(escape(name + emu) if i == 0 else "", _e(role), fmt_ms(m["step_ms"]),
-                      f"{rate:,.0f}" if rate else "-", speed, quality, mem if i == 0 else "",
-                      _pct(cfg.get("memory_saved_pct"))
-                      if i == 0 else "", _pct(m["loss_delta_pct"]), safe)
-    c.print(t)
+                      f"{rate:,.0f}" if rate else "-", speed, _e(w.quality_cell(m, cfg)), mem if i == 0 else "",
+                      _pct(cfg.get("memory_saved_pct")) if i == 0 else "", _pct(m["loss_delta_pct"]), safe)
+    return t
+
+
+def _micro_table(results: dict, c: Console) -> None:
+    micro = [r for r in results.get("micro", []) if r["status"] == "ok"]
+    if not micro:
+        return
+    mt = Table(title="micro-benchmarks", title_justify="left")
+    for col in ("group", "provider", "ms (median [p10–p90])", "rate"):
+        mt.add_column(escape(col))
+    for r in micro:
+        mt.add_row(_e(r["group"]), _e(r["provider"]), fmt_ms(r["ms"]), _e(rate_text(r.get("rate"), r.get("unit", ""))))
+    c.print(mt)
+    skipped = [r for r in results.get("micro", []) if r["status"] != "ok"]
+    if skipped:
+        c.print("  micro skipped: " + "; ".join(sorted({f"{_e(r['provider'])} ({_e(_clip(str(r['reason'])))})"
+                                                        for r in skipped})))
+
+
+def render_bench(results: dict, console: Console | None = None) -> None:
+    c = console or Console()
+    c.print(_bench_table(results))
     notes = [f"{cfg['name']}: {cfg['reason']}" for cfg in results["configs"] if cfg["status"] == "stopped"]
     notes += [f"{cfg['name']}: {cfg['not_assessed_reason']}" for cfg in results["configs"]
               if cfg.get("not_assessed_reason") and cfg["status"] == "ok"]
@@ -129,26 +137,13 @@ def render_bench(results: dict, console: Console | None = None) -> None:
     notes += [emulated_note(cfg) for cfg in results["configs"] if cfg["emulated"]]
     for n in notes:
         c.print(f"  note: {escape(n)}")
-    micro = [r for r in results.get("micro", []) if r["status"] == "ok"]
-    if micro:
-        mt = Table(title="micro-benchmarks", title_justify="left")
-        for col in ("group", "provider", "ms (median [p10–p90])", "rate"):
-            mt.add_column(escape(col))
-        for r in micro:
-            rate = rate_text(r.get("rate"), r.get("unit", ""))
-            mt.add_row(_e(r["group"]), _e(r["provider"]), fmt_ms(r["ms"]), _e(rate))
-        c.print(mt)
-        skipped = [r for r in results.get("micro", []) if r["status"] != "ok"]
-        if skipped:
-            c.print("  micro skipped: " + "; ".join(sorted({f"{_e(r['provider'])} ({_e(_clip(str(r['reason'])))})"
-                                                            for r in skipped})))
+    _micro_table(results, c)
     sched = results.get("schedule") or {}
-    meas = [x for x in ((sched.get("noise") or {}).get("note"),
-                        _threads_note(sched.get("threads"))) if x]
+    meas = [x for x in ((sched.get("noise") or {}).get("note"), _threads_note(sched.get("threads"))) if x]
     if meas:
         c.print("  measured: " + escape("; ".join(meas)))
     # The verdict without the file's own "Apply:", then the next step rebuilt from the winner's recipe
-    # (bench.apply): said once, and whole even when an older writer's hint dropped part of it.
+    # (the workload's apply_hint): said once, and whole even when an older writer's hint dropped part of it.
     c.print(f"[bold]{escape(verdict_text(results))}[/]")
     c.print(escape(next_step(results).text))
     why = precision_note(results)

@@ -15,7 +15,6 @@ On a host too busy to judge (A/A spread over 15%) nothing is recommended, with t
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from overdrive.errors import UserError
 from overdrive.measure.stats import compare, host_too_busy, round_medians, summarize
 from overdrive.recipes import Recipe
 from overdrive.recipes.tuned import machine_fingerprint, save_tuned
+from overdrive.results.tune import TUNE_SCHEMA, save_tune
 from overdrive.tune.candidates import baseline_recipe, describe, parse_name
 from overdrive.tune.measure import Run, measure
 from overdrive.tune.safety import Tolerance
@@ -34,7 +34,6 @@ from overdrive.tune.workload import FileFn, Workload, hf_workload
 
 __all__ = ["tune", "TuneResult", "TUNE_SCHEMA"]
 
-TUNE_SCHEMA = "overdrive.tune/1"
 
 
 @dataclass(kw_only=True)
@@ -57,7 +56,8 @@ class TuneResult:
                 "candidates": self.rows, **self.meta}
 
     def save(self, out: str) -> str:
-        """Write results.json, recipe.json (the winner, for Recipe.load) and report.html into `out`."""
+        """Write results.json (checked against the tune schema) and recipe.json (the winner, for Recipe.load)
+        into `out`; `overdrive report OUT` renders report.html from them."""
         from overdrive.measure.lock import claim_results_dir
 
         if self._lock is None:
@@ -66,12 +66,8 @@ class TuneResult:
         return self._write(out)
 
     def _write(self, out: str) -> str:
-        from overdrive.io import write_atomic
-        from overdrive.report.tune_view import write_report
-
-        write_atomic(os.path.join(out, "results.json"), json.dumps(self.to_dict(), indent=2) + "\n")
+        save_tune(self.to_dict(), out)
         self.best.save(os.path.join(out, "recipe.json"))
-        write_report(self.to_dict(), out)
         return out
 
     def table(self) -> str:

@@ -1,18 +1,19 @@
 """Bench workloads: one module each, one protocol (`base.Workload`), one registry.
 
 Adding a workload is one file plus one line in `WORKLOADS`; the CLI (`bench --workload`), the
-runner's worker processes and `tune` read this mapping and nothing else.
+runner's worker processes, the analysis, the results writer and the report read this mapping and
+nothing else (none of them names a workload).
 """
 
 from __future__ import annotations
 
-from overdrive.bench.workloads.base import Task, Workload
+from overdrive.bench.workloads.base import BaseWorkload, Task, Workload
 from overdrive.bench.workloads.gpt import GPTWorkload
 from overdrive.bench.workloads.inference import InferenceWorkload
 from overdrive.bench.workloads.recsys import RecsysWorkload
 
-__all__ = ["WORKLOADS", "Workload", "Task", "get_workload", "workload_for_task", "all_suites", "get_suite",
-           "default_suite_name"]
+__all__ = ["WORKLOADS", "Workload", "BaseWorkload", "Task", "get_workload", "workload_for_task", "all_suites", "get_suite",
+           "default_suite_name", "workload_of", "suite_title"]
 
 WORKLOADS: dict[str, Workload] = {
     "transformer": GPTWorkload(),
@@ -36,10 +37,10 @@ def workload_for_task(task: str) -> Workload:
 
 
 def all_suites() -> dict:
-    """Every training suite by name (the inference workload's suites are its own kind)."""
+    """Every training suite by name (a latency workload's suites are its own kind)."""
     out: dict = {}
     for w in WORKLOADS.values():
-        if w.task != "inference":
+        if isinstance(w, Workload):
             out.update(w.suites)
     return out
 
@@ -54,3 +55,21 @@ def get_suite(name: str):
 
 def default_suite_name(has_gpu: bool, quick: bool, workload: str = "transformer") -> str:
     return get_workload(workload).default_suite(has_gpu=has_gpu, quick=quick)
+
+
+def workload_of(results: dict):
+    """The workload that wrote these results (by the suite's task), or None for a task this version
+    does not know (a newer writer's): its rows still render, with generic columns."""
+    try:
+        return workload_for_task((results.get("suite") or {}).get("task", "gpt"))
+    except ValueError:
+        return None
+
+
+def suite_title(results: dict) -> str:
+    """One line saying what was measured, for tables and reports (written by the workload)."""
+    s = results["suite"]
+    w = workload_of(results)
+    if w is None:
+        return f"suite {s.get('name')} (task {s.get('task')!r}: not a workload of this version)"
+    return w.title(s)

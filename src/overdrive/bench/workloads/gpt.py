@@ -8,10 +8,14 @@ steps each run really took (GradScaler skips steps under fp16).
 
 from __future__ import annotations
 
+from dataclasses import fields
+
+from overdrive.bench.flops import achieved_tflops, flops_per_token, mfu
 from overdrive.bench.workloads.base import Task, Workload
 from overdrive.measure.quality import LOSS_TOLERANCE, loss_parity, loss_tolerance
 
-__all__ = ["GPTWorkload", "GPTTask", "loss_parity", "LOSS_TOLERANCE", "loss_tolerance"]
+__all__ = ["GPTWorkload", "GPTTask", "loss_parity", "LOSS_TOLERANCE", "loss_tolerance", "mfu_cell", "recipe_of"]
+
 
 class GPTTask(Task):
     def __init__(self, spec: dict) -> None:
@@ -65,12 +69,59 @@ class GPTTask(Task):
                 "teacher_skipped": bool(t_info["skipped"]), "student_skipped": bool(s_info["skipped"])}
 
 
+def recipe_of(cfg: dict) -> str:
+    """The configuration's recipe in the name grammar: its own name when that parses back to its
+    recorded fields, else a name written from the fields (so nothing is left out)."""
+    from overdrive.recipes import Recipe, parse_recipe_name, recipe_name
+
+    name, rec = str(cfg.get("name")), cfg.get("recipe")
+    if not isinstance(rec, dict):
+        return name
+    known = [f.name for f in fields(Recipe) if f.name != "name"]
+    try:
+        r = Recipe(**{k: v for k, v in rec.items() if k in known})
+    except (TypeError, ValueError):
+        return name
+    for cand in (name, rec.get("name")):
+        try:
+            p = parse_recipe_name(str(cand))
+        except ValueError:
+            continue
+        if all(getattr(p, k) == getattr(r, k) for k in known):
+            return p.name
+    return recipe_name(r)
+
+
+def _model_flops(name: str, seq: int) -> tuple[int, int]:
+    """(non-embedding parameters, training FLOPs per token) of a named reference GPT at `seq`."""
+    from overdrive.models import gpt_config
+
+    cfg = gpt_config(name, block_size=seq)
+    n = cfg.n_params(non_embedding=True)
+    return n, flops_per_token(n, cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, seq)
+
+
+def mfu_cell(m: dict, precision: str) -> str:
+    """MFU where a peak is known (GPU); on CPU the achieved rate, so console and HTML show one figure."""
+    if m.get("mfu_bf16_peak") is None:
+        return "-" if m.get("tflops") is None else f"{m['tflops'] * 1e3:.0f} GF/s"
+    s = f"{100 * m['mfu_bf16_peak']:.1f}%"
+    if precision == "fp8" and m.get("mfu_fp8_peak") is not None:
+        s += f" ({100 * m['mfu_fp8_peak']:.1f}% of FP8)"
+    if precision == "fp4" and m.get("mfu_fp4_peak") is not None:
+        s += f" ({100 * m['mfu_fp4_peak']:.1f}% of FP4)"
+    return s
+
+
 class GPTWorkload(Workload):
     name = "transformer"
     task = "gpt"
     help = "teacher + distilled student GPT (default)"
     data_help = "a text file (bytes as tokens)"
     roles = ("teacher", "student")
+    rate_key = "tokens_per_s"
+    quality_header = "MFU vs BF16 peak (CPU: achieved)"
+    baseline_words = "your plain fp32 PyTorch loop"
 
     @property
     def suites(self) -> dict:
@@ -88,6 +139,43 @@ class GPTWorkload(Workload):
 
     def build(self, spec: dict) -> Task:
         return GPTTask(spec)
+
+    def title(self, suite: dict) -> str:
+        return (f"suite {suite['name']}: teacher {suite['teacher']}, student {suite['student']}, batch "
+                f"{suite['batch']} x seq {suite['seq']}")
+
+    def items_per_step(self, suite) -> int:
+        return suite.batch * suite.seq  # tokens
+
+    def role_figures(self, role: str, suite, *, rate: float | None, precision: str, gpu, emulated: bool) -> dict:
+        n_params, fpt = _model_flops(getattr(suite, role), suite.seq)
+        out = {"params_nonembedding": n_params, "flops_per_token": fpt}
+        if rate is None:
+            return out
+        out["tflops"] = achieved_tflops(rate, fpt)
+        if gpu is not None and not emulated:
+            out["mfu_bf16_peak"] = mfu(rate, fpt, gpu.bf16_tflops)
+            if precision == "fp8":
+                out["mfu_fp8_peak"] = mfu(rate, fpt, gpu.fp8_tflops)
+            elif precision == "fp4" and gpu.fp4_tflops:
+                # NVFP4 runs its GEMMs on the FP4 tensor cores: the catalog's dense FP4 peak.
+                out["mfu_fp4_peak"] = mfu(rate, fpt, gpu.fp4_tflops)
+        return out
+
+    def quality_cell(self, m: dict, cfg: dict) -> str:
+        return "-" if cfg.get("emulated") else mfu_cell(m, cfg.get("precision", ""))
+
+    def apply_hint(self, cfg: dict) -> dict:
+        """The recipe name is written from the recipe's fields (`recipe_of`), so
+        `accelerate(recipe=...)`, `train.recipe` and `--set` all parse it back to the same fields."""
+        name = recipe_of(cfg)
+        return {"code": f'overdrive.accelerate(model, recipe="{name}")',
+                "train": f'train.recipe = "{name}"  (or --set train.recipe={name})'}
+
+    def next_step(self, cfg: dict, label: str, hint: dict) -> tuple[str, str | None, str | None, str]:
+        ran = recipe_of(cfg)
+        said = f" (recorded as {ran}: what was measured)" if ran != cfg.get("name") else ""
+        return f"Next step: apply {label}{said}", hint["code"], hint["train"], ""
 
     def quality_rows(self, run, base, suite) -> dict[str, dict]:
         precision = (run.resolved or {}).get("precision", "?")

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from overdrive.bench.timing import interleaved_rounds, time_fn
-from overdrive.bench.workloads.base import Workload
+from overdrive.bench.workloads.base import BaseWorkload
 from overdrive.env import EnvReport
+from overdrive.measure.memory_groups import decode_per_batch, free_memory_bytes, release_memory
 from overdrive.measure.percentiles import latency_summary, min_samples
+from overdrive.results.latency import LATENCY_SCHEMA
 
 __all__ = ["LATENCY_SCHEMA", "LatencySuite", "LATENCY_SUITES", "run_latency", "InferenceWorkload"]
 
-LATENCY_SCHEMA = "overdrive.latency/1"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,76 +197,6 @@ def _loads(before: dict, after: dict) -> dict:
     return {"before": before, "after": after, "busy": bool(before.get("busy") or after.get("busy"))}
 
 
-def free_memory_bytes(device: str) -> int:
-    """What a new allocation can still take: the GPU's free memory, or the host's MemAvailable."""
-    import torch
-
-    if device != "cpu" and torch.cuda.is_available():
-        return int(torch.cuda.mem_get_info()[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import psutil
-
-    return int(psutil.virtual_memory().available)
-
-
-def release_memory(device: str) -> None:
-    import gc
-
-    import torch
-
-    gc.collect()
-    if device != "cpu" and torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def decode_per_batch(modes: list[str], batches: tuple[int, ...], *, build, cache_bytes, free_bytes, measure,
-                     release, headroom: float = 0.8) -> dict:
-    """Decode latency one batch size at a time: the KV caches of that batch only, measured, then freed
-    before the next batch is built. The modes of a batch are interleaved when their caches fit together
-    in `headroom` of the free memory; otherwise in groups that fit, one group after another; a mode
-    whose caches alone do not fit is skipped with the figures, not attempted (gpt-350m at context 1024
-    and batch 256: ~52 GB per fp32 mode; all batches at once were ~166 GB).
-
-    build(mode, b) -> (fn, caches); cache_bytes(mode, b); free_bytes(); measure(calls) -> stats;
-    release() after the caches are dropped (gc, and the CUDA cache on GPU)."""
-    out: dict = {}
-    for b in batches:
-        groups: list[list[str]] = []
-        free = free_bytes()
-        budget = headroom * free
-        for m in modes:
-            need = cache_bytes(m, b)
-            if need > budget:
-                out[(m, b)] = (f"skipped: KV caches of batch {b} need {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB "
-                               "free")
-            elif groups and sum(cache_bytes(x, b) for x in groups[-1]) + need <= budget:
-                groups[-1].append(m)
-            else:
-                groups.append([m])
-        for group in groups:
-            calls, held = {}, []
-            for m in group:
-                try:
-                    fn, caches = build(m, b)
-                except Exception as e:  # noqa: BLE001 — out of memory or a failing mode is a result
-                    out[(m, b)] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}"
-                    continue
-                calls[(m, b)] = fn
-                held.append(caches)
-            fn = caches = None  # noqa: F841 — no reference may outlive this group
-            if calls:
-                out.update(measure(calls))
-            del calls, held
-            release()
-    return out
-
-
 def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, seed: int = 0, progress=None,
                 model=None) -> dict:
     """The fixed-batch latency tables of the built-in models and the click model under a request stream;
@@ -273,129 +204,138 @@ def run_latency(suite: LatencySuite, env: EnvReport, *, slo_ms: float = 10.0, se
     import torch
 
     from overdrive.bench.provenance import header
-    from overdrive.models import GPT, gpt_config
-    from overdrive.recsys import DLRM, CriteoSpec, DLRMServing, padded_ids, synthetic_clicks
+    from overdrive.serve.serving import run_serving
 
-    dev, cuda = env.device, env.has_gpu
     torch.manual_seed(seed)
+    head = {**header(LATENCY_SCHEMA, env), "suite": dict(suite.__dict__), "slo_ms": slo_ms}
     if suite.serving_only or model is not None:
-        from overdrive.serve.serving import run_serving
-
         serving = run_serving(suite, env, slo_ms=slo_ms, seed=seed, progress=progress, model=model)
         what = "click model" if model is None else model.identity["factory"]
-        return {**header(LATENCY_SCHEMA, env), "suite": dict(suite.__dict__), "slo_ms": slo_ms, "workloads": {},
-                "serving": serving,
+        return {**head, "workloads": {}, "serving": serving,
                 "recommendation": {"text": f"{what} under a request stream: {serving['text']}"}}
     from overdrive.measure.threads import load_report
 
     load_before = load_report()
     modes = _modes(env, suite)
-    workloads = {}
-    # Click model.
-    base = CriteoSpec()
-    spec = CriteoSpec(table_sizes=tuple(max(10, int(n * suite.table_scale)) for n in base.table_sizes))
-    click = DLRMServing(DLRM(spec)).to(dev)
-    data = synthetic_clicks(max(suite.recsys_batches), spec, seed=seed)
-    ids = padded_ids(data, 5).to(dev)
-    dense = data.dense.to(dev)
-    calls = {}
-    for mode, why in modes.items():
-        if why:
-            continue
-        m, ctx = _wrap(click, mode)
-        for b in suite.recsys_batches:
-            d = dense[:b].to(torch.bfloat16) if mode.startswith("bf16") else dense[:b]
-
-            def fn(m=m, ctx=ctx, d=d, i=ids[:b]):
-                with ctx():
-                    return m(d, i)
-
-            calls[(mode, b)] = fn
-    st = _measure(calls, suite, slo_ms, cuda, progress, "latency: click model")
-    workloads["recsys"] = _summarize(st, modes, suite.recsys_batches, slo_ms, "examples/s")
-    workloads["recsys"]["model"] = f"DLRM, {sum(spec.table_sizes):,} embedding rows"
-    del calls, click
-    from overdrive.serve.serving import run_serving
-
+    run = _Tables(suite, env, slo_ms, seed, progress, modes)
+    workloads = {"recsys": run.click()}
     serving = run_serving(suite, env, slo_ms=slo_ms, seed=seed, progress=progress)
+    workloads.update(run.gpt())
+    return {**head, "workloads": workloads, "serving": serving, "load": _loads(load_before, load_report()),
+            "recommendation": {"text": f"click model under a request stream: {serving['text']}; " +
+                               "; ".join(f"{k}: {w['best']['text']}" for k, w in workloads.items())}}
 
-    # Reference GPT: prefill and one-token decode with a KV cache.
-    cfg = gpt_config(suite.gpt_size, block_size=max(suite.prefill_len, suite.decode_context + 1))
-    gpt = GPT(cfg).to(dev).eval()
-    gen = torch.Generator().manual_seed(seed)
-    calls = {}
-    for mode, why in modes.items():
-        if why:
-            continue
-        m, ctx = _wrap(gpt, mode)
-        for b in suite.prefill_batches:
-            x = torch.randint(0, cfg.vocab_size, (b, suite.prefill_len), generator=gen).to(dev)
 
-            def fn(m=m, ctx=ctx, x=x):
-                with ctx():
-                    return m(x)[0][:, -1]
+class _Tables:
+    """The fixed-batch tables: the click model, the reference GPT's prefill and its one-token decode."""
 
-            calls[(mode, b)] = fn
-    st = _measure(calls, suite, slo_ms, cuda, progress, "latency: GPT prefill")
-    workloads["gpt_prefill"] = _summarize(st, modes, suite.prefill_batches, slo_ms, "sequences/s")
-    workloads["gpt_prefill"]["model"] = f"{suite.gpt_size}, prompt {suite.prefill_len} tokens"
+    def __init__(self, suite: LatencySuite, env: EnvReport, slo_ms: float, seed: int, progress, modes: dict) -> None:
+        self.suite, self.slo_ms, self.seed, self.progress, self.modes = suite, slo_ms, seed, progress, modes
+        self.dev, self.cuda = env.device, env.has_gpu
 
-    dec_modes = {m: (w or ("the KV-cache decode loop is not compiled here" if m in ("compile", "cuda-graphs")
-                           else None)) for m, w in modes.items()}
-    models = {}
-    for mode, why in dec_modes.items():
-        if why:
-            continue
-        m = copy.deepcopy(gpt).eval()
-        models[mode] = (m.to(torch.bfloat16) if mode.startswith("bf16") else m,
-                        torch.no_grad if mode == "fp32-no_grad" else torch.inference_mode)
+    def measure(self, calls: dict, label: str) -> dict:
+        return _measure(calls, self.suite, self.slo_ms, self.cuda, self.progress, label)
 
-    def build(mode: str, b: int):
-        m, ctx = models[mode]
-        x = torch.randint(0, cfg.vocab_size, (b, suite.decode_context), generator=gen).to(dev)
-        with ctx():
-            caches = [{} for _ in m.blocks]
-            m.decode(x, caches, 0)
-        nxt = x[:, -1:]
+    def click(self) -> dict:
+        import torch
 
-        def fn(m=m, ctx=ctx, caches=caches, nxt=nxt, c=suite.decode_context):
+        from overdrive.recsys import DLRM, CriteoSpec, DLRMServing, padded_ids, synthetic_clicks
+
+        suite, dev = self.suite, self.dev
+        spec = CriteoSpec(table_sizes=tuple(max(10, int(n * suite.table_scale)) for n in CriteoSpec().table_sizes))
+        click = DLRMServing(DLRM(spec)).to(dev)
+        data = synthetic_clicks(max(suite.recsys_batches), spec, seed=self.seed)
+        ids, dense = padded_ids(data, 5).to(dev), data.dense.to(dev)
+        calls = {}
+        for mode in (m for m, why in self.modes.items() if not why):
+            m, ctx = _wrap(click, mode)
+            for b in suite.recsys_batches:
+                d = dense[:b].to(torch.bfloat16) if mode.startswith("bf16") else dense[:b]
+
+                def fn(m=m, ctx=ctx, d=d, i=ids[:b]):
+                    with ctx():
+                        return m(d, i)
+
+                calls[(mode, b)] = fn
+        out = _summarize(self.measure(calls, "latency: click model"), self.modes, suite.recsys_batches, self.slo_ms,
+                         "examples/s")
+        return {**out, "model": f"DLRM, {sum(spec.table_sizes):,} embedding rows"}
+
+    def gpt(self) -> dict:
+        """Prefill (a prompt) and one-token decode with a KV cache, of the suite's reference GPT."""
+        import torch
+
+        from overdrive.models import GPT, gpt_config
+
+        suite = self.suite
+        cfg = gpt_config(suite.gpt_size, block_size=max(suite.prefill_len, suite.decode_context + 1))
+        gpt = GPT(cfg).to(self.dev).eval()
+        gen = torch.Generator().manual_seed(self.seed)
+        calls = {}
+        for mode in (m for m, why in self.modes.items() if not why):
+            m, ctx = _wrap(gpt, mode)
+            for b in suite.prefill_batches:
+                x = torch.randint(0, cfg.vocab_size, (b, suite.prefill_len), generator=gen).to(self.dev)
+
+                def fn(m=m, ctx=ctx, x=x):
+                    with ctx():
+                        return m(x)[0][:, -1]
+
+                calls[(mode, b)] = fn
+        prefill = _summarize(self.measure(calls, "latency: GPT prefill"), self.modes, suite.prefill_batches,
+                             self.slo_ms, "sequences/s")
+        return {"gpt_prefill": {**prefill, "model": f"{suite.gpt_size}, prompt {suite.prefill_len} tokens"},
+                "gpt_decode": self.decode(gpt, cfg, gen)}
+
+    def decode(self, gpt, cfg, gen) -> dict:
+        import torch
+
+        suite, c = self.suite, self.suite.decode_context
+        dec_modes = {m: (w or ("the KV-cache decode loop is not compiled here" if m in ("compile", "cuda-graphs")
+                               else None)) for m, w in self.modes.items()}
+        models = {mode: (copy.deepcopy(gpt).eval().to(torch.bfloat16 if mode.startswith("bf16") else torch.float32),
+                         torch.no_grad if mode == "fp32-no_grad" else torch.inference_mode)
+                  for mode, why in dec_modes.items() if not why}
+
+        def build(mode: str, b: int):
+            m, ctx = models[mode]
+            x = torch.randint(0, cfg.vocab_size, (b, c), generator=gen).to(self.dev)
             with ctx():
-                out = m.decode(nxt, caches, c)
-            for cache in caches:  # keep the context at c tokens for the next sample
-                cache["k"], cache["v"] = cache["k"][:, :, :c], cache["v"][:, :, :c]
-            return out
+                caches = [{} for _ in m.blocks]
+                m.decode(x, caches, 0)
 
-        return fn, caches
+            def fn(m=m, ctx=ctx, caches=caches, nxt=x[:, -1:]):
+                with ctx():
+                    out = m.decode(nxt, caches, c)
+                for cache in caches:  # keep the context at c tokens for the next sample
+                    cache["k"], cache["v"] = cache["k"][:, :, :c], cache["v"][:, :, :c]
+                return out
 
-    def cache_bytes(mode: str, b: int) -> int:
-        # k and v per block: (B, heads, context + 1, head dim) = B * (context + 1) * n_embd elements each,
-        # plus one block's pair again while a step's torch.cat builds the longer one.
-        per_block = 2 * b * (suite.decode_context + 1) * cfg.n_embd * (2 if mode.startswith("bf16") else 4)
-        return per_block * (cfg.n_layer + 1)
+            return fn, caches
 
-    st = decode_per_batch(list(models), suite.decode_batches, build=build, cache_bytes=cache_bytes,
-                          free_bytes=lambda: free_memory_bytes(dev),
-                          measure=lambda calls: _measure(calls, suite, slo_ms, cuda, progress,
-                                                         f"latency: GPT decode, batch {next(iter(calls))[1]}"),
-                          release=lambda: release_memory(dev))
-    workloads["gpt_decode"] = _summarize(st, dec_modes, suite.decode_batches, slo_ms, "tokens/s")
-    workloads["gpt_decode"]["model"] = f"{suite.gpt_size}, one token after {suite.decode_context} (KV cache)"
-    return {
-        **header(LATENCY_SCHEMA, env),
-        "suite": {k: v for k, v in suite.__dict__.items()}, "slo_ms": slo_ms, "workloads": workloads,
-        "serving": serving, "load": _loads(load_before, load_report()),
-        "recommendation": {"text": f"click model under a request stream: {serving['text']}; " +
-                           "; ".join(f"{k}: {w['best']['text']}" for k, w in workloads.items())},
-    }
+        def cache_bytes(mode: str, b: int) -> int:
+            # k and v per block: (B, heads, context + 1, head dim) = B * (context + 1) * n_embd elements each,
+            # plus one block's pair again while a step's torch.cat builds the longer one.
+            return 2 * b * (c + 1) * cfg.n_embd * (2 if mode.startswith("bf16") else 4) * (cfg.n_layer + 1)
+
+        st = decode_per_batch(list(models), suite.decode_batches, build=build, cache_bytes=cache_bytes,
+                              free_bytes=lambda: free_memory_bytes(self.dev), release=lambda: release_memory(self.dev),
+                              measure=lambda calls: self.measure(calls, f"latency: GPT decode, batch "
+                                                                        f"{next(iter(calls))[1]}"))
+        out = _summarize(st, dec_modes, suite.decode_batches, self.slo_ms, "tokens/s")
+        return {**out, "model": f"{suite.gpt_size}, one token after {c} (KV cache)"}
 
 
-class InferenceWorkload(Workload):
+class InferenceWorkload(BaseWorkload):
     """Latency under an SLO: measured in this process (one model per mode), not in training workers."""
     name = "inference"
     task = "inference"
+    kind = "latency"
     help = "latency p50/p95/p99 per batch size and mode, and the largest batch under --slo-ms"
     roles = ()
     configs_apply = False
+    threads_apply = False
+    serves_models = True
 
     @property
     def suites(self) -> dict:
@@ -412,4 +352,15 @@ class InferenceWorkload(Workload):
 
     def run(self, suite: LatencySuite, env: EnvReport, *, slo_ms: float, seed: int = 0, progress=None,
             model=None) -> dict:
+        """The whole measurement (this workload's kind is "latency": no training workers)."""
         return run_latency(suite, env, slo_ms=slo_ms, seed=seed, progress=progress, model=model)
+
+    def title(self, suite: dict) -> str:
+        what = "the click model under a request stream" if suite.get("serving_only") else (
+            f"the click model, {suite.get('gpt_size')} prefill and decode, per batch size and mode")
+        return f"suite {suite.get('name')}: inference latency of {what}"
+
+    def apply_hint(self, cfg: dict) -> dict:
+        """`cfg`: a table's best record ({"mode", "batch"}): the export sized to that batch."""
+        return {"code": f"overdrive export --model recsys --max-batch {cfg.get('batch') or 'N'} --out export/",
+                "train": None}

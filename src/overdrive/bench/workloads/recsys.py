@@ -149,6 +149,10 @@ class RecsysWorkload(Workload):
     help = "a DLRM-style click model (embedding lookups x optimizers x AMP)"
     data_help = "a Criteo TSV (label, 13 integers, 26 hex ids)"
     roles = ("dlrm",)
+    rate_key = "examples_per_s"
+    quality_header = "held-out AUC"
+    loss_header = "log-loss Δ"
+    baseline_words = "the baseline (nn.Embedding, dense AdamW)"
 
     @property
     def suites(self) -> dict:
@@ -173,6 +177,29 @@ class RecsysWorkload(Workload):
 
     def build(self, spec: dict) -> Task:
         return RecsysTask(spec)
+
+    def title(self, suite: dict) -> str:
+        o = suite.get("options", {})
+        return (f"suite {suite['name']}: DLRM click model, 26 tables ({o.get('total_rows', '?'):,} rows, dim "
+                f"{o.get('dim', '?')}), batch {suite['batch']}, {o.get('train_examples', '?'):,} training examples")
+
+    def quality_cell(self, m: dict, cfg: dict) -> str:
+        return f"{m['auc']:.4f}" if m.get("auc") is not None else "-"
+
+    def apply_hint(self, cfg: dict) -> dict:
+        """The DLRM, its optimizers and the AMP dtype of `train_step` (a click model has no train config)."""
+        o = cfg.get("options") or {}
+        opt = o.get("optimizer", "dense-adamw")
+        sparse = opt != "dense-adamw"
+        prec = cfg.get("precision") or (cfg.get("recipe") or {}).get("precision")
+        amp = {"bf16": ", amp_dtype=torch.bfloat16", "fp16": ", amp_dtype=torch.float16"}.get(prec, "")
+        code = (f'model = DLRM(spec, embedding="{o.get("embedding", "embeddingbag")}", sparse={sparse}); '
+                f'opts = build_optimizers(model, "{opt}"); train_step(model, opts, batch{amp})')
+        return {"code": code, "train": None}
+
+    def next_step(self, cfg: dict, label: str, hint: dict) -> tuple[str, str | None, str | None, str]:
+        return (f"Next step: use {label} (from overdrive.recsys import DLRM, build_optimizers, train_step)",
+                hint["code"], None, " — click models have no train config; call these in your own loop.")
 
     def quality_rows(self, run, base, suite) -> dict[str, dict]:
         return {"dlrm": click_parity(run.final if run.status == "ok" else None, base.final if base else None)}

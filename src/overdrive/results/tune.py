@@ -1,14 +1,19 @@
-"""A tune folder's results.json read back (by `overdrive report`): untrusted, so checked against a
-schema of every field the console table and report.html read before anything renders it. A wrong
-type or a missing key is one line naming the field, never a traceback; text fields are text (the
-page escapes them), numbers are numbers."""
+"""tune's results file (`overdrive.tune/1`): results.json, checked against a schema of every field the
+console table and report.html read, when written and when read back (by `overdrive report`,
+`overdrive emit`). A wrong type or a missing key is one line naming the field, never a traceback;
+text fields are text (the page escapes them), numbers are numbers."""
 
 from __future__ import annotations
 
 import math
-import os
 
-__all__ = ["TUNE_RESULT_SCHEMA", "load_tune_result"]
+from overdrive.results.files import read_doc, write_json
+
+__all__ = ["TUNE_SCHEMA", "TUNE_RESULT_SCHEMA", "save_tune", "load_tune"]
+
+TUNE_SCHEMA = "overdrive.tune/1"
+WHAT = "overdrive tune result"
+FIX = "re-run `overdrive tune --out DIR`"
 
 _NUM = {"type": "number"}
 _NUM_OR_NULL = {"type": ["number", "null"]}
@@ -43,7 +48,7 @@ TUNE_RESULT_SCHEMA = {
     "required": ["schema", "best", "summary", "candidates", "workload", "budget_s", "elapsed_s", "rounds",
                  "tolerance", "created", "baseline"],
     "properties": {
-        "schema": {"const": "overdrive.tune/1"}, "best": _STR, "summary": _STR, "workload": _STR_OR_NULL,
+        "schema": {"const": TUNE_SCHEMA}, "best": _STR, "summary": _STR, "workload": _STR_OR_NULL,
         "budget_s": _NUM, "elapsed_s": _NUM, "rounds": {"type": "integer", "minimum": 0}, "tolerance": _STR,
         "created": _STR, "baseline": _STR, "gpu": _STR_OR_NULL, "cpu": _STR_OR_NULL, "device": _STR_OR_NULL,
         "memory_limit": _STR_OR_NULL, "cache_note": _STR, "cached_at": _STR,
@@ -61,35 +66,27 @@ TUNE_RESULT_SCHEMA = {
 }
 
 
-def _non_finite(doc: dict) -> str | None:
+def _non_finite(doc: dict) -> tuple | None:
     """The first figure (not a loss) that is NaN or infinite: a tampered file, and a plot that would warn."""
     for k in ("budget_s", "elapsed_s"):
         if not math.isfinite(doc[k]):
-            return k
+            return (k,)
     for i, r in enumerate(doc["candidates"]):
         for k in ("step_ms", "speedup", "warmup_first_step_ms", "loss_delta_pct", "loss_delta_nats"):
             if r[k] is not None and not math.isfinite(r[k]):
-                return f"candidates/{i}/{k}"
-        if any(v is not None and not math.isfinite(v) for v in r["speedup_ci"] or []):
-            return f"candidates/{i}/speedup_ci"
+                return ("candidates", i, k)
+        bad = next((j for j, v in enumerate(r["speedup_ci"] or []) if v is not None and not math.isfinite(v)), None)
+        if bad is not None:
+            return ("candidates", i, "speedup_ci", bad)
     return None
 
 
-def load_tune_result(path: str) -> dict | None:
-    """A tune folder's results.json (or the file), schema-checked; None when it is not a tune result
-    (no `overdrive.tune/1` tag); ValueError (one line, naming the field) when it is one but malformed."""
-    from overdrive.io import read_json
+def save_tune(doc: dict, out_dir: str) -> str:
+    """results.json of a tune run (`TuneResult.to_dict()`), checked against the schema first."""
+    return write_json(out_dir, doc, TUNE_RESULT_SCHEMA, what=WHAT, figures=_non_finite, sort_keys=False, indent=2)
 
-    p = os.path.join(path, "results.json") if os.path.isdir(path) else path
-    try:
-        doc = read_json(p)
-    except (FileNotFoundError, ValueError):
-        return None  # load_results says what is wrong, in its own words
-    if not (isinstance(doc, dict) and doc.get("schema") == "overdrive.tune/1"):
-        return None
-    fix = "re-run `overdrive tune --out DIR`"
-    doc = read_json(p, schema=TUNE_RESULT_SCHEMA, what="overdrive tune result", fix=fix)
-    bad = _non_finite(doc)
-    if bad:
-        raise ValueError(f"{p} is not a valid overdrive tune result: at {bad}: not a finite number: {fix}")
-    return doc
+
+def load_tune(path: str) -> dict:
+    """A tune folder's results.json (or the file), schema-checked: ValueError (one line, naming the
+    field) when it is malformed or not a tune result."""
+    return read_doc(path, TUNE_RESULT_SCHEMA, what=WHAT, fix=FIX, figures=_non_finite)
