@@ -108,6 +108,56 @@ def test_a_new_workload_is_one_class_and_one_registry_line(monkeypatch):
     assert len(base["raw"]["fit_loss"]) == 10 and base["raw"]["fit_loss"][-1] < base["raw"]["fit_loss"][0]
 
 
+class _EchoReported(_EchoWorkload):
+    """The same made-up workload with what the report asks of it: a title, its columns and an apply hint."""
+    name, task = "echo-report", "echo-report"
+    rate_key, quality_header, loss_header, baseline_words = "examples_per_s", "final fit loss", "fit Δ", "plain SGD"
+
+    def title(self, suite):
+        return f"suite {suite['name']}: fit y = 2x with one weight, batch {suite['batch']}"
+
+    def quality_cell(self, m, cfg):
+        return "-" if m.get("final_loss") is None else f"{m['final_loss']:.2e}"
+
+    def apply_hint(self, cfg):
+        return {"code": f"fit(lr={cfg['options'].get('lr', 0.1)})", "train": None}
+
+
+def test_a_made_up_workload_goes_through_analysis_results_and_report(monkeypatch, tmp_path):
+    """One class and one registry line: the analysis, the schema'd writer and reader, the CSV, the console
+    table, the page and the next step all ask the workload, never a name."""
+    import csv
+    import io
+
+    from rich.console import Console
+
+    from overdrive.bench import load_results, save_results
+    from overdrive.report.advice import next_step
+    from overdrive.report.html import write_html
+    from overdrive.report.tables import render_bench
+
+    monkeypatch.setitem(WORKLOADS, "echo-report", _EchoReported())
+    suite = Suite(name="echo", task="echo-report", roles=("fit",), teacher="-", student="-", batch=32, seq=1,
+                  warmup=1, rounds=2, steps_per_round=3, budget_s=60, parity_steps=10, micro="none", lr=0.1,
+                  candidates=(Candidate.preset("baseline", baseline=True),))
+    res = run_bench(suite, env=CPU, micro=False, isolate=False)
+    m = res["configs"][0]["models"]["fit"]
+    assert m["examples_per_s"] > 0 and m["tokens_per_s"] is None and m["tflops"] is None  # no GPT figures
+    save_results(res, str(tmp_path))
+    back = load_results(str(tmp_path))  # checked against the schema when written and when read
+    rows = list(csv.DictReader(open(tmp_path / "results.csv")))
+    assert [(r["config"], r["model"]) for r in rows] == [("baseline", "fit")] and float(rows[0]["examples_per_s"]) > 0
+    buf = io.StringIO()
+    render_bench(back, Console(file=buf, width=240, color_system=None))
+    out = buf.getvalue()
+    assert "fit y = 2x with one weight, batch 32" in out and "final fit loss" in out and "fit Δ" in out
+    assert "DLRM" not in out and "MFU" not in out and "held-out AUC" not in out
+    calm = dict(back, recommendation=dict(back["recommendation"], too_busy=False, name=None))  # the host's load aside
+    assert "keep plain SGD" in next_step(calm).text
+    page = open(write_html(back, str(tmp_path), [])).read()
+    assert "fit y = 2x with one weight" in page and "final fit loss" in page and "DLRM" not in page
+
+
 def test_worker_compile_threads_follow_the_cores_it_has(monkeypatch):
     import os
 
@@ -135,3 +185,26 @@ def test_a_suite_without_compiles_captures_no_cuda_graphs():
     full = _modes(h100, LATENCY_SUITES["inference-gpu"])
     assert full["compile"] is None and full["cuda-graphs"] is None
     assert "need a GPU" in _modes(CPU, LATENCY_SUITES["inference"])["cuda-graphs"]
+
+
+def test_nothing_outside_a_workloads_file_branches_on_its_name():
+    """The bench, its results, the report and the bench/report commands ask the workload (its title,
+    columns, hint, kind, flags), never compare a workload's name or task to a literal."""
+    import ast
+    import pathlib
+
+    src = pathlib.Path(__file__).resolve().parents[2] / "src" / "overdrive"
+    names = {k for k in WORKLOADS} | {w.task for w in WORKLOADS.values()}
+    files = [p for d in ("bench", "report", "results") for p in (src / d).rglob("*.py") if "workloads" not in p.parts]
+    files += [src / "commands" / "bench.py", src / "commands" / "report.py"]
+    found = []
+    for p in files:
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.Compare) and any(isinstance(c, ast.Constant) and c.value in names
+                                                  for c in [n.left, *n.comparators]):
+                found.append(f"{p.relative_to(src)}:{n.lineno}: {ast.unparse(n)}")
+            if (isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "get" and len(n.args) == 2
+                    and isinstance(n.args[1], ast.Constant) and n.args[1].value in names):
+                found.append(f"{p.relative_to(src)}:{n.lineno}: {ast.unparse(n)}")
+    assert not found, found
+    assert len(files) > 20  # the scan sees the packages it claims to

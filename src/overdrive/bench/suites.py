@@ -57,6 +57,9 @@ class Suite:
     roles: tuple[str, ...] = ("teacher", "student")
     options: dict = field(default_factory=dict)
     """Task-specific sizes (recsys: rows scale, examples, ...)."""
+    any_recipe: bool = True
+    """`--configs` may name any registered recipe (a GPT suite), not only the suite's own candidates
+    (a click-model suite, whose candidates are its own embedding x optimizer configurations)."""
 
     def with_candidates(self, cands: tuple[Candidate, ...]) -> "Suite":
         return dataclasses.replace(self, candidates=cands)
@@ -86,14 +89,14 @@ SUITES: dict[str, Suite] = {
 
 
 def candidates_from_names(suite: Suite, names: list[str]) -> tuple[Candidate, ...]:
-    """The baseline plus the named candidates: a suite's own names, or (GPT) any registered recipe
-    name, e.g. "fp8-rowwise" or "bf16+compile". ValueError names the bad one and the choices."""
+    """The baseline plus the named candidates: a suite's own names, or (`Suite.any_recipe`) any registered
+    recipe name, e.g. "fp8-rowwise" or "bf16+compile". ValueError names the bad one and the choices."""
     known = {c.name: c for c in suite.candidates}
     out = [c for c in suite.candidates if c.baseline]
     for n in names:
         if n in known:
             c = known[n]
-        elif suite.task == "gpt":
+        elif suite.any_recipe:
             try:
                 c = Candidate.preset(n)
             except ValueError as e:

@@ -26,7 +26,7 @@ class Configuration:
         # The injected noise (tests) differs per configuration, the A/A twin included: a twin with the
         # baseline's very noise would measure no noise at all.
         self.rng = random.Random(f"{spec.get('seed', 0)}:{spec.get('name', '')}")
-        self.task = workload_for_task(spec.get("task", "gpt")).build(spec)
+        self.task = workload_for_task(spec["task"]).build(spec)
         self.steps = 0
         self.quality: dict | None = None
 

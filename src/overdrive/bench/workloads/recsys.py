@@ -129,7 +129,7 @@ _GPU_TABLES = [10_000_000, 2_000_000, 500_000, 100_000] + [50_000] * 6 + [10_000
 def _suite(name, tables, batch, train, val, rounds, steps, budget, parity, lr=1e-3, micro="none"):
     return Suite(name=name, task="recsys", roles=("dlrm",), teacher="dlrm", student="dlrm", batch=batch, seq=1,
                  warmup=2, rounds=rounds, steps_per_round=steps, budget_s=budget, parity_steps=parity, micro=micro,
-                 lr=lr, candidates=recsys_candidates(),
+                 lr=lr, candidates=recsys_candidates(), any_recipe=False,
                  options={"table_sizes": tables, "dim": 16, "train_examples": train, "val_examples": val,
                           "total_rows": sum(tables)})
 
