@@ -25,8 +25,14 @@ def _gib(b: int | None) -> str:
 
 def render_doctor(rep: EnvReport, console: Console | None = None) -> None:
     c = console or wide_console()
-    cpu, tc, t = rep.platform["cpu"], rep.toolchain, rep.torch
+    c.print(_platform(rep))
+    _gpus(rep, c)
+    c.print(_engines(rep))
+    _verdict(rep, c)
 
+
+def _platform(rep: EnvReport) -> Table:
+    cpu, tc, t = rep.platform["cpu"], rep.toolchain, rep.torch
     plat = Table(title="Platform", show_header=False, title_justify="left", expand=False)
     plat.add_column(style="bold")
     plat.add_column()
@@ -50,8 +56,11 @@ def render_doctor(rep: EnvReport, console: Console | None = None) -> None:
     plat.add_row("cuDNN headers",
                  _e(tc.get("cudnn_header") or "cudnn.h not found (needed to build Transformer Engine)"))
     plat.add_row("C++ compiler", _e(tc.get("c_compiler") or "none (torch.compile on CPU needs one)"))
-    c.print(plat)
+    return plat
 
+
+def _gpus(rep: EnvReport, c: Console) -> None:
+    t = rep.torch
     if rep.gpus:
         g = Table(title="GPUs", title_justify="left")
         for col in ("#", "name", "SM", "memory", "SMs", "tf32", "bf16", "fp8", "mxfp8", "nvfp4",
@@ -71,14 +80,18 @@ def render_doctor(rep: EnvReport, console: Console | None = None) -> None:
         msg = t.get("cuda_error") or ("CUDA build, but no GPU visible" if t.get("build") == "cuda" else "no CUDA GPU")
         c.print(f"[bold]GPUs[/]: none — {_e(msg)}")
 
+
+def _engines(rep: EnvReport) -> Table:
     e = Table(title="Engines", title_justify="left")
     for col in ("engine", "status", "version", "reason", "fix"):
         e.add_column(col, overflow="fold")
     for st in rep.engines.values():
         e.add_row(_e(st.name), f"[{_STYLE.get(st.status, 'bold')}]{_e(st.status)}[/]", _e(st.version or ""),
                   _e(st.reason), _e(st.fix))
-    c.print(e)
+    return e
 
+
+def _verdict(rep: EnvReport, c: Console) -> None:
     c.print("[bold]Verdict[/] (what the probes expect)")
     for line in rep.verdict:
         c.print(f"  {escape(line)}")
