@@ -248,6 +248,7 @@ def test_a_piped_console_is_wide_and_only_widened_by_columns(monkeypatch, cols, 
 def test_a_non_answer_is_never_drawn_as_a_result(res, tmp_path):
     """'too busy to judge' is no verdict: the bench and tune pages drew it in the green box of a result."""
     from overdrive.report.tune_view import write_report
+    from overdrive.results.records import TuneRecord
 
     r = copy.deepcopy(res)
     r["recommendation"] = {"name": None, "text": "the host was too busy to judge: ...", "too_busy": True}
@@ -258,5 +259,5 @@ def test_a_non_answer_is_never_drawn_as_a_result(res, tmp_path):
     tune = {"workload": "m", "cpu": "CPU", "created": "now", "budget_s": 60, "elapsed_s": 60, "rounds": 4,
             "summary": "The host was too busy to judge: ...", "noise": {"too_busy": True}, "tolerance": "fp32 1%",
             "baseline": "baseline", "candidates": [], "best": "baseline"}
-    out = write_report(tune, str(tmp_path / "tune"))
+    out = write_report(TuneRecord.of(tune), str(tmp_path / "tune"))
     assert "<p class='rec none'>" in open(out).read()

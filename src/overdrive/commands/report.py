@@ -91,13 +91,14 @@ def _plan(args: argparse.Namespace, plan_doc: dict, console) -> str:
 def _tune(path: str, console) -> str:
     from overdrive.report.tune_view import render_tune, write_report
     from overdrive.results import load_tune
+    from overdrive.results.records import TuneRecord
 
     try:
-        doc = load_tune(path)
+        rec = TuneRecord.of(load_tune(path))
     except (FileNotFoundError, ValueError) as e:
         raise UserError(str(e)) from None
-    render_tune(doc, console)
-    return write_report(doc, _folder_of(path))
+    render_tune(rec, console)
+    return write_report(rec, _folder_of(path))
 
 
 def _one(args: argparse.Namespace, doc: dict, console) -> str:

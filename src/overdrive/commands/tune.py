@@ -99,9 +99,10 @@ def _page(res, out: str | None) -> None:
         return
     from overdrive.measure.lock import claim_results_dir
     from overdrive.report.tune_view import write_report
+    from overdrive.results.records import TuneRecord
 
     with claim_results_dir(out, what="overdrive tune"):
-        write_report(res.to_dict(), out)
+        write_report(TuneRecord.of(res.to_dict()), out)
 
 
 def _after(res, args, *, quiet: bool) -> None:
@@ -125,8 +126,9 @@ def _after(res, args, *, quiet: bool) -> None:
 
 def _print(res) -> None:
     from overdrive.report.tune_view import render_tune
+    from overdrive.results.records import TuneRecord
 
-    render_tune(res.to_dict())
+    render_tune(TuneRecord.of(res.to_dict()))
 
 
 def register(sub) -> None:

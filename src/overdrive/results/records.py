@@ -1,0 +1,128 @@
+"""Typed views of the results files for the report: each record is built once from a document its
+kind's reader has checked (`overdrive.results`), so the renderers read attributes, not `.get` chains,
+and a field an older writer did not write has one default here, not one per renderer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["AARecord", "NoiseRecord", "TuneRow", "TuneRecord"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AARecord:
+    """The A/A control: the baseline against its own twin."""
+    rounds: int
+    ratio: float
+    ci: tuple[float, float]
+    spread_pct: float
+
+    @classmethod
+    def of(cls, d: dict | None) -> AARecord | None:
+        if not d:
+            return None
+        return cls(rounds=d["rounds"], ratio=d["ratio"], ci=(d["ci"][0], d["ci"][1]), spread_pct=d["spread_pct"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoiseRecord:
+    """How noisy the host was: the A/A interval, whether it was too busy to judge, its load."""
+    aa: AARecord | None = None
+    too_busy: bool = False
+    load_1min: float | None = None
+    cores: int | None = None
+    note: str | None = None
+
+    @classmethod
+    def of(cls, d: dict | None) -> NoiseRecord | None:
+        if d is None:
+            return None
+        return cls(aa=AARecord.of(d.get("aa")), too_busy=bool(d.get("too_busy")), load_1min=d.get("load_1min"),
+                   cores=d.get("cores"), note=d.get("note"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneRow:
+    """One candidate of a tune run, as measured and judged."""
+    name: str
+    label: str
+    baseline: bool
+    status: str
+    reason: str
+    ran: str
+    safety: str
+    safe: bool | None
+    step_ms: float | None
+    speedup: float | None
+    speedup_ci: tuple[float | None, float | None] | None
+    warmup_first_step_ms: float | None
+    loss_delta_pct: float | None
+    loss_delta_nats: float | None
+    losses: tuple[float, ...]
+    emulated: bool = False
+    tflops: float | None = None
+    mfu: float | None = None
+    fp8_layers: tuple[dict, ...] = ()
+    """The per-layer FP8 filter's decisions (fqn, shape, tokens, bf16_ms, fp8_ms, reason), if it ran."""
+
+    @classmethod
+    def of(cls, r: dict) -> TuneRow:
+        ci = r["speedup_ci"]
+        return cls(name=r["name"], label=r["label"], baseline=r["baseline"], status=r["status"], reason=r["reason"],
+                   ran=r["ran"], safety=r["safety"], safe=r["safe"], step_ms=r["step_ms"], speedup=r["speedup"],
+                   speedup_ci=None if ci is None else (ci[0], ci[1]), losses=tuple(r["losses"]),
+                   warmup_first_step_ms=r["warmup_first_step_ms"], loss_delta_pct=r["loss_delta_pct"],
+                   loss_delta_nats=r["loss_delta_nats"], emulated=bool(r.get("emulated")), tflops=r.get("tflops"),
+                   mfu=r.get("mfu"), fp8_layers=tuple(((r.get("fp8_filter") or {}).get("layers")) or ()))
+
+    @property
+    def speedup_text(self) -> str:
+        if self.emulated:
+            return "emulated: no speedup"
+        if self.speedup is None:
+            return "-"
+        if self.speedup_ci is None:
+            return f"{self.speedup:.2f}x"
+        lo, hi = self.speedup_ci
+        return f"{self.speedup:.2f}x [{lo:.2f}-{hi:.2f}]"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneRecord:
+    """A tune run (`overdrive.tune/1`): the winner, every candidate, and how it was measured."""
+    best: str
+    summary: str
+    workload: str | None
+    device: str | None
+    """The GPU's name, else the CPU's."""
+    created: str
+    budget_s: float
+    elapsed_s: float
+    rounds: int
+    tolerance: str
+    baseline: str
+    rows: tuple[TuneRow, ...]
+    noise: NoiseRecord | None = None
+    threads: int | None = None
+    threads_source: str | None = None
+    memory_limit: str | None = None
+    cache_note: str | None = None
+    cached_at: str | None = None
+    doc: dict = field(default_factory=dict, repr=False, compare=False)
+    """The document as read (for the few lines written by the measuring side, e.g. `tune.flops.flops_line`)."""
+
+    @classmethod
+    def of(cls, d: dict) -> TuneRecord:
+        """From a checked tune document (`results.load_tune`) or `TuneResult.to_dict()`."""
+        t = d.get("threads") or {}
+        return cls(best=d["best"], summary=d["summary"], workload=d["workload"], device=d.get("gpu") or d.get("cpu"),
+                   created=d["created"], budget_s=d["budget_s"], elapsed_s=d["elapsed_s"], rounds=d["rounds"],
+                   tolerance=d["tolerance"], baseline=d["baseline"], rows=tuple(TuneRow.of(r) for r in d["candidates"]),
+                   noise=NoiseRecord.of(d.get("noise")), threads=t.get("threads"), threads_source=t.get("source"),
+                   memory_limit=d.get("memory_limit"), cache_note=d.get("cache_note"), cached_at=d.get("cached_at"),
+                   doc=d)
+
+    @property
+    def answered(self) -> bool:
+        """False when the host was too busy to judge and nothing won: no verdict, never drawn as one."""
+        return not (self.noise is not None and self.noise.too_busy and not self.summary.startswith("Winner"))
