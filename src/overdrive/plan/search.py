@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 from overdrive.env.catalog import GpuSpec, gpu_by_key
@@ -11,7 +10,7 @@ from overdrive.plan.estimate import Estimate, estimate
 from overdrive.plan.runnable import how_to_run, not_in_overdrive
 from overdrive.plan.setup import (CHECKPOINTING, LOW_PRECISION, MIN_EFFICIENCY, SHARDING_ALIASES, TrainSetup,
                                   check_layout, fallback_precision)
-from overdrive.plan.specs import ModelSpec, get_model, read_json_file
+from overdrive.plan.specs import ModelSpec, get_model
 
 __all__ = ["plan", "sweep", "longest_seq", "calibrate_from_bench", "SWEEP_MODELS", "label", "MIN_HEADROOM_SHARE"]
 
@@ -21,7 +20,6 @@ MIN_HEADROOM_SHARE = 0.10
 """Default safety margin, a share of the GPU's memory: the planner's memory estimate is off by up to ~11% on
 the held-out rows of docs/plan-validation.md (and by more on stacks it models less well), so a pick that leaves
 less free may not fit when run. Configurations below the margin are ranked after those above it."""
-MAX_RESULTS_BYTES = 256 << 20
 
 
 def label(s: TrainSetup) -> str:
@@ -280,21 +278,27 @@ def sweep(models=SWEEP_MODELS, gpus=("b200", "b300"), precisions=("fp8", "bf16",
     return rows
 
 
+# What --calibrate reads of a bench results.json: configurations with per-model rows (the MFU is
+# filtered below: a string, a bool or NaN is no efficiency, and says "no bf16 ... MFU").
+_CALIBRATION_SCHEMA = {"type": "object", "required": ["configs"], "properties": {"configs": {
+    "type": "array", "items": {"type": "object", "properties": {
+        "models": {"type": "object", "additionalProperties": {"type": "object"}}}}}}}
+
+
 def calibrate_from_bench(path: str) -> float:
-    """GEMM efficiency from our own bench: the best measured bf16 MFU (vs the BF16 peak) in results.json."""
-    p = os.path.join(path, "results.json") if os.path.isdir(path) else path
+    """GEMM efficiency from our own bench: the best measured bf16 MFU (vs the BF16 peak) in results.json,
+    read by the results files' one reader (`results.files.read_doc`: a bounded regular text JSON file)."""
+    from overdrive.results.files import read_doc, results_path
+
+    p = results_path(path)
     if not os.path.exists(p):
         raise ValueError(f"--calibrate {path}: no bench results.json there: pass one an overdrive bench run wrote")
     try:
-        res = read_json_file(p, "a bench results.json", limit=MAX_RESULTS_BYTES)
+        res = read_doc(p, _CALIBRATION_SCHEMA, what="bench results.json", fix="")
     except ValueError as e:
-        raise ValueError(f"--calibrate {e}") from None
-    configs = res.get("configs", []) if isinstance(res, dict) else None
-    if not isinstance(configs, list) or not all(
-            isinstance(c, dict) and isinstance(c.get("models", {}), dict)
-            and all(isinstance(m, dict) for m in c.get("models", {}).values()) for c in configs):
-        raise ValueError(f"--calibrate {path} is not a bench results.json (configs of models expected): pass one "
-                         "an overdrive bench run wrote")
+        raise ValueError(f"--calibrate {path} is not a bench results.json ({e}): pass one an overdrive bench run "
+                         "wrote") from None
+    configs = res["configs"]
     mfus = [m.get("mfu_bf16_peak") for c in configs if c.get("precision") == "bf16" and c.get("safe")
             for m in c.get("models", {}).values()]
     # a fraction of peak, nothing else: a string, a bool or NaN would become a silent efficiency of 1
