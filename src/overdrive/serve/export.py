@@ -373,10 +373,12 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, mode
     for the click model or a user's model (`model`: its `model_identity`; the results must be of that
     model), the serving search of `engine` (what Triton runs: ONNX Runtime); for the GPT, the largest
     fixed batch under the SLO."""
-    p = os.path.join(path, "results.json") if os.path.isdir(path) else path
+    from overdrive.results.files import read_doc
+
     try:
-        with open(p) as f:
-            res = json.load(f)
+        # The results files' one reader (a bounded regular text JSON file); the fields are checked below,
+        # each with the fix in its message.
+        res = read_doc(path, {"type": "object"}, what="inference bench result", fix="")
         slo = res["slo_ms"]
         if not (isinstance(slo, (int, float)) and not isinstance(slo, bool) and math.isfinite(slo) and slo > 0):
             raise ExportError(f"--slo-from {path}: slo_ms {slo!r} is not a positive number of milliseconds; re-run "
