@@ -1,7 +1,8 @@
 """What a reader does with a bench result: the next step (the winner in code and in a train config),
 and why the winner's precision may differ from the one the doctor's probes expected.
 
-Both read results.json defensively (fields may be added by newer writers; older files lack some).
+Both read the typed view of a results file (`results.records.BenchRecord`), where a field an older
+writer did not write has its one default.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from __future__ import annotations
 import re
 
 from overdrive.bench.workloads import Workload, workload_of
+from overdrive.results.records import BenchRecord, ConfigRecord
 
-__all__ = ["Step", "next_step", "precision_note", "role_order", "winner", "verdict_text"]
+__all__ = ["Step", "next_step", "precision_note", "role_order", "winner", "verdict_text", "bench_record"]
 
 
 class Step:
@@ -38,69 +40,74 @@ class Step:
         return s + esc(self.tail)
 
 
-def role_order(results: dict, cfg: dict) -> list[str]:
-    """The run's model order (teacher before student), whatever order the JSON keys came back in."""
-    models = cfg.get("models") or {}
-    order = list((results.get("suite") or {}).get("roles") or ("teacher", "student"))
-    return [r for r in order if r in models] + [r for r in models if r not in order]
+def bench_record(results: BenchRecord | dict) -> BenchRecord:
+    """The typed view the report reads (built once from the document when given one)."""
+    return results if isinstance(results, BenchRecord) else BenchRecord.of(results)
 
 
-def winner(results: dict) -> dict | None:
+def role_order(results: BenchRecord | dict, cfg: ConfigRecord | dict) -> list[str]:
+    """The run's model order (teacher before student), whatever order the JSON keys came back in (the
+    comparison reads two documents of any age: no record is built for this)."""
+    if isinstance(results, BenchRecord):
+        roles = results.roles
+    else:
+        roles = tuple((results.get("suite") or {}).get("roles") or ("teacher", "student"))
+    models = cfg.models if isinstance(cfg, ConfigRecord) else (cfg.get("models") or {})
+    return [r for r in roles if r in models] + [r for r in models if r not in roles]
+
+
+def winner(results: BenchRecord | dict) -> ConfigRecord | None:
     """The recommended configuration; the baseline when the bench found nothing measurably faster
     (recommendation name None) but the baseline ran; None when nothing completed."""
-    configs = results.get("configs", [])
-    name = (results.get("recommendation") or {}).get("name")
-    if name is None:
-        return next((c for c in configs if c.get("baseline") and c.get("status") == "ok"), None)
-    return next((c for c in configs if c.get("name") == name), None)
+    return bench_record(results).winner
 
 
-def verdict_text(results: dict) -> str:
+def verdict_text(results: BenchRecord | dict) -> str:
     """The recommendation without its trailing "Apply: ..." (the next-step line says that, once)."""
-    return (results.get("recommendation") or {}).get("text", "-").split(". Apply: ")[0]
+    return bench_record(results).recommendation.verdict
 
 
-def next_step(results: dict) -> Step:
-    w = winner(results)
+def next_step(results: BenchRecord | dict) -> Step:
+    rec = bench_record(results)
+    w = rec.winner
     if w is None:
         return Step("Next step: nothing to apply yet — no configuration completed safely; read the statuses and "
                     "notes below, then re-run `overdrive bench`.")
-    if (results.get("recommendation") or {}).get("too_busy"):
+    if rec.recommendation.too_busy:
         return Step("Next step: re-run `overdrive bench --out DIR` when the machine is quieter (or with more rounds, "
                     "--rounds): this host was too busy to tell the recipes apart, so nothing was judged.")
-    workload = workload_of(results) or Workload()
-    if w.get("baseline"):
-        what = workload.baseline_words
-        return Step(f"Next step: keep {what} — no candidate was measurably faster here. Re-run `overdrive bench --out DIR` on "
-                    "the machine you train on: the answer changes with the hardware.")
+    workload = workload_of(rec.doc) or Workload()
+    if w.baseline:
+        return Step(f"Next step: keep {workload.baseline_words} — no candidate was measurably faster here. Re-run "
+                    "`overdrive bench --out DIR` on the machine you train on: the answer changes with the hardware.")
     # Rebuilt from the winner's recorded recipe, never copied from the file's own hint: one builder
     # (the workload's apply_hint) for the bench and the report, so an older file's truncated hint is mended too.
-    return Step(*workload.next_step(w, w.get("label") or w["name"], workload.apply_hint(w)))
+    return Step(*workload.next_step(w.doc, w.label, workload.apply_hint(w.doc)))
 
 
-def precision_note(results: dict) -> str | None:
+def _evidence(c: ConfigRecord) -> str | None:
+    if c.failed:
+        return f"{c.name} {c.status}"
+    if c.status == "stopped":
+        return f"{c.name} was stopped early ({c.reason or 'too slow'})"
+    if not c.safe:
+        return f"{c.name} missed the loss tolerance"
+    if c.speedup is not None:
+        return f"{c.name} ran at {c.speedup:.2f}x the baseline's speed"
+    return None
+
+
+def precision_note(results: BenchRecord | dict) -> str | None:
     """One sentence when the doctor's best precision is not the winner's: the probes predict from
     hardware flags and micro-benchmarks; the recommendation rests on the measured training steps."""
-    env_best = ((results.get("env") or {}).get("best_precision") or {})
-    bp, why = env_best.get("precision"), env_best.get("reason", "")
-    w = winner(results)
-    if not bp or w is None or w.get("precision") == bp:
+    rec = bench_record(results)
+    bp, w = rec.best_precision, rec.winner
+    if not bp or w is None or w.precision == bp:
         return None
-    if (results.get("recommendation") or {}).get("too_busy"):
+    if rec.recommendation.too_busy:
         return None  # nothing was recommended: there is no choice of precision to explain
-    same = [c for c in results.get("configs", []) if c.get("precision") == bp and not c.get("baseline")]
-    ev = []
-    for c in same:
-        st = c.get("status")
-        if st in ("failed", "oom", "crashed", "unavailable"):
-            ev.append(f"{c['name']} {st}")
-        elif st == "stopped":
-            ev.append(f"{c['name']} was stopped early ({c.get('reason') or 'too slow'})")
-        elif not c.get("safe", True):
-            ev.append(f"{c['name']} missed the loss tolerance")
-        elif c.get("speedup") is not None:
-            ev.append(f"{c['name']} ran at {c['speedup']:.2f}x the baseline's speed")
+    ev = [e for e in (_evidence(c) for c in rec.configs if c.precision == bp and not c.baseline) if e]
     measured = "; ".join(ev) if ev else f"no {bp} candidate completed in this suite"
-    return (f"Why {w.get('precision')} and not {bp}: the doctor expects {bp} to be fastest here ({why}), a "
-            f"prediction from the hardware. Measured on the training steps: {measured}. The recommendation "
+    return (f"Why {w.precision} and not {bp}: the doctor expects {bp} to be fastest here ({rec.best_precision_why}), "
+            f"a prediction from the hardware. Measured on the training steps: {measured}. The recommendation "
             "follows the measurement.")

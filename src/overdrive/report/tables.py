@@ -9,11 +9,13 @@ from rich.table import Table
 from overdrive.recipes.labels import low_precision_format
 from overdrive.bench.workloads import Workload, suite_title, workload_of
 from overdrive.results.bench import throughput
+from overdrive.results.records import BenchRecord, ConfigRecord
 from overdrive.bench.workloads.gpt import mfu_cell
-from overdrive.report.advice import next_step, precision_note, role_order, verdict_text
+from overdrive.report.advice import bench_record, next_step, precision_note
 from overdrive.report.compare import LEGEND, compare_rows, relabelled, verdict
 
-__all__ = ["render_bench", "render_compare", "fmt_ms", "mfu_cell", "emulated_note", "rate_text", "bench_workload"]
+__all__ = ["render_bench", "render_compare", "fmt_ms", "mfu_cell", "emulated_note", "rate_text", "bench_workload",
+           "bench_notes", "measured_note", "speed_text"]
 
 _SCALES = {"TB/s": ("TB/s", "GB/s", "MB/s", "kB/s"), "TFLOP/s": ("TFLOP/s", "GFLOP/s", "MFLOP/s", "kFLOP/s")}
 
@@ -61,13 +63,32 @@ def _clip(text: str, n: int = 80) -> str:
     return text[:n].rsplit(" ", 1)[0].rstrip(",;:(") + " …"
 
 
-def emulated_note(cfg: dict) -> str:
+def emulated_note(cfg: ConfigRecord | dict) -> str:
     """Why an emulated configuration shows no speed, naming the format that is emulated."""
-    fmt = low_precision_format((cfg.get("resolved") or {}).get("fp8_scaling"))
+    if not isinstance(cfg, ConfigRecord):
+        cfg = ConfigRecord(name=cfg["name"], label=cfg["name"], status="ok", reason=None, precision="?", emulated=True,
+                           baseline=False, safe=None, also=(), models={},
+                           fp8_scaling=(cfg.get("resolved") or {}).get("fp8_scaling"))
+    fmt = low_precision_format(cfg.fp8_scaling)
     if fmt != "fp8":
-        return (f"{cfg['name']}: {fmt.upper()} is emulated here (its GEMMs need SM 10.x): "
+        return (f"{cfg.name}: {fmt.upper()} is emulated here (its GEMMs need SM 10.x): "
                 "loss parity only, never a speedup")
-    return f"{cfg['name']}: FP8 is emulated here (no FP8 tensor cores): loss parity only, never a speedup"
+    return f"{cfg.name}: FP8 is emulated here (no FP8 tensor cores): loss parity only, never a speedup"
+
+
+def bench_notes(rec: BenchRecord) -> list[str]:
+    """The notes under the table: stopped, not assessed, unsafe, emulated (console and page)."""
+    cs = rec.configs
+    notes = [f"{c.name}: {c.reason}" for c in cs if c.status == "stopped"]
+    notes += [f"{c.name}: {c.not_assessed_reason}" for c in cs if c.not_assessed_reason and c.status == "ok"]
+    notes += [f"{c.name}: UNSAFE — {c.unsafe_reason}" for c in cs if c.unsafe_reason]
+    return notes + [emulated_note(c) for c in cs if c.emulated]
+
+
+def measured_note(rec: BenchRecord) -> str | None:
+    """How it was measured: the A/A control's note and the threads per worker."""
+    meas = [x for x in ((rec.noise.note if rec.noise else None), _threads_note(rec.threads)) if x]
+    return "; ".join(meas) or None
 
 
 def _threads_note(t: dict | None) -> str | None:
@@ -78,41 +99,48 @@ def _threads_note(t: dict | None) -> str | None:
     return f"{t['threads']} torch thread(s) per worker ({how})"
 
 
-def bench_workload(results: dict) -> Workload:
+def bench_workload(rec: BenchRecord) -> Workload:
     """The workload whose columns the table shows; a generic one for a task this version does not know."""
-    return workload_of(results) or Workload()
+    return workload_of(rec.doc) or Workload()
 
 
-def _bench_table(results: dict) -> Table:
-    w = bench_workload(results)
-    t = Table(title=_e(f"overdrive bench — {results['device']} — {suite_title(results)}"), title_justify="left")
+def speed_text(cfg: ConfigRecord, m: dict) -> str:
+    if cfg.emulated:
+        return "quality only"
+    return "stopped early" if cfg.status == "stopped" else _x(m["speedup"], m["speedup_ci"])
+
+
+def safe_text(cfg: ConfigRecord) -> str:
+    return "not assessed" if cfg.safe is None else "[green]yes[/]" if cfg.safe else "[red]UNSAFE[/]"
+
+
+def _bench_table(rec: BenchRecord) -> Table:
+    w = bench_workload(rec)
+    t = Table(title=_e(f"overdrive bench — {rec.device} — {suite_title(rec.doc)}"), title_justify="left")
     for col in ("config", "model", "step ms (median [p10–p90])", w.rate_unit, "speedup vs baseline", w.quality_header,
                 "peak mem", "mem saved", w.loss_header, "safe"):
         t.add_column(escape(col), overflow="fold")
-    for cfg in results["configs"]:
-        emu = " (emulated)" if cfg["emulated"] and "emulated" not in cfg.get("label", "") else ""
-        if cfg["status"] in ("failed", "oom", "crashed", "unavailable"):
-            t.add_row(_e(cfg.get("label", cfg["name"])), "-", f"[red]{_e(cfg['status'])}[/]: {_e(cfg['reason'])}",
-                      "", "", "", "", "", "", "[red]no[/]")
+    for cfg in rec.configs:
+        emu = " (emulated)" if cfg.emulated and "emulated" not in cfg.label else ""
+        if cfg.failed:
+            t.add_row(_e(cfg.label), "-", f"[red]{_e(cfg.status)}[/]: {_e(cfg.reason)}", "", "", "", "", "", "",
+                      "[red]no[/]")
             continue
-        mem = f"{cfg['peak_mb']:.0f} MB" if cfg.get("peak_mb") is not None else "-"
-        for i, role in enumerate(role_order(results, cfg)):
-            m = cfg["models"][role]
+        mem = f"{cfg.peak_mb:.0f} MB" if cfg.peak_mb is not None else "-"
+        for i, role in enumerate(rec.role_order(cfg)):
+            m = cfg.models[role]
             rate = throughput(m)[0]
-            speed = "quality only" if cfg["emulated"] else _x(m["speedup"], m["speedup_ci"])
-            if cfg["status"] == "stopped":
-                speed = "stopped early"
-            safe = ("not assessed" if cfg["safe"] is None else "[green]yes[/]" if cfg["safe"] else "[red]UNSAFE[/]") \
-                if i == 0 else ""
-            name = cfg.get("label", cfg["name"]) + "".join(f" = {a['label']}" for a in cfg.get("also", []))
-            t.add_row(escape(name + emu) if i == 0 else "", _e(role), fmt_ms(m["step_ms"]),
-                      f"{rate:,.0f}" if rate else "-", speed, _e(w.quality_cell(m, cfg)), mem if i == 0 else "",
-                      _pct(cfg.get("memory_saved_pct")) if i == 0 else "", _pct(m["loss_delta_pct"]), safe)
+            name = cfg.label + "".join(f" = {a}" for a in cfg.also)
+            first = i == 0
+            t.add_row(escape(name + emu) if first else "", _e(role), fmt_ms(m["step_ms"]), f"{rate:,.0f}" if rate else "-",
+                      speed_text(cfg, m), _e(w.quality_cell(m, cfg.doc)), mem if first else "",
+                      _pct(cfg.memory_saved_pct) if first else "", _pct(m["loss_delta_pct"]),
+                      safe_text(cfg) if first else "")
     return t
 
 
-def _micro_table(results: dict, c: Console) -> None:
-    micro = [r for r in results.get("micro", []) if r["status"] == "ok"]
+def _micro_table(rec: BenchRecord, c: Console) -> None:
+    micro = [r for r in rec.micro if r["status"] == "ok"]
     if not micro:
         return
     mt = Table(title="micro-benchmarks", title_justify="left")
@@ -121,32 +149,27 @@ def _micro_table(results: dict, c: Console) -> None:
     for r in micro:
         mt.add_row(_e(r["group"]), _e(r["provider"]), fmt_ms(r["ms"]), _e(rate_text(r.get("rate"), r.get("unit", ""))))
     c.print(mt)
-    skipped = [r for r in results.get("micro", []) if r["status"] != "ok"]
+    skipped = [r for r in rec.micro if r["status"] != "ok"]
     if skipped:
         c.print("  micro skipped: " + "; ".join(sorted({f"{_e(r['provider'])} ({_e(_clip(str(r['reason'])))})"
                                                         for r in skipped})))
 
 
-def render_bench(results: dict, console: Console | None = None) -> None:
+def render_bench(results: BenchRecord | dict, console: Console | None = None) -> None:
+    rec = bench_record(results)
     c = console or Console()
-    c.print(_bench_table(results))
-    notes = [f"{cfg['name']}: {cfg['reason']}" for cfg in results["configs"] if cfg["status"] == "stopped"]
-    notes += [f"{cfg['name']}: {cfg['not_assessed_reason']}" for cfg in results["configs"]
-              if cfg.get("not_assessed_reason") and cfg["status"] == "ok"]
-    notes += [f"{cfg['name']}: UNSAFE — {cfg['unsafe_reason']}" for cfg in results["configs"] if cfg.get("unsafe_reason")]
-    notes += [emulated_note(cfg) for cfg in results["configs"] if cfg["emulated"]]
-    for n in notes:
+    c.print(_bench_table(rec))
+    for n in bench_notes(rec):
         c.print(f"  note: {escape(n)}")
-    _micro_table(results, c)
-    sched = results.get("schedule") or {}
-    meas = [x for x in ((sched.get("noise") or {}).get("note"), _threads_note(sched.get("threads"))) if x]
+    _micro_table(rec, c)
+    meas = measured_note(rec)
     if meas:
-        c.print("  measured: " + escape("; ".join(meas)))
+        c.print("  measured: " + escape(meas))
     # The verdict without the file's own "Apply:", then the next step rebuilt from the winner's recipe
     # (the workload's apply_hint): said once, and whole even when an older writer's hint dropped part of it.
-    c.print(f"[bold]{escape(verdict_text(results))}[/]")
-    c.print(escape(next_step(results).text))
-    why = precision_note(results)
+    c.print(f"[bold]{escape(rec.recommendation.verdict)}[/]")
+    c.print(escape(next_step(rec).text))
+    why = precision_note(rec)
     if why:
         c.print(f"[yellow]{escape(why)}[/]")
 

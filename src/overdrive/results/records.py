@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["AARecord", "NoiseRecord", "TuneRow", "TuneRecord"]
+__all__ = ["AARecord", "NoiseRecord", "TuneRow", "TuneRecord", "Recommendation", "ConfigRecord", "BenchRecord"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,3 +126,115 @@ class TuneRecord:
     def answered(self) -> bool:
         """False when the host was too busy to judge and nothing won: no verdict, never drawn as one."""
         return not (self.noise is not None and self.noise.too_busy and not self.summary.startswith("Winner"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recommendation:
+    """The bench's verdict: the recommended configuration (None: nothing measurably faster) and why."""
+    text: str = "-"
+    name: str | None = None
+    too_busy: bool = False
+    """The host was too busy to tell the configurations apart: no verdict at all."""
+
+    @classmethod
+    def of(cls, d: dict | None) -> Recommendation:
+        d = d or {}
+        return cls(text=d.get("text", "-"), name=d.get("name"), too_busy=bool(d.get("too_busy")))
+
+    @property
+    def verdict(self) -> str:
+        """The text without its trailing "Apply: ..." (the next step says that, once)."""
+        return self.text.split(". Apply: ")[0]
+
+    @property
+    def answered(self) -> bool:
+        """False for "too busy to judge" and "nothing completed": never drawn in the green of a result."""
+        return not self.too_busy and not self.text.startswith("no configuration completed")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigRecord:
+    """One configuration of a bench run; `models` are its per-model rows as written (their fields are
+    the workload's: `Workload.quality_cell` reads them)."""
+    name: str
+    label: str
+    status: str
+    reason: str | None
+    precision: str
+    emulated: bool
+    baseline: bool
+    safe: bool | None
+    also: tuple[str, ...]
+    """The labels of the candidates that resolved to the same thing here."""
+    models: dict
+    speedup: float | None = None
+    peak_mb: float | None = None
+    memory_saved_pct: float | None = None
+    unsafe_reason: str | None = None
+    not_assessed_reason: str | None = None
+    fp8_scaling: str | None = None
+    doc: dict = field(default_factory=dict, repr=False, compare=False)
+    """The configuration as written (what a workload's apply hint reads: recipe, options)."""
+
+    FAILED = ("failed", "oom", "crashed", "unavailable")
+
+    @classmethod
+    def of(cls, c: dict) -> ConfigRecord:
+        return cls(name=c["name"], label=c.get("label") or c["name"], status=c["status"], reason=c["reason"],
+                   precision=c["precision"], emulated=c["emulated"], baseline=bool(c.get("baseline")), safe=c["safe"],
+                   also=tuple(a.get("label", a.get("name")) for a in c.get("also") or []), models=c["models"],
+                   speedup=c.get("speedup"), peak_mb=c.get("peak_mb"), memory_saved_pct=c.get("memory_saved_pct"),
+                   unsafe_reason=c.get("unsafe_reason"), not_assessed_reason=c.get("not_assessed_reason"),
+                   fp8_scaling=(c.get("resolved") or {}).get("fp8_scaling"), doc=c)
+
+    @property
+    def failed(self) -> bool:
+        return self.status in self.FAILED
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchRecord:
+    """A bench run (`overdrive.bench/1`) as the report reads it."""
+    device: str
+    created: str | None
+    git_commit: str | None
+    torch: str | None
+    suite: dict
+    roles: tuple[str, ...]
+    configs: tuple[ConfigRecord, ...]
+    recommendation: Recommendation
+    noise: NoiseRecord | None
+    threads: dict | None
+    micro: tuple[dict, ...]
+    env_verdict: tuple[str, ...]
+    best_precision: str | None
+    best_precision_why: str
+    doc: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, d: dict) -> BenchRecord:
+        """From a document the bench wrote (or `results.load_bench` read back: fields newer than the
+        file get their defaults here)."""
+        sched, env = d.get("schedule") or {}, d.get("env") or {}
+        bp = env.get("best_precision") or {}
+        return cls(device=d["device"], created=d.get("created"), git_commit=d.get("git_commit"),
+                   torch=(d.get("versions") or {}).get("torch"), suite=d["suite"],
+                   roles=tuple(d["suite"].get("roles") or ("teacher", "student")),
+                   configs=tuple(ConfigRecord.of(c) for c in d["configs"]),
+                   recommendation=Recommendation.of(d["recommendation"]), noise=NoiseRecord.of(sched.get("noise")),
+                   threads=sched.get("threads"), micro=tuple(d.get("micro") or ()),
+                   env_verdict=tuple(env.get("verdict") or ()), best_precision=bp.get("precision"),
+                   best_precision_why=bp.get("reason", ""), doc=d)
+
+    def role_order(self, cfg: ConfigRecord) -> list[str]:
+        """The run's model order (teacher before student), whatever order the JSON keys came back in."""
+        return [r for r in self.roles if r in cfg.models] + [r for r in cfg.models if r not in self.roles]
+
+    @property
+    def winner(self) -> ConfigRecord | None:
+        """The recommended configuration; the baseline when nothing was measurably faster but the
+        baseline ran; None when nothing completed."""
+        name = self.recommendation.name
+        if name is None:
+            return next((c for c in self.configs if c.baseline and c.status == "ok"), None)
+        return next((c for c in self.configs if c.name == name), None)
