@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from overdrive.io import write_atomic
+from overdrive.results.files import read_doc
 from overdrive.serve.triton_config import triton_config
 
 __all__ = ["export_for_serving", "ExportError", "triton_config", "slo_batch_from", "batching_from", "export_onnx",
@@ -373,11 +374,7 @@ def batching_from(path: str, workload: str, engine: str = "onnxruntime", *, mode
     for the click model or a user's model (`model`: its `model_identity`; the results must be of that
     model), the serving search of `engine` (what Triton runs: ONNX Runtime); for the GPT, the largest
     fixed batch under the SLO."""
-    from overdrive.results.files import read_doc
-
-    try:
-        # The results files' one reader (a bounded regular text JSON file); the fields are checked below,
-        # each with the fix in its message.
+    try:  # the results files' one reader (bounded, regular, text JSON); each field checked below
         res = read_doc(path, {"type": "object"}, what="inference bench result", fix="")
         slo = res["slo_ms"]
         if not (isinstance(slo, (int, float)) and not isinstance(slo, bool) and math.isfinite(slo) and slo > 0):
