@@ -19,12 +19,11 @@ _KINDS = {BENCH_SCHEMA: "bench", LATENCY_SCHEMA: "latency", TUNE_SCHEMA: "tune"}
 def kind_of(path: str) -> str | None:
     """"bench", "latency" or "tune" by the file's schema tag; None when it is unreadable or untagged (the
     kind's reader then says what is wrong, in its own words)."""
-    import json
+    from overdrive.results.files import read_json_bounded
 
     try:
-        with open(results_path(path), encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError, RecursionError):
+        doc = read_json_bounded(results_path(path), what="results file", tail="")
+    except (OSError, ValueError):  # a device, a huge or broken file: never read past the bound
         return None
     return _KINDS.get(doc.get("schema")) if isinstance(doc, dict) else None
 

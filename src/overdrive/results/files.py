@@ -15,7 +15,7 @@ import stat
 from overdrive.io import write_atomic
 
 __all__ = ["MAX_RESULTS_BYTES", "results_path", "read_doc", "check_doc", "write_json", "write_csv", "non_finite",
-           "json_schema"]
+           "json_schema", "read_json_bounded"]
 
 MAX_RESULTS_BYTES = 256 << 20
 """The largest results.json read back (a bench's raw timings are a few MB; a device or a sparse
@@ -27,7 +27,8 @@ def results_path(path: str) -> str:
     return os.path.join(path, "results.json") if os.path.isdir(path) else path
 
 
-def _load(p: str, what: str, tail: str):
+def read_json_bounded(p: str, *, what: str, tail: str):
+    """JSON from a regular file of at most MAX_RESULTS_BYTES; one-line ValueError/FileNotFoundError otherwise."""
     try:
         st = os.stat(p)
         if not stat.S_ISREG(st.st_mode):
@@ -44,6 +45,8 @@ def _load(p: str, what: str, tail: str):
         raise ValueError(f"{p} is not valid JSON ({e.msg} at line {e.lineno}){tail}") from None
     except RecursionError:
         raise ValueError(f"{p} is nested too deeply to be an {what}{tail}") from None
+    except OSError as e:  # unreadable (permissions, a vanished mount): one line, never a traceback
+        raise ValueError(f"{p} cannot be read ({e.strerror or type(e).__name__}){tail}") from None
 
 
 def check_doc(doc, schema: dict, *, where: str, what: str, tail: str = "", figures=None) -> None:
@@ -71,7 +74,7 @@ def read_doc(path: str, schema: dict, *, what: str, fix: str, figures=None) -> d
     """The one reader: results.json (or its folder) as a dict matching `schema`, its figures finite."""
     p = results_path(path)
     tail = f": {fix}" if fix else ""
-    doc = _load(p, what, tail)
+    doc = read_json_bounded(p, what=what, tail=tail)
     check_doc(doc, schema, where=p, what=what, tail=tail, figures=figures)
     return doc
 
