@@ -62,8 +62,8 @@ def test_every_command_has_an_argument_error_case():
 
 def test_the_package_keeps_its_public_names():
     import overdrive
-    import overdrive.accelerate  # binds the submodule onto the package: the public name must stay the function
-    from overdrive.accelerate import accelerate
+    import overdrive.accelerated  # binds the submodule onto the package: the public name stays the function
+    from overdrive.accelerated import accelerate
 
     assert overdrive.accelerate is accelerate
     assert overdrive.Recipe.__name__ == "Recipe" and overdrive.get_env.__name__ == "get_env"

@@ -53,7 +53,7 @@ from overdrive.tune.workload import Workload
 
 __all__ = ["Run", "Session", "measure", "GROSS_SLOWDOWN"]
 
-PRELOAD = ("torch", "overdrive.accelerate", "overdrive.tune.task", "torchao.float8")
+PRELOAD = ("torch", "overdrive.accelerated", "overdrive.tune.task", "torchao.float8")
 """What tune's fork server imports before forking its workers (after `measure.fork_safe`)."""
 
 GROSS_SLOWDOWN = 10.0

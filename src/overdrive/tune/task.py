@@ -25,7 +25,7 @@ class TuneTask(Task):
         import torch
         from torch import nn
 
-        from overdrive.accelerate import accelerate
+        from overdrive.accelerated import accelerate
         from overdrive.recipes import Recipe
         from overdrive.tune.workload import check_batch
 
