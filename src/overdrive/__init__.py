@@ -18,17 +18,14 @@ __all__ = ["__version__", "accelerate", "Accelerated", "get_env", "Recipe", "PRE
 
 _LAZY = {"accelerate": "overdrive.accelerated", "Accelerated": "overdrive.accelerated",
          "AccelerateOptions": "overdrive.accelerated", "get_env": "overdrive.env", "Recipe": "overdrive.recipes",
-         "PRESETS": "overdrive.recipes", "get_recipe": "overdrive.recipes", "resolve": "overdrive.recipes", "ResolvedRecipe": "overdrive.recipes",
-         "RecipeUnavailable": "overdrive.recipes", "TuneResult": "overdrive.tune"}
+         "PRESETS": "overdrive.recipes", "get_recipe": "overdrive.recipes", "resolve": "overdrive.recipes",
+         "ResolvedRecipe": "overdrive.recipes", "RecipeUnavailable": "overdrive.recipes", "tune": "overdrive.tuning",
+         "TuneResult": "overdrive.tuning"}
+# Plain functions: `overdrive.accelerate` and `overdrive.tune` live in modules of other names
+# (overdrive.accelerated, overdrive.tuning), so importing those never rebinds the public names.
 
 
 def __getattr__(name: str):
-    if name == "tune":
-        # The subpackage, which is callable: `overdrive.tune(...)` runs `overdrive.tune.tune`, and
-        # `overdrive.tune.api` and friends still import (and patch) like any module.
-        import importlib
-
-        return importlib.import_module("overdrive.tune")
     if name in _LAZY:
         import importlib
 
