@@ -279,9 +279,19 @@ Under pipelining, torch.distributed.pipelining turns off FSDP's resharding after
 sync until the last micro-batch (`torch/distributed/pipelining/stage.py`: `set_reshard_after_backward(False)`,
 `set_requires_gradient_sync(False)`), and torchtitan does not reshard after forward when PP is on, so a stage
 holds its parameters gathered and accumulates unsharded fp32 gradients through the step; the planner counts
-that (`--stack pytorch`, FSDP, `--pp > 1`), which took the 1F1B run from -68% to the figure above. What is
-left: the planner's activations grow with the sequence (4x from 8K to 32K tokens) where the published peaks
-do not (82.5 GiB at 8K with 32 micro-batches, 75.3 at 32K with 8), and the 2D 70B runs are ~20% under.
+that (`--stack pytorch`, FSDP, `--pp > 1`), which took the 1F1B run from -68% to -30%.
+
+The peak of a pipeline is at one of its two ends, and the planner now takes the larger (`memory.terms`,
+`plan/pipeline.py`, shown by `--explain`). The first stage holds pp micro-batches in flight under 1F1B and no
+output layer; the last holds one micro-batch, the loss, and, under torch.distributed.pipelining, the output of
+every micro-batch of the step: `_PipelineStageBase.forward_one_chunk` appends the last stage's output to
+`output_chunks` for the merged output `step()` returns, and torchtitan's model returns fp32 logits
+(`self.output(h).float()`), vocab-sharded over TP. For the 405B runs that is 32 micro-batches × 8,192 tokens ×
+128,256/8 × 4 bytes = 15.7 GiB, and the same at 32K with 8 micro-batches (the tokens per step per rank do not
+change, which is why the published peaks do not grow with the sequence). Counting it took the 1F1B run from
+-30% to the figure above and the interleaved one from -18%; Megatron's last stage returns the loss, so
+`--stack megatron` is unchanged. What is left: the 1F1B run keeps ~10 GiB more than the interleaved one
+with the same batch, which neither end's count explains, and the 2D 70B runs are ~20% under.
 
 ## Calibration runs
 

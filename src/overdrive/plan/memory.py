@@ -67,6 +67,7 @@ allocated + reserve + context <= capacity; `--explain` prints each term.
 
 from __future__ import annotations
 
+from overdrive.plan.pipeline import pipeline_blocks_in_flight, pipeline_outputs_bytes
 from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
@@ -221,8 +222,8 @@ def recomputed_blocks(m: ModelSpec, s: TrainSetup) -> float:
     return min(s.recompute_layers, chunk) * s.vpp
 
 
-def _activations(m: ModelSpec, s: TrainSetup) -> tuple[float, float]:
-    """(activation bytes at the peak on the busiest GPU, bytes of one block during its backward)."""
+def _activations(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, float]:
+    """(activation bytes at the peak on pipeline rank `rank`, bytes of one block during its backward)."""
     per_layer = act_bytes_per_layer(m, s)
     width = 4 if s.precision == "fp32" else 2
     tokens = s.seq * s.micro_batch / (s.tp * s.cp)
@@ -256,22 +257,8 @@ def _activations(m: ModelSpec, s: TrainSetup) -> tuple[float, float]:
     if s.pp > 1:
         # the stored part scales with the micro-batches in flight; the recompute buffer is one block at a time
         buf = per_layer if (s.recompute_layers or s.checkpointing != "none") and acts < L * per_layer else 0.0
-        acts = (acts - buf) * pipeline_blocks_in_flight(m, s) / L + buf
+        acts = (acts - buf) * pipeline_blocks_in_flight(m, s, rank) / L + buf
     return acts, per_layer
-
-
-def pipeline_blocks_in_flight(m: ModelSpec, s: TrainSetup) -> float:
-    """Block-micro-batches whose activations the first pipeline stage holds at its peak (Megatron's 1F1B and
-    interleaved schedules): the forwards of the warm-up and one more, each on the chunk the schedule cycles to."""
-    chunks = s.pp * s.vpp
-    slots = m.n_layer + (2 if s.embedding_in_pipeline_split else 0)
-    per_chunk = slots / chunks
-    first = per_chunk - (1 if s.embedding_in_pipeline_split else 0)   # rank 0, chunk 0 also holds the embedding
-    if s.vpp == 1:
-        return min(s.pp, s.grad_accum) * first
-    warmup = (s.pp - 1) * 2 + (s.vpp - 1) * s.pp
-    forwards = min(warmup + 1, s.grad_accum * s.vpp)
-    return sum(first if (k // s.pp) % s.vpp == 0 else per_chunk for k in range(forwards))
 
 
 def _logits(m: ModelSpec, s: TrainSetup) -> float:
@@ -358,6 +345,16 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
         params, grads = 0.0, 0.0
     acts, per_layer = _activations(m, s)
     logits = _logits(m, s)
+    ends = {"pp_first": 0.0, "pp_last": 0.0, "pp_outputs": 0.0}
+    if s.pp > 1:
+        # the busier end of the pipeline: the first stage (pp micro-batches in flight, no head) or the last
+        # (one in flight, the loss, and what pipeline.pipeline_outputs_bytes says it keeps of every micro-batch)
+        kept = pipeline_outputs_bytes(m, s)
+        ends = {"pp_first": acts, "pp_last": _activations(m, s, s.pp - 1)[0] + logits + kept, "pp_outputs": kept}
+        if acts >= ends["pp_last"]:
+            logits = 0.0
+        else:
+            acts, logits = ends["pp_last"] - logits - kept, logits + kept
     buffers = 0.0
     if zero3 and S > 1 or s.offload == "params":
         gather = s.gather_bytes
@@ -376,4 +373,4 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
         peak = max(acts + logits, grads + per_layer + logits)
     allocated = params + opt + buffers + peak
     return {"params": params, "grads": grads, "grads_at_peak": max(0.0, peak - acts - logits), "optimizer": opt, "activations": acts, "logits": logits,
-            "buffers": buffers, "allocated": allocated}
+            "buffers": buffers, "allocated": allocated, **ends}
