@@ -112,6 +112,7 @@ DESIGN = {
     "Narayanan et al. 2021": "first held out; then sent us to unfused attention and to --sequence-parallel off",
     "Llama Team": "first held out; then sent us to the embedding/loss pipeline slots",
     "pytorch/torchtune README.md": "sent us to the eager block, compiled-fp32 and chunked losses (memory only)",
+    "foundation-model-stack/fms-fsdp README.md": "none: added after every term, fitted on nothing, no term added for it",
 }
 """What each source did to the model beyond its rows' errors: a source that shaped a term is not unseen, even
 where no constant was fitted on it (leave-one-source-out removes the fitting, not the design)."""
