@@ -102,7 +102,8 @@ DESIGN = {
         "fitted gemm_eff[megatron] (H100, Blackwell); its recipes set the offload, embedding-split, FP8-activation "
         "and in-place cross-entropy memory terms",
     "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md":
-        "fitted 3 runs; its 405B PP/CP rows shaped the FSDP-under-pipelining memory and the recompute buffer",
+        "fitted 3 runs; its 405B PP/CP rows shaped the FSDP-under-pipelining memory, the recompute buffer and "
+        "the last stage's kept outputs",
     "pytorch/torchtitan benchmarks/llama3_8b_h200_2025-06_torchtitan.md": "fitted 1 run",
     "pytorch/ao torchao/float8/README.md": "fitted lowp_rel and rowwise_rel",
     "pytorch/torchtitan docs/performance.md": "FSDP memory checks (max_reserved × 1.08)",
