@@ -137,3 +137,17 @@ def test_the_last_stage_keeps_every_micro_batch_output_on_the_pytorch_stack():
     assert t["logits"] > pipeline_outputs_bytes(m405, s)
     first = terms(m405, dataclasses.replace(s, stack="megatron"))
     assert first["logits"] == 0 and first["activations"] > t["activations"]
+
+
+def test_explain_names_the_pipeline_end_that_sets_the_peak():
+    from overdrive.plan import explain
+
+    m405 = get_model("llama3-405b")
+    s = TrainSetup(gpu=gpu_by_key("h100-96gb"), gpus_per_node=8, nodes=64, seq=8192, global_batch=256,
+                   precision="fp8", tp=8, pp=8, checkpointing="full", sharding="fsdp")
+    line = next(x for x in explain(estimate(m405, s)) if "pipeline peak" in x)
+    assert "at the last stage" in line and "torch.distributed.pipelining" in line and "15.66 GiB" in line
+    meg = next(x for x in explain(estimate(m405, dataclasses.replace(s, stack="megatron", sharding="zero1")))
+               if "pipeline peak" in x)
+    assert "at the first stage" in meg and "torch.distributed.pipelining" not in meg
+    assert not [x for x in explain(estimate(m405, dataclasses.replace(s, pp=1, nodes=64))) if "pipeline peak" in x]
