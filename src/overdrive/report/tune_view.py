@@ -44,7 +44,7 @@ def _rate(r: TuneRow) -> str:
 
 
 def _flops_line(rec: TuneRecord) -> str:
-    from overdrive.tune.flops import flops_line
+    from overdrive.tuning.flops import flops_line
 
     return flops_line(rec.doc)
 
