@@ -175,7 +175,8 @@ def test_the_driver_stops_a_slow_one_at_the_end_of_a_round_on_its_own_seed():
 
 def test_the_driver_measures_on_within_its_bound_and_says_why_it_stopped():
     # No twin: no floor, so no look can settle; the time bound ends the rounds (never below min_rounds).
-    cfg = RoundsConfig(looks=(4, 8, 16, 32), max_s=10.0, min_rounds=2, bound_text="the budget (10 s)")
+    cfg = RoundsConfig.within(max_rounds=32, max_s=10.0, min_rounds=2, bound_text="the budget (10 s)")
+    assert cfg.looks == (4, 8, 16, 32)
     s, _, _ = _drive({"base": 10.0, "fast": 5.0}, cfg, twin=False, seconds_per_turn=0.5)
     assert s.rounds == 10 and s.stop_reason == "the budget (10 s) after 10 rounds"
     # With stop_at_look, the rounds end at the last look the bound can reach.

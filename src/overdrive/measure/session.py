@@ -2,7 +2,7 @@
 from both.
 
     session = RoundSession(baseline=base, twin=twin, contenders=runs, turn=one_turn, stop=end_it,
-                           config=RoundsConfig(looks=(4, 8, 16, 32), max_s=60.0, settle="leader"))
+                           config=RoundsConfig.within(max_rounds=32, max_s=60.0, settle="leader"))
     session.run()                  # rounds run; `session.stop_reason` says why they stopped there
     session.verdict(run)           # `Comparison` against the baseline: faster | slower | same | unknown
     session.too_busy()             # the A/A floor is too wide for any recommendation
@@ -42,7 +42,7 @@ from typing import Literal, Protocol
 
 from overdrive.measure.rounds import interleaved_rounds
 from overdrive.measure.stats import (Comparison, NoiseFloor, compare, evidence_of_slowdown, host_too_busy,
-                                     noise_floor, ready_to_stop, round_medians)
+                                     look_rounds, noise_floor, ready_to_stop, round_medians)
 
 __all__ = ["Contender", "RoundsConfig", "RoundSession", "ci_seed", "floor_of", "judge", "slow_stop", "twin_name"]
 
@@ -125,6 +125,13 @@ class RoundsConfig:
     """Seeds the order of the turns in each round."""
     bound_text: str = "the time bound"
     """How the stop reason names `max_s` ("the budget (150 s)")."""
+
+    @classmethod
+    def within(cls, *, max_rounds: int, max_s: float | None = None, first_look: int = 4, **kw) -> RoundsConfig:
+        """Measure on within a stated bound until the looks settle: looks at `first_look`, twice that, ...
+        up to `max_rounds` (at most `measure.stats.LOOKS` of them, at least 3 rounds each), never past
+        `max_s` seconds; `kw`: the other fields."""
+        return cls(looks=tuple(look_rounds(first_look, max_rounds)), max_s=max_s, **kw)
 
 
 class RoundSession:
