@@ -182,7 +182,8 @@ class RoundSession:
         self.rounds = interleaved_rounds(keys, self._one, rounds=self.cfg.max_rounds or self.cfg.looks[-1], on_round=self._end_of_round,
                                          shuffle_seed=self.cfg.seed, until=self._until)
         if not self.stop_reason:
-            self.stop_reason = f"every configuration stopped after {self.rounds} rounds"
+            self.stop_reason = (f"the most rounds planned ({self.rounds})" if any(r.live for r in keys) else
+                                f"every configuration stopped after {self.rounds} rounds")
         return self.rounds
 
     def _one(self, run: Contender, k: int) -> bool:
