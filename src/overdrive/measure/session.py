@@ -179,8 +179,8 @@ class RoundSession:
         """Run the timed rounds; returns how many ran (also `self.rounds`)."""
         keys = [r for r in (self.base, *self.runs, self.twin) if r is not None and r.live and not r.emulated]
         self.t0 = self._t_last = self.clock()
-        self.rounds = interleaved_rounds(keys, self._one, rounds=self.cfg.max_rounds or self.cfg.looks[-1], on_round=self._end_of_round,
-                                         shuffle_seed=self.cfg.seed, until=self._until)
+        self.rounds = interleaved_rounds(keys, self._one, rounds=self.cfg.max_rounds or self.cfg.looks[-1],
+                                         on_round=self._end_of_round, shuffle_seed=self.cfg.seed, until=self._until)
         if not self.stop_reason:
             self.stop_reason = (f"the most rounds planned ({self.rounds})" if any(r.live for r in keys) else
                                 f"every configuration stopped after {self.rounds} rounds")
