@@ -330,8 +330,8 @@ def _timed(runs: list[ConfigRun], baseline: ConfigRun | None, twin: ConfigRun | 
     last = sched.rounds_planned = max(suite.rounds, suite.max_rounds or 0)
     sched.looks = look_rounds(max(suite.min_rounds, suite.rounds), last)
     cap = sched.wall_cap_s = max(suite.budget_s, suite.max_budget_s or 0.0)
-    cfg = RoundsConfig(looks=tuple(sched.looks), max_rounds=last, max_s=cap, min_rounds=suite.min_rounds, stop_at_look=True,
-                       slow_factor=suite.slow_factor, settle="each", seed=seed,
+    cfg = RoundsConfig(looks=tuple(sched.looks), max_rounds=last, max_s=cap, min_rounds=suite.min_rounds,
+                       stop_at_look=True, slow_factor=suite.slow_factor, settle="each", seed=seed,
                        bound_text=f"the wall-time cap ({cap:g} s)")
     t_rounds = time.perf_counter()
 
