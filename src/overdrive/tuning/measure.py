@@ -37,17 +37,17 @@ from overdrive.measure.session import RoundsConfig, RoundSession, floor_of, judg
 from overdrive.measure.stats import LOOKS, look_rounds
 from overdrive.measure.threads import host_load, plan_threads
 from overdrive.recipes import resolve
-from overdrive.tune.candidates import (Candidate, checkpointing_candidates, knob_candidates, named_candidates,
+from overdrive.tuning.candidates import (Candidate, checkpointing_candidates, knob_candidates, named_candidates,
                                        preset_candidates)
-from overdrive.tune.run import Run
-from overdrive.tune.safety import SafetyResult, Tolerance, check_safety
-from overdrive.tune.task import PROGRAM
-from overdrive.tune.warmup import GROSS_SLOWDOWN, WarmUps, compile_warmup_s
-from overdrive.tune.workload import Workload
+from overdrive.tuning.run import Run
+from overdrive.tuning.safety import SafetyResult, Tolerance, check_safety
+from overdrive.tuning.task import PROGRAM
+from overdrive.tuning.warmup import GROSS_SLOWDOWN, WarmUps, compile_warmup_s
+from overdrive.tuning.workload import Workload
 
 __all__ = ["Run", "Session", "measure", "GROSS_SLOWDOWN", "compile_warmup_s"]
 
-PRELOAD = ("torch", "overdrive.accelerate", "overdrive.tune.task", "torchao.float8")
+PRELOAD = ("torch", "overdrive.accelerated", "overdrive.tuning.task", "torchao.float8")
 """What tune's fork server imports before forking its workers (after `measure.fork_safe`)."""
 
 LOOK_ROUNDS = look_rounds(4, 32, LOOKS)
