@@ -18,7 +18,7 @@ __all__ = ["ran_label", "what_runs", "effective_key", "low_precision_format"]
 
 
 def low_precision_format(fp8_scaling: str | None, precision: str = "fp8") -> str:
-    """The format's own word (`Format.kind`): "mxfp8"/"nvfp4" for the block-scaled formats, else the precision
+    """The format's own word (`Format.kind`: mxfp8, nvfp4) for the block-scaled formats, else the precision
     ("fp8" for the per-tensor FP8 variants)."""
     f = find_format(fp8_scaling)
     return f.kind if f is not None and f.kind != f.bits else precision

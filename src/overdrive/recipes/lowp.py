@@ -39,8 +39,9 @@ _ENGINE_NAME = {TE: "Transformer Engine", TORCHAO: "torchao"}
 
 
 def te_has_current_scaling(te_version: str | None) -> bool:
-    """Transformer Engine runs per-tensor current scaling (unknown version: assume it does)."""
-    return not FORMATS["fp8-tensorwise"].engine(TE).predates(te_version)
+    """Transformer Engine has Float8CurrentScaling (unknown version: assume it does)."""
+    return not any(e.predates(te_version) for f in FORMATS.values() for e in f.engines
+                   if e.backend == TE and e.api == "Float8CurrentScaling")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,7 +27,7 @@ ALIASES: dict[str, str] = {
     "fp16": "amp-fp16", "float16": "amp-fp16", "half": "amp-fp16",
     "no": "fp32", "none": "fp32", "float32": "fp32",
     "plain": "baseline", "eager": "baseline",
-    # A low-precision format's name and spellings (`overdrive.formats`): "fp8-tensorwise" and "float8" mean "fp8".
+    # A low-precision format's name and spellings (`overdrive.formats`): fp8-tensorwise and float8 mean fp8.
     **{a: f.preset for f in FORMATS.values() for a in (f.name, *f.aliases) if a != f.preset},
 }
 

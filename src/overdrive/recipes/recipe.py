@@ -38,7 +38,7 @@ class Recipe:
     written from the fields (closest preset + knobs), so every name printed parses back to this recipe."""
     precision: Precision = "auto"
     """fp32; fp16 (autocast + GradScaler); bf16 (autocast); fp8 (linears in FP8, the rest in bf16 on GPU);
-    fp4 (linears in NVFP4, needs fp8_scaling="nvfp4"); auto = the best precision the environment
+    fp4 (linears in NVFP4, needs fp8_scaling=nvfp4); auto = the best precision the environment
     reports (never fp8/fp4: their gain depends on shapes and compile, so measure with `overdrive bench`)."""
     fp8_scaling: FP8Scaling = "tensorwise"
     """The low-precision format (`overdrive.formats.FORMATS`) by its scaling, or its name: tensorwise = per-tensor current scaling; delayed (Transformer
@@ -94,7 +94,7 @@ class Recipe:
             object.__setattr__(self, "name", recipe_name(self))
 
     def _one_vocabulary(self) -> None:
-        """A format's name said as the precision or the scaling ("fp8-rowwise", "mxfp8") sets both fields."""
+        """A format's name said as the precision or the scaling (fp8-rowwise, mxfp8) sets both fields."""
         fmt = find_format(self.precision) if self.precision not in _bits() else None
         if fmt is not None:
             if self.fp8_scaling not in ("tensorwise", fmt.scaling) and find_format(self.fp8_scaling) is not fmt:
@@ -178,7 +178,7 @@ PRESETS: dict[str, Recipe] = {
     "fp32-fused": Recipe(name="fp32-fused", precision="fp32", optimizer="torch-fused"),
     "amp-fp16": Recipe(name="amp-fp16", precision="fp16"),
     "amp-bf16": Recipe(name="amp-bf16", precision="bf16"),
-    # One preset per low-precision format (`overdrive.formats`): "fp8" (per-tensor), "fp8-rowwise", ...
+    # One preset per low-precision format (`overdrive.formats`): fp8 (per-tensor), fp8-rowwise, ...
     **{f.preset: format_preset(f) for f in FORMATS.values()},
 }
 
