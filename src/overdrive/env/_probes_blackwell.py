@@ -38,10 +38,13 @@ def _te_support(te, what: str) -> tuple[bool, str, str] | None:
 
 
 def _run_mx(fmt: str, device: str, *, emulated: bool) -> None:
-    """One forward+backward of torchao 0.18's MXFP8 / NVFP4 training linear (dims 128: NVFP4's rule)."""
+    """One forward+backward of torchao 0.18's MXFP8 / NVFP4 training linear (dims 128: NVFP4's rule), the
+    one the format's torchao engine converts to (`formats.Engine.converter`)."""
     import torch
 
-    if fmt == "mxfp8":
+    from overdrive.formats import get_format
+
+    if get_format(fmt).engine("torchao").converter == "torchao-mxfp8":
         from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe
         from torchao.prototype.moe_training.mxfp8_linear import MXFP8Linear
 
