@@ -10,15 +10,23 @@ import math
 from dataclasses import dataclass
 
 from overdrive.env.catalog import GpuSpec
+from overdrive.formats import FORMATS, Format
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["TrainSetup", "PRECISIONS", "SHARDINGS", "CHECKPOINTING", "OPTIMIZER_DTYPES", "OFFLOADS", "LOSSES",
            "OPTIMIZERS", "OPTIMIZER_STATES", "OPTIMIZER_ALIASES", "MASTER_WEIGHTS",
-           "LOW_PRECISION", "RECOMPUTE_MODULES", "STACKS", "ATTENTIONS", "GRAD_DTYPES", "needs_blackwell",
+           "LOW_PRECISION", "planned_format", "RECOMPUTE_MODULES", "STACKS", "ATTENTIONS", "GRAD_DTYPES", "needs_blackwell",
            "fallback_precision", "check_layout", "MAX_COUNT", "MIN_EFFICIENCY", "BANDWIDTH_GBS"]
 
-PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp8-rowwise", "mxfp8", "nvfp4")
-LOW_PRECISION = ("fp8", "fp8-rowwise", "mxfp8", "nvfp4")
+LOW_PRECISION = tuple(f.preset for f in FORMATS.values() if f.plan_bytes is not None)
+"""The formats the planner models (`Format.plan_bytes`), by their recipe preset names."""
+PRECISIONS = ("fp32", "bf16", "fp16", *LOW_PRECISION)
+
+
+def planned_format(precision: str) -> Format | None:
+    """The low-precision format a planner precision names (None: a high precision)."""
+    f = next((f for f in FORMATS.values() if precision in (f.name, f.preset)), None)
+    return f if f is not None and f.plan_bytes is not None else None
 SHARDINGS = ("none", "zero1", "zero2", "fsdp", "hsdp")
 """none = DDP (replicated); zero1 = DDP with a distributed optimizer (Megatron's); zero2 = + sharded grads;
 fsdp = ZeRO-3 (FSDP2 fully_shard); hsdp = FSDP within a node, replicated across nodes."""
@@ -65,15 +73,16 @@ STACK_ALIASES = {"torch": "pytorch", "mcore": "megatron", "megatron-core": "mega
 
 
 def needs_blackwell(precision: str) -> bool:
-    """MXFP8 and NVFP4 need SM 10.x tensor cores (Transformer Engine's and torchao's gates)."""
-    return precision in ("mxfp8", "nvfp4")
+    """MXFP8 and NVFP4 need SM 10.x tensor cores (Transformer Engine's and torchao's gates: `Format.min_cc`)."""
+    f = planned_format(precision)
+    return f is not None and f.min_cc >= (10, 0)
 
 
 def fallback_precision(precision: str, gpu: GpuSpec) -> str | None:
     """What a precision resolves to on `gpu` when that GPU cannot run it (None: it runs as asked)."""
     if needs_blackwell(precision) and gpu.sm[0] != 10:
         return "fp8" if gpu.fp8_tflops else "bf16"
-    if precision in LOW_PRECISION and not gpu.fp8_tflops:
+    if planned_format(precision) and not gpu.fp8_tflops:
         return "bf16"
     return None
 
@@ -195,7 +204,10 @@ class TrainSetup:
         sh = SHARDING_ALIASES.get(self.sharding, self.sharding)
         if sh != self.sharding:
             object.__setattr__(self, "sharding", sh)
-        _choice("precision", self.precision, PRECISIONS)
+        fmt = planned_format(self.precision)
+        if fmt is not None and fmt.preset != self.precision:  # a format's name or spelling: its one name here
+            object.__setattr__(self, "precision", fmt.preset)
+        _choice("precision", self.precision, (*PRECISIONS[:3], *(f.preset for f in FORMATS.values() if f.plan_bytes)))
         _choice("sharding", self.sharding, SHARDINGS)
         _choice("checkpointing", self.checkpointing, CHECKPOINTING)
         _choice("optimizer-dtype", self.optimizer_dtype, OPTIMIZER_DTYPES)
@@ -352,7 +364,7 @@ class TrainSetup:
 
     @property
     def low_precision(self) -> bool:
-        return self.precision in LOW_PRECISION
+        return planned_format(self.precision) is not None
 
     @property
     def gather_bytes(self) -> int:
