@@ -104,6 +104,10 @@ class Format:
     """Calibration key scaling its GEMM efficiency in the planner (row-wise scales cost more), if any."""
     emulation: str = ""
     """What its emulated engine computes (said in the decision log)."""
+    torchtitan_mx: str | None = None
+    """torchtitan's [quantize.linear.mx] recipe_name for it (`overdrive emit`), if it is an MX format there."""
+    accelerate_te_flag: str | None = None
+    """The flag of Accelerate's TE fp8_config that selects it (else DelayedScaling is what Accelerate runs)."""
     description: str = ""
 
     def engine(self, backend: str) -> Engine | None:
@@ -177,6 +181,7 @@ _ALL = (
            keep_why="attention K/V projection stays in bf16 (torchtitan's MXFP8 runs skip wk/wv: small in GQA models "
                     "and sensitive)",
            loss_tolerance=0.05, plan_bytes=1.15, emulation="torchao's MXFP8_EMULATED_RCEIL recipe",
+           torchtitan_mx="mxfp8_cublas", accelerate_te_flag="use_mxfp8_block_scaling",
            description="MXFP8 linears (TE or torchao on SM 10.x; emulated without FP8 hardware: quality only)"),
     # NVFP4: E2M1 values, one E4M3 scale per 16 and an fp32 scale per tensor; TE 2.7's recipe.Format has no E2M1,
     # 2.8 adds NVFP4BlockScaling. NVIDIA's NVFP4 pretraining recipe keeps ~16% of the linears, the final ones, in
