@@ -201,11 +201,10 @@ def resolve_format(scaling: str, backend: str, env: EnvReport, log, *, compiled:
         log.add("fp8_scaling", f.scaling, nxt.scaling, f"{f.scaling} requested: {'; '.join(reasons)} → per-tensor "
                 f"({nxt.scaling}) {nxt.label}", fallback=True)
         f = nxt
-    ao = env.engine(TORCHAO)
+    emulation = _emulation_why(f, f.engine(EMULATED), ask)
     where = "no GPU with SM >= 8.9 here" if not any(g.capabilities.get("fp8") for g in env.gpus) else \
-        "; ".join(r for r in reasons if not r.startswith("torchao"))
+        "; ".join(r for r in reasons if r != emulation)
     alt = env.best_precision
-    extra = "" if ao.status != "missing" else "; pip install 'torchao>=0.10' for emulation"
-    log.add(f.kind, _want(f, backend), f"none ({alt})", f"{f.kind} requested: {where}, and torchao is {ao.status}: "
-            f"{ao.reason}{extra} → {alt}", fallback=True)
+    log.add(f.kind, _want(f, backend), f"none ({alt})", f"{f.kind} requested: {where}, and {emulation} → {alt}",
+            fallback=True)
     return None, None, alt
