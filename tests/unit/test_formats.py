@@ -121,7 +121,7 @@ def test_a_made_up_format_is_judged_by_its_own_tolerance(made_up):
 def test_a_made_up_format_is_planned_with_its_bytes(made_up):
     from overdrive.plan import TrainSetup, estimate, get_model
     from overdrive.plan.search import plan
-    from overdrive.plan.setup import planned_format
+    from overdrive.formats import planned_format
 
     m = get_model("llama3-8b")
     assert planned_format("fp8-test") is made_up

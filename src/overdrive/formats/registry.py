@@ -17,7 +17,7 @@ from overdrive.formats.shape_rules import SHAPE_RULES, EngineRules
 
 __all__ = ["Engine", "Format", "FORMATS", "get_format", "find_format", "format_of", "version_tuple",
            "HIGH_PRECISION_TOLERANCE", "loss_tolerance", "kinds", "TE", "TORCHAO", "EMULATED", "engine_rules",
-           "tokens_multiple", "dims_multiple"]
+           "tokens_multiple", "dims_multiple", "planned_format", "planned_presets"]
 
 TE, TORCHAO, EMULATED = "transformer_engine", "torchao", "emulated"
 
@@ -274,3 +274,14 @@ def dims_multiple(fmt: str, backend: str) -> int:
     """What in_features and out_features must be divisible by (layers that are not stay in high precision)."""
     r = engine_rules(fmt, backend)
     return math.lcm(r.multiple("K"), r.multiple("N"))
+
+
+def planned_format(precision: str) -> Format | None:
+    """The format a planner precision names (its name or preset, modelled: `plan_bytes`); None otherwise."""
+    f = next((f for f in FORMATS.values() if precision in (f.name, f.preset)), None)
+    return f if f is not None and f.plan_bytes is not None else None
+
+
+def planned_presets() -> tuple[str, ...]:
+    """The planner's low-precision precisions: each modelled format's preset, in registry order."""
+    return tuple(f.preset for f in FORMATS.values() if f.plan_bytes is not None)

@@ -7,10 +7,11 @@ import json
 import os
 
 from overdrive.env.catalog import GpuSpec, gpu_by_key
+from overdrive.formats import planned_format
 from overdrive.plan.estimate import Estimate, estimate
 from overdrive.plan.runnable import how_to_run, not_in_overdrive
 from overdrive.plan.setup import (CHECKPOINTING, LOW_PRECISION, MIN_EFFICIENCY, SHARDING_ALIASES, TrainSetup,
-                                  check_layout, fallback_precision, planned_format)
+                                  check_layout, fallback_precision)
 from overdrive.plan.specs import ModelSpec, get_model, read_json_file
 
 __all__ = ["plan", "sweep", "longest_seq", "calibrate_from_bench", "SWEEP_MODELS", "label", "MIN_HEADROOM_SHARE"]

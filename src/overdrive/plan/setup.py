@@ -10,23 +10,16 @@ import math
 from dataclasses import dataclass
 
 from overdrive.env.catalog import GpuSpec
-from overdrive.formats import FORMATS, Format
+from overdrive.formats import planned_format, planned_presets
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["TrainSetup", "PRECISIONS", "SHARDINGS", "CHECKPOINTING", "OPTIMIZER_DTYPES", "OFFLOADS", "LOSSES",
            "OPTIMIZERS", "OPTIMIZER_STATES", "OPTIMIZER_ALIASES", "MASTER_WEIGHTS",
-           "LOW_PRECISION", "planned_format", "RECOMPUTE_MODULES", "STACKS", "ATTENTIONS", "GRAD_DTYPES", "needs_blackwell",
+           "LOW_PRECISION", "RECOMPUTE_MODULES", "STACKS", "ATTENTIONS", "GRAD_DTYPES", "needs_blackwell",
            "fallback_precision", "check_layout", "MAX_COUNT", "MIN_EFFICIENCY", "BANDWIDTH_GBS"]
 
-LOW_PRECISION = tuple(f.preset for f in FORMATS.values() if f.plan_bytes is not None)
-"""The formats the planner models (`Format.plan_bytes`), by their recipe preset names."""
+LOW_PRECISION = planned_presets()  # the formats the planner models (`overdrive.formats`, `Format.plan_bytes`)
 PRECISIONS = ("fp32", "bf16", "fp16", *LOW_PRECISION)
-
-
-def planned_format(precision: str) -> Format | None:
-    """The low-precision format a planner precision names (None: a high precision)."""
-    f = next((f for f in FORMATS.values() if precision in (f.name, f.preset)), None)
-    return f if f is not None and f.plan_bytes is not None else None
 SHARDINGS = ("none", "zero1", "zero2", "fsdp", "hsdp")
 """none = DDP (replicated); zero1 = DDP with a distributed optimizer (Megatron's); zero2 = + sharded grads;
 fsdp = ZeRO-3 (FSDP2 fully_shard); hsdp = FSDP within a node, replicated across nodes."""
@@ -204,10 +197,8 @@ class TrainSetup:
         sh = SHARDING_ALIASES.get(self.sharding, self.sharding)
         if sh != self.sharding:
             object.__setattr__(self, "sharding", sh)
-        fmt = planned_format(self.precision)
-        if fmt is not None and fmt.preset != self.precision:  # a format's name or spelling: its one name here
-            object.__setattr__(self, "precision", fmt.preset)
-        _choice("precision", self.precision, (*PRECISIONS[:3], *(f.preset for f in FORMATS.values() if f.plan_bytes)))
+        object.__setattr__(self, "precision", getattr(planned_format(self.precision), "preset", self.precision))
+        _choice("precision", self.precision, (*PRECISIONS[:3], *planned_presets()))
         _choice("sharding", self.sharding, SHARDINGS)
         _choice("checkpointing", self.checkpointing, CHECKPOINTING)
         _choice("optimizer-dtype", self.optimizer_dtype, OPTIMIZER_DTYPES)

@@ -42,9 +42,9 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
 
 from __future__ import annotations
 
-from overdrive.formats import FORMATS
+from overdrive.formats import FORMATS, planned_format
 from overdrive.plan.memory import act_bytes_per_layer, recomputed_blocks
-from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup, planned_format
+from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["CALIBRATION", "compute_times", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
