@@ -81,6 +81,10 @@ def test_a_made_up_format_resolves_and_labels_from_its_one_entry(made_up):
     assert (res.fp8_backend, res.fp8_scaling, res.precision) == ("transformer_engine", "test", "fp8")
     assert get_recipe("fp8t+compile").name == "fp8-test+compile"  # its alias, in the recipe grammar
     assert what_runs(res) == "fp8 (transformer_engine, test)" and ran_label("fp8-test", res, _h100()) == "fp8-test"
+    # Its version gate is its own: a Transformer Engine older than `since` does not run it.
+    old = resolve("fp8-test", build_report(machine("h100", te=dict(TE_OK, version="2.1.0"), torchao=TORCHAO_EMU)))
+    assert old.fp8_backend is None and "Transformer Engine 2.1.0 predates FP8 (Float8CurrentScaling first in 2.2)" \
+        in old.fallbacks[0].reason
     # Its engine list is all it has: without Transformer Engine it falls to the best precision, said so.
     cpu = resolve("fp8-test", build_report(machine(None, torchao=TORCHAO_EMU)))
     assert cpu.fp8_backend is None and cpu.fallbacks[0].chosen.startswith("none")

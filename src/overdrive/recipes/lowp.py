@@ -67,8 +67,7 @@ def _te_why(f: Format, eng: Engine, ask: _Ask) -> str | None:
         if not env.gpus:
             return "Transformer Engine needs a CUDA GPU"
         if eng.predates(te.version):
-            return (f"Transformer Engine {te.version} predates {f.label} ({eng.api} first in "
-                    f"{'.'.join(map(str, eng.since))}): pip install -U transformer_engine[pytorch]")
+            return _predates(f, eng, te.version)
         avail = te.details.get(f"is_{f.kind}_available")
         if avail is False or (avail is None and not any(g.capabilities.get(f.kind) for g in env.gpus)):
             g = env.gpus[0]
@@ -80,7 +79,16 @@ def _te_why(f: Format, eng: Engine, ask: _Ask) -> str | None:
         return f"Transformer Engine is {te.status}: {te.reason}"
     if ask.recompute:
         return ask.recompute
-    return eng.unsupported or None
+    if eng.unsupported:
+        return eng.unsupported
+    if eng.predates(te.version) and not eng.older:  # (with `older`, the older sibling runs: `_real`)
+        return _predates(f, eng, te.version)
+    return None
+
+
+def _predates(f: Format, eng: Engine, version: str | None) -> str:
+    return (f"Transformer Engine {version} predates {f.label} ({eng.api} first in {'.'.join(map(str, eng.since))}): "
+            "pip install -U transformer_engine[pytorch]")
 
 
 def _ao_why(f: Format, eng: Engine, ask: _Ask) -> str | None:
