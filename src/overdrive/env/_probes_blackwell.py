@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-
-def _err(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}".strip().splitlines()[0][:400]
+from overdrive.env._probes_torch import _err
 
 
 def _te_support(te, what: str) -> tuple[bool, str, str] | None:
