@@ -1,4 +1,5 @@
-"""`Recipe`: what a user asks for. Frozen, with named presets; `resolve` decides what runs."""
+"""`Recipe`: what a user asks for, its presets and its name (a preset plus knobs, `recipe_name`). Frozen;
+`resolve` decides what runs; `names` parses the names users type."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Literal
 
 from overdrive.formats import FORMATS, find_format
 
-__all__ = ["Recipe", "PRESETS", "get_recipe", "FIELD_CHOICES"]
+__all__ = ["Recipe", "PRESETS", "FIELD_CHOICES", "ALIASES", "KNOBS", "presets", "recipe_name"]
 
 Precision = Literal["auto", "fp32", "fp16", "bf16", "fp8", "fp4"]
 FP8Scaling = str  # a format of `overdrive.formats.FORMATS`: its fp8_scaling value or its name
@@ -89,8 +90,6 @@ class Recipe:
         if self.checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
         if self.name == "custom":
-            from overdrive.recipes.names import recipe_name  # names.py builds on PRESETS, defined below
-
             object.__setattr__(self, "name", recipe_name(self))
 
     def _one_vocabulary(self) -> None:
@@ -110,8 +109,6 @@ class Recipe:
         """A copy with some fields changed; unless given, the name says what changed ("amp-bf16+compile")."""
         if "name" in changes or not changes:
             return dataclasses.replace(self, **changes)
-        from overdrive.recipes.names import recipe_name
-
         new = dataclasses.replace(self, **changes)
         return dataclasses.replace(new, name=recipe_name(new))
 
@@ -183,18 +180,74 @@ PRESETS: dict[str, Recipe] = {
 }
 
 
-def get_recipe(recipe: str | Recipe, **overrides) -> Recipe:
-    """A preset by name (any spelling `parse_recipe_name` accepts, e.g. "bf16", "fp8+compile"), or a
-    Recipe as is, with optional field overrides (the name then records them: "amp-bf16+compile=default")."""
-    from overdrive.recipes.names import parse_recipe_name, recipe_name  # names.py builds on PRESETS
+# What people type -> the preset it means. "no"/"none" follow HF Accelerate's mixed_precision="no".
+ALIASES: dict[str, str] = {
+    "bf16": "amp-bf16", "bfloat16": "amp-bf16", "amp": "amp-bf16",
+    "fp16": "amp-fp16", "float16": "amp-fp16", "half": "amp-fp16",
+    "no": "fp32", "none": "fp32", "float32": "fp32",
+    "plain": "baseline", "eager": "baseline",
+    # A low-precision format's name and spellings (`overdrive.formats`): fp8-tensorwise and float8 mean fp8.
+    **{a: f.preset for f in FORMATS.values() for a in (f.name, *f.aliases) if a != f.preset},
+}
 
-    base = recipe if isinstance(recipe, Recipe) else parse_recipe_name(recipe)
-    if overrides:
-        unknown = set(overrides) - {f.name for f in fields(Recipe)}
-        if unknown:
-            raise ValueError(f"unknown recipe field(s) {', '.join(sorted(unknown))}: fields are "
-                             f"{', '.join(f.name for f in fields(Recipe))}")
-        name = overrides.pop("name", None)
-        base = dataclasses.replace(base, **overrides)
-        base = dataclasses.replace(base, name=name or recipe_name(base))
-    return base
+
+def presets() -> dict[str, Recipe]:
+    """PRESETS, and the preset of any format registered since (`overdrive.formats.FORMATS`)."""
+    return {**PRESETS, **{f.preset: format_preset(f) for f in FORMATS.values() if f.preset not in PRESETS}}
+
+
+def _preset_key(text: str) -> str:
+    """The preset a head word means: a preset, an alias, or a format's name, preset or spelling."""
+    head = text.lower()
+    if head in ALIASES:
+        return ALIASES[head]
+    f = next((f for f in FORMATS.values() if head in (f.name, *f.aliases)), None)
+    return f.preset if f else head
+
+
+# Named knobs: each sets a few fields. Order matters only for printing (recipe_name uses it).
+KNOBS: dict[str, dict] = {
+    "compile": {"compile": "default"},
+    # Not "max-autotune" itself in training: it turns on CUDA graphs (resolve maps it to the
+    # no-cudagraphs mode); the knob keeps the user's word.
+    "max-autotune": {"compile": "max-autotune"},
+    "ckpt": {"activation_checkpointing": "full"},
+    "ckpt-selective": {"activation_checkpointing": "selective"},
+    "fused-ce": {"loss": "fused-linear-cross-entropy"},
+    "fused-adamw": {"optimizer": "torch-fused"},
+    "foreach": {"optimizer": "foreach"},
+    "for-loop": {"optimizer": "for-loop"},
+    "apex-adam": {"optimizer": "apex"},
+    "torch-norm": {"norm": "torch"},
+    "liger-norm": {"norm": "liger"},
+    "apex-norm": {"norm": "apex"},
+    "te-norm": {"norm": "transformer_engine"},
+    "te": {"fp8_backend": "transformer_engine"},
+    "torchao": {"fp8_backend": "torchao"},
+    "emulated": {"fp8_backend": "emulated"},
+    "fp8-head": {"fp8_convert_head": True},
+}
+
+
+_FIELDS = {f.name: f for f in fields(Recipe)}
+
+
+def _diff(a: Recipe, b: Recipe) -> dict:
+    return {f: getattr(b, f) for f in _FIELDS if f != "name" and getattr(a, f) != getattr(b, f)}
+
+
+def recipe_name(recipe: Recipe, *, base: str | None = None) -> str:
+    """The name of `recipe` in the grammar: `base` (or the closest preset) plus knobs for the rest."""
+    known = presets()
+    if base is None:
+        head = _preset_key(recipe.name.split("+")[0])
+        base = head if head in known else min(known, key=lambda p: len(_diff(known[p], recipe)))
+    diff = _diff(known[base], recipe)
+    out = [base]
+    for knob, sets in KNOBS.items():  # a knob is used when it says exactly what differs
+        if sets and all(diff.get(f, object()) == v for f, v in sets.items()):
+            out.append(knob)
+            for f in sets:
+                diff.pop(f)
+    out += [f"{f}={str(v).lower() if isinstance(v, bool) else v}" for f, v in diff.items()]
+    return "+".join(out)

@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass, field
 from overdrive.env import EnvReport
 from overdrive.formats import TE, find_format
 from overdrive.recipes.lowp import TE_AC_CONFLICT, TE_COMPILE_BREAKS, resolve_format, te_has_current_scaling
-from overdrive.recipes.recipe import Recipe, get_recipe
+from overdrive.recipes.names import get_recipe
+from overdrive.recipes.recipe import Recipe
 
 __all__ = ["resolve", "ResolvedRecipe", "Decision", "RecipeUnavailable", "TE_AC_CONFLICT", "TE_COMPILE_BREAKS"]
 

@@ -148,7 +148,7 @@ def load_tuned(model, env: EnvReport) -> tuple[Recipe | None, str]:
     if changed:
         return None, (f"the tuned recipe {str(rec.name)[:40]!r} for this model is stale: it runs on engines that "
                       f"changed ({'; '.join(changed)}): run `overdrive tune` again")
-    from overdrive.recipes.names import recipe_name
+    from overdrive.recipes.recipe import recipe_name
 
     named = recipe_name(rec)  # the name says what the fields are: a cached name is never trusted
     if rec.name != named:
