@@ -47,6 +47,7 @@ from overdrive.measure.threads import host_load, plan_threads
 from overdrive.recipes import resolve
 from overdrive.tune.candidates import (Candidate, checkpointing_candidates, knob_candidates, named_candidates,
                                        preset_candidates)
+from overdrive.tune.field import fit_emulated, halve, prune
 from overdrive.tune.safety import SafetyResult, Tolerance, check_safety
 from overdrive.tune.task import PROGRAM
 from overdrive.tune.workload import Workload
@@ -451,7 +452,7 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
     """Run the whole schedule; returns the session (its `runs` hold every candidate's record)."""
     s = Session(workload, env, budget_s=budget_s, **kw)
     try:
-        first = named_candidates(names, env) if names else preset_candidates(env)
+        first, pruned = (named_candidates(names, env), []) if names else prune(preset_candidates(env), env)
         runs = s._spawn(first[:1])
         base = runs[0]
         if base.status in ("user", "failed", "crashed", "oom"):
@@ -480,12 +481,12 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
         emulated = [c for c in first[1:] if c.emulated]
         for r in s._spawn([c for c in first[1:] if not c.emulated]):
             s._warm(r, base)
+        _noted(s, pruned, "pruned")
         if not names:
-            # Knobs for the precisions that are in the race, fastest first (the budget may end mid-stage).
-            alive = sorted((r for r in s.runs if r.live), key=lambda r: r.steady_ms() or math.inf)
-            best = alive[0].steady_ms() if alive else None
-            survivors = [r.cand for r in alive if best and (r.steady_ms() or math.inf) <= 2 * best]
-            for r in s._spawn(knob_candidates(survivors, env, [r.cand for r in s.runs])):
+            # Knobs for the faster half of the precisions in the race, fastest first (the budget may end mid-stage).
+            knobs, pruned = prune(knob_candidates([r.cand for r in halve(s.runs)], env, [r.cand for r in s.runs]), env)
+            _noted(s, pruned, "pruned")
+            for r in s._spawn(knobs):
                 s._warm(r, base)
             why = s._memory_limited()
             if why:
@@ -494,6 +495,10 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
                 s.memory_note = why
                 for r in s._spawn(checkpointing_candidates(survivors, env, [r.cand for r in s.runs])):
                     s._warm(r, base)
+        if not names:  # the user's own names are set up whatever the estimate
+            emulated, late = fit_emulated(emulated, base_setup_s=base.setup_s, base_step_ms=base.steady_ms(),
+                                          steps=s.warmup_steps + 3, left_s=s.left(s.warm_deadline))
+            _noted(s, late, "skipped")
         for r in s._spawn(emulated):
             s._warm(r, base)
         s._timed(base, reserve_s=min(5.0, 0.05 * budget_s) + 0.2 * sum(1 for r in s.runs if r.live))
@@ -501,6 +506,11 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
         return s
     finally:
         s.close()
+
+
+def _noted(s: Session, pairs: list[tuple[Candidate, str]], status: str) -> None:
+    """Rows for contenders never set up (pruned by a prior, or out of warm-up time), with why."""
+    s.runs += [Run(cand=c, status=status, reason=why) for c, why in pairs]
 
 
 def compile_warmup_s(left_s: float, compiles_s: list[float]) -> tuple[float, str]:
