@@ -8,7 +8,7 @@ from torch import nn
 from fakes import TORCHAO_EMU, machine
 from overdrive.env import build_report
 from overdrive.tune.candidates import named_candidates, preset_candidates
-from overdrive.tune.field import PRUNE_FACTOR, fit_emulated, halve, prior, prune
+from overdrive.tune.field import PRUNE_FACTOR, ROUNDS_KEPT, fit_emulated, fit_knobs, halve, prior, prune
 from overdrive.tune.workload import Workload
 
 AVX2 = build_report(machine(None, torchao=TORCHAO_EMU))  # the doctor measured bf16 1.3 vs fp32 93 GFLOP/s
@@ -83,6 +83,25 @@ def test_successive_halving_keeps_the_faster_half_within_2x_of_the_fastest():
     assert [r.cand.name for r in halve([runs[1], _Run("far", 17.5), _Run("x", 20.0)])] == ["a", "far"]
     assert [r.cand.name for r in halve([runs[1], _Run("y", 19.0), _Run("x", 20.0)])] == ["a"]  # 19 > 2 x 9
     assert halve([runs[0], runs[5]]) == []
+
+
+def test_knobs_are_warmed_up_only_while_the_budget_keeps_its_timed_rounds():
+    knobs = [c for c in named_candidates(["fp32+foreach", "fp32+compile"], AVX2) if not c.baseline]
+    assert ROUNDS_KEPT == 8
+    # 10 s a warm-up, 1 s steps, 3 contenders in the rounds (baseline, twin, fp32): both knobs leave 100 - 20 = 80 s,
+    # over 8 rounds x 5 contenders x 1 s.
+    kept, late = fit_knobs(knobs, warm_s=10.0, step_ms=1000.0, live=3, left_s=100.0, turn_s=0.3)
+    assert kept == knobs and late == []
+    kept, late = fit_knobs(knobs, warm_s=10.0, step_ms=1000.0, live=3, left_s=55.0, turn_s=0.3)
+    assert kept == knobs[:1] and [c for c, _ in late] == knobs[1:]  # 35 s < 40 s; 45 s >= 32 s
+    assert "less than 8 timed rounds of the field (40 s at 1000 ms a step) in the 55 s left" in late[0][1]
+    assert late[0][1].startswith("not set up: its warm-up (~10 s")
+    # A 100 ms step takes 3 steps a turn (tune's 0.3 s turns): 8 rounds x 5 contenders x 0.3 s = 12 s of rounds.
+    assert fit_knobs(knobs, warm_s=10.0, step_ms=100.0, live=3, left_s=32.5, turn_s=0.3)[0] == knobs
+    assert fit_knobs(knobs, warm_s=10.0, step_ms=100.0, live=3, left_s=31.0, turn_s=0.3)[0] == knobs[:1]
+    assert fit_knobs(knobs, warm_s=10.0, step_ms=100.0, live=3, left_s=31.0, turn_s=0.0)[0] == knobs  # 1 step a turn
+    kept, late = fit_knobs(knobs, warm_s=10.0, step_ms=100.0, live=3, left_s=5.0, turn_s=0.3)
+    assert kept == [] and len(late) == 2
 
 
 def test_emulated_checks_are_set_up_only_when_their_predicted_cost_fits():

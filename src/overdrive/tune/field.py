@@ -13,7 +13,10 @@ is set up:
    contender keeps a row with that evidence. A name the user asked for is never pruned.
 2. Successive halving before the knobs (`halve`): the knobs (optimizer, compile) are expanded only
    on the faster half of the precisions that warmed up, and only within 2x of the fastest.
-3. Emulated formats (a safety check, never a speedup) are set up only when the warm-up share of
+3. The knobs are set up only while the budget left after their warm-ups still holds `ROUNDS_KEPT`
+   timed rounds of the whole field (`fit_knobs`: the warm-ups' cost is predicted from the presets'
+   measured ones): the rest get a row that says so.
+4. Emulated formats (a safety check, never a speedup) are set up only when the warm-up share of
    the budget still holds their predicted cost (`fit_emulated`).
 """
 
@@ -25,11 +28,15 @@ from dataclasses import dataclass
 from overdrive.env import EnvReport
 from overdrive.measure.candidate import Candidate
 
-__all__ = ["Prior", "PRUNE_FACTOR", "prior", "prune", "halve", "fit_emulated", "EMULATED_COST"]
+__all__ = ["Prior", "PRUNE_FACTOR", "prior", "prune", "halve", "fit_knobs", "fit_emulated", "EMULATED_COST",
+           "ROUNDS_KEPT"]
 
 PRUNE_FACTOR = 3.0
 """A contender whose prior says its matmuls run this many times slower than fp32 is not warmed up
 (tune's slow-stop factor: what the timed rounds would stop it for)."""
+ROUNDS_KEPT = 8
+"""The knobs are warmed up only while the budget left still holds this many timed rounds of the whole
+field (the second look: `measure.stats.look_rounds`), so the rounds, not the warm-ups, get the budget."""
 EMULATED_COST = 4.0
 """Predicted step time of an emulated low-precision format, in baseline steps (torchao's emulation
 quantizes every GEMM's operands in software: 3-5x the fp32 step was seen on CPU)."""
@@ -96,6 +103,26 @@ def halve(runs: list, *, within: float = 2.0) -> list:
         return []
     best = alive[0].steady_ms()
     return [r for r in alive[:math.ceil(len(alive) / 2)] if r.steady_ms() <= within * best]
+
+
+def fit_knobs(cands: list[Candidate], *, warm_s: float, step_ms: float | None, live: int, left_s: float,
+              turn_s: float = 0.0, rounds: int = ROUNDS_KEPT) -> tuple[list[Candidate], list[tuple[Candidate, str]]]:
+    """(the knobs to warm up, [(one left out, why)]): the first k (in the given order) such that after k
+    warm-ups of `warm_s` each, `left_s` still holds `rounds` rounds of `live` + k contenders, each turn
+    `turn_s` of steps of `step_ms` (at least one step, at most 8: tune's turns). `live`: the contenders
+    already in the rounds, the A/A twin included."""
+    ms = step_ms or 0.0
+    step_s = ms / 1e3 * max(1, min(8, round(turn_s * 1e3 / ms))) if ms > 0 else 0.0
+    k = len(cands)
+    while k and left_s - k * warm_s < rounds * (live + k) * step_s:
+        k -= 1
+    if k == len(cands):
+        return cands, []
+    need = rounds * (live + k + 1) * step_s
+    why = (f"not set up: its warm-up (~{warm_s:.0f} s, as the presets' took here) would leave less than {rounds} timed "
+           f"rounds of the field ({need:.0f} s at {step_ms or 0:.0f} ms a step) in the {max(0.0, left_s):.0f} s left: "
+           "the budget goes to the rounds that decide")
+    return cands[:k], [(c, why) for c in cands[k:]]
 
 
 def fit_emulated(cands: list[Candidate], *, base_setup_s: float | None, base_step_ms: float | None, steps: int,

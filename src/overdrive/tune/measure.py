@@ -47,7 +47,7 @@ from overdrive.measure.threads import host_load, plan_threads
 from overdrive.recipes import resolve
 from overdrive.tune.candidates import (Candidate, checkpointing_candidates, knob_candidates, named_candidates,
                                        preset_candidates)
-from overdrive.tune.field import fit_emulated, halve, prune
+from overdrive.tune.field import fit_emulated, fit_knobs, halve, prune
 from overdrive.tune.safety import SafetyResult, Tolerance, check_safety
 from overdrive.tune.task import PROGRAM
 from overdrive.tune.workload import Workload
@@ -479,14 +479,12 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
         s._warm(s.twin, None)
         # Emulated FP8 is checked for safety only, after everything that can win has warmed up.
         emulated = [c for c in first[1:] if c.emulated]
-        for r in s._spawn([c for c in first[1:] if not c.emulated]):
+        t_stage, stage = time.perf_counter(), s._spawn([c for c in first[1:] if not c.emulated])
+        for r in stage:
             s._warm(r, base)
         _noted(s, pruned, "pruned")
         if not names:
-            # Knobs for the faster half of the precisions in the race, fastest first (the budget may end mid-stage).
-            knobs, pruned = prune(knob_candidates([r.cand for r in halve(s.runs)], env, [r.cand for r in s.runs]), env)
-            _noted(s, pruned, "pruned")
-            for r in s._spawn(knobs):
+            for r in s._spawn(_knobs(s, env, base, warm_s=(time.perf_counter() - t_stage) / max(1, len(stage)))):
                 s._warm(r, base)
             why = s._memory_limited()
             if why:
@@ -495,10 +493,9 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
                 s.memory_note = why
                 for r in s._spawn(checkpointing_candidates(survivors, env, [r.cand for r in s.runs])):
                     s._warm(r, base)
-        if not names:  # the user's own names are set up whatever the estimate
             emulated, late = fit_emulated(emulated, base_setup_s=base.setup_s, base_step_ms=base.steady_ms(),
                                           steps=s.warmup_steps + 3, left_s=s.left(s.warm_deadline))
-            _noted(s, late, "skipped")
+            _noted(s, [], "", late)  # (the user's own names are set up whatever the estimate)
         for r in s._spawn(emulated):
             s._warm(r, base)
         s._timed(base, reserve_s=min(5.0, 0.05 * budget_s) + 0.2 * sum(1 for r in s.runs if r.live))
@@ -508,9 +505,21 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
         s.close()
 
 
-def _noted(s: Session, pairs: list[tuple[Candidate, str]], status: str) -> None:
-    """Rows for contenders never set up (pruned by a prior, or out of warm-up time), with why."""
+def _knobs(s: Session, env: EnvReport, base: Run, *, warm_s: float) -> list[Candidate]:
+    """The knobs worth warming up: on the faster half of the precisions in the race (`tune.field.halve`),
+    not pruned by a prior, and only while the rounds keep their share of the budget (`fit_knobs`)."""
+    knobs, pruned = prune(knob_candidates([r.cand for r in halve(s.runs)], env, [r.cand for r in s.runs]), env)
+    knobs, late = fit_knobs(knobs, warm_s=warm_s, left_s=s.left(), step_ms=base.steady_ms(),
+                            live=1 + sum(r.live for r in s.runs), turn_s=TURN_S)
+    _noted(s, pruned, "pruned", late)
+    return knobs
+
+
+def _noted(s: Session, pairs: list[tuple[Candidate, str]], status: str,
+           skipped: list[tuple[Candidate, str]] = ()) -> None:
+    """Rows for contenders never set up (pruned by a prior, or `skipped`: no warm-up time), with why."""
     s.runs += [Run(cand=c, status=status, reason=why) for c, why in pairs]
+    s.runs += [Run(cand=c, status="skipped", reason=why) for c, why in skipped]
 
 
 def compile_warmup_s(left_s: float, compiles_s: list[float]) -> tuple[float, str]:
