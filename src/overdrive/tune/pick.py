@@ -65,10 +65,11 @@ def _busy(rows: list[dict], runs: list, floor: NoiseFloor, load: list | None, co
     run = _run_of(runs, k["name"])
     also = same_recipe_text(k["names"][1:], what_runs(run.cand.resolved))
     return run.cand.recipe, head + (
-        f"Kept, not recommended: {k['name']}{also} ({k['ran']}), the best evidenced: {k['speedup']:.2f}x the baseline "
-        f"({base['name']}), 95% CI {lo:.2f}-{hi:.2f} over {k['rounds']} paired rounds, the highest lower bound of the "
-        f"field and above the A/A control's own ({floor.lo:.2f}); loss {k['loss_delta_pct']:+.2f}% vs the fp32 "
-        f"shadow. Not called faster: {'its interval includes 1.0' if lo <= 1.0 else 'it is inside the A/A noise'}. "
+        f"Kept, not recommended: {k['name']}{also}; it runs {k['ran']}. It is the best evidenced: {k['speedup']:.2f}x "
+        f"the baseline ({base['name']}: {base['ran']}), 95% CI {lo:.2f}-{hi:.2f} over {k['rounds']} paired rounds, the "
+        f"highest lower bound of the field and above the A/A control's own ({floor.lo:.2f}); loss "
+        f"{k['loss_delta_pct']:+.2f}% vs the fp32 shadow. Not called faster: "
+        f"{'its interval includes 1.0' if lo <= 1.0 else 'it is inside the A/A noise'}. "
         "Re-run on a quieter machine for a verdict.")
 
 
