@@ -99,7 +99,7 @@ def side_by_side(factory, recipe, *, rounds: int, steps: int, warmup: int = 3,
                  hand_loops: tuple[str, ...] = ("fp32", "bf16")) -> tuple[dict, dict]:
     """(step ms per contender, notes). A contender whose first step is over 10x the fastest one's
     (bf16 on a CPU without bf16 units: ~70x) keeps that one step as its only figure, with a note."""
-    from overdrive.bench.timing import interleaved_rounds, time_fn
+    from overdrive.measure.rounds import interleaved_rounds, time_fn
 
     fns = _contenders(factory, recipe, hand_loops)
     ms: dict[str, list[float]] = {k: [] for k in fns}
@@ -159,7 +159,7 @@ def main() -> int:
         a.threads = 1 if os.getloadavg()[0] > (os.cpu_count() or 1) else torch.get_num_threads()
     torch.set_num_threads(a.threads)
     import overdrive
-    from overdrive.bench.timing import speedup_ci
+    from overdrive.measure.stats import speedup_ci
 
     env = overdrive.get_env()
     if a.reprobe_fused:

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from overdrive.recipes.labels import ran_label
 from overdrive.env import EnvReport, get_env
 from overdrive.errors import UserError
-from overdrive.measure.stats import compare, host_too_busy, round_medians, summarize
+from overdrive.measure.session import judge
+from overdrive.measure.stats import host_too_busy, summarize
 from overdrive.recipes import Recipe
 from overdrive.recipes.tuned import machine_fingerprint, save_tuned
 from overdrive.tune.candidates import describe, parse_name
@@ -232,7 +233,7 @@ def _threads_ran(s) -> dict:
 def _row(r: Run, base: Run, env: EnvReport, floor=None) -> dict:
     c = r.cand
     st = summarize(r.ms)
-    cmp = compare(round_medians(base.rounds_ms), round_medians(r.rounds_ms), floor) if r is not base else None
+    cmp = judge(base, r, floor) if r is not base else None  # seeded by its name, as bench's verdict is
     ci = (cmp.speedup, *cmp.ci) if cmp is not None and cmp.ci else None
     emu = c.emulated
     speed = 1.0 if r is base else (ci[0] if ci else None)

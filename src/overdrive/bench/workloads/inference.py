@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from overdrive.bench.timing import interleaved_rounds, time_fn
+from overdrive.measure.rounds import interleaved_rounds, time_fn
 from overdrive.bench.workloads.base import Workload
 from overdrive.env import EnvReport
 from overdrive.measure.percentiles import latency_summary, min_samples
