@@ -485,6 +485,26 @@ def test_a_busy_host_recommends_nothing_and_keeps_the_best_evidenced_configurati
     assert text.startswith("Winner: fp32")
 
 
+def test_a_same_verdict_keeps_the_best_evidenced_rival_not_the_slowest_loop():
+    from overdrive.measure.stats import NoiseFloor
+    from overdrive.tune.measure import Run
+
+    # Measured on a 2-core AVX2 host at load ~23: A/A ±11.7% (not too busy), fp32 with fused AdamW 1.05x
+    # [0.95-1.18] "same": the for-loop baseline was kept and ran 1.12x slower than a fused hand-written loop.
+    cands = named_candidates(["fp32", "fp32+foreach"], CPU)
+    runs = [Run(cand=c) for c in cands]
+    floor = NoiseFloor(ratio=1.03, lo=0.94, hi=1.12, rounds=10, spread_pct=11.7)
+    rows = [_rowd("baseline", 1.0, None), _rowd("fp32", 1.05, [0.95, 1.18]), _rowd("fp32+foreach", 1.0, [0.81, 1.35])]
+    best, text, confident = _pick(rows, runs, floor=floor)
+    assert best.name == "fp32" and not confident  # kept, never cached over a confident winner
+    assert text.startswith("Nothing beat the baseline with confidence: the best, fp32, ran 1.05x")
+    assert "Kept, not recommended: fp32" in text and "its interval includes 1.0" in text and "(0.94)" in text
+    rows[1]["speedup_ci"] = [0.93, 1.18]  # its lower bound no better than the A/A control's own: the baseline stays
+    best, text, confident = _pick(rows, runs, floor=floor)
+    assert best.name == "baseline" and text.endswith("Keeping the baseline (baseline: x), the best evidenced.")
+    assert confident  # every rival judged "same" on a quiet enough host: a confident "keep the baseline"
+
+
 def test_tuned_entry_survives_unrelated_installs_and_says_what_changed(tmp_path, monkeypatch):
     """Installing an engine the winner does not use keeps the entry (it used to be 'no tuned recipe' after
     `pip install onnx` or torchao); an engine the winner runs on that changed makes it stale, by name; another

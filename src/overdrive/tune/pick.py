@@ -1,17 +1,20 @@
-"""What `tune` keeps, and what it recommends: two different things on a busy host.
+"""What `tune` keeps, and what it recommends: two different things when nothing is proven faster.
 
 A *recommendation* needs the paired interval against the baseline wholly above 1.0, a speedup beyond
-the A/A noise floor, and a safe loss curve (`measure.stats.compare`'s "faster"). When the host is too
-busy to judge (the A/A interval wider than ±15%), nothing is recommended: but the configuration *kept*
-(returned, saved, cached as inconclusive) is the best evidenced, not blindly the baseline. The
-baseline is the slowest plain loop a user writes (fp32, eager, for-loop AdamW): beside two CPU hogs it
-ran 1.44x slower than a hand-written bf16 loop with fused AdamW, while tune, too busy to judge, kept it.
+the A/A noise floor, and a safe loss curve (`measure.stats.compare`'s "faster"). When nothing earns one
+(the host too busy to judge, the A/A interval wider than ±15%, or every verdict "same"), nothing is
+recommended: but the configuration *kept* (returned, saved, cached as inconclusive) is the best
+evidenced, not blindly the baseline. The baseline is the slowest plain loop a user writes (fp32, eager,
+for-loop AdamW): beside two CPU hogs it ran 1.44x slower than a hand-written bf16 loop with fused
+AdamW, while tune, too busy to judge, kept it; on a 2-core AVX2 host at load ~23, tune judged fp32
+with fused AdamW "same" (1.05x, 95% CI 0.95-1.18) and kept the baseline, which then ran 1.12x slower
+than the hand-written fp32 loop with fused AdamW.
 
-Best evidenced, on a busy host: of the safe, timed rivals, the one whose interval's lower bound is
-highest, provided that bound beats the A/A control's own lower bound (the baseline's evidence against
-itself, same rounds, same level) and its point estimate is above 1.0. Otherwise the baseline is the
-best evidenced and stays. The summary names what was kept, on which figures, and that it is no
-recommendation; the run is never "confident", so it never replaces a confident winner in the cache.
+Best evidenced: of the safe, timed rivals, the one whose interval's lower bound is highest, provided
+that bound beats the A/A control's own lower bound (the baseline's evidence against itself, same
+rounds, same level) and its point estimate is above 1.0. Otherwise the baseline is the best evidenced
+and stays. The summary names what was kept, on which figures, and that it is no recommendation; such
+a run is never "confident", so it never replaces a confident winner in the cache.
 """
 
 from __future__ import annotations
@@ -61,23 +64,29 @@ def _busy(rows: list[dict], runs: list, floor: NoiseFloor, load: list | None, co
             f"Kept: the baseline ({base['name']}: {base['ran']}), the best evidenced: no rival's interval has a lower "
             f"bound above the A/A control's own ({floor.lo:.2f}) with a speedup above 1.0{best_txt}. Re-run on a "
             "quieter machine for a verdict.")
-    lo, hi = k["speedup_ci"]
+    recipe, text = _kept(k, rows, runs, floor)
+    return recipe, head + text + " Re-run on a quieter machine for a verdict."
+
+
+def _kept(k: dict, rows: list[dict], runs: list, floor: NoiseFloor) -> tuple[Recipe, str]:
+    """The best-evidenced rival `k` kept without a recommendation: what it runs, its figures, why it is
+    not called faster."""
+    base, (lo, hi) = rows[0], k["speedup_ci"]
     run = _run_of(runs, k["name"])
     also = same_recipe_text(k["names"][1:], what_runs(run.cand.resolved))
-    return run.cand.recipe, head + (
+    return run.cand.recipe, (
         f"Kept, not recommended: {k['name']}{also}; it runs {k['ran']}. It is the best evidenced: {k['speedup']:.2f}x "
         f"the baseline ({base['name']}: {base['ran']}), 95% CI {lo:.2f}-{hi:.2f} over {k['rounds']} paired rounds, the "
         f"highest lower bound of the field and above the A/A control's own ({floor.lo:.2f}); loss "
         f"{k['loss_delta_pct']:+.2f}% vs the fp32 shadow. Not called faster: "
-        f"{'its interval includes 1.0' if lo <= 1.0 else 'it is inside the A/A noise'}. "
-        "Re-run on a quieter machine for a verdict.")
+        f"{'its interval includes 1.0' if lo <= 1.0 else 'it is inside the A/A noise'}.")
 
 
 def pick(rows: list[dict], runs: list, *, floor: NoiseFloor | None = None, busy: bool = False,
          load: list | None = None, cores: int | None = None) -> tuple[Recipe, str, bool]:
-    """(the recipe kept, the summary, whether it is a confident result): a winner, or on a host too busy
-    to judge the best-evidenced configuration (`best_evidenced`), or the baseline when nothing was
-    measurably faster on a host quiet enough to say so."""
+    """(the recipe kept, the summary, whether it is a confident result): a winner; else the best-evidenced
+    configuration (`best_evidenced`), never confident; else the baseline (confident when every rival was
+    judged "same" or "slower" on a host quiet enough to say so)."""
     base = rows[0]
     ok = _timed_rivals(rows)
     winners = [r for r in ok if r["verdict"] == "faster"]
@@ -104,8 +113,12 @@ def pick(rows: list[dict], runs: list, *, floor: NoiseFloor | None = None, busy:
         b = max(ok, key=lambda r: r["speedup"])
         lo, hi = b["speedup_ci"]
         text = (f"Nothing beat the baseline with confidence: the best, {b['name']}, ran {b['speedup']:.2f}x "
-                f"(95% CI {lo:.2f}-{hi:.2f}{floor_txt}: {b['verdict']}). Keeping the baseline "
-                f"({base['name']}: {base['ran']}).")
+                f"(95% CI {lo:.2f}-{hi:.2f}{floor_txt}: {b['verdict']}).")
+        k = best_evidenced(rows, floor)
+        if k is not None:  # the slowest plain loop is not kept when a rival has better evidence than it
+            recipe, kept = _kept(k, rows, runs, floor)
+            return recipe, f"{text} {kept}", False
+        text += f" Keeping the baseline ({base['name']}: {base['ran']}), the best evidenced."
     else:
         text = (f"No other candidate finished a safe timed measurement: keeping the baseline ({base['name']}: "
                 f"{base['ran']}).")
