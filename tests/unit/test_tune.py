@@ -499,6 +499,9 @@ def test_a_same_verdict_keeps_the_best_evidenced_rival_not_the_slowest_loop():
     assert best.name == "fp32" and not confident  # kept, never cached over a confident winner
     assert text.startswith("Nothing beat the baseline with confidence: the best, fp32, ran 1.05x")
     assert "Kept, not recommended: fp32" in text and "its interval includes 1.0" in text and "(0.94)" in text
+    rows[1]["rounds"] = 2  # fewer rounds than any verdict rests on: no evidence either
+    assert _pick(rows, runs, floor=floor)[0].name == "baseline"
+    rows[1]["rounds"] = 6
     rows[1]["speedup_ci"] = [0.93, 1.18]  # its lower bound no better than the A/A control's own: the baseline stays
     best, text, confident = _pick(rows, runs, floor=floor)
     assert best.name == "baseline" and text.endswith("Keeping the baseline (baseline: x), the best evidenced.")

@@ -19,7 +19,7 @@ a run is never "confident", so it never replaces a confident winner in the cache
 
 from __future__ import annotations
 
-from overdrive.measure.stats import NoiseFloor
+from overdrive.measure.stats import MIN_EVIDENCE_ROUNDS, NoiseFloor
 from overdrive.recipes import Recipe
 from overdrive.recipes.labels import same_recipe_text, what_runs
 from overdrive.tune.candidates import baseline_recipe
@@ -35,10 +35,12 @@ def _timed_rivals(rows: list[dict]) -> list[dict]:
 def best_evidenced(rows: list[dict], floor: NoiseFloor | None) -> dict | None:
     """The rival with the best evidence of being faster than the baseline, or None (the baseline's
     own is best): the highest interval lower bound, above the A/A control's and with a point estimate
-    above 1.0. Without a floor (too few rounds) nothing has evidence."""
+    above 1.0, over at least `MIN_EVIDENCE_ROUNDS` paired rounds (what any verdict rests on). Without a
+    floor (too few rounds) nothing has evidence."""
     if floor is None:
         return None
-    better = [r for r in _timed_rivals(rows) if r["speedup"] > 1.0 and r["speedup_ci"][0] > floor.lo]
+    better = [r for r in _timed_rivals(rows) if r["speedup"] > 1.0 and r["speedup_ci"][0] > floor.lo
+              and r["rounds"] >= MIN_EVIDENCE_ROUNDS]
     return max(better, key=lambda r: (r["speedup_ci"][0], r["speedup"]), default=None)
 
 
