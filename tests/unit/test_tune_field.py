@@ -175,11 +175,11 @@ def _fake_launcher(monkeypatch, speed, noise=None) -> list[str]:
     return started
 
 
-def _measure(monkeypatch, speed, names=None):
+def _measure(monkeypatch, speed, names=None, env=AVX2):
     import overdrive.tune.measure as tm
 
     started = _fake_launcher(monkeypatch, speed)
-    s = tm.measure(Workload(model_fn=Net, batch_fn=_batch), AVX2, budget_s=120, names=names)
+    s = tm.measure(Workload(model_fn=Net, batch_fn=_batch), env, budget_s=120, names=names)
     return s, started, {r.cand.name: r for r in s.runs}
 
 
@@ -194,6 +194,18 @@ def test_pruned_contenders_are_never_set_up_and_knobs_grow_only_on_the_faster_ha
                             "nvfp4"}
     assert by["fp32+compile"].status == "ok" and len(by["fp32+compile"].rounds_ms) == s.rounds >= 4
     assert all(by[n].status == "emulated" for n in ("fp8", "mxfp8"))
+
+
+def test_knobs_are_tried_only_on_the_faster_half_of_the_precisions(monkeypatch):
+    # A CPU with bf16 units (nothing pruned): of fp32, amp-bf16 and amp-fp16, the faster half by their
+    # warm-ups (amp-bf16, fp32) get the optimizer and compile knobs; amp-fp16 gets none.
+    speed = {"baseline": 100.0, "fp32": 90.0, "amp-bf16": 50.0, "amp-fp16": 95.0,
+             **{f"{p}+{k}": 60.0 for p in ("fp32", "amp-bf16", "amp-fp16") for k in ("foreach", "for-loop", "compile")},
+             **{n: 400.0 for n in ("fp8", "fp8-rowwise", "mxfp8", "nvfp4")}}
+    s, started, by = _measure(monkeypatch, speed, env=AMX)
+    assert {"amp-bf16", "amp-fp16", "fp32"} <= set(started)
+    assert {"amp-bf16+foreach", "amp-bf16+compile", "fp32+foreach", "fp32+compile"} <= set(started)
+    assert not [n for n in started if n.startswith("amp-fp16+")]
 
 
 def test_the_users_own_names_are_measured_whatever_the_prior(monkeypatch):
