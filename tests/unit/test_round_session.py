@@ -15,10 +15,10 @@ from overdrive.bench.suites import Suite
 from overdrive.env import build_report
 from overdrive.measure.session import RoundsConfig, RoundSession, ci_seed, judge, twin_name
 from overdrive.measure.stats import host_too_busy
-from overdrive.tune.api import _row
-from overdrive.tune.candidates import named_candidates
-from overdrive.tune.measure import Run, Session
-from overdrive.tune.workload import Workload
+from overdrive.tuning.api import _row
+from overdrive.tuning.candidates import named_candidates
+from overdrive.tuning.measure import Run, Session
+from overdrive.tuning.workload import Workload
 
 CPU = build_report(machine(None, torchao=TORCHAO_EMU))  # fp8 runs emulated here
 BASE = "baseline"

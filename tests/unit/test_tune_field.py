@@ -7,9 +7,9 @@ from torch import nn
 
 from fakes import TORCHAO_EMU, machine
 from overdrive.env import build_report
-from overdrive.tune.candidates import named_candidates, preset_candidates
-from overdrive.tune.field import PRUNE_FACTOR, ROUNDS_KEPT, fit_emulated, fit_knobs, halve, prior, prune
-from overdrive.tune.workload import Workload
+from overdrive.tuning.candidates import named_candidates, preset_candidates
+from overdrive.tuning.field import PRUNE_FACTOR, ROUNDS_KEPT, fit_emulated, fit_knobs, halve, prior, prune
+from overdrive.tuning.workload import Workload
 
 AVX2 = build_report(machine(None, torchao=TORCHAO_EMU))  # the doctor measured bf16 1.3 vs fp32 93 GFLOP/s
 
@@ -160,7 +160,7 @@ def _batch(step):
 
 
 def _fake_launcher(monkeypatch, speed, noise=None) -> list[str]:
-    import overdrive.tune.measure as tm
+    import overdrive.tuning.measure as tm
 
     started: list[str] = []
 
@@ -176,7 +176,7 @@ def _fake_launcher(monkeypatch, speed, noise=None) -> list[str]:
 
 
 def _measure(monkeypatch, speed, names=None, env=AVX2):
-    import overdrive.tune.measure as tm
+    import overdrive.tuning.measure as tm
 
     started = _fake_launcher(monkeypatch, speed)
     s = tm.measure(Workload(model_fn=Net, batch_fn=_batch), env, budget_s=120, names=names)

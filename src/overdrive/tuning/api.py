@@ -10,7 +10,7 @@ A winner needs its paired per-round interval (bootstrap over rounds) wholly abov
 baseline (plain fp32 PyTorch) and a speedup beyond the A/A noise floor (the baseline against its own
 twin, same rounds), and a safe loss curve; otherwise the baseline is kept, and the summary says so.
 On a host too busy to judge (A/A spread over 15%) nothing is recommended, with the figures; what is
-kept then is the best-evidenced configuration (`tune.pick`), named as such and never cached as confident.
+kept then is the best-evidenced configuration (`tuning.pick`), named as such and never cached as confident.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from overdrive.measure.session import judge
 from overdrive.measure.stats import host_too_busy, summarize
 from overdrive.recipes import Recipe
 from overdrive.recipes.tuned import machine_fingerprint, save_tuned
-from overdrive.tune.candidates import describe, parse_name
-from overdrive.tune.measure import Run, measure
-from overdrive.tune.pick import pick as _pick
-from overdrive.tune.safety import Tolerance
-from overdrive.tune.workload import FileFn, Workload, hf_workload
+from overdrive.tuning.candidates import describe, parse_name
+from overdrive.tuning.measure import Run, measure
+from overdrive.tuning.pick import pick as _pick
+from overdrive.tuning.safety import Tolerance
+from overdrive.tuning.workload import FileFn, Workload, hf_workload
 
 __all__ = ["tune", "TuneResult", "TUNE_SCHEMA"]
 
@@ -105,7 +105,7 @@ def _fn(x, what: str) -> Callable | None:
     if x is None or callable(x):
         return x
     if isinstance(x, str):
-        from overdrive.tune.workload import load_file_fn
+        from overdrive.tuning.workload import load_file_fn
 
         load_file_fn(x, what)  # fail here, in one line, not in every worker
         return FileFn(x, what)
@@ -155,7 +155,7 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
         if progress:
             progress("probing this machine (cached for a day after the first time)")
         env = get_env()
-    from overdrive.tune.flops import add_rates, count_step_flops
+    from overdrive.tuning.flops import add_rates, count_step_flops
 
     flops = count_step_flops(wl.model_fn, wl.batch_fn, wl.loss_fn, seed=seed)  # on meta; one CPU step if that fails
     spent = time.perf_counter() - t0

@@ -16,7 +16,7 @@ import statistics
 
 from overdrive.errors import UserError
 from overdrive.recipes.labels import low_precision_format
-from overdrive.tune.run import Run
+from overdrive.tuning.run import Run
 
 __all__ = ["WarmUps", "compile_warmup_s", "GROSS_SLOWDOWN", "COMPILE_MARGIN"]
 

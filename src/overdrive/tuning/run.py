@@ -7,8 +7,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from overdrive.measure.launch import Worker
-from overdrive.tune.candidates import Candidate
-from overdrive.tune.safety import SafetyResult
+from overdrive.tuning.candidates import Candidate
+from overdrive.tuning.safety import SafetyResult
 
 __all__ = ["Run"]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from overdrive.measure.stats import MIN_EVIDENCE_ROUNDS, NoiseFloor
 from overdrive.recipes import Recipe
 from overdrive.recipes.labels import same_recipe_text, what_runs
-from overdrive.tune.candidates import baseline_recipe
+from overdrive.tuning.candidates import baseline_recipe
 
 __all__ = ["pick", "best_evidenced"]
 

@@ -4,7 +4,7 @@ halving, never past the budget.
 The schedule, and why:
 1. Stage 1 (presets) is spawned; the baseline warms up first. If the baseline cannot finish its
    warm-up and two rounds inside the budget, the user is told the budget is too small (exit 2).
-2. Each candidate warms up one at a time (`tune.warmup`: first step timed apart, safety steps, a
+2. Each candidate warms up one at a time (`tuning.warmup`: first step timed apart, safety steps, a
    gross slowdown stopped at once; emulated formats checked for safety, then stopped).
 3. Stage 2 adds the knobs (compile, optimizer) on the precisions that survived; stage 3 adds
    activation checkpointing only when memory is the limit (an OOM, or > 85% of GPU memory).
@@ -37,18 +37,18 @@ from overdrive.measure.session import RoundsConfig, RoundSession, floor_of, judg
 from overdrive.measure.stats import LOOKS, look_rounds
 from overdrive.measure.threads import host_load, plan_threads
 from overdrive.recipes import resolve
-from overdrive.tune.candidates import (Candidate, checkpointing_candidates, knob_candidates, named_candidates,
+from overdrive.tuning.candidates import (Candidate, checkpointing_candidates, knob_candidates, named_candidates,
                                        preset_candidates)
-from overdrive.tune.field import fit_emulated, fit_knobs, halve, prune
-from overdrive.tune.run import Run
-from overdrive.tune.safety import SafetyResult, Tolerance, check_safety
-from overdrive.tune.task import PROGRAM
-from overdrive.tune.warmup import GROSS_SLOWDOWN, WarmUps, compile_warmup_s
-from overdrive.tune.workload import Workload
+from overdrive.tuning.field import fit_emulated, fit_knobs, halve, prune
+from overdrive.tuning.run import Run
+from overdrive.tuning.safety import SafetyResult, Tolerance, check_safety
+from overdrive.tuning.task import PROGRAM
+from overdrive.tuning.warmup import GROSS_SLOWDOWN, WarmUps, compile_warmup_s
+from overdrive.tuning.workload import Workload
 
 __all__ = ["Run", "Session", "measure", "GROSS_SLOWDOWN", "compile_warmup_s"]
 
-PRELOAD = ("torch", "overdrive.accelerate", "overdrive.tune.task", "torchao.float8")
+PRELOAD = ("torch", "overdrive.accelerated", "overdrive.tuning.task", "torchao.float8")
 """What tune's fork server imports before forking its workers (after `measure.fork_safe`)."""
 
 LOOK_ROUNDS = look_rounds(4, 32, LOOKS)
@@ -364,7 +364,7 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
 
 
 def _knobs(s: Session, env: EnvReport, base: Run, *, warm_s: float) -> list[Candidate]:
-    """The knobs worth warming up: on the faster half of the precisions in the race (`tune.field.halve`),
+    """The knobs worth warming up: on the faster half of the precisions in the race (`tuning.field.halve`),
     not pruned by a prior, and only while the rounds keep their share of the budget (`fit_knobs`)."""
     knobs, pruned = prune(knob_candidates([r.cand for r in halve(s.runs)], env, [r.cand for r in s.runs]), env)
     knobs, late = fit_knobs(knobs, warm_s=warm_s, left_s=s.left(), step_ms=base.steady_ms(),
