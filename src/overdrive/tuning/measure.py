@@ -4,7 +4,7 @@ halving, never past the budget.
 The schedule, and why:
 1. Stage 1 (presets) is spawned; the baseline warms up first. If the baseline cannot finish its
    warm-up and two rounds inside the budget, the user is told the budget is too small (exit 2).
-2. Each candidate warms up one at a time (`tune.warmup`: first step timed apart, safety steps, a
+2. Each candidate warms up one at a time (`tuning.warmup`: first step timed apart, safety steps, a
    gross slowdown stopped at once; emulated formats checked for safety, then stopped).
 3. Stage 2 adds the knobs (compile, optimizer) on the precisions that survived; stage 3 adds
    activation checkpointing only when memory is the limit (an OOM, or > 85% of GPU memory).
@@ -39,6 +39,7 @@ from overdrive.measure.threads import host_load, plan_threads
 from overdrive.recipes import resolve
 from overdrive.tuning.candidates import (Candidate, checkpointing_candidates, knob_candidates, named_candidates,
                                        preset_candidates)
+from overdrive.tuning.field import fit_emulated, fit_knobs, halve, prune
 from overdrive.tuning.run import Run
 from overdrive.tuning.safety import SafetyResult, Tolerance, check_safety
 from overdrive.tuning.task import PROGRAM
@@ -309,7 +310,7 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
     """Run the whole schedule; returns the session (its `runs` hold every candidate's record)."""
     s = Session(workload, env, budget_s=budget_s, **kw)
     try:
-        first = named_candidates(names, env) if names else preset_candidates(env)
+        first, pruned = (named_candidates(names, env), []) if names else prune(preset_candidates(env), env)
         runs = s._spawn(first[:1])
         base = runs[0]
         if base.status in ("user", "failed", "crashed", "oom"):
@@ -336,14 +337,12 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
         s._warm(s.twin, None)
         # Emulated FP8 is checked for safety only, after everything that can win has warmed up.
         emulated = [c for c in first[1:] if c.emulated]
-        for r in s._spawn([c for c in first[1:] if not c.emulated]):
+        t_stage, stage = time.perf_counter(), s._spawn([c for c in first[1:] if not c.emulated])
+        for r in stage:
             s._warm(r, base)
+        _noted(s, pruned, "pruned")
         if not names:
-            # Knobs for the precisions that are in the race, fastest first (the budget may end mid-stage).
-            alive = sorted((r for r in s.runs if r.live), key=lambda r: r.steady_ms() or math.inf)
-            best = alive[0].steady_ms() if alive else None
-            survivors = [r.cand for r in alive if best and (r.steady_ms() or math.inf) <= 2 * best]
-            for r in s._spawn(knob_candidates(survivors, env, [r.cand for r in s.runs])):
+            for r in s._spawn(_knobs(s, env, base, warm_s=(time.perf_counter() - t_stage) / max(1, len(stage)))):
                 s._warm(r, base)
             why = s._memory_limited()
             if why:
@@ -352,6 +351,9 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
                 s.memory_note = why
                 for r in s._spawn(checkpointing_candidates(survivors, env, [r.cand for r in s.runs])):
                     s._warm(r, base)
+            emulated, late = fit_emulated(emulated, base_setup_s=base.setup_s, base_step_ms=base.steady_ms(),
+                                          steps=s.warmup_steps + 3, left_s=s.left(s.warm_deadline))
+            _noted(s, [], "", late)  # (the user's own names are set up whatever the estimate)
         for r in s._spawn(emulated):
             s._warm(r, base)
         s._timed(base, reserve_s=min(5.0, 0.05 * budget_s) + 0.2 * sum(1 for r in s.runs if r.live))
@@ -359,6 +361,23 @@ def measure(workload: Workload, env: EnvReport, *, budget_s: float, names: list[
         return s
     finally:
         s.close()
+
+
+def _knobs(s: Session, env: EnvReport, base: Run, *, warm_s: float) -> list[Candidate]:
+    """The knobs worth warming up: on the faster half of the precisions in the race (`tuning.field.halve`),
+    not pruned by a prior, and only while the rounds keep their share of the budget (`fit_knobs`)."""
+    knobs, pruned = prune(knob_candidates([r.cand for r in halve(s.runs)], env, [r.cand for r in s.runs]), env)
+    knobs, late = fit_knobs(knobs, warm_s=warm_s, left_s=s.left(), step_ms=base.steady_ms(),
+                            live=1 + sum(r.live for r in s.runs), turn_s=TURN_S)
+    _noted(s, pruned, "pruned", late)
+    return knobs
+
+
+def _noted(s: Session, pairs: list[tuple[Candidate, str]], status: str,
+           skipped: list[tuple[Candidate, str]] = ()) -> None:
+    """Rows for contenders never set up (pruned by a prior, or `skipped`: no warm-up time), with why."""
+    s.runs += [Run(cand=c, status=status, reason=why) for c, why in pairs]
+    s.runs += [Run(cand=c, status="skipped", reason=why) for c, why in skipped]
 
 
 def _too_small(s: Session, base: Run) -> str:
