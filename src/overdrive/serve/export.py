@@ -166,7 +166,7 @@ def _user(factory: str, inputs: str | None, weights: str | None, dynamic: list[s
     import inspect
 
     from overdrive.errors import UserError
-    from overdrive.tune.workload import load_file_fn
+    from overdrive.tuning.workload import load_file_fn
 
     if not inputs:
         raise ExportError(f"exporting {factory} needs example inputs: pass --inputs FILE.py:FN, FN(batch) returning a "
