@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import fields
 
-from overdrive.recipes.recipe import PRESETS, Recipe
+from overdrive.formats import FORMATS
+from overdrive.recipes.recipe import PRESETS, Recipe, format_preset
 
 __all__ = ["names", "parse_recipe_name", "recipe_name", "canonical_name", "ALIASES", "KNOBS", "ECOSYSTEM",
            "ecosystem_note"]
@@ -26,9 +27,23 @@ ALIASES: dict[str, str] = {
     "fp16": "amp-fp16", "float16": "amp-fp16", "half": "amp-fp16",
     "no": "fp32", "none": "fp32", "float32": "fp32",
     "plain": "baseline", "eager": "baseline",
-    "float8": "fp8", "fp8-tensorwise": "fp8", "rowwise": "fp8-rowwise", "fp8-delayed-scaling": "fp8-delayed",
-    "mx": "mxfp8", "mxfp8-block": "mxfp8", "fp4": "nvfp4",
+    # A low-precision format's name and spellings (`overdrive.formats`): fp8-tensorwise and float8 mean fp8.
+    **{a: f.preset for f in FORMATS.values() for a in (f.name, *f.aliases) if a != f.preset},
 }
+
+
+def presets() -> dict[str, Recipe]:
+    """PRESETS, and the preset of any format registered since (`overdrive.formats.FORMATS`)."""
+    return {**PRESETS, **{f.preset: format_preset(f) for f in FORMATS.values() if f.preset not in PRESETS}}
+
+
+def _preset_key(text: str) -> str:
+    """The preset a head word means: a preset, an alias, or a format's name, preset or spelling."""
+    head = text.lower()
+    if head in ALIASES:
+        return ALIASES[head]
+    f = next((f for f in FORMATS.values() if head in (f.name, *f.aliases)), None)
+    return f.preset if f else head
 
 # Other stacks' names for a recipe: Lightning's `Trainer(precision=...)` strings (lightning.fabric.
 # connector's _PRECISION_INPUT). They parse to Overdrive's recipe, which is the name reported back.
@@ -88,7 +103,7 @@ _FIELDS = {f.name: f for f in fields(Recipe)}
 
 def names() -> list[str]:
     """The preset names, in the order they are documented."""
-    return list(PRESETS)
+    return list(presets())
 
 
 def _fix() -> str:
@@ -120,10 +135,11 @@ def parse_recipe_name(text: str) -> Recipe:
         raise ValueError(f"recipe '{parts[0]}' (Lightning's precision): {_NOT_OURS[head]}")
     if head in ECOSYSTEM:  # another stack's name: its recipe, then the user's own knobs
         return parse_recipe_name("+".join([ECOSYSTEM[head][0], *parts[1:]]))
-    key = ALIASES.get(head, head)
-    if key not in PRESETS:
+    key = _preset_key(head)
+    known = presets()
+    if key not in known:
         raise ValueError(f"unknown recipe '{parts[0]}': {_fix()}")
-    r = PRESETS[key]
+    r = known[key]
     changes: dict = {}
     for knob in parts[1:]:
         k = knob.lower()
@@ -152,10 +168,11 @@ def _diff(a: Recipe, b: Recipe) -> dict:
 
 def recipe_name(recipe: Recipe, *, base: str | None = None) -> str:
     """The name of `recipe` in the grammar: `base` (or the closest preset) plus knobs for the rest."""
+    known = presets()
     if base is None:
-        head = ALIASES.get(recipe.name.split("+")[0].lower(), recipe.name.split("+")[0].lower())
-        base = head if head in PRESETS else min(PRESETS, key=lambda p: len(_diff(PRESETS[p], recipe)))
-    diff = _diff(PRESETS[base], recipe)
+        head = _preset_key(recipe.name.split("+")[0])
+        base = head if head in known else min(known, key=lambda p: len(_diff(known[p], recipe)))
+    diff = _diff(known[base], recipe)
     out = [base]
     for knob, sets in KNOBS.items():  # a knob is used when it says exactly what differs
         if sets and all(diff.get(f, object()) == v for f, v in sets.items()):

@@ -6,10 +6,12 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Literal
 
+from overdrive.formats import FORMATS, find_format
+
 __all__ = ["Recipe", "PRESETS", "get_recipe", "FIELD_CHOICES"]
 
 Precision = Literal["auto", "fp32", "fp16", "bf16", "fp8", "fp4"]
-FP8Scaling = Literal["tensorwise", "delayed", "rowwise", "mxfp8", "nvfp4"]
+FP8Scaling = str  # a format of `overdrive.formats.FORMATS`: its fp8_scaling value or its name
 FP8Backend = Literal["auto", "transformer_engine", "torchao", "emulated"]
 Optimizer = Literal["auto", "apex", "torch-fused", "foreach", "for-loop"]
 Norm = Literal["auto", "transformer_engine", "apex", "liger", "torch"]
@@ -19,7 +21,7 @@ Checkpointing = Literal["none", "selective", "full"]
 
 FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "precision": ("auto", "fp32", "fp16", "bf16", "fp8", "fp4"),
-    "fp8_scaling": ("tensorwise", "delayed", "rowwise", "mxfp8", "nvfp4"),
+    "fp8_scaling": tuple(f.scaling for f in FORMATS.values()),
     "fp8_backend": ("auto", "transformer_engine", "torchao", "emulated"),
     "optimizer": ("auto", "apex", "torch-fused", "foreach", "for-loop"),
     "norm": ("auto", "transformer_engine", "apex", "liger", "torch"),
@@ -36,10 +38,10 @@ class Recipe:
     written from the fields (closest preset + knobs), so every name printed parses back to this recipe."""
     precision: Precision = "auto"
     """fp32; fp16 (autocast + GradScaler); bf16 (autocast); fp8 (linears in FP8, the rest in bf16 on GPU);
-    fp4 (linears in NVFP4, needs fp8_scaling="nvfp4"); auto = the best precision the environment
+    fp4 (linears in NVFP4, needs fp8_scaling=nvfp4); auto = the best precision the environment
     reports (never fp8/fp4: their gain depends on shapes and compile, so measure with `overdrive bench`)."""
     fp8_scaling: FP8Scaling = "tensorwise"
-    """The low-precision format's scaling: tensorwise = per-tensor current scaling; delayed (Transformer
+    """The low-precision format (`overdrive.formats.FORMATS`) by its scaling, or its name: tensorwise = per-tensor current scaling; delayed (Transformer
     Engine only); rowwise (torchao); mxfp8 (E4M3 with one E8M0 scale per 32 elements; SM 10.x or
     emulated); nvfp4 (E2M1 with one E4M3 scale per 16 elements and a per-tensor fp32 scale; fp4 only)."""
     fp8_backend: FP8Backend = "auto"
@@ -67,14 +69,16 @@ class Recipe:
     the size rule (`fp8_min_dim`). The head rule still applies."""
 
     def __post_init__(self) -> None:
+        self._one_vocabulary()
         for f in fields(self):
-            allowed = FIELD_CHOICES.get(f.name)
+            allowed = FIELD_CHOICES.get(f.name) if f.name != "fp8_scaling" else _scalings()
             v = getattr(self, f.name)
             if allowed and v not in allowed:
                 raise ValueError(f"recipe field {f.name}={v!r} is not one of {', '.join(allowed)}")
-        if (self.precision == "fp4") != (self.fp8_scaling == "nvfp4"):
-            raise ValueError(f"precision={self.precision!r} with fp8_scaling={self.fp8_scaling!r}: NVFP4 is "
-                             "precision='fp4' with fp8_scaling='nvfp4' (the 'nvfp4' preset)")
+        fmt = find_format(self.fp8_scaling)
+        if self.precision != fmt.bits and (self.precision in _bits() or fmt.bits != find_format("tensorwise").bits):
+            raise ValueError(f"precision={self.precision!r} with fp8_scaling={self.fp8_scaling!r}: {fmt.name} is "
+                             f"precision={fmt.bits!r} (the {fmt.preset!r} preset)")
         for name, typ in (("checkpoint_every", int), ("fp8_min_dim", int), ("fp8_convert_head", bool), ("name", str),
                           ("fp8_shapes", str)):
             v = getattr(self, name)
@@ -88,6 +92,19 @@ class Recipe:
             from overdrive.recipes.names import recipe_name  # names.py builds on PRESETS, defined below
 
             object.__setattr__(self, "name", recipe_name(self))
+
+    def _one_vocabulary(self) -> None:
+        """A format's name said as the precision or the scaling (fp8-rowwise, mxfp8) sets both fields."""
+        fmt = find_format(self.precision) if self.precision not in _bits() else None
+        if fmt is not None:
+            if self.fp8_scaling not in ("tensorwise", fmt.scaling) and find_format(self.fp8_scaling) is not fmt:
+                raise ValueError(f"precision={self.precision!r} names the format {fmt.name}, but fp8_scaling="
+                                 f"{self.fp8_scaling!r} another: give one")
+            object.__setattr__(self, "precision", fmt.bits)
+            object.__setattr__(self, "fp8_scaling", fmt.scaling)
+        fmt = find_format(self.fp8_scaling)
+        if fmt is not None and self.fp8_scaling != fmt.scaling:
+            object.__setattr__(self, "fp8_scaling", fmt.scaling)
 
     def replace(self, **changes) -> "Recipe":
         """A copy with some fields changed; unless given, the name says what changed ("amp-bf16+compile")."""
@@ -140,6 +157,19 @@ class Recipe:
             raise UserError(f"recipe file {path}: {e}") from None
 
 
+def _scalings() -> tuple[str, ...]:
+    return tuple(f.scaling for f in FORMATS.values())
+
+
+def _bits() -> set[str]:
+    return {f.bits for f in FORMATS.values()}
+
+
+def format_preset(fmt) -> Recipe:
+    """The preset recipe that trains in `fmt` (a `formats.Format`)."""
+    return Recipe(name=fmt.preset, precision=fmt.bits, fp8_scaling=fmt.scaling)
+
+
 PRESETS: dict[str, Recipe] = {
     "auto": Recipe(name="auto"),
     # Plain PyTorch, what every speedup is measured against: fp32, eager, for-loop AdamW, torch norms.
@@ -148,11 +178,8 @@ PRESETS: dict[str, Recipe] = {
     "fp32-fused": Recipe(name="fp32-fused", precision="fp32", optimizer="torch-fused"),
     "amp-fp16": Recipe(name="amp-fp16", precision="fp16"),
     "amp-bf16": Recipe(name="amp-bf16", precision="bf16"),
-    "fp8": Recipe(name="fp8", precision="fp8", fp8_scaling="tensorwise"),
-    "fp8-rowwise": Recipe(name="fp8-rowwise", precision="fp8", fp8_scaling="rowwise"),
-    "fp8-delayed": Recipe(name="fp8-delayed", precision="fp8", fp8_scaling="delayed"),
-    "mxfp8": Recipe(name="mxfp8", precision="fp8", fp8_scaling="mxfp8"),
-    "nvfp4": Recipe(name="nvfp4", precision="fp4", fp8_scaling="nvfp4"),
+    # One preset per low-precision format (`overdrive.formats`): fp8 (per-tensor), fp8-rowwise, ...
+    **{f.preset: format_preset(f) for f in FORMATS.values()},
 }
 
 
