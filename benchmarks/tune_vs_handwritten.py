@@ -25,13 +25,13 @@ HERE = os.path.abspath(__file__)
 
 
 class Tagger(nn.Module):
-    """The user's model: token embedding, two residual MLP blocks with LayerNorm, a tag head."""
+    """The user's model: token embedding, `depth` residual MLP blocks with LayerNorm, a tag head."""
 
-    def __init__(self, width: int, vocab: int = 512, tags: int = 16):
+    def __init__(self, width: int, vocab: int = 512, tags: int = 16, depth: int = 2):
         super().__init__()
         self.emb = nn.Embedding(vocab, width)
         self.blocks = nn.ModuleList(nn.Sequential(nn.LayerNorm(width), nn.Linear(width, 4 * width), nn.GELU(),
-                                                  nn.Linear(4 * width, width)) for _ in range(2))
+                                                  nn.Linear(4 * width, width)) for _ in range(depth))
         self.norm = nn.LayerNorm(width)
         self.head = nn.Linear(width, tags)
 
@@ -50,6 +50,11 @@ def wide() -> nn.Module:
     return Tagger(384)
 
 
+def deep() -> nn.Module:
+    """Three blocks at width 512 (6.3M parameters): the optimizer step is a large share of the step."""
+    return Tagger(512, depth=3)
+
+
 def batch(step: int) -> dict:
     g = torch.Generator().manual_seed(step)
     return {"ids": torch.randint(0, 512, (16, 64), generator=g), "tags": torch.randint(0, 16, (16, 64), generator=g)}
@@ -59,7 +64,7 @@ def loss(model: nn.Module, b: dict) -> torch.Tensor:
     return nn.functional.cross_entropy(model(b["ids"]).flatten(0, 1), b["tags"].flatten())
 
 
-def _contenders(factory, recipe):
+def _contenders(factory, recipe, hand_loops: tuple[str, ...]):
     import overdrive
 
     torch.manual_seed(0)
@@ -86,16 +91,17 @@ def _contenders(factory, recipe):
             return lo.item()
         return step
 
-    return {f"tuned ({recipe.name})": tuned, "hand fp32 + fused AdamW": hand(False),
-            "hand bf16 autocast + fused AdamW": hand(True)}
+    loops = {"fp32": ("hand fp32 + fused AdamW", False), "bf16": ("hand bf16 autocast + fused AdamW", True)}
+    return {f"tuned ({recipe.name})": tuned, **{loops[k][0]: hand(loops[k][1]) for k in hand_loops}}
 
 
-def side_by_side(factory, recipe, *, rounds: int, steps: int, warmup: int = 3) -> tuple[dict, dict]:
+def side_by_side(factory, recipe, *, rounds: int, steps: int, warmup: int = 3,
+                 hand_loops: tuple[str, ...] = ("fp32", "bf16")) -> tuple[dict, dict]:
     """(step ms per contender, notes). A contender whose first step is over 10x the fastest one's
     (bf16 on a CPU without bf16 units: ~70x) keeps that one step as its only figure, with a note."""
-    from overdrive.bench.timing import interleaved_rounds, time_fn
+    from overdrive.measure.rounds import interleaved_rounds, time_fn
 
-    fns = _contenders(factory, recipe)
+    fns = _contenders(factory, recipe, hand_loops)
     ms: dict[str, list[float]] = {k: [] for k in fns}
     notes: dict[str, str] = {}
     first = {k: time_fn(lambda f=f: f(batch(0)), cuda=False) for k, f in fns.items()}  # includes compile
@@ -142,6 +148,9 @@ def main() -> int:
                    help="torch threads for tune's workers and the side-by-side loops (default: 1 when the host is "
                         "oversubscribed, else torch's default): on a shared 2-core host at load 20, two OpenMP "
                         "threads made a 1-thread 8 ms step take 100-375 ms")
+    p.add_argument("--hand", default="fp32,bf16",
+                   help="the hand-written loops to time (fp32, bf16): on a CPU where the doctor measured bf16 matmuls "
+                        "30-70x slower than fp32, the bf16 loop's first step alone takes minutes on a large model")
     p.add_argument("--reprobe-fused", action="store_true",
                    help="re-run the doctor's fused AdamW / SDPA probe with a 300 s timeout first (on a host at load "
                         "~20 its 60 s timeout expires, and every recipe then falls back to foreach AdamW)")
@@ -150,7 +159,7 @@ def main() -> int:
         a.threads = 1 if os.getloadavg()[0] > (os.cpu_count() or 1) else torch.get_num_threads()
     torch.set_num_threads(a.threads)
     import overdrive
-    from overdrive.bench.timing import speedup_ci
+    from overdrive.measure.stats import speedup_ci
 
     env = overdrive.get_env()
     if a.reprobe_fused:
@@ -176,7 +185,14 @@ def main() -> int:
                              progress=lambda s: print(f"  [{time.perf_counter() - t0:5.0f} s] {s}", file=sys.stderr))
         print(f"\n== {name} ({sum(p.numel() for p in factory().parameters()) / 1e6:.2f}M params): tune took "
               f"{time.perf_counter() - t0:.0f} s of {a.budget_s:g}\n{res.table()}\n{res.summary}")
-        ms, notes = side_by_side(factory, res.best, rounds=a.rounds, steps=a.steps)
+        m, aa = res.meta, (res.meta.get("noise") or {}).get("aa") or {}
+        clean = bool(aa) and aa["ci"][0] <= 1.0 <= aa["ci"][1]
+        print(f"  kept {m.get('kept')} (recommended: {m.get('recommended')}); {m['rounds']} rounds, stopped at "
+              f"{m['rounds_stop']}; A/A {aa.get('ratio', float('nan')):.3f} {aa.get('ci')} "
+              f"({'clean: contains 1.0' if clean else 'NOT clean'}), too busy: {m['noise']['too_busy']}; "
+              f"load after tune: {os.getloadavg()[0]:.1f}")
+        ms, notes = side_by_side(factory, res.best, rounds=a.rounds, steps=a.steps,
+                                 hand_loops=tuple(h.strip() for h in a.hand.split(",") if h.strip()))
         tuned_k = next(k for k in ms if k.startswith("tuned"))
         hand = {k: v for k, v in ms.items() if k.startswith("hand")}
         best_k = min(hand, key=lambda k: statistics.median(hand[k]))

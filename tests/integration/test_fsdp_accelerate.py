@@ -1,4 +1,4 @@
-"""accelerate(distributed="fsdp") under torchrun: the README's script on 2 gloo ranks matches 1 process,
+"""accelerate(distributed="fsdp") under torchrun: docs/accelerate.md's script on 2 gloo ranks matches 1 process,
 and its checkpoint, saved on 2 ranks, loads on 1."""
 
 import os
@@ -16,11 +16,11 @@ from overdrive.models.hf import build_hf_model
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow
 
-README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "accelerate.md"  # the README links it
 
 
 def _script(tmp_path) -> pathlib.Path:
-    text = README.read_text()
+    text = GUIDE.read_text()
     section = text[text.index("### torchrun and FSDP2"):]
     code = re.search(r"```py[^\n]*\n(.*?)```", section, flags=re.S).group(1)  # "```python fsdp_llama.py OUT"
     path = tmp_path / "fsdp_llama.py"

@@ -1,16 +1,18 @@
-"""The README, walked top to bottom as a new user would: every fence is tagged, every command and
-snippet runs in order in one working folder, and what it prints matches what the README shows.
+"""The README, then the guides in docs/ it links, walked top to bottom as a new user would: every fence
+is tagged, every command and snippet runs in order in one working folder, and what it prints matches
+what the page shows. A page of docs/ that shows a command must be in `PAGES`, so none is skipped.
 
 Fence tags: `bash` (commands, one per line, run in order), `python` (a snippet, run as a script;
 `python FILE ARGS` saves it as FILE and runs it with ARGS; a `# "..."` comment after a print is the
-line it must print, numbers aside), `text CMD` (what the
-README command CMD prints: its table's columns are compared with the real output's),
-`toml` (a config shown, not run). An untagged fence fails the walk, so nothing is skipped silently.
+line it must print, numbers aside), `text CMD` (what the command CMD shown in a page prints, or
+`text python FILE`: what the snippet saved as FILE prints; a table's columns, else the `label:` and
+`key=` names of its lines, are compared with the real output's), `toml` (a config shown, not run).
+An untagged fence fails the walk, so nothing is skipped silently.
 
 To fit CI time a few commands run in their CPU-sized form (`INSTEAD`: the `--quick` variant, a
 smaller budget), and the few that cannot run on a CPU test machine say why. The files a user is
 assumed to have (`my.txt`, `day_0.tsv`, ...) are made first (`USER_FILES`). Every table entry
-must name a README line, so the tables cannot go stale.
+must name a line of a walked page, so the tables cannot go stale.
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ import time
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+from pages import PAGES, README, ROOT
+
 TAGS = {"bash", "python", "text", "toml"}
 QUICK = "--quick --rounds 1 --no-micro"  # one timed round: the same code paths, a fraction of the time
 
-# README command (comment stripped) -> (what the walk runs instead, or None to leave it out; why).
+# A page's command (comment stripped) -> (what the walk runs instead, or None to leave it out; why).
 INSTEAD: dict[str, tuple[str | None, str]] = {
     "make demo": (f"overdrive bench {QUICK} --out out/bench", "what `make demo` runs, in its quick form"),
     "make doctor": ("overdrive doctor", "what `make doctor` runs (the venv is this test's Python)"),
@@ -56,7 +58,7 @@ INSTEAD: dict[str, tuple[str | None, str]] = {
     "overdrive train examples/tiny.toml --set train.recipe=amp-bf16 --set train.steps=300": (
         "overdrive train examples/tiny.toml --set train.recipe=amp-bf16 --set train.steps=20",
         "bf16 runs ~70x slower than fp32 on an AVX2-only CPU (a second run: it gets its own folder)"),
-    "overdrive tune --model models.py:make_model --batch models.py:batch --loss-fn models.py:loss --budget-s 150 "
+    "overdrive tune --model models.py:make_model --batch models.py:batch --loss-fn models.py:loss --budget-s 300 "
     "--out tuned/": (
         "overdrive tune --model models.py:make_model --batch models.py:batch --loss-fn models.py:loss --budget-s 40 "
         "--out tuned/", "a smaller budget"),
@@ -125,9 +127,9 @@ LLAMA_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "h
                 "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
                 "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 128}
 
-# A file the README's commands assume the user has -> its content.
+# A file the pages' commands assume the user has -> its content.
 USER_FILES = {
-    "my.txt": lambda: (ROOT / "README.md").read_text() * 4,
+    "my.txt": lambda: README.read_text() * 4,
     "day_0.tsv": _criteo_tsv,
     "path/to/config.json": lambda: json.dumps(LLAMA_CONFIG),
     "models.py": lambda: MODELS_PY,
@@ -161,20 +163,43 @@ def commands(body: str) -> list[str]:
     return out
 
 
+def _name(page: pathlib.Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+def _all_fences() -> list[tuple[str, str, str]]:
+    """(info string, body, "page:line") of every fence of every walked page, in walk order."""
+    return [(info, body, f"{_name(page)}:{ln}") for page in PAGES for info, body, ln in fences(page.read_text())]
+
+
 def _bash_commands() -> list[str]:
-    return [c for info, body, _ in fences(README.read_text()) if info == "bash" for c in commands(body)]
+    return [c for info, body, _ in _all_fences() if info == "bash" for c in commands(body)]
+
+
+def _snippet_name(info: str, where: str) -> str:
+    """The file a python fence is saved as: its own name, or one made from where it stands."""
+    words = info.split()[1:]
+    return words[0] if words else "snippet_" + re.sub(r"\W", "_", where) + ".py"
 
 
 def test_every_fence_is_tagged():
-    found = fences(README.read_text())
-    untagged = [f"README.md:{ln}" for info, _, ln in found if not info]
+    found = _all_fences()
+    untagged = [where for info, _, where in found if not info]
     assert not untagged, f"untagged fences (the walk would skip them): {untagged}"
-    unknown = [f"README.md:{ln} ({info})" for info, _, ln in found if info.split()[0] not in TAGS]
+    unknown = [f"{where} ({info})" for info, _, where in found if info.split()[0] not in TAGS]
     assert not unknown, f"fence tags the walk does not know: {unknown}; use one of {sorted(TAGS)}"
-    cmds = set(_bash_commands())
-    for info, _, ln in found:
+    shown = set(_bash_commands()) | {f"python {_snippet_name(i, w)}" for i, _, w in found if i.split()[0] == "python"}
+    for info, _, where in found:
         if info.split()[0] == "text":
-            assert info[4:].strip() in cmds, f"README.md:{ln}: `{info}` must name a README command it shows"
+            assert info[4:].strip() in shown, f"{where}: `{info}` must name a command or snippet the pages show"
+
+
+def test_every_page_that_shows_a_command_is_walked():
+    docs = sorted((ROOT / "docs").glob("*.md"))
+    unwalked = [_name(p) for p in docs if p not in PAGES and any(
+        info.split()[0] in ("bash", "python") for info, _, _ in fences(p.read_text()) if info)]
+    assert not unwalked, f"pages of docs/ that show commands the walk never runs (add them to PAGES): {unwalked}"
+    assert all(p.is_file() for p in PAGES), [_name(p) for p in PAGES if not p.is_file()]
 
 
 def test_the_walk_never_runs_the_suite_it_is_part_of():
@@ -184,11 +209,11 @@ def test_the_walk_never_runs_the_suite_it_is_part_of():
 
 
 def test_the_walk_tables_name_readme_lines():
-    text, cmds = README.read_text(), set(_bash_commands())
+    text, cmds = "".join(p.read_text() for p in PAGES), set(_bash_commands())
     stale = [c for c in INSTEAD if c not in cmds]
-    assert not stale, f"the walk's INSTEAD table names commands the README no longer has: {stale}"
+    assert not stale, f"the walk's INSTEAD table names commands the pages no longer have: {stale}"
     unused = [f for f in USER_FILES if f not in text]
-    assert not unused, f"USER_FILES the README never mentions: {unused}"
+    assert not unused, f"USER_FILES the pages never mention: {unused}"
 
 
 def _header(text: str) -> list[str]:
@@ -207,11 +232,41 @@ def _header(text: str) -> list[str]:
     return [c.strip() for c in re.split(r"\s{2,}|[│|]", first) if c.strip()]
 
 
+LABEL = re.compile(r"^\s*([A-Za-z][\w .+/()'-]{0,40}?):\s|\b([a-z_]+)=", re.M)
+
+
+def _labels(text: str) -> set[str]:
+    """The names an untabled output's lines carry: `  precision: ...` and `loss=3.2 lr=...`."""
+    return {a or b for a, b in LABEL.findall(text)}
+
+
+def _like(line: str) -> re.Pattern:
+    """A printed line, numbers aside; `…` stands for what the page trimmed."""
+    num = r"\d+(?:[.,]\d+)*"
+    parts = [num.join(re.escape(bit) for bit in re.split(num, piece.strip())) for piece in line.split("…")]
+    return re.compile(".*?".join(parts))
+
+
 def _compare_sample(sample: str, out: str) -> list[str]:
-    """The sample's header columns must be the real output's (the figures are the sample's machine's)."""
-    real = _header(out)
-    return [f"column {col!r} of the README's sample is not in the output (it has {real})"
-            for col in _header(sample) if col not in real]
+    """The sample's header columns must be the real output's (the figures are the sample's machine's).
+    An output without a boxed table, line by line: a line that carries names (`label: ...`, `key=...`)
+    must have its names printed; any other line must be printed as shown, numbers and `…` aside."""
+    if any(ln.strip().startswith("┃") for ln in sample.splitlines()) or not _labels(sample):
+        real = _header(out)
+        cols = _header(sample)
+        if len(cols) > 1 or any(ln.strip().startswith("┃") for ln in sample.splitlines()):
+            return [f"column {col!r} of the page's sample is not in the output (it has {real})"
+                    for col in cols if col not in real]
+    problems, real_names = [], _labels(out)
+    lines = [ln for ln in sample.splitlines() if ln.strip() and ln.strip() != "…"]
+    for ln in lines:
+        names = _labels(ln)
+        if names:
+            problems += [f"{name!r} of the page's sample is not in the output (it has {sorted(real_names)})"
+                         for name in sorted(names - real_names)]
+        elif not _like(ln).search(out):
+            problems.append(f"the page's sample line {ln.strip()!r} is not in the output")
+    return problems or ([] if lines else ["the sample is empty: nothing to compare it with"])
 
 
 def _compare_printed(snippet: str, out: str) -> list[str]:
@@ -258,12 +313,12 @@ def test_readme_walk(tmp_path):
             failures.append(f"{where} `{cmd}` printed a traceback:\n{out[-3000:]}")
         return out
 
-    for info, body, line in fences(README.read_text()):
-        where, kind = f"README.md:{line}", info.split()[0]
+    for info, body, where in _all_fences():
+        kind = info.split()[0]
         if kind == "python":
-            name, *args = info.split()[1:] or [f"snippet_{line}.py"]
+            name, args = _snippet_name(info, where), info.split()[2:]
             (work / name).write_text(body)
-            out = run(shlex.join([sys.executable, name, *args]), where)
+            out = outputs[f"python {name}"] = run(shlex.join([sys.executable, name, *args]), where)
             failures += [f"{where}: {p}" for p in _compare_printed(body, out)]
         elif kind == "bash":
             for cmd in commands(body):
@@ -293,4 +348,21 @@ def test_sample_header_is_read_whether_rich_wraps_it_or_not():
     assert _header(narrow.export_text()) == _header(printed) == cols
     assert _header("config  step ms (median [p10–p90])  speedup vs baseline\nbaseline  1.0  1.00x") == cols
     assert _compare_sample("config  safe\n", printed) == [
-        f"column 'safe' of the README's sample is not in the output (it has {cols})"]
+        f"column 'safe' of the page's sample is not in the output (it has {cols})"]
+
+
+def test_an_untabled_sample_is_compared_by_its_labels():
+    report = "Overdrive recipe 'auto' on cpu: precision fp32\n  compile: off  — eager\n  precision: fp32  — no bf16\n"
+    assert _compare_sample("  precision: bf16  — trimmed\n", report) == []
+    assert _compare_sample("  norm: torch\n", report) == [
+        "'norm' of the page's sample is not in the output (it has [\"Overdrive recipe 'auto' on cpu\", 'compile', "
+        "'precision'])"]
+    train = "step=25 loss=3.201 lr=0.002934 step_ms=2096\n"
+    assert _compare_sample("step=150 loss=2.1 lr=0.0003\n", train) == []
+    assert _compare_sample("step=150 val_loss=2.1\n", train) == [
+        "'val_loss' of the page's sample is not in the output (it has ['loss', 'lr', 'step', 'step_ms'])"]
+    assert _compare_sample("wrote 3 files\n", "wrote 12 files\n") == []
+    assert _compare_sample("wrote 3 files\n", train) == ["the page's sample line 'wrote 3 files' is not in the output"]
+    assert _compare_sample("wrote a.pt2, … c.onnx\n", "wrote a.pt2, b.onnx, c.onnx\n") == []
+    assert _compare_sample("wrote a.pt2, … d.onnx\n", "wrote a.pt2, b.onnx, c.onnx\n") == [
+        "the page's sample line 'wrote a.pt2, … d.onnx' is not in the output"]

@@ -11,7 +11,7 @@ from overdrive.bench import Candidate, Suite, run_bench
 from overdrive.bench.analysis import loss_tolerance
 from overdrive.data import DataError, TokenData, builtin_tokens, file_tokens
 from overdrive.bench.flops import flops_per_token, mfu
-from overdrive.bench.stats import speedup_ci, summarize
+from overdrive.measure.stats import speedup_ci, summarize
 from overdrive.env import build_report
 from overdrive.models import GPT, gpt_config
 from overdrive.recipes import Recipe

@@ -8,10 +8,11 @@ import pytest
 from fakes import TORCHAO_EMU, machine
 from overdrive.bench import Candidate, Suite, candidates_from_names, get_suite, run_bench
 from overdrive.bench.analysis import recommend
-from overdrive.bench.runner import ConfigRun, _plan, _too_slow
+from overdrive.bench.runner import ConfigRun, _plan, _stop_slow
 from overdrive.bench.suites import SUITES
 from overdrive.bench.workloads.gpt import loss_parity
 from overdrive.env import build_report
+from overdrive.measure.session import floor_of, slow_stop
 from overdrive.recipes import get_recipe
 
 AVX2 = build_report(machine(None))  # no torchao, bf16 ~70x slower than fp32: best precision fp32
@@ -20,6 +21,14 @@ EMU = build_report(machine(None, torchao=TORCHAO_EMU))
 TINY = Suite(name="test", teacher="tiny", student="tiny", batch=4, seq=32, warmup=1, rounds=4, steps_per_round=2,
              budget_s=300, parity_steps=8, micro="none", lr=3e-3, data_tokens=1 << 14)
 B = Candidate.preset("baseline", baseline=True)
+
+
+def _too_slow(run, base, twin, suite) -> bool:
+    """Bench's early stop: the round driver's rule (`slow_stop`), then bench marks the run stopped."""
+    why = slow_stop(base, run, floor_of(base, twin), suite.slow_factor)
+    if why:
+        _stop_slow(run, why)
+    return why is not None
 
 
 def _by(rows, name):

@@ -1,5 +1,5 @@
 """One flag vocabulary: every command's parser, read as a user meets it, against the table in
-overdrive/commands/vocabulary.py and the README's copy of it."""
+overdrive/commands/vocabulary.py and its copy in docs/cli.md (which the README links)."""
 
 import argparse
 import os
@@ -10,7 +10,7 @@ import pytest
 from overdrive.cli import build_parser
 from overdrive.commands.vocabulary import DEPRECATED, FLAGS
 
-README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+CLI_DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "cli.md")
 SKIP = {"--help", "--verbose"}
 
 
@@ -34,7 +34,7 @@ def test_every_shared_flag_is_in_the_table_with_the_commands_that_take_it():
     for flag, by_cmd in flags.items():
         if len(by_cmd) > 1:
             assert flag in FLAGS, (f"{flag} is taken by {sorted(by_cmd)}: add it to FLAGS in "
-                                   "overdrive/commands/vocabulary.py and to the README's flag table")
+                                   "overdrive/commands/vocabulary.py and to the flag table in docs/cli.md")
     for flag, entry in FLAGS.items():
         assert set(entry.commands) == set(flags.get(flag, {})), (
             f"{flag}: the table says {sorted(entry.commands)}, the parsers {sorted(flags.get(flag, {}))}")
@@ -56,8 +56,8 @@ def test_deprecated_spellings_are_hidden_aliases_of_their_replacement():
         assert old not in _flags() or cmd not in _flags()[old], f"{cmd} {old} is still shown in --help"
 
 
-def test_the_readme_table_is_this_table():
-    text = open(README).read()
+def test_the_docs_table_is_this_table():
+    text = open(CLI_DOC).read()
     block = text.split("<!-- flags:begin", 1)[1].split("<!-- flags:end -->", 1)[0]
     rows = {m.group(1): (m.group(2).strip(), tuple(c.strip() for c in m.group(3).split(",")))
             for m in re.finditer(r"^\| `(--[\w-]+)` \| (.+?) \| ([\w, ]+) \|$", block, re.M)}

@@ -96,7 +96,7 @@ def _tiny():
 
 @pytest.mark.parametrize("build_optimizer", [True, False])
 def test_trainer_hyperparameters_win(build_optimizer, tmp_path):
-    """The README's pattern with the user's learning_rate and accumulation trains like the plain Trainer (it
+    """docs/accelerate.md's pattern with the user's learning_rate and accumulation trains like the plain Trainer (it
     used to run Overdrive's AdamW at 3e-4 and raise 'multiple values' for gradient_accumulation_steps)."""
     import copy
 

@@ -1,14 +1,14 @@
-"""README facts that go stale: flags named under a command that the command does not take, install lines
-written as if Overdrive were on a package index, test counts that the suite outgrew."""
+"""README facts that go stale, in the README and every guide in docs/ it links: flags named under a command
+that the command does not take, install lines written as if Overdrive were on a package index, test counts
+that the suite outgrew."""
 
 import argparse
-import os
 import re
 import shlex
 
-from overdrive.cli import build_parser
+from pages import PAGES, README
 
-README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+from overdrive.cli import build_parser
 
 
 def _flags_of() -> dict[str, set[str]]:
@@ -27,7 +27,7 @@ def _sections(text: str) -> list[tuple[str | None, str]]:
 
 
 def test_every_overdrive_command_line_uses_flags_that_command_takes():
-    flags, text, bad = _flags_of(), open(README).read(), []
+    flags, text, bad = _flags_of(), "\n".join(p.read_text() for p in PAGES), []
     for line in re.findall(r"(?:^|`|ARGS=\")overdrive ([a-z]+(?: [^`\n#\"]*)?)", text, flags=re.M):
         words = shlex.split(line.replace("\\", " "), posix=True) if line.count("'") % 2 == 0 else line.split()
         cmd = words[0]
@@ -42,7 +42,7 @@ def test_a_commands_section_names_only_its_own_flags_or_says_whose():
     benchmark script's): name the program in the same code span when it is another's."""
     flags, bad = _flags_of(), []
     every = set().union(*flags.values())
-    for cmd, part in _sections(open(README).read()):
+    for cmd, part in (s for p in PAGES for s in _sections(p.read_text())):
         if cmd not in flags:
             continue
         for span in re.findall(r"`(--[a-z][\w-]*)[^`]*`", part):
@@ -52,7 +52,7 @@ def test_a_commands_section_names_only_its_own_flags_or_says_whose():
 
 
 def test_install_lines_install_from_the_clone_and_no_test_count_is_stated():
-    text = open(README).read()
+    text = "\n".join(p.read_text() for p in PAGES)
     assert "pip install 'overdrive[" not in text and 'pip install "overdrive[' not in text  # not on an index
-    quick = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    quick = README.read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
     assert not re.search(r"\b\d+ (?:tests|passed)\b", quick), "a test count in the Quick start goes stale at once"

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from overdrive.bench.timing import Clock, interleaved_rounds, rotated, speedup_ci, time_fn, verdict
+from overdrive.measure.rounds import Clock, interleaved_rounds, rotated, speedup_ci, time_fn, verdict
 
 
 def test_rotated_order_changes_every_round():

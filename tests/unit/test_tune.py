@@ -458,20 +458,54 @@ def test_warm_up_stops_the_far_slower_flags_the_unsafe_and_never_times_emulation
     assert len(runs["fp8"].loss) == 6  # emulation gets extra safety steps, and no timed ones
 
 
-def test_a_busy_host_keeps_the_baseline_unless_a_difference_clears_its_noise():
+def test_a_busy_host_recommends_nothing_and_keeps_the_best_evidenced_configuration():
     from overdrive.measure.stats import NoiseFloor
     from overdrive.tuning.measure import Run
 
     cands = named_candidates(["fp32", "amp-bf16"], CPU)
     runs = [Run(cand=c) for c in cands]
     floor = NoiseFloor(ratio=1.2, lo=0.95, hi=1.5, rounds=20, spread_pct=41.0)
-    rows = [_rowd("baseline", 1.0, None), _rowd("fp32", 1.3, [1.05, 1.6])]
+    rows = [_rowd("baseline", 1.0, None), _rowd("fp32", 1.3, [1.05, 1.6]), _rowd("amp-bf16", 1.1, [0.9, 1.4])]
     rows[1]["verdict"] = "same"  # inside the floor
     best, text, confident = _pick(rows, runs, floor=floor, busy=True, load=[12.0], cores=2)
-    assert best.name == "baseline" and "too busy to judge" in text and "load average 12.0" in text and not confident
-    rows[1].update(speedup=1.9, speedup_ci=[1.5, 2.4], verdict="faster")
+    # No recommendation, but not blindly the slowest loop: fp32's lower bound (1.05) is the field's highest
+    # and above the A/A control's own (0.95).
+    assert best.name == "fp32" and not confident
+    assert "too busy to judge" in text and "load average 12.0" in text and "No recommendation" in text
+    assert "Kept, not recommended: fp32" in text and "95% CI 1.05-1.60" in text and "(0.95)" in text
+    assert "inside the A/A noise" in text
+    rows[1]["safe"] = False  # an unsafe one is never kept; amp-bf16's bound (0.90) is below the control's
+    best, text, confident = _pick(rows, runs, floor=floor, busy=True)
+    assert best.name == "baseline" and "Kept: the baseline" in text and "amp-bf16: 1.10x" in text and not confident
+    rows[2].update(speedup=0.98, speedup_ci=[0.96, 1.01])  # above the control's bound, but not faster at all
+    assert _pick(rows, runs, floor=floor, busy=True)[0].name == "baseline"
+    rows[1].update(safe=True, speedup=1.9, speedup_ci=[1.5, 2.4], verdict="faster")
     best, text, confident = _pick(rows, runs, floor=floor, busy=True)
     assert best.name == "fp32" and "busy" in text and not confident  # never cached over a quiet run's winner
+    assert text.startswith("Winner: fp32")
+
+
+def test_a_same_verdict_keeps_the_best_evidenced_rival_not_the_slowest_loop():
+    from overdrive.measure.stats import NoiseFloor
+    from overdrive.tuning.measure import Run
+
+    # Measured on a 2-core AVX2 host at load ~23: A/A ±11.7% (not too busy), fp32 with fused AdamW 1.05x
+    # [0.95-1.18] "same": the for-loop baseline was kept and ran 1.12x slower than a fused hand-written loop.
+    cands = named_candidates(["fp32", "fp32+foreach"], CPU)
+    runs = [Run(cand=c) for c in cands]
+    floor = NoiseFloor(ratio=1.03, lo=0.94, hi=1.12, rounds=10, spread_pct=11.7)
+    rows = [_rowd("baseline", 1.0, None), _rowd("fp32", 1.05, [0.95, 1.18]), _rowd("fp32+foreach", 1.0, [0.81, 1.35])]
+    best, text, confident = _pick(rows, runs, floor=floor)
+    assert best.name == "fp32" and not confident  # kept, never cached over a confident winner
+    assert text.startswith("Nothing beat the baseline with confidence: the best, fp32, ran 1.05x")
+    assert "Kept, not recommended: fp32" in text and "its interval includes 1.0" in text and "(0.94)" in text
+    rows[1]["rounds"] = 2  # fewer rounds than any verdict rests on: no evidence either
+    assert _pick(rows, runs, floor=floor)[0].name == "baseline"
+    rows[1]["rounds"] = 6
+    rows[1]["speedup_ci"] = [0.93, 1.18]  # its lower bound no better than the A/A control's own: the baseline stays
+    best, text, confident = _pick(rows, runs, floor=floor)
+    assert best.name == "baseline" and text.endswith("Keeping the baseline (baseline: x), the best evidenced.")
+    assert confident  # every rival judged "same" on a quiet enough host: a confident "keep the baseline"
 
 
 def test_tuned_entry_survives_unrelated_installs_and_says_what_changed(tmp_path, monkeypatch):

@@ -5,11 +5,12 @@ recommendation that needs evidence (the whole interval above the floor, on a hos
 from __future__ import annotations
 
 from overdrive.bench.apply import apply_hint
-from overdrive.bench.runner import ConfigRun, Schedule, ci_seed
+from overdrive.bench.runner import ConfigRun, Schedule
 from overdrive.bench.suites import Suite
 from overdrive.bench.workloads import workload_for_task
 from overdrive.env import EnvReport
 from overdrive.measure.quality import LOSS_TOLERANCE, loss_tolerance
+from overdrive.measure.session import ci_seed
 from overdrive.measure.stats import compare, host_too_busy, noise_floor, paired_ci, round_medians, summarize
 from overdrive.recipes.labels import same_recipe_text
 

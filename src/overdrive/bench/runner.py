@@ -1,19 +1,18 @@
-"""Run the end-to-end benchmark: every distinct configuration in its own worker process, advanced in
-interleaved rounds (the one scheduler, `timing.interleaved_rounds`) so machine drift hits all alike.
+"""Run the end-to-end benchmark: every distinct configuration in its own worker process, timed in
+the interleaved rounds of the one round driver (`measure.session`, bench's configuration of it) so
+machine drift hits all alike.
 
 Two things are kept apart, so the host's load can change the timing but never the verdict on quality:
 - timing: every worker set up and warmed up first (no timed step while any worker compiles or warms
   up), then timed rounds that a wall-clock budget may cut (never below `min_rounds`). The round count
   adapts to the measured noise: at the fixed looks of `measure.stats.look_rounds` (`rounds`, twice
-  that, ... up to `max_rounds`) the rounds stop when the evidence is in (`ready_to_stop`: the A/A floor
-  narrow enough to judge and every verdict settled), else go on past `rounds` and `budget_s` up to the
-  wall-time cap `max_budget_s`; every interval is at the looks' Bonferroni level, and why the rounds
-  stopped is recorded (`Schedule.stop_reason`). A twin of the
-  baseline runs in the same rounds: the A/A control that measures this host's noise now. A
-  configuration stops early only when its paired per-round interval over at least 3 rounds says it is
-  more than `slow_factor` times slower than the baseline (never an emulated format: it runs for its
-  quality alone). Threads per worker come from the cores, the workers stepping at once and the load
-  (`overdrive.measure.threads`), and are recorded;
+  that, ... up to `max_rounds`) the rounds stop when the evidence is in (the A/A floor narrow enough
+  to judge and every configuration's verdict against the baseline settled), else go on past `rounds`
+  and `budget_s` up to the wall-time cap `max_budget_s`, ending at a look; why they stopped is
+  recorded (`Schedule.stop_reason`). A twin of the baseline runs in the same rounds (the A/A
+  control); a configuration far slower than the baseline is stopped at the end of a round; an
+  emulated format takes no timed turn (its speed is no result). Threads per worker come from the
+  cores, the workers stepping at once and the load (`overdrive.measure.threads`), and are recorded;
 - quality: every configuration still running trains exactly `parity_steps` steps (untimed top-up
   after the rounds if needed), and is judged on those.
 Candidates that resolve to the same effective recipe here are measured once, under both names.
@@ -23,16 +22,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from overdrive.bench.suites import Candidate, Suite
 from overdrive.bench.task import PROGRAM
 from overdrive.env import EnvReport
 from overdrive.measure.launch import Failure, Launcher, Worker, call_all
-from overdrive.measure.rounds import interleaved_rounds
-from overdrive.measure.stats import (compare, evidence_of_slowdown, look_rounds, noise_floor, ready_to_stop,
-                                     round_medians)
+from overdrive.measure.session import RoundsConfig, RoundSession, twin_name
+from overdrive.measure.stats import look_rounds
 from overdrive.measure.threads import ThreadPlan, host_load, plan_threads
 from overdrive.recipes import ResolvedRecipe, resolve
 from overdrive.recipes.labels import effective_key
@@ -87,6 +85,15 @@ class ConfigRun:
         return self.status == "pending" and self.worker is not None and self.worker.conn is not None
 
     @property
+    def name(self) -> str:
+        return self.cand.name
+
+    @property
+    def emulated(self) -> bool:
+        """Runs an emulated low-precision format: no timed turn, only its quality is a result."""
+        return bool((self.resolved or {}).get("emulated"))
+
+    @property
     def steps(self) -> int:
         return len(self.loss[self.roles[0]])
 
@@ -116,7 +123,8 @@ class Schedule:
 
 
 def _record(run: ConfigRun, steps: list[dict], *, kind: str) -> None:
-    """kind: warmup (timed apart), timed (samples), parity (untimed top-up: losses only)."""
+    """kind: warmup (timed apart), timed (samples; the round driver keeps `rounds_ms`), parity (untimed
+    top-up: losses only)."""
     for s in steps:
         for r in run.roles:
             run.loss[r].append(s[f"{r}_loss"])
@@ -125,8 +133,6 @@ def _record(run: ConfigRun, steps: list[dict], *, kind: str) -> None:
                 run.ms[r].append(s[f"{r}_ms"])
         if kind == "warmup":
             run.warmup_ms.append(sum(s[f"{r}_ms"] for r in run.roles))
-    if kind == "timed":
-        run.rounds_ms.append([sum(s[f"{r}_ms"] for r in run.roles) for s in steps])
 
 
 def _failed(run: ConfigRun, f: Failure, *, timeout: str | None = None, crashed: str | None = None) -> None:
@@ -154,11 +160,6 @@ def _call_all(runs: list[ConfigRun], msg_of, timeout: float) -> list[dict | None
             reply = None
         out.append(reply)
     return out
-
-
-def _emulated(run: ConfigRun) -> bool:
-    """Runs an emulated low-precision format: timed, but only its quality is a result."""
-    return bool((run.resolved or {}).get("emulated"))
 
 
 def _slowdown(run: ConfigRun, baseline: ConfigRun | None) -> float | None:
@@ -237,7 +238,7 @@ def run_e2e(suite: Suite, env: EnvReport, *, data: str | None = None, seed: int 
 def _twin_of(baseline: ConfigRun | None) -> ConfigRun | None:
     if baseline is None or baseline.status != "pending":
         return None
-    cand = dataclasses.replace(baseline.cand, name=f"{baseline.cand.name} (A/A twin)", baseline=False)
+    cand = dataclasses.replace(baseline.cand, name=twin_name(baseline.cand.name), baseline=False)
     return ConfigRun(cand=cand, roles=baseline.roles, resolved=baseline.resolved, label=cand.name, twin=True)
 
 
@@ -246,16 +247,14 @@ def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed,
     runs.extend(_plan(suite, env, inject))
     sched = Schedule(rounds_planned=suite.rounds, budget_s=suite.budget_s, parity_steps=suite.parity_steps)
     baseline = next((r for r in runs if r.cand.baseline), None)
-    twin = _twin_of(baseline)
-    sched.twin = twin
+    twin = sched.twin = _twin_of(baseline)
     # Timed rounds step one worker at a time; the load counts the other tenants (and our parent).
-    plan = plan_threads(active=1, user=threads, own_running=1)
-    sched.threads = plan
-    # Spawned: a fresh interpreter per configuration, no shared allocator or caches.
-    launcher = Launcher(PROGRAM, plan=plan, isolate=isolate)
+    plan = sched.threads = plan_threads(active=1, user=threads, own_running=1)
     base = dict(task=suite.task, teacher=suite.teacher, student=suite.student, batch=suite.batch, seq=suite.seq,
                 data_tokens=suite.data_tokens, data=data, seed=seed, lr=suite.lr, threads=plan.threads,
                 env_facts=env.facts, options=dict(suite.options), parity_steps=suite.parity_steps)
+    # Spawned: a fresh interpreter per configuration, no shared allocator or caches.
+    launcher = Launcher(PROGRAM, plan=plan, isolate=isolate)
     for run in runs + ([twin] if twin else []):
         if run.status == "pending":
             name = baseline.cand.name if run.twin else run.cand.name
@@ -264,14 +263,38 @@ def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed,
                                                        inject=dict(inject.get(name) or {}))))
     if twin:
         runs.append(twin)  # in the schedule like any other; taken out again before the results
-    total = len(runs) * 3 + suite.rounds
+    tick = _ticker(progress, len(runs) * 3 + suite.rounds)
+    _collect_setups(runs, step_timeout, tick)
+    _warm_up(runs, suite, step_timeout, tick)
+    _timed(runs, baseline, twin, suite, sched, seed=seed, step_timeout=step_timeout, tick=tick, on_look=on_look)
+    if twin is not None:  # the A/A control has done its work: no parity top-up, not a result
+        runs.remove(twin)
+        if twin.live:
+            _finish(twin)
+            twin.status = "ok" if twin.status == "pending" else twin.status
+    _parity(runs, baseline, suite, step_timeout, tick)
+    for run in runs:
+        if run.live:
+            _finish(run)
+            if run.status == "pending":
+                run.status = "ok"
+        if not isolate:
+            run.memory = None  # one shared process: its peak is nobody's own
+    return runs, sched
+
+
+def _ticker(progress, total: int) -> Callable[[str], None]:
     task = progress.add_task("bench", total=total) if progress else None
 
     def tick(desc: str) -> None:
         if progress:
             progress.update(task, advance=1, description=desc)
+    return tick
 
-    for run in runs:  # setups ran concurrently; collect them
+
+def _collect_setups(runs: list[ConfigRun], step_timeout: float, tick) -> None:
+    """The setups ran concurrently; collect them."""
+    for run in runs:
         if run.worker is not None:
             reply = run.worker.receive(step_timeout)
             if isinstance(reply, Failure):
@@ -281,9 +304,11 @@ def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed,
                 run.applied = reply.get("applied")
         tick(f"set up {run.cand.name}")
 
-    # Warm-up: the first step carries compilation and allocator growth; timed apart, never judged. Every
-    # worker warms up at once (their compiles overlap, as their setups did: one after another, two cold
-    # compiles of a GPT cost minutes); no timed round starts until all are done.
+
+def _warm_up(runs: list[ConfigRun], suite: Suite, step_timeout: float, tick) -> None:
+    """The first step carries compilation and allocator growth: timed apart, never judged. Every worker
+    warms up at once (their compiles overlap, as their setups did: one after another, two cold compiles
+    of a GPT cost minutes); no timed round starts until all are done."""
     for n in (1, suite.warmup - 1):
         live = [r for r in runs if r.live]
         if n < 1 or not live:
@@ -296,86 +321,54 @@ def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed,
     for run in runs:
         tick(f"warm up {run.cand.name}")
 
-    t_rounds = time.perf_counter()
-    sched.load.append(host_load())
-    last = max(suite.rounds, suite.max_rounds or 0)
-    # The first look at the planned rounds: a quiet host runs what it always did; a noisy one measures on.
-    sched.looks = look_rounds(max(suite.min_rounds, suite.rounds), last)
-    sched.rounds_planned = last
-    cap = max(suite.budget_s, suite.max_budget_s or 0.0)
-    sched.wall_cap_s = cap
-    k_looks = len(sched.looks)
-    t_last = [t_rounds]
 
-    def run_one(run: ConfigRun, k: int) -> bool:
-        if not run.live:
-            return False
+def _timed(runs: list[ConfigRun], baseline: ConfigRun | None, twin: ConfigRun | None, suite: Suite,
+           sched: Schedule, *, seed: int, step_timeout: float, tick, on_look) -> None:
+    """The timed rounds: bench's configuration of the one round driver (`measure.session`). The first
+    look at the planned rounds (a quiet host runs what it always did; a noisy one measures on), every
+    configuration judged against the baseline, the rounds ending at a look within the wall-time cap."""
+    last = sched.rounds_planned = max(suite.rounds, suite.max_rounds or 0)
+    sched.looks = look_rounds(max(suite.min_rounds, suite.rounds), last)
+    cap = sched.wall_cap_s = max(suite.budget_s, suite.max_budget_s or 0.0)
+    cfg = RoundsConfig(looks=tuple(sched.looks), max_rounds=last, max_s=cap, min_rounds=suite.min_rounds,
+                       stop_at_look=True, slow_factor=suite.slow_factor, settle="each", seed=seed,
+                       bound_text=f"the wall-time cap ({cap:g} s)")
+    t_rounds = time.perf_counter()
+
+    def turn(run: ConfigRun, k: int) -> list[float] | None:
         t = time.perf_counter() - t_rounds
         reply = _call(run, ("run", suite.steps_per_round), step_timeout)
         if not reply:
-            return False
+            return None
         _record(run, reply["steps"], kind="timed")
         run.round_t.append(t)
-        return True
+        return [sum(s[f"{r}_ms"] for r in run.roles) for s in reply["steps"]]
 
-    def end_of_round(done: int, n: int) -> None:
-        # Early stops are decided when a round is complete (the order is shuffled, so mid-round the
-        # baseline may not have run its turn yet), on every round so far.
-        for run in runs:
-            if run.live and _too_slow(run, baseline, twin, suite, looks=k_looks):
-                _finish(run)
-        tick(f"round {done}/{n}")
-
-    def until(done: int) -> bool:
-        now = time.perf_counter()
-        per_round, t_last[0] = now - t_last[0], now
-        if done not in sched.looks:
-            return False
+    def look(done: int) -> None:
         if on_look is not None:
             sched.rounds_run = done
             on_look(runs, sched, done)
-        if not any(r.live for r in runs if r is not baseline and not r.twin):
-            sched.stop_reason = f"no configuration left to measure against the baseline after {done} rounds"
-            return True
-        if done == sched.looks[-1]:
-            sched.stop_reason = f"the last look ({done} rounds)"
-            return True
-        why = _evidence_in(runs, baseline, twin, k_looks)
-        if why:
-            sched.stop_reason = why
-            return True
-        nxt = sched.looks[sched.looks.index(done) + 1]
-        if now - t_rounds + per_round * (nxt - done) > cap:
-            sched.stop_reason = (f"the wall-time cap: {nxt} rounds would not fit in {cap:g} s "
-                                 f"({now - t_rounds:.0f} s for {done}), evidence still out")
-            return True
-        return False
 
-    sched.rounds_run = interleaved_rounds(
-        [r for r in runs if r.live], run_one, rounds=last, budget_s=cap,
-        min_rounds=suite.min_rounds, on_round=end_of_round, charge_dropped=False,
-        shuffle_seed=seed, until=until)
-    if not sched.stop_reason:
-        sched.stop_reason = (f"the wall-time cap ({cap:g} s) after {sched.rounds_run} rounds" if
-                             any(r.live for r in runs) else f"every configuration stopped after {sched.rounds_run} rounds")
+    sched.load.append(host_load())
+    session = RoundSession(baseline=baseline, twin=twin, contenders=runs, turn=turn, stop=_stop_slow, config=cfg,
+                           on_round=lambda done: tick(f"round {done}/{last}"), on_look=look)
+    sched.rounds_run = session.run()
+    sched.stop_reason = session.stop_reason
     sched.cut_by_budget = sched.rounds_run < suite.rounds and any(r.live for r in runs)
     sched.load.append(host_load())
-    if twin is not None:  # the A/A control has done its work: no parity top-up, not a result
-        runs.remove(twin)
-        if twin.live:
-            _finish(twin)
-            twin.status = "ok" if twin.status == "pending" else twin.status
 
-    # Quality: every configuration still running completes the same number of steps, all at once
-    # (untimed, so they may share the cores). One far slower than the baseline over the timed rounds
-    # (median ratio above slow_factor, e.g. bf16 on a CPU without bf16 units) is not topped up: its
-    # quality is "not assessed" with the reason, never judged from fewer steps.
-    # An emulated format (FP8/MXFP8/NVFP4 without its hardware) is run for its quality alone, so
-    # its slowness never cancels that.
+
+def _parity(runs: list[ConfigRun], baseline: ConfigRun | None, suite: Suite, step_timeout: float, tick) -> None:
+    """Quality: every configuration still running completes the same number of steps, all at once
+    (untimed, so they may share the cores). One far slower than the baseline over the timed rounds
+    (median ratio above slow_factor, e.g. bf16 on a CPU without bf16 units) is not topped up: its
+    quality is "not assessed" with the reason, never judged from fewer steps. An emulated format
+    (FP8/MXFP8/NVFP4 without its hardware) took no timed turn: it runs all its parity steps here, for
+    its quality alone."""
     need = [r for r in runs if r.live and r.steps < suite.parity_steps]
     for run in need:
         ratio = _slowdown(run, baseline)
-        if ratio is not None and ratio > suite.slow_factor and not _emulated(run):
+        if ratio is not None and ratio > suite.slow_factor and not run.emulated:
             run.parity_skipped = (f"quality not assessed: {ratio:.1f}x slower than the baseline here, so its "
                                   f"{suite.parity_steps - run.steps} remaining parity steps were not run")
     topped = [r for r in need if not r.parity_skipped]
@@ -385,50 +378,13 @@ def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed,
             _record(run, reply["steps"], kind="parity")
     for run in runs:
         tick(f"parity {run.cand.name}")
-    for run in runs:
-        if run.live:
-            _finish(run)
-            if run.status == "pending":
-                run.status = "ok"
-        if not isolate:
-            run.memory = None  # one shared process: its peak is nobody's own
-    return runs, sched
 
 
-def ci_seed(name: str) -> int:
-    """The bootstrap seed of a configuration: the same in the early stop and in the analysis, so a
-    stopped configuration's reported interval is the one it was stopped on."""
-    return zlib.crc32(name.encode())
-
-
-def _evidence_in(runs: list[ConfigRun], baseline: ConfigRun | None, twin: ConfigRun | None, looks: int) -> str | None:
-    """At a look: why the rounds may stop (`measure.stats.ready_to_stop` on every configuration still
-    timed against the baseline), or None. Without a twin there is no floor: no early stop."""
-    if baseline is None or twin is None:
-        return None
-    b = round_medians(baseline.rounds_ms)
-    floor = noise_floor(b, round_medians(twin.rounds_ms), looks=looks)
-    cmps = [compare(b, round_medians(r.rounds_ms), floor, seed=ci_seed(r.cand.name))
-            for r in runs if r.live and r is not baseline and not r.twin and not _emulated(r)]
-    return ready_to_stop(floor, cmps)
-
-
-def _too_slow(run: ConfigRun, baseline: ConfigRun | None, twin: ConfigRun | None, suite: Suite, *,
-              looks: int = 1) -> bool:
-    """Stop when the paired per-round interval over at least 3 rounds lies wholly below
-    1/slow_factor (and beyond the A/A floor so far): never from the steps of one moment."""
-    if run is baseline or run.twin or baseline is None or _emulated(run):
-        return False
-    b, c = round_medians(baseline.rounds_ms), round_medians(run.rounds_ms)
-    floor = noise_floor(b, round_medians(twin.rounds_ms), looks=looks) if twin is not None else None
-    ci = evidence_of_slowdown(b, c, suite.slow_factor, seed=ci_seed(run.cand.name), floor=floor)
-    if ci is None:
-        return False
-    run.status = "stopped"
-    run.reason = (f"{1 / ci[0]:.1f}x slower than the baseline over {len(c)} paired rounds (speedup {ci[0]:.2f}x, "
-                  f"interval [{ci[1]:.2f}–{ci[2]:.2f}] entirely below 1/{suite.slow_factor:g}): not measured "
-                  "further; quality not assessed")
-    return True
+def _stop_slow(run: ConfigRun, why: str) -> None:
+    """Stopped for slowness (`measure.session.slow_stop`): not measured further, quality not assessed."""
+    run.status, run.reason = "stopped", f"{why}; quality not assessed"
+    if run.worker is not None:
+        _finish(run)
 
 
 def _finish(run: ConfigRun) -> None:

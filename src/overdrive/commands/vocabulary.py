@@ -1,6 +1,6 @@
 """One flag vocabulary for every command: a flag means the same thing wherever it appears.
 
-`FLAGS` is the table (the README's "Flags" table is this one, and tests/unit/test_flag_vocabulary.py
+`FLAGS` is the table (the flag table in docs/cli.md is this one, and tests/unit/test_flag_vocabulary.py
 reads every command's parser against both): each flag two or more commands share, what it means, and
 which commands take it. A flag that has to change its spelling keeps the old one as a deprecated alias
 (`deprecated`): hidden from --help, it parses to the same destination and says the new spelling once.

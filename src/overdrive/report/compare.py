@@ -52,7 +52,7 @@ def context_notes(a: dict, b: dict) -> list[str]:
 
 LEGEND = ("absent: that result has no such row — the configuration was not in its suite, or it ran as something "
           "else (see 'ran as'). -: the row exists but has no such number (stopped early, failed, unavailable, or "
-          "emulated FP8, which is timed for loss parity only).")
+          "an emulated format, which runs for loss parity only and takes no timed turn).")
 
 
 def ran_label(cfg: dict) -> str:

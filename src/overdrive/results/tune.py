@@ -52,6 +52,7 @@ TUNE_RESULT_SCHEMA = {
         "budget_s": _NUM, "elapsed_s": _NUM, "rounds": {"type": "integer", "minimum": 0}, "tolerance": _STR,
         "created": _STR, "baseline": _STR, "gpu": _STR_OR_NULL, "cpu": _STR_OR_NULL, "device": _STR_OR_NULL,
         "memory_limit": _STR_OR_NULL, "cache_note": _STR, "cached_at": _STR,
+        "kept": _STR, "recommended": {"type": "boolean"},
         "candidates": {"type": "array", "minItems": 1, "items": _CANDIDATE},
         "threads": {"oneOf": [{"type": "null"}, {"type": "object", "properties": {
             "threads": {"type": "integer"}, "source": _STR}}]},

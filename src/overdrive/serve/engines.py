@@ -2,7 +2,7 @@
 PyTorch, torch.compile, and the exported ONNX model in ONNX Runtime (CPU; CUDA and TensorRT execution
 providers where present). Same inputs, outputs checked equal before anything is timed; then
 per-batch service times measured host to host (inputs on the host, outputs back on the host: what a
-server sees), in interleaved rounds by the one scheduler (`bench.timing`), with an A/A twin of one
+server sees), in interleaved rounds by the one scheduler (`measure.rounds`), with an A/A twin of one
 engine for the noise floor.
 """
 

@@ -9,7 +9,8 @@
 A winner needs its paired per-round interval (bootstrap over rounds) wholly above 1.0 against the
 baseline (plain fp32 PyTorch) and a speedup beyond the A/A noise floor (the baseline against its own
 twin, same rounds), and a safe loss curve; otherwise the baseline is kept, and the summary says so.
-On a host too busy to judge (A/A spread over 15%) nothing is recommended, with the figures.
+On a host too busy to judge (A/A spread over 15%) nothing is recommended, with the figures; what is
+kept then is the best-evidenced configuration (`tuning.pick`), named as such and never cached as confident.
 """
 
 from __future__ import annotations
@@ -20,15 +21,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from overdrive.recipes.labels import ran_label, same_recipe_text, what_runs
+from overdrive.recipes.labels import ran_label
 from overdrive.env import EnvReport, get_env
 from overdrive.errors import UserError
-from overdrive.measure.stats import compare, host_too_busy, round_medians, summarize
+from overdrive.measure.session import judge
+from overdrive.measure.stats import host_too_busy, summarize
 from overdrive.recipes import Recipe
 from overdrive.recipes.tuned import machine_fingerprint, save_tuned
 from overdrive.results.tune import TUNE_SCHEMA, save_tune
-from overdrive.tuning.candidates import baseline_recipe, describe, parse_name
+from overdrive.tuning.candidates import describe, parse_name
 from overdrive.tuning.measure import Run, measure
+from overdrive.tuning.pick import pick as _pick
 from overdrive.tuning.safety import Tolerance
 from overdrive.tuning.workload import FileFn, Workload, hf_workload
 
@@ -137,17 +140,7 @@ def tune(model_fn: Callable | str | None = None, batch_fn: Callable | str | None
 
 def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, seed, threads, tolerance, progress, env,
           cache, t0, lock) -> TuneResult:
-    bf, lf = _fn(batch_fn, "--batch"), _fn(loss_fn, "--loss-fn")
-    if hf:
-        wl = hf_workload(hf, batch_fn=bf, loss_fn=lf)
-    else:
-        if model_fn is None:
-            raise UserError("no model: pass --model FILE.py:FACTORY (a function returning a fresh nn.Module) or --model CONFIG")
-        if bf is None:
-            raise UserError("no batches: pass --batch FILE.py:FN (FN(step) returns a tensor, tuple or dict)")
-        mf = _fn(model_fn, "model factory")
-        wl = Workload(model_fn=mf, batch_fn=bf, loss_fn=lf, label=str(getattr(mf, "__qualname__", mf)))
-    wl.check_picklable()
+    wl = _workload(model_fn, batch_fn, loss_fn, hf)
     names = [c.strip() for c in candidates.split(",") if c.strip()] if isinstance(candidates, str) else candidates
     for n in names or []:
         try:
@@ -158,7 +151,7 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
         if progress:
             progress("probing this machine (cached for a day after the first time)")
         env = get_env()
-    from overdrive.tuning.flops import count_step_flops
+    from overdrive.tuning.flops import add_rates, count_step_flops
 
     flops = count_step_flops(wl.model_fn, wl.batch_fn, wl.loss_fn, seed=seed)  # on meta; one CPU step if that fails
     spent = time.perf_counter() - t0
@@ -170,8 +163,6 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
     base = s.runs[0]
     floor = s.floor(base)
     rows = [_row(r, base, env, floor) for r in s.runs]
-    from overdrive.tuning.flops import add_rates
-
     add_rates(rows, flops, env)
     busy = host_too_busy(floor)
     best, summary, confident = _pick(rows, s.runs, floor=floor, busy=busy, load=s.load, cores=s.plan.cores)
@@ -183,24 +174,47 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
             "memory_limit": s.memory_note, "cpu": env.platform.get("cpu", {}).get("model"),
             "gpu": env.gpus[0].name if env.gpus else None, "threads": _threads_ran(s),
             "torch": env.torch.get("version"), "confident": confident, "flops": flops.to_dict(),
+            "kept": best.name, "recommended": any(r["name"] == best.name and r["verdict"] == "faster" for r in rows),
             "noise": {"aa": floor.to_dict() if floor else None, "too_busy": busy,
                       "load_1min": max((x for x in s.load if x is not None), default=None), "cores": s.plan.cores,
                       "twin": None if s.twin is None else {"status": s.twin.status, "reason": s.twin.reason}}}
     res = TuneResult(best=best, rows=rows, summary=summary, meta=meta, _lock=lock)
     if cache and base.signature and rows[0]["safe"] is not False:  # an unsafe baseline is never cached
-        try:
-            path, written = save_tuned(best, signature=base.signature, fingerprint=meta["fingerprint"],
-                                       summary=summary, threads=s.plan.threads, confident=confident, env=env)
-            meta["cached_at"] = path
-            if not written:
-                meta["cache_note"] = (f"this run was inconclusive: the confident winner cached at {path} was kept")
-        except OSError as e:  # a read-only cache folder must not cost the whole measurement
-            meta["cache_note"] = (f"not cached ({e.strerror or type(e).__name__}: {e.filename or ''}): "
-                                  "accelerate(model, recipe=\"tuned\") will not find it; make that folder writable or "
-                                  "set XDG_CACHE_HOME (the results are written as usual)")
+        _cache(best, meta, summary=summary, signature=base.signature, threads=s.plan.threads, confident=confident,
+               env=env)
     if out:
         res.save(out)
     return res
+
+
+def _workload(model_fn, batch_fn, loss_fn, hf) -> Workload:
+    """The user's functions as one picklable workload (one-line errors name what is missing)."""
+    bf, lf = _fn(batch_fn, "--batch"), _fn(loss_fn, "--loss-fn")
+    if hf:
+        wl = hf_workload(hf, batch_fn=bf, loss_fn=lf)
+    else:
+        if model_fn is None:
+            raise UserError("no model: pass --model FILE.py:FACTORY (a function returning a fresh nn.Module) or --model CONFIG")
+        if bf is None:
+            raise UserError("no batches: pass --batch FILE.py:FN (FN(step) returns a tensor, tuple or dict)")
+        mf = _fn(model_fn, "model factory")
+        wl = Workload(model_fn=mf, batch_fn=bf, loss_fn=lf, label=str(getattr(mf, "__qualname__", mf)))
+    wl.check_picklable()
+    return wl
+
+
+def _cache(best: Recipe, meta: dict, *, summary: str, signature: str, threads, confident: bool, env) -> None:
+    """Cache what was kept for accelerate(recipe="tuned"); where it went (or why not) goes into `meta`."""
+    try:
+        path, written = save_tuned(best, signature=signature, fingerprint=meta["fingerprint"], summary=summary,
+                                   threads=threads, confident=confident, env=env)
+        meta["cached_at"] = path
+        if not written:
+            meta["cache_note"] = (f"this run was inconclusive: the confident winner cached at {path} was kept")
+    except OSError as e:  # a read-only cache folder must not cost the whole measurement
+        meta["cache_note"] = (f"not cached ({e.strerror or type(e).__name__}: {e.filename or ''}): "
+                              "accelerate(model, recipe=\"tuned\") will not find it; make that folder writable or "
+                              "set XDG_CACHE_HOME (the results are written as usual)")
 
 
 def _threads_ran(s) -> dict:
@@ -215,7 +229,7 @@ def _threads_ran(s) -> dict:
 def _row(r: Run, base: Run, env: EnvReport, floor=None) -> dict:
     c = r.cand
     st = summarize(r.ms)
-    cmp = compare(round_medians(base.rounds_ms), round_medians(r.rounds_ms), floor) if r is not base else None
+    cmp = judge(base, r, floor) if r is not base else None  # seeded by its name, as bench's verdict is
     ci = (cmp.speedup, *cmp.ci) if cmp is not None and cmp.ci else None
     emu = c.emulated
     speed = 1.0 if r is base else (ci[0] if ci else None)
@@ -237,50 +251,3 @@ def _row(r: Run, base: Run, env: EnvReport, floor=None) -> dict:
         "losses": list(r.loss), "resolved": c.resolved.to_dict(), "recipe": c.recipe.to_dict(),
         "conversions": r.conversions, "fp8_filter": r.fp8_filter, "memory": r.memory,
     }
-
-
-def _pick(rows: list[dict], runs: list[Run], *, floor=None, busy: bool = False, load: list | None = None,
-          cores: int | None = None) -> tuple[Recipe, str, bool]:
-    """(the recipe, the summary, whether it is a confident result): a winner, or a baseline kept
-    because nothing was measurably faster on a host quiet enough to say so."""
-    base = rows[0]
-    ok = [r for r in rows[1:] if r["status"] in ("ok", "eliminated") and r["safe"] and not r["emulated"]
-          and r["speedup_ci"] is not None]
-    winners = [r for r in ok if r["verdict"] == "faster"]
-    # Too busy to judge: nothing cleared the A/A floor. A difference larger than the host's noise is
-    # still judged (and said to be from a busy host), never a smaller one.
-    if busy and not winners:
-        peak = max((x for x in (load or []) if x is not None), default=None)
-        at = f", load average {peak:.1f} on {cores} cores" if peak is not None and cores else ""
-        return baseline_recipe(), (
-            f"The host was too busy to judge: the baseline against its own twin (A/A) measured {floor.ratio:.2f}x "
-            f"(95% CI {floor.lo:.2f}-{floor.hi:.2f}, noise ±{floor.spread_pct:.0f}%) over {floor.rounds} rounds{at}. "
-            f"No recommendation; keeping the baseline ({base['name']}). Re-run on a quieter machine."), False
-    floor_txt = f", beyond the A/A noise floor ±{floor.spread_pct:.1f}%" if floor else ""
-    n_base = base["n"]
-    if winners:
-        w = max(winners, key=lambda r: r["speedup"])
-        lo, hi = w["speedup_ci"]
-        run = next(x for x in runs if x.cand.name == w["name"])
-        also = same_recipe_text(w["names"][1:], what_runs(run.cand.resolved))
-        text = (f"Winner: {w['name']}{also}: {w['speedup']:.2f}x the baseline ({base['name']}, plain fp32 PyTorch), "
-                f"95% CI {lo:.2f}-{hi:.2f}{floor_txt}, over {w['rounds']} paired rounds ({w['n']} vs {n_base} "
-                f"timed steps) "
-                f"({w['step_ms']:.1f} vs {base['step_ms']:.1f} ms/step); it runs {w['ran']}; loss "
-                f"{w['loss_delta_pct']:+.2f}% ({w['loss_delta_nats']:+.4f} nats) vs the fp32 shadow.")
-        if busy:
-            text += (f" The host was busy (A/A ±{floor.spread_pct:.0f}%): only a difference beyond that noise is "
-                     "called, and this one is not cached over a winner from a quieter run.")
-        return run.cand.recipe, text, not busy
-    if ok:
-        b = max(ok, key=lambda r: r["speedup"])
-        lo, hi = b["speedup_ci"]
-        text = (f"Nothing beat the baseline with confidence: the best, {b['name']}, ran {b['speedup']:.2f}x "
-                f"(95% CI {lo:.2f}-{hi:.2f}{floor_txt}: {b['verdict']}). Keeping the baseline "
-                f"({base['name']}: {base['ran']}).")
-    else:
-        text = (f"No other candidate finished a safe timed measurement: keeping the baseline ({base['name']}: "
-                f"{base['ran']}).")
-    # Confident only when every rival was judged on enough rounds (a "same" or "slower" verdict).
-    confident = bool(ok) and all(r["verdict"] in ("same", "slower") for r in ok)
-    return baseline_recipe(), text, confident

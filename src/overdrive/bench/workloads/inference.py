@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from overdrive.bench.timing import interleaved_rounds, time_fn
 from overdrive.bench.workloads.base import BaseWorkload
+from overdrive.measure.rounds import interleaved_rounds, time_fn
 from overdrive.env import EnvReport
 from overdrive.measure.memory_groups import decode_per_batch, free_memory_bytes, release_memory
 from overdrive.measure.percentiles import latency_summary, min_samples
