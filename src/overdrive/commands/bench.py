@@ -254,7 +254,7 @@ def _write_latency(r: dict, out: str, console) -> None:
         from overdrive.report.triton_view import write_triton_plot
 
         files += [f for f in [write_triton_plot(r, out)] if f]
-    console.print(escape(f"wrote {out}/results.json, results.csv and " + ", ".join(os.path.basename(f) for f in files)))
+    console.print(escape(f"wrote {os.path.join(os.path.normpath(out), 'results.json')}, results.csv and " + ", ".join(os.path.basename(f) for f in files)))
 
 
 def _partial_writer(out: str | None):
@@ -277,7 +277,7 @@ def _write_report(results: dict, out: str, console) -> None:
     save_results(results, out)
     plots = write_plots(results, out)
     page = write_html(results, out, plots)
-    console.print(escape(f"wrote {out}/results.json, results.csv, {len(plots)} plots and {page}"))
+    console.print(escape(f"wrote {os.path.join(os.path.normpath(out), 'results.json')}, results.csv, {len(plots)} plots and {page}"))
 
 
 def _suite_names() -> str:

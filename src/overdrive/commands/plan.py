@@ -247,7 +247,7 @@ def _write_out(r: dict, out: str, console, *, quiet: bool) -> None:
     write_breakdown_png(r, png)
     page = write_plan_html(r, out, png=png)
     if not quiet:
-        console.print(f"wrote {out}/plan.json, memory.png and {page}", markup=False)
+        console.print(f"wrote {os.path.join(os.path.normpath(out), 'plan.json')}, memory.png and {page}", markup=False)
 
 
 def _add_layout_args(a) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from overdrive.commands.vocabulary import deprecated
@@ -87,8 +88,9 @@ def _run(args: argparse.Namespace) -> int:
     _print(res)
     _page(res, args.out)
     if args.out:
-        print(f"wrote {args.out}/results.json, report.html and recipe.json "
-              f"(apply it: accelerate(model, recipe=Recipe.load('{args.out}/recipe.json')))")
+        out = os.path.normpath(args.out)  # "tuned/" prints as tuned/results.json, not tuned//results.json
+        print(f"wrote {os.path.join(out, 'results.json')}, report.html and recipe.json "
+              f"(apply it: accelerate(model, recipe=Recipe.load('{os.path.join(out, 'recipe.json')}')))")
     _after(res, args, quiet=False)
     return 0
 

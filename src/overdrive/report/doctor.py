@@ -104,4 +104,4 @@ def _verdict(rep: EnvReport, c: Console) -> None:
             c.print(f"  {_e(line)}")
     else:
         c.print("[bold]Measured here[/]: nothing yet — `overdrive bench` measures what each recipe costs on this "
-                "machine, and the doctor shows it here after")
+                "machine, and the doctor shows it here once a bench has run")

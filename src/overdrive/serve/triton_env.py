@@ -52,7 +52,7 @@ def unavailable_reason() -> str | None:
     """Why the wheel's tritonserver cannot run on this machine, or None when it can."""
     if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
         return (f"the nvidia-pytriton wheel's tritonserver is for x86-64 Linux, this is {sys.platform} "
-                f"{platform.machine()}: use Triton's container (docs: README, Serving)")
+                f"{platform.machine()}: use Triton's container (docs/serving.md)")
     lib, ver = platform.libc_ver()
     try:
         have = tuple(int(x) for x in ver.split(".")[:2])
