@@ -3,7 +3,7 @@ MXFP8/NVFP4 training GEMMs and ATen's `torch._scaled_mm` (what torchao float8 ca
 
 Each fake has the real signature (tests/unit/test_engine_contracts.py compares them with the installed torchao
 and liger-kernel and with tests/te_api.py for Transformer Engine) and raises where the real engine raises. The
-shape rules are not copied here: `enforce` reads them from `overdrive.convert.shape_rules` (the table the
+shape rules are not copied here: `enforce` reads them from `overdrive.formats.shape_rules` (the table the
 padding code reads, each rule beside its engine source line), forward and backward, so a caller that would
 crash on the GPU crashes here too, and a rule fixed there is fixed in both.
 """
@@ -18,7 +18,7 @@ _ERRORS = {"AssertionError": AssertionError, "ValueError": ValueError, "RuntimeE
 def enforce(engine: str, gemm: str, *, m: int, k: int, n: int, errors: dict | None = None) -> None:
     """Raise what `engine` raises when its `gemm` ("fprop" | "dgrad" | "wgrad") meets an (M, K) x (N, K) Linear
     that breaks one of its shape rules. `errors` renames an error type (an older release's)."""
-    from overdrive.convert.shape_rules import SHAPE_RULES
+    from overdrive.formats.shape_rules import SHAPE_RULES
 
     broken = SHAPE_RULES[engine].broken(gemm, m=m, k=k, n=n)
     if broken:
@@ -64,13 +64,16 @@ from 2.6 to 2.18; `te.autocast` exists from 2.9)."""
 
 
 def _te_engine(recipe) -> str:
-    """The shape_rules key of a TE recipe: per-tensor FP8 (delayed, current scaling), MXFP8, NVFP4."""
+    """The shape_rules key of a TE recipe, from the format registry: the rules of the Transformer Engine
+    engine whose recipe class (`Engine.api`) it is (per-tensor FP8 delayed or current scaling, MXFP8, NVFP4)."""
+    from overdrive.formats import FORMATS
+
     name = type(recipe).__name__
-    fmt = {"DelayedScaling": "fp8", "Float8CurrentScaling": "fp8", "MXFP8BlockScaling": "mxfp8",
-           "NVFP4BlockScaling": "nvfp4"}.get(name)
-    if fmt is None:
+    rules = next((e.rules for f in FORMATS.values() for e in f.engines
+                  if e.backend == "transformer_engine" and e.api == name), None)
+    if rules is None:
         raise TypeError(f"not a Transformer Engine recipe: {name}")
-    return f"transformer_engine/{fmt}"
+    return rules.name
 
 
 def fake_te_linear():
@@ -84,7 +87,7 @@ def fake_te(version: str = "2.9.0"):
     `sys.modules`, as TE `version` defines them, and a state dict (autocast depth, recipes entered, te.Linear
     calls with whether they ran in FP8). te.Linear.forward is torch._dynamo.disable'd, as TE's
     `@no_torch_dynamo()` makes it; under the FP8 autocast it enforces TE's shape rules for the recipe
-    (`overdrive.convert.shape_rules`, each cited) in forward (fprop) and backward (dgrad, wgrad)."""
+    (`overdrive.formats.shape_rules`, each cited) in forward (fprop) and backward (dgrad, wgrad)."""
     import contextlib
     import dataclasses
     import enum
@@ -278,11 +281,11 @@ def fake_nvfp4_linear(calls: list | None = None):
 def fake_scaled_mm(calls: list | None = None):
     """ATen's `torch._scaled_mm(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
     use_fast_accum=False)` with `_scaled_mm_out_cuda`'s operand checks (ScaledBlas.cpp; the rule is
-    `overdrive.convert.shape_rules.SCALED_MM`): float8 operands, mat1's trailing dim and both of mat2's % 16.
+    `overdrive.formats.shape_rules.SCALED_MM`): float8 operands, mat1's trailing dim and both of mat2's % 16.
     Computes (mat1 * scale_a) @ (mat2 * scale_b) in fp32 (scales are the inverse scales torchao passes)."""
     import torch
 
-    from overdrive.convert.shape_rules import SCALED_MM
+    from overdrive.formats.shape_rules import SCALED_MM
 
     def _scaled_mm(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
         for t, what in ((self, "mat1"), (mat2, "mat2")):

@@ -68,6 +68,6 @@ def machine(gpu: str | None = None, *, te: dict | None = None, apex: dict | None
 
 
 # The fake engines (Transformer Engine, torchao's GEMMs, ATen's _scaled_mm, Liger) live in fake_engines.py;
-# their shape rules in overdrive.convert.shape_rules.
+# their shape rules in overdrive.formats.shape_rules.
 from fake_engines import (TE_FAKE_VERSIONS, backward_rules, enforce, fake_liger_norms, fake_mxfp8_mm,  # noqa: E402,F401
                           fake_nvfp4_linear, fake_scaled_mm, fake_te, fake_te_linear)

@@ -28,6 +28,7 @@ from overdrive.convert.for_model import resolve_for_model
 from overdrive.distributed import ProcessHelpers
 from overdrive.env import get_env
 from overdrive.errors import UserError
+from overdrive.formats import get_format
 from overdrive.optim import build_adamw
 from overdrive.recipes import Decision, Recipe, ResolvedRecipe
 from overdrive.train.step import TrainStep
@@ -272,7 +273,7 @@ class Accelerated(ProcessHelpers):
             tag = "FALLBACK " if d.fallback else ""
             lines.append(f"  {tag}{d.field}: {d.chosen}  — {d.reason}")
         if r.emulated:
-            fmt = {"mxfp8": "MXFP8", "nvfp4": "NVFP4"}.get(r.fp8_scaling, "FP8")
+            fmt = get_format(r.fp8_scaling).label
             lines.append(f"  NOTE: {fmt} is emulated: it shows {fmt} numerics, it is not faster.")
         if self._under_trainer:
             lines.append(f"  optimizer: {self._opt_note}; clipping, accumulation and the LR schedule: the Trainer's "

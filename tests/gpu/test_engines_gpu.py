@@ -101,7 +101,7 @@ def _sqnr(ref, y) -> float:
 
 @pytest.mark.parametrize("tokens", [24, 40, 100])
 def test_fp8_wgrad_needs_tokens_16_and_overdrive_pads_them(tokens):
-    """The rule the fakes enforce (overdrive.convert.shape_rules): the FP8 wgrad GEMM reduces over the tokens,
+    """The rule the fakes enforce (overdrive.formats.shape_rules): the FP8 wgrad GEMM reduces over the tokens,
     torch._scaled_mm (torchao float8) and cuBLASLt FP8 on Hopper (Transformer Engine) need them % 16. The
     engines' own modules crash in backward at these counts; Overdrive's converted layers pad and train."""
     from torch import nn

@@ -63,9 +63,17 @@ def test_te_api_table_records_when_autocast_and_recipes_arrived():
     assert [v for v, a in TE_API.items() if a["autocast"] is not None][0] == "2.9"  # te.autocast: 2.9 on
     assert [v for v, a in TE_API.items() if "Float8CurrentScaling" in a["recipes"]][0] == "2.2"
     assert [v for v, a in TE_API.items() if "NVFP4BlockScaling" in a["recipes"]][0] == "2.8"
-    from overdrive.convert.fp8 import TE_RECIPE_SINCE
+    from overdrive.formats import FORMATS
 
-    assert TE_RECIPE_SINCE["tensorwise"] == (2, 2) and TE_RECIPE_SINCE["nvfp4"] == (2, 8)
+    gates = {f.name: f.engine("transformer_engine").since for f in FORMATS.values()}
+    assert gates["fp8-tensorwise"] == (2, 2) and gates["nvfp4"] == (2, 8) and gates["mxfp8"] == (2, 0)
+    first = list(TE_API)[0]
+    for f in FORMATS.values():  # the one table of TE versions agrees with TE's own API, release by release
+        te = f.engine("transformer_engine")
+        if te.api:
+            since = ".".join(map(str, te.since))
+            arrived = [v for v, a in TE_API.items() if te.api in a["recipes"]][0]
+            assert arrived == since or (arrived == first and te.since < tuple(map(int, first.split(".")))), f.name
 
 
 def test_torchao_fakes_have_the_installed_signatures():

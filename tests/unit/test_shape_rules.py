@@ -1,5 +1,5 @@
 """Every low-precision path Overdrive drives, at token counts that are not a multiple of anything, forward and
-backward, through fakes that enforce the engines' own shape rules (overdrive.convert.shape_rules, each rule
+backward, through fakes that enforce the engines' own shape rules (overdrive.formats.shape_rules, each rule
 beside its engine source line): a CPU test fails where the GPU would crash.
 
 Before these rules were enforced in backward, Transformer Engine's per-tensor FP8 padded tokens to 8 (its wgrad
@@ -17,7 +17,7 @@ from torch import nn
 
 from fakes import enforce, fake_mxfp8_mm, fake_nvfp4_linear, fake_scaled_mm, fake_te
 from overdrive.convert import convert_fp8
-from overdrive.convert.shape_rules import SHAPE_RULES, dims_multiple, tokens_multiple
+from overdrive.formats import SHAPE_RULES, dims_multiple, tokens_multiple
 
 pytest.importorskip("torchao")
 
@@ -129,7 +129,7 @@ def test_every_rule_cites_its_engine_source_and_the_policy_reads_the_same_table(
     assert policy.dims_multiple is dims_multiple  # one home: the policy imports the table's reader
     assert tokens_multiple("fp8", "transformer_engine") == 16 and tokens_multiple("fp8", "torchao") == 16
     assert tokens_multiple("mxfp8", "torchao") == 32 and tokens_multiple("nvfp4", "torchao") == 128
-    with pytest.raises(ValueError, match="add them to overdrive.convert.shape_rules"):
+    with pytest.raises(ValueError, match="add its Engine to overdrive.formats.FORMATS"):
         tokens_multiple("fp8", "apex")
     with pytest.raises(AssertionError, match="rows must be a multiple of 32"):
         enforce("torchao/mxfp8", "wgrad", m=40, k=64, n=64)
@@ -155,7 +155,7 @@ def test_fp8_filter_times_the_padded_shapes_that_really_run(monkeypatch, backend
 
 def test_padding_changes_no_numbers():
     """Zero rows pad the tokens: the outputs and gradients of the real rows are unchanged (fp32, exact math)."""
-    from overdrive.convert.mx import pad_tokens
+    from overdrive.convert.padding import pad_tokens
 
     torch.manual_seed(0)
     x = torch.randn(6, 7, 16, requires_grad=True)

@@ -144,7 +144,7 @@ def _gemm(env: EnvReport, m: int, k: int, n: int, device: str) -> dict:
     else:
         out["tf32"] = "TF32 is a tensor-core format: GPU only"
     out["bf16"] = (mm(a32.bfloat16(), b32.bfloat16()), flops, "TFLOP/s")
-    from overdrive.convert.shape_rules import SCALED_MM
+    from overdrive.formats.shape_rules import SCALED_MM
 
     (_, c1), (r2, c2) = SCALED_MM["mat1"], SCALED_MM["mat2"]  # ATen's operand rule for (M, K) @ (K, N)
     if env.gpus and env.gpus[0].capabilities["fp8"] and (k % c1 or k % r2 or n % c2):

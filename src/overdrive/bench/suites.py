@@ -87,7 +87,7 @@ SUITES: dict[str, Suite] = {
 
 def candidates_from_names(suite: Suite, names: list[str]) -> tuple[Candidate, ...]:
     """The baseline plus the named candidates: a suite's own names, or (GPT) any registered recipe
-    name, e.g. "fp8-rowwise" or "bf16+compile". ValueError names the bad one and the choices."""
+    name, e.g. fp8-rowwise or bf16+compile. ValueError names the bad one and the choices."""
     known = {c.name: c for c in suite.candidates}
     out = [c for c in suite.candidates if c.baseline]
     for n in names:

@@ -23,7 +23,7 @@ class HelpFormatter(argparse.HelpFormatter):
         super().__init__(prog, max_help_position=32, width=110)
 
     def _split_lines(self, text: str, width: int) -> list[str]:
-        # Never wrap inside a hyphenated name ("cpu-quick", "fp8-rowwise"): users copy them.
+        # Never wrap inside a hyphenated name (cpu-quick, fp8-rowwise): users copy them.
         import textwrap
 
         return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)

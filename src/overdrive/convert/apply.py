@@ -29,6 +29,7 @@ from overdrive.convert.liger import apply_liger_model_patches
 from overdrive.convert.norms import convert_norms
 from overdrive.convert.swap import LayerDecision
 from overdrive.recipes import Decision, ResolvedRecipe
+from overdrive.formats import get_format
 from overdrive.recipes.resolve import TE_AC_CONFLICT
 
 __all__ = ["apply_recipe", "Applied", "optimizer_under_fsdp", "prepare_teacher", "wrap_forward_in"]
@@ -177,16 +178,14 @@ def prepare_teacher(teacher: nn.Module, applied: Applied) -> str:
     return f"teacher sharded by FSDP2 like the student ({n} fully_shard calls), parameters in {dt or 'float32'}"
 
 
-def apply_recipe(model: nn.Module, resolved: ResolvedRecipe, *,
-                 module_filter_fn: Callable[[nn.Module, str], bool] | None = None,
-                 fsdp: bool = False, world: int = 1) -> Applied:
-    """Convert `model` in place per `resolved`; returns what was done and the loop's contexts."""
-    extra: list[Decision] = []
-    changes: dict = {}
+class _Notes(list):
+    """The applier's own Decisions, appended to the resolved recipe's."""
 
-    def decide(fld: str, requested: str, chosen: str, reason: str, fallback: bool = False) -> None:
-        extra.append(Decision(field=fld, requested=requested, chosen=chosen, reason=reason, fallback=fallback))
+    def __call__(self, fld: str, requested: str, chosen: str, reason: str, fallback: bool = False) -> None:
+        self.append(Decision(field=fld, requested=requested, chosen=chosen, reason=reason, fallback=fallback))
 
+
+def _place(model: nn.Module, resolved: ResolvedRecipe, fsdp: bool, decide: _Notes) -> None:
     if resolved.fp8_backend == "transformer_engine" and hf_checkpointing_on(model):  # before any change
         raise ValueError(f"{type(model).__name__} has its own (Hugging Face) gradient checkpointing on, and "
                          f"{TE_AC_CONFLICT}: call model.gradient_checkpointing_disable(), or resolve with "
@@ -202,6 +201,9 @@ def apply_recipe(model: nn.Module, resolved: ResolvedRecipe, *,
         # Liger/Apex norm kernels are checked on the device, and TE modules are built there: the whole
         # model goes first (under FSDP2 that is a full copy per rank until it is sharded).
         model.to(torch.device(resolved.device))
+
+
+def _norms(model: nn.Module, resolved: ResolvedRecipe, decide: _Notes) -> dict[str, list[LayerDecision]]:
     conversions: dict[str, list[LayerDecision]] = {}
     if resolved.norm == "liger":
         patched = apply_liger_model_patches(model, fused_linear_cross_entropy=resolved.loss ==
@@ -211,80 +213,98 @@ def apply_recipe(model: nn.Module, resolved: ResolvedRecipe, *,
             conversions["liger"] = patched.decisions
     if resolved.norm != "torch" and "liger" not in conversions:
         conversions["norm"] = convert_norms(model, resolved.norm)
+    return conversions
 
+
+def _low_precision(model: nn.Module, resolved: ResolvedRecipe, fsdp: bool, module_filter_fn, decide: _Notes,
+                   changes: dict) -> tuple[list[LayerDecision], bool]:
+    """The format's linears; (their decisions, whether FSDP2 all-gathers them in float8)."""
+    fmt = get_format(resolved.fp8_scaling)
+    # torchao's float8 all-gather needs per-tensor scales (`Format.fsdp_float8_all_gather`); others gather bf16.
+    on_torchao = resolved.fp8_backend in ("torchao", "emulated")
+    all_gather = fsdp and on_torchao and fmt.fsdp_float8_all_gather
+    decs = convert_fp8(model, backend=resolved.fp8_backend, scaling=resolved.fp8_scaling,
+                       min_dim=resolved.fp8_min_dim, convert_head=resolved.fp8_convert_head,
+                       module_filter_fn=module_filter_fn, enable_fsdp_float8_all_gather=all_gather)
+    if fsdp and on_torchao:
+        decide("fp8_all_gather", "fsdp", "float8" if all_gather else "bf16",
+               "FP8 weights all-gathered in float8, scales precomputed in one all-reduce after each "
+               "optimizer step (torchtitan's order)" if all_gather else
+               f"{resolved.fp8_scaling} scaling has no float8 all-gather in torchao: weights all-gathered "
+               "in high precision")
+    if not any(d.converted for d in decs):
+        # Nothing runs in FP8: say what does (the base precision), so labels and the MFU peak follow.
+        base = {"bfloat16": "bf16", "float16": "fp16"}.get(resolved.autocast_dtype or "", "fp32")
+        decide("fp8_layers", "fp8", "none converted", "no linear layer was converted to FP8 (see the per-layer "
+               f"reasons): this recipe had no FP8 effect on this model, which runs in {base}", fallback=True)
+        changes.update(precision=base, fp8_backend=None, fp8_scaling=None)
+        all_gather = False
+    return decs, all_gather
+
+
+def _compile(model: nn.Module, resolved: ResolvedRecipe, fsdp: bool, decide: _Notes, changes: dict) -> None:
+    # Regional compilation (torchtitan's order; Accelerate's `compile_regions`): each repeated block
+    # compiled in place, so one graph serves all N of them (dynamo reuses it across identical blocks),
+    # where a whole-model graph unrolls every block: N times the tracing and codegen of a cold compile
+    # (cpu-teacher: 40 s against 68 s, the step no slower). In place (nn.Module.compile) so state_dict
+    # keys carry no "_orig_mod." prefix. Under FSDP2 the blocks are compiled before fully_shard, whose
+    # hooks stay outside the graphs (`skip_fsdp_hooks`).
+    mode = None if resolved.compile == "default" else resolved.compile
+    blocks = [b for _, bl in find_block_groups(model) for b in bl]
+    for b in blocks:
+        b.compile(mode=mode)
+    if blocks:
+        decide("compile", resolved.compile, f"{resolved.compile} per block",
+               (f"FSDP2: each of the {len(blocks)} repeated blocks compiled before fully_shard (torchtitan's order)"
+                if fsdp else f"each of the {len(blocks)} repeated blocks compiled in place: one graph serves "
+                "them all (a whole-model graph compiles each block again)") + "; the rest stays eager")
+    elif fsdp:
+        changes["compile"] = "off"
+        decide("compile", resolved.compile, "off", "FSDP2: no repeated blocks to compile one by one, and "
+               "the root is sharded eagerly", fallback=True)
+    else:
+        model.compile(mode=mode)
+
+
+def _fsdp(model: nn.Module, resolved: ResolvedRecipe, world: int, decide: _Notes, changes: dict) -> list[str]:
+    impl, why = optimizer_under_fsdp(resolved.optimizer, resolved.device)
+    if why:
+        changes["optimizer"] = impl
+        decide("optimizer", resolved.optimizer, impl, why, fallback=True)
+    sharded = _shard(model, resolved.autocast_dtype)
+    decide("fsdp", "fsdp", f"fully_shard x{len(sharded)}", f"FSDP2 on {world} rank(s): each repeated block, "
+           "then the root" + (f"; parameters in {resolved.autocast_dtype}, gradients reduced in float32"
+                              if resolved.autocast_dtype else "")
+           + ("; fp16 autocast kept on top (softmax, norms and loss in fp32)"
+              if resolved.autocast_dtype == "float16" else ""))
+    if resolved.grad_scaler and world > 1:
+        decide("grad_scaler", "GradScaler", "ShardedGradScaler", "fp16 under FSDP2: found_inf all-reduced "
+               "across ranks so every rank skips the same steps")
+    return sharded
+
+
+def apply_recipe(model: nn.Module, resolved: ResolvedRecipe, *,
+                 module_filter_fn: Callable[[nn.Module, str], bool] | None = None,
+                 fsdp: bool = False, world: int = 1) -> Applied:
+    """Convert `model` in place per `resolved`; returns what was done and the loop's contexts."""
+    decide, changes = _Notes(), {}
+    _place(model, resolved, fsdp, decide)
+    conversions = _norms(model, resolved, decide)
     fp8_all_gather = False
     if resolved.fp8_backend:
-        # torchao's float8 all-gather needs per-tensor (tensorwise) scaling; rowwise keeps bf16 all-gathers.
-        fp8_all_gather = fsdp and resolved.fp8_backend in ("torchao", "emulated") and \
-            resolved.fp8_scaling == "tensorwise"
-        conversions["fp8"] = convert_fp8(model, backend=resolved.fp8_backend, scaling=resolved.fp8_scaling,
-                                         min_dim=resolved.fp8_min_dim, convert_head=resolved.fp8_convert_head,
-                                         module_filter_fn=module_filter_fn,
-                                         enable_fsdp_float8_all_gather=fp8_all_gather)
-        if fsdp and resolved.fp8_backend in ("torchao", "emulated"):
-            decide("fp8_all_gather", "fsdp", "float8" if fp8_all_gather else "bf16",
-                   "FP8 weights all-gathered in float8, scales precomputed in one all-reduce after each "
-                   "optimizer step (torchtitan's order)" if fp8_all_gather else
-                   f"{resolved.fp8_scaling} scaling has no float8 all-gather in torchao: weights all-gathered "
-                   "in high precision")
-        n = sum(d.converted for d in conversions["fp8"])
-        if n == 0:
-            # Nothing runs in FP8: say what does (the base precision), so labels and the MFU peak follow.
-            base = {"bfloat16": "bf16", "float16": "fp16"}.get(resolved.autocast_dtype or "", "fp32")
-            decide("fp8_layers", "fp8", "none converted", "no linear layer was converted to FP8 (see the per-layer "
-                   f"reasons): this recipe had no FP8 effect on this model, which runs in {base}", fallback=True)
-            changes.update(precision=base, fp8_backend=None, fp8_scaling=None)
-            fp8_all_gather = False
+        conversions["fp8"], fp8_all_gather = _low_precision(model, resolved, fsdp, module_filter_fn, decide, changes)
     if any(type(m).__module__.startswith("transformer_engine") for m in model.modules()):
         _keep_state_dict_plain(model)
-
     checkpointed: list[str] = []
     if resolved.activation_checkpointing != "none":
         for note in prepare_hf_model(model):
             decide("activation_checkpointing", resolved.activation_checkpointing, note[0], note[1])
         checkpointed = apply_activation_checkpointing(model, resolved.activation_checkpointing,
                                                       resolved.checkpoint_every)
-
     if resolved.compile != "off":
-        # Regional compilation (torchtitan's order; Accelerate's `compile_regions`): each repeated block
-        # compiled in place, so one graph serves all N of them (dynamo reuses it across identical blocks),
-        # where a whole-model graph unrolls every block: N times the tracing and codegen of a cold compile
-        # (cpu-teacher: 40 s against 68 s, the step no slower). In place (nn.Module.compile) so state_dict
-        # keys carry no "_orig_mod." prefix. Under FSDP2 the blocks are compiled before fully_shard, whose
-        # hooks stay outside the graphs (`skip_fsdp_hooks`).
-        mode = None if resolved.compile == "default" else resolved.compile
-        blocks = [b for _, bl in find_block_groups(model) for b in bl]
-        for b in blocks:
-            b.compile(mode=mode)
-        if blocks:
-            decide("compile", resolved.compile, f"{resolved.compile} per block",
-                   (f"FSDP2: each of the {len(blocks)} repeated blocks compiled before fully_shard (torchtitan's order)"
-                    if fsdp else f"each of the {len(blocks)} repeated blocks compiled in place: one graph serves "
-                    "them all (a whole-model graph compiles each block again)") + "; the rest stays eager")
-        elif fsdp:
-            changes["compile"] = "off"
-            decide("compile", resolved.compile, "off", "FSDP2: no repeated blocks to compile one by one, and "
-                   "the root is sharded eagerly", fallback=True)
-        else:
-            model.compile(mode=mode)
-
-    sharded: list[str] = []
-    if fsdp:
-        impl, why = optimizer_under_fsdp(resolved.optimizer, resolved.device)
-        if why:
-            changes["optimizer"] = impl
-            decide("optimizer", resolved.optimizer, impl, why, fallback=True)
-        sharded = _shard(model, resolved.autocast_dtype)
-        decide("fsdp", "fsdp", f"fully_shard x{len(sharded)}", f"FSDP2 on {world} rank(s): each repeated block, "
-               "then the root" + (f"; parameters in {resolved.autocast_dtype}, gradients reduced in float32"
-                                  if resolved.autocast_dtype else "")
-               + ("; fp16 autocast kept on top (softmax, norms and loss in fp32)"
-                  if resolved.autocast_dtype == "float16" else ""))
-        if resolved.grad_scaler and world > 1:
-            decide("grad_scaler", "GradScaler", "ShardedGradScaler", "fp16 under FSDP2: found_inf all-reduced "
-                   "across ranks so every rank skips the same steps")
-
-    res = dataclasses.replace(resolved, decisions=resolved.decisions + tuple(extra), **changes)
+        _compile(model, resolved, fsdp, decide, changes)
+    sharded = _fsdp(model, resolved, world, decide, changes) if fsdp else []
+    res = dataclasses.replace(resolved, decisions=resolved.decisions + tuple(decide), **changes)
     te_recipe = te_fp8_recipe(res.fp8_scaling) if res.fp8_backend == "transformer_engine" else None
     return Applied(model=model, resolved=res, conversions=conversions, checkpointed=checkpointed,
                    sharded=sharded, fsdp=fsdp, world=world, fp8_all_gather=fp8_all_gather, _te_recipe=te_recipe)

@@ -21,18 +21,14 @@ torchao 0.18 (MXFP8Linear configured from `MXFP8TrainingOpConfig`; NVFP4Linear f
 
 from __future__ import annotations
 
-import importlib
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from overdrive.convert.shape_rules import tokens_multiple
+from overdrive.convert.padding import new_like, token_padded
+from overdrive.formats import EMULATED, TORCHAO, Engine, Format, get_format
 
-__all__ = ["mxfp8_fake_quantize", "nvfp4_fake_quantize", "NVFP4EmulatedLinear", "mx_factory", "EMULATED_GEMMS"]
-
-# What each emulation quantises, for reports: fprop = x @ W.T, dgrad = dy @ W, wgrad = dy.T @ x.
-EMULATED_GEMMS = {"mxfp8": ("fprop", "dgrad", "wgrad"), "nvfp4": ("fprop", "dgrad", "wgrad")}
+__all__ = ["mxfp8_fake_quantize", "nvfp4_fake_quantize", "NVFP4EmulatedLinear", "mx_factory", "MX_FACTORIES"]
 
 
 def _along(t: torch.Tensor, dim: int, block: int, fn) -> torch.Tensor:
@@ -123,45 +119,6 @@ class NVFP4EmulatedLinear(nn.Linear):
         return y + self.bias.to(y.dtype) if self.bias is not None else y
 
 
-def _new_like(cls, m: nn.Linear, **kw) -> nn.Module:
-    """A `cls` built on the meta device, then given `m`'s own Parameters (no copy, same state_dict keys)."""
-    new = cls(m.in_features, m.out_features, bias=m.bias is not None, device="meta", **kw)
-    new.weight = m.weight
-    if m.bias is not None:
-        new.bias = m.bias
-    return new
-
-
-_PADDED: dict[tuple[type, int], type] = {}
-
-
-def pad_tokens(x: torch.Tensor, multiple: int, fn) -> torch.Tensor:
-    """`fn` on x flattened to (M, K) with M zero-padded up to a multiple of `multiple`; the padded rows
-    of the output sliced off. Zero rows add nothing to grad-weight, never raise a block's amax, and
-    their outputs (so their gradients) are dropped."""
-    m = x.numel() // x.shape[-1]
-    x2 = x.reshape(m, x.shape[-1])                                # (M, K)
-    pad = (-m) % multiple
-    y = fn(F.pad(x2, (0, 0, 0, pad)) if pad else x2)              # (M + pad, N)
-    return (y[:m] if pad else y).reshape(*x.shape[:-1], y.shape[-1])
-
-
-def _token_padded(cls: type, multiple: int) -> type:
-    """`cls` with its input's tokens zero-padded to a multiple of `multiple` (from `convert.shape_rules`,
-    where each engine's rule is cited). The grad-weight GEMM reduces over the tokens (M), so the FP8 GEMMs'
-    leading-dimension rules land on M: Transformer Engine's per-tensor FP8 and torchao's `_scaled_mm` need
-    M % 16, the MXFP8 casts and TE's NVFP4 transpose-cast M % 32, torchao's NVFP4 Triton GEMM M % 128 (it
-    reads M as `input.shape[-2]`, so the input goes in flattened)."""
-    key = (cls, multiple)
-    if key not in _PADDED:
-        def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-            return pad_tokens(x, multiple, lambda x2: cls.forward(self, x2, *args, **kwargs))
-
-        # The engine's module name kept: TE modules are recognised by it (state_dict `_extra_state`).
-        _PADDED[key] = type(f"TokenPadded{cls.__name__}", (cls,), {"forward": forward, "__module__": cls.__module__})
-    return _PADDED[key]
-
-
 # torchao's MXFP8 Triton dim-0 cast (`triton_to_mxfp8_dim0`) asserts bf16 input ("only bfloat16 inputs
 # are supported") and `MXFP8Linear.forward` hands it `self.weight` as stored: fp32 master weights
 # crash on the first forward. Both GEMM operands go in as bf16 (the weight's cast is differentiable,
@@ -193,46 +150,52 @@ def _mxfp8_bf16(cls: type) -> type:
     return _BF16[cls]
 
 
+def _ao_mxfp8(fmt: Format, eng: Engine):
+    from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe
+    from torchao.prototype.moe_training.mxfp8_linear import MXFP8Linear
+
+    emulated = eng.backend == EMULATED
+    recipe = "MXFP8_EMULATED_RCEIL" if emulated else fmt.engine(TORCHAO).api  # MXFP8_RCEIL: cuBLAS's scale rule
+    cfg = MXFP8TrainingOpConfig.from_recipe(getattr(MXFP8TrainingRecipe, recipe))
+    # torchao's own entry point for this config, quantize_(model, cfg), wraps each weight in
+    # MXFP8TrainingWeightWrapperTensor, whose F.linear override drops the bias (torchao 0.18:
+    # output off by the bias, 3.8 dB SQNR on a Linear with bias 0.5). MXFP8Linear runs the same
+    # mx_mm autograd function with the config's settings and adds the bias.
+    cls = token_padded(MXFP8Linear if emulated else _mxfp8_bf16(MXFP8Linear),
+                       fmt.engine(TORCHAO).rules.multiple("M"))  # emulated too: it runs the same padded M
+    return lambda m, fqn: new_like(cls, m, kernel_preference=cfg.kernel_preference,
+                                   scale_calculation_mode=cfg.scale_calculation_mode, wgrad_with_hp=cfg.wgrad_with_hp)
+
+
+def _ao_nvfp4(fmt: Format, eng: Engine):
+    from torchao.prototype.moe_training.nvfp4_training.nvfp4_training import NVFP4Linear, NVFP4TrainingConfig
+
+    cfg = NVFP4TrainingConfig()
+    cls = token_padded(NVFP4Linear, eng.rules.multiple("M"))  # M = input.shape[-2] % 128
+
+    def ao_nvfp4(m: nn.Linear, fqn: str) -> nn.Module:
+        new = cls.from_linear(m, kernel_preference=cfg.kernel_preference, rht_sign_vector=cfg.rht_sign_vector)
+        # Its stochastic-rounding seed and Hadamard sign vector are per-run randomness: kept out of
+        # the state_dict so checkpoints stay interchangeable with the plain model (torchao notes a
+        # new sign vector is harmless for convergence).
+        new._non_persistent_buffers_set.update({"_sr_seed", "_rht_sign_vector"})
+        return new
+
+    return ao_nvfp4
+
+
+MX_FACTORIES = {
+    "torchao-mxfp8": _ao_mxfp8,
+    "torchao-nvfp4": _ao_nvfp4,
+    "nvfp4-emulated": lambda fmt, eng: (lambda m, fqn: new_like(NVFP4EmulatedLinear, m)),
+}
+"""`Engine.converter` -> `build(format, engine)` -> `factory(module, fqn) -> new module`."""
+
+
 def mx_factory(fmt: str, backend: str):
-    """`factory(module, fqn) -> new module` for `fmt` ("mxfp8" | "nvfp4") on `backend`."""
-    if backend == "transformer_engine":
-        te = importlib.import_module("transformer_engine.pytorch")
-
-        from overdrive.convert.fp8 import te_linear_like
-
-        # The format comes from TE's autocast recipe: MXFP8 needs M % 32, NVFP4 M % 32 (its wgrad transpose-cast).
-        return lambda m, fqn: te_linear_like(te, m, tokens_multiple=tokens_multiple(fmt, "transformer_engine"))
-    if fmt == "mxfp8":
-        from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe
-        from torchao.prototype.moe_training.mxfp8_linear import MXFP8Linear
-
-        recipe = MXFP8TrainingRecipe.MXFP8_EMULATED_RCEIL if backend == "emulated" else MXFP8TrainingRecipe.MXFP8_RCEIL
-        cfg = MXFP8TrainingOpConfig.from_recipe(recipe)
-        # torchao's own entry point for this config, quantize_(model, cfg), wraps each weight in
-        # MXFP8TrainingWeightWrapperTensor, whose F.linear override drops the bias (torchao 0.18:
-        # output off by the bias, 3.8 dB SQNR on a Linear with bias 0.5). MXFP8Linear runs the same
-        # mx_mm autograd function with the config's settings and adds the bias.
-        cls = _token_padded(_mxfp8_bf16(MXFP8Linear) if backend != "emulated" else MXFP8Linear,
-                            tokens_multiple("mxfp8", "torchao"))  # emulated too: it runs the same padded M
-        return lambda m, fqn: _new_like(cls, m, kernel_preference=cfg.kernel_preference,
-                                        scale_calculation_mode=cfg.scale_calculation_mode,
-                                        wgrad_with_hp=cfg.wgrad_with_hp)
-    if fmt == "nvfp4" and backend == "torchao":
-        from torchao.prototype.moe_training.nvfp4_training.nvfp4_training import NVFP4Linear, NVFP4TrainingConfig
-
-        cfg = NVFP4TrainingConfig()
-        cls = _token_padded(NVFP4Linear, tokens_multiple("nvfp4", "torchao"))  # M = input.shape[-2] % 128
-
-        def ao_nvfp4(m: nn.Linear, fqn: str) -> nn.Module:
-            new = cls.from_linear(m, kernel_preference=cfg.kernel_preference,
-                                          rht_sign_vector=cfg.rht_sign_vector)
-            # Its stochastic-rounding seed and Hadamard sign vector are per-run randomness: kept out of
-            # the state_dict so checkpoints stay interchangeable with the plain model (torchao notes a
-            # new sign vector is harmless for convergence).
-            new._non_persistent_buffers_set.update({"_sr_seed", "_rht_sign_vector"})
-            return new
-
-        return ao_nvfp4
-    if fmt == "nvfp4" and backend == "emulated":
-        return lambda m, fqn: _new_like(NVFP4EmulatedLinear, m)
-    raise ValueError(f"no {fmt} linear for backend {backend!r}")
+    """`factory(module, fqn) -> new module` for the block-scaled format `fmt` on torchao or emulated."""
+    f = get_format(fmt)
+    eng = f.engine(backend)
+    if eng is None or eng.converter not in MX_FACTORIES:
+        raise ValueError(f"no {fmt} linear for backend {backend!r}")
+    return MX_FACTORIES[eng.converter](f, eng)

@@ -5,15 +5,16 @@ Rules, in order (a user `module_filter_fn(module, fqn) -> bool` replaces rules 3
    reported, not silently passed: HF `Conv1D` (GPT-2: a transposed Linear whose weight is (in, out))
    and `nn.MultiheadAttention` (its packed q/k/v weight and out_proj run inside
    F.multi_head_attention_forward).
-2. GEMM dims must meet the engine's shape rules (`convert.shape_rules`, each cited): FP8 16 (cuBLAS FP8),
+2. GEMM dims must meet the engine's shape rules (`formats.shape_rules`, each cited): FP8 16 (cuBLAS FP8),
    MXFP8 32 (one E8M0 scale per 32), NVFP4 32 in Transformer Engine (16-byte TMA alignment of FP4 data),
    128 in torchao's Triton NVFP4 kernels, 16 emulated (one E4M3 scale per 16).
 3. The output head stays in high precision unless `convert_head` (torchtitan keeps `output` in bf16
    in its float8 and MXFP8 runs).
-4. MXFP8: attention K/V projections (`wk`, `wv`, `k_proj`, `v_proj`) stay in bf16, as torchtitan's
-   MXFP8 runs filter them: in GQA models they are the smallest GEMMs and among the most sensitive.
-5. NVFP4: the last ~16% of the blocks stay in bf16 (NVIDIA's NVFP4 pretraining recipe keeps about
-   16% of linear layers, the final ones, in BF16 for stability).
+4. The format's own layers kept in bf16 (`Format.keep_leaves`): MXFP8 keeps the attention K/V projections
+   (`wk`, `wv`, `k_proj`, `v_proj`), as torchtitan's MXFP8 runs filter them: in GQA models they are the
+   smallest GEMMs and among the most sensitive.
+5. The format's last blocks kept in bf16 (`Format.keep_last_fraction`): NVFP4 keeps the last ~16% (NVIDIA's
+   NVFP4 pretraining recipe keeps about 16% of linear layers, the final ones, in BF16 for stability).
 6. On real hardware, layers with in or out features < `min_dim` stay in high precision: the cast and
    scale overhead outweighs the faster GEMM there. Emulation converts them (numerics only).
 """
@@ -25,13 +26,11 @@ from collections.abc import Callable
 
 from torch import nn
 
-from overdrive.convert.shape_rules import dims_multiple
+from overdrive.formats import EMULATED, dims_multiple, get_format
 
-__all__ = ["layer_policy", "HEAD_NAMES", "KV_NAMES", "NVFP4_KEEP_LAST_FRACTION", "dims_multiple"]
+__all__ = ["layer_policy", "HEAD_NAMES", "dims_multiple"]
 
 HEAD_NAMES = ("lm_head", "head", "output", "classifier", "score", "embed_out")
-KV_NAMES = ("wk", "wv", "k_proj", "v_proj")
-NVFP4_KEEP_LAST_FRACTION = 0.16
 _ENGINE_MODULES = ("torchao", "transformer_engine", "overdrive.convert")
 
 
@@ -55,11 +54,12 @@ def layer_policy(model: nn.Module, *, fmt: str = "fp8", backend: str = "torchao"
                  convert_head: bool = False, module_filter_fn: Callable[[nn.Module, str], bool] | None = None
                  ) -> Callable[[nn.Module, str], tuple[bool, str] | None]:
     """`decide(module, fqn)` -> (convert?, why) for linear-like modules, None for the rest."""
-    emulated = backend == "emulated"
+    emulated = backend == EMULATED
     tied = _tied_weight_ids(model)
     mult = dims_multiple(fmt, backend)
-    name = {"fp8": "FP8", "mxfp8": "MXFP8", "nvfp4": "NVFP4"}[fmt]
-    kept, k, n = _last_blocks(model, NVFP4_KEEP_LAST_FRACTION) if fmt == "nvfp4" else ({}, 0, 0)
+    f = get_format(fmt)
+    name = f.label
+    kept, k, n = _last_blocks(model, f.keep_last_fraction) if f.keep_last_fraction else ({}, 0, 0)
 
     def decide(m: nn.Module, fqn: str) -> tuple[bool, str] | None:
         if isinstance(m, nn.MultiheadAttention):
@@ -85,13 +85,12 @@ def layer_policy(model: nn.Module, *, fmt: str = "fp8", backend: str = "torchao"
         leaf = fqn.rsplit(".", 1)[-1]
         if not convert_head and (leaf in HEAD_NAMES or id(m.weight) in tied):
             return False, "output head stays in high precision (fp8_convert_head=False)"
-        if fmt == "mxfp8" and leaf in KV_NAMES:
-            return False, "attention K/V projection stays in bf16 (torchtitan's MXFP8 runs skip wk/wv: small in " \
-                          "GQA models and sensitive)"
+        if leaf in f.keep_leaves:
+            return False, f.keep_why
         block = next((lbl for pre, lbl in kept.items() if fqn.startswith(pre)), None)
         if block is not None:
-            return False, (f"in {block}, one of the last {k} of {n} blocks: stays in bf16 (NVIDIA's NVFP4 recipe "
-                           f"keeps ~{NVFP4_KEEP_LAST_FRACTION:.0%} of layers, the final ones, in high precision)")
+            return False, (f"in {block}, one of the last {k} of {n} blocks: stays in bf16 (NVIDIA's {name} recipe "
+                           f"keeps ~{f.keep_last_fraction:.0%} of layers, the final ones, in high precision)")
         if not emulated and min(m.in_features, m.out_features) < min_dim:
             return False, f"too small to gain ({m.in_features}x{m.out_features} < {min_dim}): cast overhead " \
                           "outweighs the faster GEMM"

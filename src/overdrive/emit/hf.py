@@ -10,6 +10,7 @@ liger_kernel_config). Every field that stack cannot express comes back as one li
 from __future__ import annotations
 
 from overdrive.emit.target import Target
+from overdrive.formats import get_format
 
 __all__ = ["accelerate_config", "training_args", "optimizer_line"]
 
@@ -48,11 +49,12 @@ def accelerate_config(t: Target) -> tuple[dict, list[str]]:
         cfg["use_cpu"] = True  # it ran on a CPU
     if t.fp8:
         backend, scaling = ran["fp8_backend"], ran.get("fp8_scaling")
+        fmt = get_format(scaling or "tensorwise")
         if backend == "emulated":
             notes.append("FP8 ran emulated (numerics only, no FP8 hardware): Accelerate has no emulation; the config "
                          "says bf16")
-        elif scaling == "nvfp4":
-            notes.append("NVFP4: Accelerate's FP8 backends have no FP4 recipe; the config says bf16")
+        elif fmt.bits == "fp4":
+            notes.append(f"{fmt.label}: Accelerate's FP8 backends have no FP4 recipe; the config says bf16")
         elif backend == "torchao":
             cfg["mixed_precision"] = "fp8"
             cfg["fp8_config"] = {"backend": "AO"}
@@ -64,8 +66,8 @@ def accelerate_config(t: Target) -> tuple[dict, list[str]]:
             cfg["mixed_precision"] = "fp8"
             cfg["fp8_config"] = {"backend": "TE", **TE_DELAYED, "margin": 0, "interval": 1,
                                  "override_linear_precision": [False, False, False], "use_autocast_during_eval": False}
-            if scaling == "mxfp8":
-                cfg["fp8_config"]["use_mxfp8_block_scaling"] = True
+            if fmt.accelerate_te_flag:
+                cfg["fp8_config"][fmt.accelerate_te_flag] = True
             elif scaling != "delayed":
                 notes.append(f"TE {scaling} (current) scaling: Accelerate's TE recipe is DelayedScaling (or MXFP8) "
                              "only; this config runs DelayedScaling (HYBRID, history 16, max)")

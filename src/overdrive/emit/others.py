@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from overdrive.emit.hf import TE_DELAYED, _common_lines, optimizer_line
 from overdrive.emit.target import Target
+from overdrive.formats import get_format
 
 __all__ = ["torchtitan_config", "lightning_config"]
 
@@ -28,15 +29,16 @@ def torchtitan_config(t: Target) -> tuple[dict, list[str]]:
     converters = []
     if t.fp8:
         backend, scaling = ran["fp8_backend"], ran.get("fp8_scaling")
+        fmt = get_format(scaling or "tensorwise")
         skip = t.fp8_skip_fqns
         if backend == "transformer_engine":
             notes.append(f"Transformer Engine FP8 ({scaling}): torchtitan runs FP8 through torchao only; use "
                          "[quantize.linear.float8] (tensorwise) for the closest torchao recipe")
-        elif scaling == "nvfp4":
-            notes.append("NVFP4: torchtitan 0.2 has no FP4 linear converter")
-        elif scaling == "mxfp8":
+        elif fmt.bits == "fp4":
+            notes.append(f"{fmt.label}: torchtitan 0.2 has no FP4 linear converter")
+        elif fmt.torchtitan_mx:
             converters.append("quantize.linear.mx")
-            cfg["quantize"] = {"linear": {"mx": {"recipe_name": "mxfp8_cublas", "filter_fqns": skip or ["output"]}}}
+            cfg["quantize"] = {"linear": {"mx": {"recipe_name": fmt.torchtitan_mx, "filter_fqns": skip or ["output"]}}}
         else:
             converters.append("quantize.linear.float8")
             f8 = {"recipe_name": scaling if scaling in ("tensorwise", "rowwise") else "tensorwise",

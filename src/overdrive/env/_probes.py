@@ -15,7 +15,7 @@ import sys
 import traceback
 
 
-from overdrive.env._probes_blackwell import _run_mx, _te_support  # noqa: E402  (format checks per engine)
+from overdrive.env._probes_blackwell import _probed, _run_mx, _te_availability, _te_linear_runs  # noqa: E402
 from overdrive.env._probes_torch import _device, _err, probe_compile, probe_gpus, probe_torch_native
 
 
@@ -35,59 +35,26 @@ def probe_te() -> dict:
     except BaseException as e:
         f["ext_ok"], f["ext_error"] = False, _err(e)
         return f
+    _te_availability(f)
+    if _device() != "cuda":
+        return f
     try:
-        import transformer_engine.pytorch as te
-
-        for what in ("fp8", "mxfp8", "nvfp4", "fp8_block_scaling"):
-            got = _te_support(te, what)
-            if got is None:
-                continue
-            ok, reason, api = got
-            key = "fp8_available" if what == "fp8" else f"is_{what}_available"
-            f[key], f[f"{what}_reason"] = ok, reason
-            f.setdefault("probe_api", api)
-        f.setdefault("fp8_available", False)
-        f.setdefault("fp8_reason", "this Transformer Engine has no FP8 availability check")
+        _te_linear_runs(None, enabled=bool(f.get("fp8_available")))
+        f["smoke_ok"], f["smoke_fp8"] = True, bool(f.get("fp8_available"))
     except BaseException as e:
-        f["fp8_available"], f["fp8_reason"] = False, _err(e)
-    if _device() == "cuda":
+        f["smoke_ok"], f["smoke_error"] = False, _err(e)
+    # The block-scaled formats' kernels, where TE says the GPU has them (SM 10.x): one te.Linear
+    # forward+backward under each format's recipe class, so "available" means "ran here".
+    for fmt in _probed():
+        if not f.get(f"is_{fmt.kind}_available"):
+            continue
         try:
-            import torch
-            import transformer_engine.pytorch as te
+            from transformer_engine.common import recipe
 
-            lin = te.Linear(64, 64, params_dtype=torch.bfloat16).cuda()
-            x = torch.randn(32, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            ctx = te.autocast(enabled=bool(f.get("fp8_available"))) if hasattr(te, "autocast") else \
-                te.fp8_autocast(enabled=bool(f.get("fp8_available")))
-            with ctx:
-                y = lin(x)
-            y.float().sum().backward()
-            torch.cuda.synchronize()
-            f["smoke_ok"], f["smoke_fp8"] = True, bool(f.get("fp8_available"))
+            _te_linear_runs(getattr(recipe, fmt.engine("transformer_engine").api)())
+            f[f"{fmt.kind}_smoke_ok"] = True
         except BaseException as e:
-            f["smoke_ok"], f["smoke_error"] = False, _err(e)
-        # The block-scaled formats' kernels, where TE says the GPU has them (SM 10.x): one te.Linear
-        # forward+backward under each recipe, so "available" means "ran here".
-        for fmt, cls in (("mxfp8", "MXFP8BlockScaling"), ("nvfp4", "NVFP4BlockScaling")):
-            if not f.get(f"is_{fmt}_available"):
-                continue
-            try:
-                import torch
-                import transformer_engine.pytorch as te
-                from transformer_engine.common import recipe
-
-                lin = te.Linear(128, 128, params_dtype=torch.bfloat16).cuda()
-                x = torch.randn(128, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-                rec = getattr(recipe, cls)()
-                ctx = te.autocast(enabled=True, recipe=rec) if hasattr(te, "autocast") else \
-                    te.fp8_autocast(enabled=True, fp8_recipe=rec)
-                with ctx:
-                    y = lin(x)
-                y.float().sum().backward()
-                torch.cuda.synchronize()
-                f[f"{fmt}_smoke_ok"] = True
-            except BaseException as e:
-                f[f"{fmt}_smoke_ok"], f[f"{fmt}_smoke_error"] = False, _err(e)
+            f[f"{fmt.kind}_smoke_ok"], f[f"{fmt.kind}_smoke_error"] = False, _err(e)
     return f
 
 
@@ -171,11 +138,15 @@ def probe_torchao() -> dict:
         f["emulate_ok"] = True
     except BaseException as e:
         f["emulate_ok"], f["emulate_error"] = False, _err(e)
-    try:
-        _run_mx("mxfp8", "cpu", emulated=True)
-        f["mxfp8_emulate_ok"] = True
-    except BaseException as e:
-        f["mxfp8_emulate_ok"], f["mxfp8_emulate_error"] = False, _err(e)
+    for fmt in _probed():  # the emulations torchao runs (an emulated engine with a probe key)
+        probe = fmt.engine("emulated").api
+        if not probe:
+            continue
+        try:
+            _run_mx(fmt.kind, "cpu", emulated=True)
+            f[probe] = True
+        except BaseException as e:
+            f[probe], f[probe.replace("_ok", "_error")] = False, _err(e)
     if _device() == "cuda":
         cc = torch.cuda.get_device_capability()
         f["gpu_cc"] = list(cc)
@@ -186,14 +157,14 @@ def probe_torchao() -> dict:
                 f["fp8_ok"] = True
             except BaseException as e:
                 f["fp8_ok"], f["fp8_error"] = False, _err(e)
-        if cc >= (10, 0):  # MXFP8 (CUDA cast kernels: a source build on some platforms) and NVFP4 (Triton)
-            for fmt in ("mxfp8", "nvfp4"):
-                try:
-                    _run_mx(fmt, "cuda", emulated=False)
-                    torch.cuda.synchronize()
-                    f[f"{fmt}_ok"] = True
-                except BaseException as e:
-                    f[f"{fmt}_ok"], f[f"{fmt}_error"] = False, _err(e)
+        # MXFP8 (CUDA cast kernels: a source build on some platforms) and NVFP4 (Triton), where the GPU has them
+        for fmt in (fmt for fmt in _probed() if fmt.runs_on(cc)):
+            try:
+                _run_mx(fmt.kind, "cuda", emulated=False)
+                torch.cuda.synchronize()
+                f[f"{fmt.kind}_ok"] = True
+            except BaseException as e:
+                f[f"{fmt.kind}_ok"], f[f"{fmt.kind}_error"] = False, _err(e)
     return f
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib
 
+from overdrive.env._probes_torch import _err
+
 
 def _te_support(te, what: str) -> tuple[bool, str, str] | None:
     """(available, reason, which API answered) for one TE format check, across TE versions.
@@ -38,10 +40,13 @@ def _te_support(te, what: str) -> tuple[bool, str, str] | None:
 
 
 def _run_mx(fmt: str, device: str, *, emulated: bool) -> None:
-    """One forward+backward of torchao 0.18's MXFP8 / NVFP4 training linear (dims 128: NVFP4's rule)."""
+    """One forward+backward of torchao 0.18's MXFP8 / NVFP4 training linear (dims 128: NVFP4's rule), the
+    one the format's torchao engine converts to (`formats.Engine.converter`)."""
     import torch
 
-    if fmt == "mxfp8":
+    from overdrive.formats import get_format
+
+    if get_format(fmt).engine("torchao").converter == "torchao-mxfp8":
         from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe
         from torchao.prototype.moe_training.mxfp8_linear import MXFP8Linear
 
@@ -62,3 +67,46 @@ def _run_mx(fmt: str, device: str, *, emulated: bool) -> None:
     y.float().sum().backward()
     if not torch.isfinite(y).all():
         raise RuntimeError(f"{fmt} linear produced non-finite output")
+
+
+def _probed() -> list:
+    """The formats whose engines are probed by name (`Format.probed`): MXFP8, NVFP4."""
+    from overdrive.formats import FORMATS
+
+    return list({f.kind: f for f in FORMATS.values() if f.probed}.values())
+
+
+def _te_linear_runs(recipe, enabled: bool = True) -> None:
+    """One te.Linear forward+backward on the GPU under TE's FP8 autocast with `recipe` (None: TE's default)."""
+    import torch
+    import transformer_engine.pytorch as te
+
+    d = 128 if recipe is not None else 64  # the block-scaled recipes' rules: dims % 32 (NVFP4's wgrad)
+    lin = te.Linear(d, d, params_dtype=torch.bfloat16).cuda()
+    x = torch.randn(d if recipe is not None else 32, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    kw = {} if recipe is None else {"recipe": recipe}
+    ctx = te.autocast(enabled=enabled, **kw) if hasattr(te, "autocast") else \
+        te.fp8_autocast(enabled=enabled, **({} if recipe is None else {"fp8_recipe": recipe}))
+    with ctx:
+        y = lin(x)
+    y.float().sum().backward()
+    torch.cuda.synchronize()
+
+
+def _te_availability(f: dict) -> None:
+    """TE's own answer, format by format: fp8_available, is_<kind>_available and their reasons."""
+    try:
+        import transformer_engine.pytorch as te
+
+        for what in ("fp8", *[fmt.kind for fmt in _probed()], "fp8_block_scaling"):
+            got = _te_support(te, what)
+            if got is None:
+                continue
+            ok, reason, api = got
+            key = "fp8_available" if what == "fp8" else f"is_{what}_available"
+            f[key], f[f"{what}_reason"] = ok, reason
+            f.setdefault("probe_api", api)
+        f.setdefault("fp8_available", False)
+        f.setdefault("fp8_reason", "this Transformer Engine has no FP8 availability check")
+    except BaseException as e:
+        f["fp8_available"], f["fp8_reason"] = False, _err(e)

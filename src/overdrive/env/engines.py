@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from overdrive.formats import EMULATED, FORMATS, TE, Format
+
 __all__ = ["EngineStatus", "classify_engines", "STATUSES"]
 
 STATUSES = ("ok", "missing", "broken", "unsupported")
@@ -87,9 +89,9 @@ def _te(f: dict, has_gpu: bool, gpu_name: str) -> EngineStatus:
                                        "transformer_engine_torch is missing", fix=_TE_INSTALL)
         return EngineStatus(name=n, status="broken", version=v,
                             reason=f"extension transformer_engine_torch fails to load: {err}", fix=_TE_INSTALL)
-    details = {k: f[k] for k in ("fp8_available", "is_mxfp8_available", "is_fp8_block_scaling_available",
-                                 "is_nvfp4_available", "mxfp8_reason", "nvfp4_reason", "probe_api",
-                                 "mxfp8_smoke_ok", "mxfp8_smoke_error", "nvfp4_smoke_ok", "nvfp4_smoke_error")
+    per_format = [f"{pre}{k}{post}" for k in _probed_kinds() for pre, post in
+                  (("is_", "_available"), ("", "_reason"), ("", "_smoke_ok"), ("", "_smoke_error"))]
+    details = {k: f[k] for k in ("fp8_available", "is_fp8_block_scaling_available", "probe_api", *per_format)
                if k in f}
     if not has_gpu:
         return EngineStatus(name=n, status="unsupported", version=v, details=details,
@@ -150,8 +152,9 @@ def _torchao(f: dict, has_gpu: bool, gpu_name: str, fp8_gpu: bool) -> EngineStat
                             fix="install a torchao built for this torch (torchao >= 0.17 needs torch >= 2.10): "
                                 "pip install -U torchao")
     details = {"emulate_ok": bool(f.get("emulate_ok")), "fp8_ok": bool(f.get("fp8_ok"))}
-    details.update({k: f[k] for k in ("mxfp8_emulate_ok", "mxfp8_emulate_error", "mxfp8_ok", "mxfp8_error",
-                                      "nvfp4_ok", "nvfp4_error") if k in f})
+    keys = [k for kind in _probed_kinds() for k in (f"{kind}_emulate_ok", f"{kind}_emulate_error", f"{kind}_ok",
+                                                     f"{kind}_error")]
+    details.update({k: f[k] for k in keys if k in f})
     if not f.get("emulate_ok"):
         return EngineStatus(name=n, status="broken", version=v, details=details,
                             reason=f"float8 training fails even emulated: {f.get('emulate_error')}",
@@ -169,61 +172,75 @@ def _torchao(f: dict, has_gpu: bool, gpu_name: str, fp8_gpu: bool) -> EngineStat
                         reason=f"Float8Linear forward+backward ran on {gpu_name} (emulation also available)")
 
 
-def _block_scaled(fmt: str, engines: dict[str, EngineStatus], gpus: list[dict]) -> EngineStatus:
-    """Does MXFP8 / NVFP4 really run here, engine by engine (Transformer Engine, torchao, emulation)?
+def _probed_kinds() -> list[str]:
+    """The formats the engines' probes report by name (`Format.probed`: MXFP8, NVFP4)."""
+    return list(dict.fromkeys(f.kind for f in FORMATS.values() if f.probed))
+
+
+def _te_says(fmt: Format, te: EngineStatus | None, gpus: list[dict]) -> str:
+    name, kind, since = fmt.label, fmt.kind, ".".join(map(str, fmt.engine(TE).since))
+    if te is None or te.status == "missing":
+        return "not installed"
+    if te.status == "broken":
+        return f"broken ({te.reason})"
+    if te.details.get(f"is_{kind}_available") is None:
+        return (f"TE {te.version or '?'} reports no {name} support (needs TE >= {since} and SM >= "
+                f"{fmt.min_cc[0]}.{fmt.min_cc[1]})" if gpus else f"needs a CUDA GPU with SM >= {fmt.min_cc[0]}.0")
+    if not te.details.get(f"is_{kind}_available"):
+        return f"TE {te.version}: {te.details.get(f'{kind}_reason') or f'needs SM >= {fmt.min_cc[0]}.0'}"
+    if te.details.get(f"{kind}_smoke_ok") is False:
+        return f"TE {te.version}: te.Linear failed: {te.details.get(f'{kind}_smoke_error')}"
+    return f"ok (TE {te.version}, te.Linear ran under {name})"
+
+
+def _ao_says(fmt: Format, ao: EngineStatus | None, capable: list) -> str:
+    if ao is None or ao.status == "missing":
+        return "not installed"
+    if ao.status == "broken" and not ao.details.get("emulate_ok"):
+        return f"broken ({ao.reason})"
+    if not capable:
+        return f"torchao {ao.version}: its {fmt.label} kernels need SM >= {fmt.min_cc[0]}.0"
+    if ao.details.get(f"{fmt.kind}_ok"):
+        return f"ok (torchao {ao.version}, training linear ran)"
+    return f"torchao {ao.version}: failed: {ao.details.get(f'{fmt.kind}_error') or ao.reason}"
+
+
+def _emulation_says(fmt: Format, ao: EngineStatus | None) -> str:
+    probe = fmt.engine(EMULATED).api
+    if not probe:
+        return f"ok (overdrive's {fmt.label} emulation: plain torch, numerics only)"
+    if ao is not None and ao.details.get(probe):
+        return f"ok ({fmt.emulation}, numerics only)"
+    return "needs torchao" if ao is None or ao.status == "missing" else \
+        f"torchao's emulated recipe failed: {ao.details.get(probe.replace('_ok', '_error')) or ao.reason}"
+
+
+def _block_scaled(fmt: Format, engines: dict[str, EngineStatus], gpus: list[dict]) -> EngineStatus:
+    """Does a probed format (MXFP8, NVFP4) really run here, engine by engine (Transformer Engine, torchao,
+    emulation)?
 
     ok: an engine's kernels ran on this GPU; unsupported: the GPU lacks the format (SM 10.x) and only
     emulation runs (numerics, not speed); broken: a capable GPU whose engines failed; missing: nothing."""
-    name = fmt.upper()
-    capable = [g for g in gpus if tuple(g["cc"]) >= (10, 0) and (fmt == "nvfp4" or g["cc"][0] == 10)]
-    te, ao = engines.get("transformer_engine"), engines.get("torchao")
-    per: dict[str, str] = {}
-    since = {"mxfp8": "2.0", "nvfp4": "2.8"}[fmt]
-    if te is None or te.status == "missing":
-        per["transformer_engine"] = "not installed"
-    elif te.status == "broken":
-        per["transformer_engine"] = f"broken ({te.reason})"
-    elif te.details.get(f"is_{fmt}_available") is None:
-        per["transformer_engine"] = (f"TE {te.version or '?'} reports no {name} support (needs TE >= {since} and "
-                                     "SM >= 10.0)" if gpus else "needs a CUDA GPU with SM >= 10.0")
-    elif not te.details.get(f"is_{fmt}_available"):
-        per["transformer_engine"] = f"TE {te.version}: {te.details.get(f'{fmt}_reason') or 'needs SM >= 10.0'}"
-    elif te.details.get(f"{fmt}_smoke_ok") is False:
-        per["transformer_engine"] = f"TE {te.version}: te.Linear failed: {te.details.get(f'{fmt}_smoke_error')}"
-    else:
-        per["transformer_engine"] = f"ok (TE {te.version}, te.Linear ran under {name})"
-    if ao is None or ao.status == "missing":
-        per["torchao"] = "not installed"
-    elif ao.status == "broken" and not ao.details.get("emulate_ok"):
-        per["torchao"] = f"broken ({ao.reason})"
-    elif not capable:
-        per["torchao"] = f"torchao {ao.version}: its {name} kernels need SM >= 10.0"
-    elif ao.details.get(f"{fmt}_ok"):
-        per["torchao"] = f"ok (torchao {ao.version}, training linear ran)"
-    else:
-        per["torchao"] = f"torchao {ao.version}: failed: {ao.details.get(f'{fmt}_error') or ao.reason}"
-    if fmt == "nvfp4":
-        per["emulated"] = "ok (overdrive's NVFP4 emulation: plain torch, numerics only)"
-    elif ao is not None and ao.details.get("mxfp8_emulate_ok"):
-        per["emulated"] = "ok (torchao MXFP8_EMULATED_RCEIL, numerics only)"
-    else:
-        per["emulated"] = "needs torchao" if ao is None or ao.status == "missing" else \
-            f"torchao's emulated recipe failed: {ao.details.get('mxfp8_emulate_error') or ao.reason}"
+    name, since = fmt.label, ".".join(map(str, fmt.engine(TE).since))
+    capable = [g for g in gpus if fmt.runs_on(tuple(g["cc"]))]
+    per = {"transformer_engine": _te_says(fmt, engines.get("transformer_engine"), gpus),
+           "torchao": _ao_says(fmt, engines.get("torchao"), capable),
+           "emulated": _emulation_says(fmt, engines.get("torchao"))}
     reason = "; ".join(f"{k}: {v}" for k, v in per.items())
     real = [k for k in ("transformer_engine", "torchao") if per[k].startswith("ok")]
     if real:
-        return EngineStatus(name=fmt, status="ok", reason=reason, details={"engines": per, "runs_on": real})
+        return EngineStatus(name=fmt.kind, status="ok", reason=reason, details={"engines": per, "runs_on": real})
     emulated = per["emulated"].startswith("ok")
     if capable:
-        return EngineStatus(name=fmt, status="broken", reason=reason, details={"engines": per},
+        return EngineStatus(name=fmt.kind, status="broken", reason=reason, details={"engines": per},
                             fix=f"pip install -U transformer_engine[pytorch] (TE >= {since}) or torchao >= 0.18 "
                                 f"(its MXFP8 kernels may need a source build on this platform)")
     g = gpus[0] if gpus else None
     where = f"{g['name']} is SM {g['cc'][0]}.{g['cc'][1]}" if g else "no GPU"
     # The hardware lacks the format: "unsupported" whether or not emulation runs (MXFP8 read "missing" and
     # NVFP4 "unsupported" on one CPU for this same reason); the reason and the fix say about emulation.
-    return EngineStatus(name=fmt, status="unsupported",
-                        reason=f"{name} needs SM >= 10.0 ({where}); " + reason
+    return EngineStatus(name=fmt.kind, status="unsupported",
+                        reason=f"{name} needs SM >= {fmt.min_cc[0]}.{fmt.min_cc[1]} ({where}); " + reason
                         + ("" if emulated else f"; no {name} emulation either"), details={"engines": per},
                         fix=f"run on a Blackwell GPU (B200/B300) for {name} speed" +
                             ("" if emulated else "; pip install 'torchao>=0.10' for emulation"))
@@ -281,6 +298,28 @@ def _native(f: dict, has_gpu: bool) -> list[EngineStatus]:
     return out
 
 
+def _onnx(f: dict, fix: str) -> EngineStatus:
+    ok = bool(f.get("import_ok"))
+    return EngineStatus(name="onnx", status="ok" if ok else "broken", version=f.get("version"),
+                        reason=("onnx, onnxscript and onnxruntime import: ONNX export available" if ok
+                                else f"import fails: {f.get('import_error')}"),
+                        fix="" if ok else fix, details={"providers": f.get("providers", [])})
+
+
+def _torchrec(f: dict, fix: str) -> EngineStatus:
+    n, v = "torchrec", f.get("version")
+    if not f.get("import_ok"):
+        err = str(f.get("import_error"))
+        why = ("FBGEMM's compiled ops do not match this torch" if "could not load" in err.lower()
+               or "undefined symbol" in err.lower() else "import fails")
+        return EngineStatus(name=n, status="broken", version=v, reason=f"{why}: {err}",
+                            fix="install the torchrec/fbgemm-gpu release built for this torch version")
+    if not f.get("smoke_ok"):
+        return EngineStatus(name=n, status="broken", version=v, reason=f"EmbeddingBagCollection failed: "
+                            f"{f.get('smoke_error')}", fix=fix)
+    return EngineStatus(name=n, status="ok", version=v, reason="EmbeddingBagCollection pooled a KeyedJaggedTensor")
+
+
 def classify_engines(facts: dict, gpus: list[dict]) -> dict[str, EngineStatus]:
     """One EngineStatus per engine, from the facts gathered by `probing.collect_facts`."""
     probes, installed = facts.get("probes", {}), facts.get("installed", {})
@@ -311,33 +350,17 @@ def classify_engines(facts: dict, gpus: list[dict]) -> dict[str, EngineStatus]:
         elif key == "torchao":
             out[name] = _torchao(f, has_gpu, gpu_name, fp8_gpu)
         elif key == "onnx":
-            ok = bool(f.get("import_ok"))
-            out[name] = EngineStatus(name=name, status="ok" if ok else "broken", version=f.get("version"),
-                                     reason=("onnx, onnxscript and onnxruntime import: ONNX export available" if ok
-                                             else f"import fails: {f.get('import_error')}"),
-                                     fix="" if ok else fix, details={"providers": f.get("providers", [])})
+            out[name] = _onnx(f, fix)
         elif key == "torchrec":
-            if not f.get("import_ok"):
-                err = str(f.get("import_error"))
-                why = ("FBGEMM's compiled ops do not match this torch" if "could not load" in err.lower()
-                       or "undefined symbol" in err.lower() else "import fails")
-                out[name] = EngineStatus(name=name, status="broken", version=f.get("version"),
-                                         reason=f"{why}: {err}", fix="install the torchrec/fbgemm-gpu release "
-                                                                    "built for this torch version")
-            elif not f.get("smoke_ok"):
-                out[name] = EngineStatus(name=name, status="broken", version=f.get("version"),
-                                         reason=f"EmbeddingBagCollection failed: {f.get('smoke_error')}", fix=fix)
-            else:
-                out[name] = EngineStatus(name=name, status="ok", version=f.get("version"),
-                                         reason="EmbeddingBagCollection pooled a KeyedJaggedTensor")
+            out[name] = _torchrec(f, fix)
         elif key == "liger":
             out[name] = _gpu_kernel_lib(name, f, has_gpu, gpu_name, "smoke_ok", "LigerRMSNorm forward+backward",
                                         "pip install packaging numpy (liger-kernel does not declare them)")
         else:
             out[name] = _gpu_kernel_lib(name, f, has_gpu, gpu_name, "kernel_ok", "a tiny Triton kernel",
                                         "pip install -U triton")
-    for fmt in ("mxfp8", "nvfp4"):
-        out[fmt] = _block_scaled(fmt, out, gpus)
+    for fmt in {f.kind: f for f in FORMATS.values() if f.probed}.values():
+        out[fmt.kind] = _block_scaled(fmt, out, gpus)
     cc = facts.get("toolchain", {}).get("c_compiler")
     f = probes.get("compile", {})
     out["torch.compile"] = _failed_probe("torch.compile", f, "the compile probe") or _compile(f, cc)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from overdrive.env.catalog import GpuSpec, lookup_gpu
 from overdrive.env.engines import EngineStatus, classify_engines
+from overdrive.formats import FORMATS
 
 __all__ = ["SCHEMA_VERSION", "EnvReport", "GpuInfo", "build_report", "gpu_capabilities"]
 
@@ -23,9 +24,9 @@ def gpu_capabilities(cc: tuple[int, int]) -> dict[str, bool]:
         "fp16": cc >= (7, 0),          # Volta tensor cores
         "bf16": cc >= (8, 0),          # Ampere
         "tf32": cc >= (8, 0),
-        "fp8": cc >= (8, 9),           # Ada (8.9) and Hopper (9.0): E4M3/E5M2 tensor cores
-        "mxfp8": cc[0] == 10,          # Blackwell data-center parts (SM 10.x): block-scaled FP8
-        "nvfp4": cc >= (10, 0),        # Blackwell: NVFP4 tensor cores
+        # Each low-precision format's own gate (`Format.runs_on`): FP8 on Ada (8.9) and Hopper (9.0) E4M3/E5M2
+        # tensor cores; block-scaled MXFP8 on the data-center Blackwell parts (SM 10.x); NVFP4 on Blackwell.
+        **{f.kind: f.runs_on(cc) for f in FORMATS.values()},
     }
 
 

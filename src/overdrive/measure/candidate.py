@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from overdrive.formats import FORMATS
 from overdrive.recipes import Recipe, get_recipe
 
 if TYPE_CHECKING:
@@ -27,11 +28,6 @@ _DESCRIPTIONS = {
     "fp32-fused": "fp32 with torch's fused AdamW and the best norms here",
     "amp-bf16": "bf16 autocast + best AdamW/norms",
     "amp-fp16": "fp16 autocast + GradScaler + best AdamW/norms",
-    "fp8": "FP8 linears, per-tensor scaling (TE or torchao; emulated without FP8 hardware)",
-    "fp8-rowwise": "FP8 linears, row-wise scaling (torchao)",
-    "fp8-delayed": "FP8 linears, delayed scaling (Transformer Engine)",
-    "mxfp8": "MXFP8 linears (TE or torchao on SM 10.x; emulated without FP8 hardware: quality only)",
-    "nvfp4": "NVFP4 linears, last blocks in bf16 (TE or torchao on SM 10.x; emulated elsewhere: quality only)",
 }
 
 
@@ -58,7 +54,8 @@ class Candidate:
         """The candidate for a recipe name in the registry (any accepted spelling; printed canonically)."""
         r = get_recipe(name)
         head, *knobs = r.name.split("+")
-        desc = _DESCRIPTIONS.get(head, f"recipe {head}") + "".join(f" + {k}" for k in knobs)
+        words = {**_DESCRIPTIONS, **{f.preset: f.description for f in FORMATS.values()}}  # a format's own words
+        desc = words.get(head, f"recipe {head}") + "".join(f" + {k}" for k in knobs)
         return cls(name=r.name, recipe=r, description=desc, baseline=baseline)
 
     @property

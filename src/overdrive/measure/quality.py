@@ -7,18 +7,23 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["LOSS_TOLERANCE", "loss_tolerance", "loss_parity", "judge_curve", "CurveVerdict", "GRAD_BLOWUP"]
+from overdrive.formats import HIGH_PRECISION_TOLERANCE, format_of, loss_tolerance
+
+__all__ = ["LOSS_TOLERANCE", "loss_tolerance", "tolerance_key", "loss_parity", "judge_curve", "CurveVerdict",
+           "GRAD_BLOWUP"]
 
 # Tail-mean loss relative difference vs the baseline (same data order, same seed) beyond which a
-# recipe is flagged unsafe. fp32 variants differ only by summation order; bf16 keeps 8 mantissa
-# bits; FP8 (e4m3) 3 bits with per-tensor scales.
-# fp4 (NVFP4) is allowed twice FP8's gap: it costs loss by design (+0.05 nats at 16B in torchao's
-# DeepSeek-V3 run against +0.01 for MXFP8).
-LOSS_TOLERANCE = {"fp32": 0.01, "bf16": 0.03, "fp16": 0.03, "fp8": 0.05, "fp4": 0.10}
+# recipe is flagged unsafe: each high precision's and each low-precision format's own
+# (`overdrive.formats`: `Format.loss_tolerance`, with its reason). A bare "fp8"/"fp4" gets the
+# strictest format of those bits; anything else is an error, never some other precision's allowance.
+LOSS_TOLERANCE = {**HIGH_PRECISION_TOLERANCE, **{b: loss_tolerance(b) for b in ("fp8", "fp4")}}
+"""What reports print as the table (the formats' own tolerances: `formats.FORMATS`)."""
 
 
-def loss_tolerance(precision: str) -> float:
-    return LOSS_TOLERANCE.get(precision, 0.03)
+def tolerance_key(precision: str | None, fp8_scaling: str | None = None) -> str:
+    """What to judge a run by: the format that ran (its own tolerance), else the precision."""
+    f = format_of(precision, fp8_scaling)
+    return f.name if f is not None else str(precision)
 
 
 def _updates_before(skipped: list[bool]) -> list[int]:
@@ -39,10 +44,15 @@ def loss_parity(losses: list[float], skipped: list[bool], base_losses: list[floa
     and the tail (last quarter, at least 3 points) is averaged on both sides: one noisy point
     never decides. Fewer than `steps` losses on either side: not assessed.
     """
+    cand = losses[:steps]
+    if not cand and not base_losses and find_tolerance(precision) is None:
+        # Nothing to judge (a run that failed before it resolved): no tolerance to state.
+        return {"final_loss": None, "loss_delta_pct": None, "unsafe_reason": None, "loss_tolerance_pct": None,
+                "parity_steps": steps, "skipped_steps": 0, "assessed": False}
     tol = loss_tolerance(precision)
     out = {"final_loss": None, "loss_delta_pct": None, "unsafe_reason": None, "loss_tolerance_pct": 100 * tol,
            "parity_steps": steps, "skipped_steps": sum(bool(s) for s in skipped[:steps]), "assessed": False}
-    cand, cs = losses[:steps], (list(skipped) + [False] * steps)[:len(losses[:steps])]
+    cs = (list(skipped) + [False] * steps)[:len(losses[:steps])]
     if any(not math.isfinite(v) for v in cand):
         out.update(assessed=True, unsafe_reason="loss became NaN/inf")
         return out
@@ -64,6 +74,14 @@ def loss_parity(losses: list[float], skipped: list[bool], base_losses: list[floa
         out["unsafe_reason"] = (f"loss over the last {len(tail)} of {steps} steps {final:.3f} vs baseline {ref:.3f} "
                                 f"({100 * delta:+.1f}%, tolerance ±{100 * tol:.0f}% for {precision}{skips})")
     return out
+
+
+def find_tolerance(precision: str) -> float | None:
+    """`loss_tolerance`, or None for a precision it does not know."""
+    try:
+        return loss_tolerance(precision)
+    except ValueError:
+        return None
 
 
 GRAD_BLOWUP = 10.0

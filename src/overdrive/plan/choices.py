@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from overdrive.formats import planned_presets
+
 __all__ = ["PRECISIONS", "LOW_PRECISION", "SHARDINGS", "SHARDING_ALIASES", "CHECKPOINTING", "RECOMPUTE_MODULES",
            "GRAD_DTYPES", "ATTENTIONS", "MIN_EFFICIENCY", "BANDWIDTH_GBS", "MAX_COUNT", "OPTIMIZER_DTYPES",
            "OPTIMIZER_STATES", "OPTIMIZERS", "OPTIMIZER_ALIASES", "MASTER_WEIGHTS", "OFFLOADS", "LOSSES", "STACKS",
            "STACK_ALIASES", "BLOCK_CODES", "GATHER_DTYPES"]
 
-PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp8-rowwise", "mxfp8", "nvfp4")
-LOW_PRECISION = ("fp8", "fp8-rowwise", "mxfp8", "nvfp4")
+LOW_PRECISION = planned_presets()  # the formats the planner models (`overdrive.formats`, `Format.plan_bytes`)
+PRECISIONS = ("fp32", "bf16", "fp16", *LOW_PRECISION)
 SHARDINGS = ("none", "zero1", "zero2", "fsdp", "hsdp")
 """none = DDP (replicated); zero1 = DDP with a distributed optimizer (Megatron's); zero2 = + sharded grads;
 fsdp = ZeRO-3 (FSDP2 fully_shard); hsdp = FSDP within a node, replicated across nodes."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from overdrive.plan.comm import comm_times, dp_exposed
 from overdrive.plan.memory import CONTEXT_BYTES, FRAGMENTATION, GIB, memory_breakdown, reserve_bytes, terms
-from overdrive.plan.setup import TrainSetup, check_layout, fallback_precision
+from overdrive.plan.setup import TrainSetup, check_layout, fallback_precision, needs_blackwell
 from overdrive.plan.specs import ModelSpec
 from overdrive.plan.throughput import compute_times
 
@@ -105,7 +105,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     asked = s.precision
     fb = fallback_precision(asked, s.gpu)
     if fb:
-        need = "SM 10.x" if asked in ("mxfp8", "nvfp4") else "FP8 tensor cores (SM >= 8.9)"
+        need = "SM 10.x" if needs_blackwell(asked) else "FP8 tensor cores (SM >= 8.9)"
         notes.append(f"{asked} is not supported on {s.gpu.key} (needs {need}): planned as {fb}, what would run")
         s = dataclasses.replace(s, precision=fb)
     if s.pp > 1 and s.sharding in ("fsdp", "hsdp") and s.stack == "pytorch":

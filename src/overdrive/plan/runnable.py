@@ -7,10 +7,12 @@ take the same names); tests/unit/test_plan_runnable.py checks that for every opt
 
 from __future__ import annotations
 
+from overdrive.formats import FORMATS, find_format
+
 __all__ = ["how_to_run", "PRECISION_PRESET", "not_in_overdrive"]
 
-PRECISION_PRESET = {"fp32": "fp32", "bf16": "amp-bf16", "fp16": "amp-fp16", "fp8": "fp8",
-                    "fp8-rowwise": "fp8-rowwise", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
+PRECISION_PRESET = {"fp32": "fp32", "bf16": "amp-bf16", "fp16": "amp-fp16",
+                    **{f.preset: f.preset for f in FORMATS.values()}}
 """Planner precision -> the recipe preset that trains that way."""
 _CKPT_KNOB = {"none": "", "selective": "+ckpt-selective", "full": "+ckpt", "selective-op": "+ckpt-selective"}
 _OTHER_OPTIMIZER = {"lion": "lion-pytorch's Lion", "sgd": "torch.optim.SGD(momentum=0.9)",
@@ -70,7 +72,8 @@ def how_to_run(c: dict, *, gpus_per_node: int = 1, nodes: int = 1, grad_accum: i
     from overdrive.recipes import get_recipe
 
     prec = c.get("precision", "bf16")
-    name = PRECISION_PRESET.get(prec, "amp-bf16")
+    fmt = find_format(prec)
+    name = fmt.preset if fmt is not None else PRECISION_PRESET.get(prec, "amp-bf16")
     if c.get("compile", True) and c.get("stack", "pytorch") == "pytorch":
         name += "+compile"   # the plan's pytorch stack is compiled unless --no-compile
     name += _CKPT_KNOB.get(c.get("checkpointing", "none"), "")

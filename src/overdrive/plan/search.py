@@ -7,6 +7,7 @@ import json
 import os
 
 from overdrive.env.catalog import GpuSpec, gpu_by_key
+from overdrive.formats import planned_format
 from overdrive.plan.estimate import Estimate, estimate
 from overdrive.plan.runnable import how_to_run, not_in_overdrive
 from overdrive.plan.setup import (CHECKPOINTING, LOW_PRECISION, MIN_EFFICIENCY, SHARDING_ALIASES, TrainSetup,
@@ -15,7 +16,7 @@ from overdrive.plan.specs import ModelSpec, get_model, read_json_file
 
 __all__ = ["plan", "sweep", "longest_seq", "calibrate_from_bench", "SWEEP_MODELS", "label", "MIN_HEADROOM_SHARE"]
 
-DEFAULT_PRECISIONS = ("bf16", "fp8", "fp8-rowwise", "mxfp8", "nvfp4")
+DEFAULT_PRECISIONS = ("bf16", *LOW_PRECISION)
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 MIN_HEADROOM_SHARE = 0.10
 """Default safety margin, a share of the GPU's memory: the planner's memory estimate is off by up to ~11% on
@@ -202,7 +203,7 @@ def _check_asked(g: GpuSpec, base: TrainSetup, precisions: list, shardings) -> N
                          "what it falls back to, or add one this GPU runs (bf16, fp8)")
     planned = {fallback_precision(p, g) or p for p in runs_here}
     for flag, on in (("--fp8-activations", base.fp8_activations), ("--fp8-all-gather", base.fp8_all_gather)):
-        if on and not planned & set(LOW_PRECISION):
+        if on and not any(planned_format(p) for p in planned):
             raise ValueError(f"{flag} needs a low precision that runs on {g.key} (fp8, fp8-rowwise; mxfp8/nvfp4 on "
                              f"Blackwell), and --precision {','.join(precisions)} has none: add one or drop the flag")
     if base.nodes == 1 and all(SHARDING_ALIASES.get(sh, sh) == "hsdp" for sh in shardings):

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from overdrive.env.catalog import GpuSpec
+from overdrive.formats import planned_format
 from overdrive.plan.choices import (ATTENTIONS, BANDWIDTH_GBS, CHECKPOINTING, GRAD_DTYPES, LOSSES, LOW_PRECISION,
                                     MASTER_WEIGHTS, MAX_COUNT, MIN_EFFICIENCY, OFFLOADS, OPTIMIZER_ALIASES,
                                     OPTIMIZER_DTYPES, OPTIMIZER_STATES, OPTIMIZERS, PRECISIONS, RECOMPUTE_MODULES,
@@ -27,14 +28,15 @@ __all__ = ["TrainSetup", "PRECISIONS", "SHARDINGS", "CHECKPOINTING", "OPTIMIZER_
 
 def needs_blackwell(precision: str) -> bool:
     """MXFP8 and NVFP4 need SM 10.x tensor cores (Transformer Engine's and torchao's gates)."""
-    return precision in ("mxfp8", "nvfp4")
+    f = planned_format(precision)  # `Format.min_cc`
+    return f is not None and f.min_cc >= (10, 0)
 
 
 def fallback_precision(precision: str, gpu: GpuSpec) -> str | None:
     """What a precision resolves to on `gpu` when that GPU cannot run it (None: it runs as asked)."""
     if needs_blackwell(precision) and gpu.sm[0] != 10:
         return "fp8" if gpu.fp8_tflops else "bf16"
-    if precision in LOW_PRECISION and not gpu.fp8_tflops:
+    if planned_format(precision) and not gpu.fp8_tflops:
         return "bf16"
     return None
 
@@ -176,7 +178,7 @@ class TrainSetup:
 
     @property
     def low_precision(self) -> bool:
-        return self.precision in LOW_PRECISION
+        return planned_format(self.precision) is not None
 
     @property
     def gather_bytes(self) -> int:

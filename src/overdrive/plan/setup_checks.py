@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from overdrive.formats import planned_format, planned_presets
 from overdrive.plan.choices import (ATTENTIONS, BANDWIDTH_GBS, BLOCK_CODES, CHECKPOINTING, GATHER_DTYPES,
                                     GRAD_DTYPES, LOSSES, MASTER_WEIGHTS, MAX_COUNT, MIN_EFFICIENCY, OFFLOADS,
                                     OPTIMIZER_ALIASES, OPTIMIZER_DTYPES, OPTIMIZERS, PRECISIONS, RECOMPUTE_MODULES,
@@ -65,7 +66,8 @@ def _resolve_optimizer(s) -> None:
 def _resolve_names(s) -> None:
     """Aliases to their names (ddp → none, adamw-8bit → adamw + 8bit states, nemo → megatron), then each choice."""
     _set(s, "sharding", SHARDING_ALIASES.get(s.sharding, s.sharding))
-    _choice("precision", s.precision, PRECISIONS)
+    _set(s, "precision", getattr(planned_format(s.precision), "preset", s.precision))  # a format's name: its preset
+    _choice("precision", s.precision, (*PRECISIONS[:3], *planned_presets()))
     _choice("sharding", s.sharding, SHARDINGS)
     _choice("checkpointing", s.checkpointing, CHECKPOINTING)
     _choice("optimizer-dtype", s.optimizer_dtype, OPTIMIZER_DTYPES)

@@ -43,6 +43,7 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
 
 from __future__ import annotations
 
+from overdrive.formats import FORMATS, planned_format
 from overdrive.plan.memory import act_bytes_per_layer, recomputed_blocks
 from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
@@ -70,14 +71,14 @@ HBM_EFF = 0.8
 # Host link per GPU, one direction, GB/s, for activation offload: Grace parts reach the CPU over NVLink-C2C
 # (900 GB/s both ways, NVIDIA GB200/GB300 datasheets); others over PCIe at the 25 GB/s used for optimizer offload.
 HOST_GBS = {"gb200": 450.0, "gb300": 450.0, "pcie": 25.0}
-NVFP4_BF16_SHARE = 0.16
 UNFUSED_ATTN_BYTES = 20.0
 """HBM bytes per attention score without flash attention beyond what the two GEMMs write and read (their
 short inner dimension already costs them): forward, Megatron's fused causal scale-softmax reads the 16-bit
 scores and writes the probabilities (4), dropout reads them, writes the result and a 1-byte mask (5); backward,
 dropout's read of the gradient and mask and its write (5), softmax's read of probabilities and gradient and its
 write (6)."""
-QUANT_BYTES = {"fp8": 1.0, "fp8-rowwise": 1.0, "mxfp8": 1.15, "nvfp4": 1.3}
+QUANT_BYTES = {f.preset: f.plan_bytes for f in FORMATS.values() if f.plan_bytes is not None}
+"""Per format: `Format.plan_bytes` (FP8 1, MXFP8 1.15 with its E8M0 scales, NVFP4 1.3)."""
 
 
 MEGATRON_CE_BYTES = 52.0
@@ -148,9 +149,10 @@ def peak_tflops(s: TrainSetup, precision: str | None = None) -> float:
     g = s.gpu
     if p == "fp32":
         return g.tf32_tflops
-    if p == "nvfp4" and g.fp4_tflops:
+    f = planned_format(p)
+    if f is not None and f.bits == "fp4" and g.fp4_tflops:
         return g.fp4_tflops
-    if p in ("fp8", "fp8-rowwise", "mxfp8", "nvfp4") and g.fp8_tflops:
+    if f is not None and g.fp8_tflops:
         return g.fp8_tflops
     return g.bf16_tflops
 
@@ -185,11 +187,12 @@ def _gemm_terms(m: ModelSpec, s: TrainSetup, cal: dict, c: dict, block, passes: 
     t_bf16 = _gemm_s(block, bf16_peak, e, passes, sms, k0)
     lowp_share, t_block, quant_b = 0.0, t_bf16, 0.0
     if s.low_precision:
-        rel = cal["lowp_rel"] * (cal["rowwise_rel"] if s.precision == "fp8-rowwise" else 1.0)
+        fmt = planned_format(s.precision)
+        rel = cal["lowp_rel"] * (cal[fmt.plan_rel] if fmt.plan_rel else 1.0)
         t_lowp = _gemm_s(block, peak_tflops(s), e * rel, passes, sms, k0)
-        lowp_share = 1 - NVFP4_BF16_SHARE if s.precision == "nvfp4" else 1.0
+        lowp_share = 1 - fmt.keep_last_fraction  # the layers the format keeps in bf16 (NVFP4: its last 16%)
         t_block = lowp_share * t_lowp + (1 - lowp_share) * t_bf16
-        quant_b = lowp_share * QUANT_BYTES[s.precision] * sum(3 * (2 * a * k + 2 * k * n + a * n) for a, k, n in block)
+        quant_b = lowp_share * fmt.plan_bytes * sum(3 * (2 * a * k + 2 * k * n + a * n) for a, k, n in block)
     M = s.micro_batch * s.seq / s.cp
     head = _gemm_s([(M, m.hidden, m.vocab / s.tp)], bf16_peak, e, 3.0, sms, k0)
     return c["L"] * t_block, head, lowp_share, quant_b

@@ -2,7 +2,8 @@
 
 from overdrive.recipes.names import (ALIASES, ECOSYSTEM, KNOBS, canonical_name, names, parse_recipe_name,
                                      recipe_name)
-from overdrive.recipes.recipe import FIELD_CHOICES, PRESETS, Recipe, get_recipe
+from overdrive.recipes.names import get_recipe
+from overdrive.recipes.recipe import FIELD_CHOICES, PRESETS, Recipe
 from overdrive.recipes.resolve import Decision, RecipeUnavailable, ResolvedRecipe, resolve
 
 __all__ = ["Recipe", "PRESETS", "FIELD_CHOICES", "get_recipe", "resolve", "ResolvedRecipe", "Decision",

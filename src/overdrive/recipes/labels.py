@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 
 from overdrive.env import EnvReport
+from overdrive.formats import FORMATS, find_format, kinds
 from overdrive.recipes.resolve import ResolvedRecipe
 
 __all__ = ["ran_label", "what_runs", "effective_key", "low_precision_format"]
 
 
 def low_precision_format(fp8_scaling: str | None, precision: str = "fp8") -> str:
-    """The format's own name: "mxfp8"/"nvfp4" for the block-scaled formats, else the precision."""
-    return fp8_scaling if fp8_scaling in ("mxfp8", "nvfp4") else precision
+    """The format's own word (`Format.kind`: mxfp8, nvfp4) for the block-scaled formats, else the precision
+    ("fp8" for the per-tensor FP8 variants)."""
+    f = find_format(fp8_scaling)
+    return f.kind if f is not None and f.kind != f.bits else precision
 
 
 def _engines(env: EnvReport) -> str:
@@ -29,7 +32,7 @@ def _engines(env: EnvReport) -> str:
 def what_runs(r: ResolvedRecipe) -> str:
     """The precision that runs, in a word or two: fp32, bf16, fp16, fp8 (torchao, tensorwise),
     fp8 emulated, mxfp8 (transformer_engine), nvfp4 emulated."""
-    if r.precision in ("fp8", "fp4"):
+    if r.fp8_backend:
         fmt = low_precision_format(r.fp8_scaling, r.precision)
         if r.emulated:
             return f"{fmt} emulated"
@@ -49,9 +52,10 @@ def _short(d, env: EnvReport) -> str:
         if not te.ok and not ao.ok:
             return _engines(env)
         return f"{d.requested} → {d.chosen}"
-    if d.field in ("mxfp8", "nvfp4"):
-        if not any(g.capabilities.get("mxfp8") for g in env.gpus):
-            return "no SM 10.x GPU"
+    if d.field in kinds():
+        f = next(f for f in FORMATS.values() if f.kind == d.field)
+        if not any(g.capabilities.get(d.field) for g in env.gpus):
+            return f"no SM {f.min_cc[0]}.x GPU"
         if d.chosen == "emulated":
             return _engines(env)
         return f"{d.requested} → {d.chosen}"
@@ -80,7 +84,7 @@ def same_recipe_text(names: list[str], ran: str | None) -> str:
         rec = PRESETS.get(n.split("+")[0])
         if rec is None or rec.precision == "auto":
             return None
-        return rec.fp8_scaling if rec.fp8_scaling in ("mxfp8", "nvfp4") else rec.precision
+        return low_precision_format(rec.fp8_scaling, rec.precision)
 
     fell = [n for n in names if ran and asked(n) is not None and not ran.startswith(asked(n))]
     same = [n for n in names if n not in fell]

@@ -15,20 +15,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import fields
 
-from overdrive.recipes.recipe import PRESETS, Recipe
+from overdrive.recipes.recipe import _FIELDS, ALIASES, KNOBS, PRESETS, Recipe, _preset_key, presets, recipe_name
 
-__all__ = ["names", "parse_recipe_name", "recipe_name", "canonical_name", "ALIASES", "KNOBS", "ECOSYSTEM",
+__all__ = ["get_recipe", "names", "parse_recipe_name", "recipe_name", "canonical_name", "ALIASES", "KNOBS", "ECOSYSTEM",
            "ecosystem_note"]
-
-# What people type -> the preset it means. "no"/"none" follow HF Accelerate's mixed_precision="no".
-ALIASES: dict[str, str] = {
-    "bf16": "amp-bf16", "bfloat16": "amp-bf16", "amp": "amp-bf16",
-    "fp16": "amp-fp16", "float16": "amp-fp16", "half": "amp-fp16",
-    "no": "fp32", "none": "fp32", "float32": "fp32",
-    "plain": "baseline", "eager": "baseline",
-    "float8": "fp8", "fp8-tensorwise": "fp8", "rowwise": "fp8-rowwise", "fp8-delayed-scaling": "fp8-delayed",
-    "mx": "mxfp8", "mxfp8-block": "mxfp8", "fp4": "nvfp4",
-}
 
 # Other stacks' names for a recipe: Lightning's `Trainer(precision=...)` strings (lightning.fabric.
 # connector's _PRECISION_INPUT). They parse to Overdrive's recipe, which is the name reported back.
@@ -58,37 +48,12 @@ def ecosystem_note(text: str) -> str | None:
     return f"{whose} '{head}' is Overdrive's {target}"
 
 
-# Named knobs: each sets a few fields. Order matters only for printing (recipe_name uses it).
-KNOBS: dict[str, dict] = {
-    "compile": {"compile": "default"},
-    # Not "max-autotune" itself in training: it turns on CUDA graphs (resolve maps it to the
-    # no-cudagraphs mode); the knob keeps the user's word.
-    "max-autotune": {"compile": "max-autotune"},
-    "ckpt": {"activation_checkpointing": "full"},
-    "ckpt-selective": {"activation_checkpointing": "selective"},
-    "fused-ce": {"loss": "fused-linear-cross-entropy"},
-    "fused-adamw": {"optimizer": "torch-fused"},
-    "foreach": {"optimizer": "foreach"},
-    "for-loop": {"optimizer": "for-loop"},
-    "apex-adam": {"optimizer": "apex"},
-    "torch-norm": {"norm": "torch"},
-    "liger-norm": {"norm": "liger"},
-    "apex-norm": {"norm": "apex"},
-    "te-norm": {"norm": "transformer_engine"},
-    "te": {"fp8_backend": "transformer_engine"},
-    "torchao": {"fp8_backend": "torchao"},
-    "emulated": {"fp8_backend": "emulated"},
-    "fp8-head": {"fp8_convert_head": True},
-}
 _KNOB_ALIASES = {"ac": "ckpt", "checkpoint": "ckpt", "compiled": "compile", "flce": "fused-ce",
                  "fused": "fused-adamw", "emulate": "emulated"}
 
-_FIELDS = {f.name: f for f in fields(Recipe)}
-
-
 def names() -> list[str]:
     """The preset names, in the order they are documented."""
-    return list(PRESETS)
+    return list(presets())
 
 
 def _fix() -> str:
@@ -120,10 +85,11 @@ def parse_recipe_name(text: str) -> Recipe:
         raise ValueError(f"recipe '{parts[0]}' (Lightning's precision): {_NOT_OURS[head]}")
     if head in ECOSYSTEM:  # another stack's name: its recipe, then the user's own knobs
         return parse_recipe_name("+".join([ECOSYSTEM[head][0], *parts[1:]]))
-    key = ALIASES.get(head, head)
-    if key not in PRESETS:
+    key = _preset_key(head)
+    known = presets()
+    if key not in known:
         raise ValueError(f"unknown recipe '{parts[0]}': {_fix()}")
-    r = PRESETS[key]
+    r = known[key]
     changes: dict = {}
     for knob in parts[1:]:
         k = knob.lower()
@@ -146,26 +112,21 @@ def parse_recipe_name(text: str) -> Recipe:
     return dataclasses.replace(r, name=recipe_name(r, base=key))
 
 
-def _diff(a: Recipe, b: Recipe) -> dict:
-    return {f: getattr(b, f) for f in _FIELDS if f != "name" and getattr(a, f) != getattr(b, f)}
-
-
-def recipe_name(recipe: Recipe, *, base: str | None = None) -> str:
-    """The name of `recipe` in the grammar: `base` (or the closest preset) plus knobs for the rest."""
-    if base is None:
-        head = ALIASES.get(recipe.name.split("+")[0].lower(), recipe.name.split("+")[0].lower())
-        base = head if head in PRESETS else min(PRESETS, key=lambda p: len(_diff(PRESETS[p], recipe)))
-    diff = _diff(PRESETS[base], recipe)
-    out = [base]
-    for knob, sets in KNOBS.items():  # a knob is used when it says exactly what differs
-        if sets and all(diff.get(f, object()) == v for f, v in sets.items()):
-            out.append(knob)
-            for f in sets:
-                diff.pop(f)
-    out += [f"{f}={str(v).lower() if isinstance(v, bool) else v}" for f, v in diff.items()]
-    return "+".join(out)
-
-
 def canonical_name(text: str) -> str:
     """The printed form of any accepted spelling: "bf16" -> "amp-bf16", "fp32+compile" -> "fp32+compile"."""
     return parse_recipe_name(text).name
+
+
+def get_recipe(recipe: str | Recipe, **overrides) -> Recipe:
+    """A preset by name (any spelling `parse_recipe_name` accepts, e.g. "bf16", "fp8+compile"), or a
+    Recipe as is, with optional field overrides (the name then records them: "amp-bf16+compile=default")."""
+    base = recipe if isinstance(recipe, Recipe) else parse_recipe_name(recipe)
+    if overrides:
+        unknown = set(overrides) - {f.name for f in fields(Recipe)}
+        if unknown:
+            raise ValueError(f"unknown recipe field(s) {', '.join(sorted(unknown))}: fields are "
+                             f"{', '.join(f.name for f in fields(Recipe))}")
+        name = overrides.pop("name", None)
+        base = dataclasses.replace(base, **overrides)
+        base = dataclasses.replace(base, name=name or recipe_name(base))
+    return base

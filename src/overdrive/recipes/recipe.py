@@ -1,4 +1,5 @@
-"""`Recipe`: what a user asks for. Frozen, with named presets; `resolve` decides what runs."""
+"""`Recipe`: what a user asks for, its presets and its name (a preset plus knobs, `recipe_name`). Frozen;
+`resolve` decides what runs; `names` parses the names users type."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Literal
 
-__all__ = ["Recipe", "PRESETS", "get_recipe", "FIELD_CHOICES"]
+from overdrive.formats import FORMATS, find_format
+
+__all__ = ["Recipe", "PRESETS", "FIELD_CHOICES", "ALIASES", "KNOBS", "presets", "recipe_name"]
 
 Precision = Literal["auto", "fp32", "fp16", "bf16", "fp8", "fp4"]
-FP8Scaling = Literal["tensorwise", "delayed", "rowwise", "mxfp8", "nvfp4"]
+FP8Scaling = str  # a format of `overdrive.formats.FORMATS`: its fp8_scaling value or its name
 FP8Backend = Literal["auto", "transformer_engine", "torchao", "emulated"]
 Optimizer = Literal["auto", "apex", "torch-fused", "foreach", "for-loop"]
 Norm = Literal["auto", "transformer_engine", "apex", "liger", "torch"]
@@ -19,7 +22,7 @@ Checkpointing = Literal["none", "selective", "full"]
 
 FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "precision": ("auto", "fp32", "fp16", "bf16", "fp8", "fp4"),
-    "fp8_scaling": ("tensorwise", "delayed", "rowwise", "mxfp8", "nvfp4"),
+    "fp8_scaling": tuple(f.scaling for f in FORMATS.values()),
     "fp8_backend": ("auto", "transformer_engine", "torchao", "emulated"),
     "optimizer": ("auto", "apex", "torch-fused", "foreach", "for-loop"),
     "norm": ("auto", "transformer_engine", "apex", "liger", "torch"),
@@ -36,10 +39,10 @@ class Recipe:
     written from the fields (closest preset + knobs), so every name printed parses back to this recipe."""
     precision: Precision = "auto"
     """fp32; fp16 (autocast + GradScaler); bf16 (autocast); fp8 (linears in FP8, the rest in bf16 on GPU);
-    fp4 (linears in NVFP4, needs fp8_scaling="nvfp4"); auto = the best precision the environment
+    fp4 (linears in NVFP4, needs fp8_scaling=nvfp4); auto = the best precision the environment
     reports (never fp8/fp4: their gain depends on shapes and compile, so measure with `overdrive bench`)."""
     fp8_scaling: FP8Scaling = "tensorwise"
-    """The low-precision format's scaling: tensorwise = per-tensor current scaling; delayed (Transformer
+    """The low-precision format (`overdrive.formats.FORMATS`) by its scaling, or its name: tensorwise = per-tensor current scaling; delayed (Transformer
     Engine only); rowwise (torchao); mxfp8 (E4M3 with one E8M0 scale per 32 elements; SM 10.x or
     emulated); nvfp4 (E2M1 with one E4M3 scale per 16 elements and a per-tensor fp32 scale; fp4 only)."""
     fp8_backend: FP8Backend = "auto"
@@ -67,14 +70,16 @@ class Recipe:
     the size rule (`fp8_min_dim`). The head rule still applies."""
 
     def __post_init__(self) -> None:
+        self._one_vocabulary()
         for f in fields(self):
-            allowed = FIELD_CHOICES.get(f.name)
+            allowed = FIELD_CHOICES.get(f.name) if f.name != "fp8_scaling" else _scalings()
             v = getattr(self, f.name)
             if allowed and v not in allowed:
                 raise ValueError(f"recipe field {f.name}={v!r} is not one of {', '.join(allowed)}")
-        if (self.precision == "fp4") != (self.fp8_scaling == "nvfp4"):
-            raise ValueError(f"precision={self.precision!r} with fp8_scaling={self.fp8_scaling!r}: NVFP4 is "
-                             "precision='fp4' with fp8_scaling='nvfp4' (the 'nvfp4' preset)")
+        fmt = find_format(self.fp8_scaling)
+        if self.precision != fmt.bits and (self.precision in _bits() or fmt.bits != find_format("tensorwise").bits):
+            raise ValueError(f"precision={self.precision!r} with fp8_scaling={self.fp8_scaling!r}: {fmt.name} is "
+                             f"precision={fmt.bits!r} (the {fmt.preset!r} preset)")
         for name, typ in (("checkpoint_every", int), ("fp8_min_dim", int), ("fp8_convert_head", bool), ("name", str),
                           ("fp8_shapes", str)):
             v = getattr(self, name)
@@ -85,16 +90,25 @@ class Recipe:
         if self.checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
         if self.name == "custom":
-            from overdrive.recipes.names import recipe_name  # names.py builds on PRESETS, defined below
-
             object.__setattr__(self, "name", recipe_name(self))
+
+    def _one_vocabulary(self) -> None:
+        """A format's name said as the precision or the scaling (fp8-rowwise, mxfp8) sets both fields."""
+        fmt = find_format(self.precision) if self.precision not in _bits() else None
+        if fmt is not None:
+            if self.fp8_scaling not in ("tensorwise", fmt.scaling) and find_format(self.fp8_scaling) is not fmt:
+                raise ValueError(f"precision={self.precision!r} names the format {fmt.name}, but fp8_scaling="
+                                 f"{self.fp8_scaling!r} another: give one")
+            object.__setattr__(self, "precision", fmt.bits)
+            object.__setattr__(self, "fp8_scaling", fmt.scaling)
+        fmt = find_format(self.fp8_scaling)
+        if fmt is not None and self.fp8_scaling != fmt.scaling:
+            object.__setattr__(self, "fp8_scaling", fmt.scaling)
 
     def replace(self, **changes) -> "Recipe":
         """A copy with some fields changed; unless given, the name says what changed ("amp-bf16+compile")."""
         if "name" in changes or not changes:
             return dataclasses.replace(self, **changes)
-        from overdrive.recipes.names import recipe_name
-
         new = dataclasses.replace(self, **changes)
         return dataclasses.replace(new, name=recipe_name(new))
 
@@ -140,6 +154,19 @@ class Recipe:
             raise UserError(f"recipe file {path}: {e}") from None
 
 
+def _scalings() -> tuple[str, ...]:
+    return tuple(f.scaling for f in FORMATS.values())
+
+
+def _bits() -> set[str]:
+    return {f.bits for f in FORMATS.values()}
+
+
+def format_preset(fmt) -> Recipe:
+    """The preset recipe that trains in `fmt` (a `formats.Format`)."""
+    return Recipe(name=fmt.preset, precision=fmt.bits, fp8_scaling=fmt.scaling)
+
+
 PRESETS: dict[str, Recipe] = {
     "auto": Recipe(name="auto"),
     # Plain PyTorch, what every speedup is measured against: fp32, eager, for-loop AdamW, torch norms.
@@ -148,26 +175,79 @@ PRESETS: dict[str, Recipe] = {
     "fp32-fused": Recipe(name="fp32-fused", precision="fp32", optimizer="torch-fused"),
     "amp-fp16": Recipe(name="amp-fp16", precision="fp16"),
     "amp-bf16": Recipe(name="amp-bf16", precision="bf16"),
-    "fp8": Recipe(name="fp8", precision="fp8", fp8_scaling="tensorwise"),
-    "fp8-rowwise": Recipe(name="fp8-rowwise", precision="fp8", fp8_scaling="rowwise"),
-    "fp8-delayed": Recipe(name="fp8-delayed", precision="fp8", fp8_scaling="delayed"),
-    "mxfp8": Recipe(name="mxfp8", precision="fp8", fp8_scaling="mxfp8"),
-    "nvfp4": Recipe(name="nvfp4", precision="fp4", fp8_scaling="nvfp4"),
+    # One preset per low-precision format (`overdrive.formats`): fp8 (per-tensor), fp8-rowwise, ...
+    **{f.preset: format_preset(f) for f in FORMATS.values()},
 }
 
 
-def get_recipe(recipe: str | Recipe, **overrides) -> Recipe:
-    """A preset by name (any spelling `parse_recipe_name` accepts, e.g. "bf16", "fp8+compile"), or a
-    Recipe as is, with optional field overrides (the name then records them: "amp-bf16+compile=default")."""
-    from overdrive.recipes.names import parse_recipe_name, recipe_name  # names.py builds on PRESETS
+# What people type -> the preset it means. "no"/"none" follow HF Accelerate's mixed_precision="no".
+ALIASES: dict[str, str] = {
+    "bf16": "amp-bf16", "bfloat16": "amp-bf16", "amp": "amp-bf16",
+    "fp16": "amp-fp16", "float16": "amp-fp16", "half": "amp-fp16",
+    "no": "fp32", "none": "fp32", "float32": "fp32",
+    "plain": "baseline", "eager": "baseline",
+    # A low-precision format's name and spellings (`overdrive.formats`): fp8-tensorwise and float8 mean fp8.
+    **{a: f.preset for f in FORMATS.values() for a in (f.name, *f.aliases) if a != f.preset},
+}
 
-    base = recipe if isinstance(recipe, Recipe) else parse_recipe_name(recipe)
-    if overrides:
-        unknown = set(overrides) - {f.name for f in fields(Recipe)}
-        if unknown:
-            raise ValueError(f"unknown recipe field(s) {', '.join(sorted(unknown))}: fields are "
-                             f"{', '.join(f.name for f in fields(Recipe))}")
-        name = overrides.pop("name", None)
-        base = dataclasses.replace(base, **overrides)
-        base = dataclasses.replace(base, name=name or recipe_name(base))
-    return base
+
+def presets() -> dict[str, Recipe]:
+    """PRESETS, and the preset of any format registered since (`overdrive.formats.FORMATS`)."""
+    return {**PRESETS, **{f.preset: format_preset(f) for f in FORMATS.values() if f.preset not in PRESETS}}
+
+
+def _preset_key(text: str) -> str:
+    """The preset a head word means: a preset, an alias, or a format's name, preset or spelling."""
+    head = text.lower()
+    if head in ALIASES:
+        return ALIASES[head]
+    f = next((f for f in FORMATS.values() if head in (f.name, *f.aliases)), None)
+    return f.preset if f else head
+
+
+# Named knobs: each sets a few fields. Order matters only for printing (recipe_name uses it).
+KNOBS: dict[str, dict] = {
+    "compile": {"compile": "default"},
+    # Not "max-autotune" itself in training: it turns on CUDA graphs (resolve maps it to the
+    # no-cudagraphs mode); the knob keeps the user's word.
+    "max-autotune": {"compile": "max-autotune"},
+    "ckpt": {"activation_checkpointing": "full"},
+    "ckpt-selective": {"activation_checkpointing": "selective"},
+    "fused-ce": {"loss": "fused-linear-cross-entropy"},
+    "fused-adamw": {"optimizer": "torch-fused"},
+    "foreach": {"optimizer": "foreach"},
+    "for-loop": {"optimizer": "for-loop"},
+    "apex-adam": {"optimizer": "apex"},
+    "torch-norm": {"norm": "torch"},
+    "liger-norm": {"norm": "liger"},
+    "apex-norm": {"norm": "apex"},
+    "te-norm": {"norm": "transformer_engine"},
+    "te": {"fp8_backend": "transformer_engine"},
+    "torchao": {"fp8_backend": "torchao"},
+    "emulated": {"fp8_backend": "emulated"},
+    "fp8-head": {"fp8_convert_head": True},
+}
+
+
+_FIELDS = {f.name: f for f in fields(Recipe)}
+
+
+def _diff(a: Recipe, b: Recipe) -> dict:
+    return {f: getattr(b, f) for f in _FIELDS if f != "name" and getattr(a, f) != getattr(b, f)}
+
+
+def recipe_name(recipe: Recipe, *, base: str | None = None) -> str:
+    """The name of `recipe` in the grammar: `base` (or the closest preset) plus knobs for the rest."""
+    known = presets()
+    if base is None:
+        head = _preset_key(recipe.name.split("+")[0])
+        base = head if head in known else min(known, key=lambda p: len(_diff(known[p], recipe)))
+    diff = _diff(known[base], recipe)
+    out = [base]
+    for knob, sets in KNOBS.items():  # a knob is used when it says exactly what differs
+        if sets and all(diff.get(f, object()) == v for f, v in sets.items()):
+            out.append(knob)
+            for f in sets:
+                diff.pop(f)
+    out += [f"{f}={str(v).lower() if isinstance(v, bool) else v}" for f, v in diff.items()]
+    return "+".join(out)

@@ -26,10 +26,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from overdrive.env import EnvReport
-from overdrive.recipes.blackwell import resolve_block_scaled, version_tuple
-from overdrive.recipes.recipe import Recipe, get_recipe
+from overdrive.formats import TE, find_format
+from overdrive.recipes.lowp import TE_AC_CONFLICT, TE_COMPILE_BREAKS, resolve_format, te_has_current_scaling
+from overdrive.recipes.names import get_recipe
+from overdrive.recipes.recipe import Recipe
 
-__all__ = ["resolve", "ResolvedRecipe", "Decision", "RecipeUnavailable"]
+__all__ = ["resolve", "ResolvedRecipe", "Decision", "RecipeUnavailable", "TE_AC_CONFLICT", "TE_COMPILE_BREAKS"]
 
 
 class RecipeUnavailable(RuntimeError):
@@ -107,7 +109,7 @@ def _precision(r: Recipe, env: EnvReport, log: _Log) -> str:
     req = r.precision
     if req == "auto":
         return log.add("precision", req, env.best_precision, env.best_precision_reason)
-    if req in ("fp32", "fp8"):  # fp8 is settled by _fp8
+    if req == "fp32":
         return req
     if env.gpus:
         g = env.gpus[0]
@@ -123,112 +125,51 @@ def _precision(r: Recipe, env: EnvReport, log: _Log) -> str:
     return log.add("precision", req, req, f"{req} autocast on CPU{note}")
 
 
-# Why TE FP8 and activation checkpointing are not combined: torch.utils.checkpoint recomputes the
-# block outside TE's FP8 autocast, so the recompute saves other tensors and torch raises CheckpointError
-# (TE's own te.distributed.checkpoint re-enters the autocast; our checkpointing uses torch's).
-TE_AC_CONFLICT = ("Transformer Engine FP8 is not combined with activation checkpointing: the recompute runs "
-                  "outside TE's FP8 autocast (CheckpointError)")
-
-
-def _te_has_current_scaling(te) -> bool:
-    """Float8CurrentScaling first ships in Transformer Engine 2.2 (unknown version: assume it does)."""
-    v = version_tuple(te.version)
-    return not v or v >= (2, 2)
-
-
-# Transformer Engine under torch.compile: te.Linear.forward is `@no_torch_dynamo()` (torch._dynamo.disable)
-# in every 2.x release (transformer_engine/pytorch/module/linear.py, v2.0 line 935 ... v2.18 line 1797;
-# the decorator in transformer_engine/pytorch/jit.py), so the graph breaks at every TE linear.
-TE_COMPILE_BREAKS = ("te.Linear.forward is torch._dynamo.disable'd (@no_torch_dynamo, every TE 2.x): "
-                     "torch.compile breaks the graph at every TE linear")
-
-
-def _fp8(r: Recipe, env: EnvReport, log: _Log, compile_mode: str = "off", own_checkpointing: bool = False
-         ) -> tuple[str | None, str | None, str]:
-    """(backend, scaling, precision that runs). `own_checkpointing`: the model recomputes its blocks
-    itself (Hugging Face gradient checkpointing), which conflicts with TE's FP8 as the recipe's would."""
-    req_b, scaling = r.fp8_backend, r.fp8_scaling
-    fp8_gpu = next((g for g in env.gpus if g.capabilities["fp8"]), None)
-    te, ao = env.engine("transformer_engine"), env.engine("torchao")
-    want = f"fp8 ({scaling}, backend {req_b})"
-
-    def te_why() -> str:
-        return f"Transformer Engine is {te.status}: {te.reason}"
-
-    def ao_why() -> str:
-        return f"torchao is {ao.status}: {ao.reason}"
-
-    recompute = r.activation_checkpointing != "none" or own_checkpointing
-    if scaling in ("mxfp8", "nvfp4"):
-        backend, why = resolve_block_scaled(scaling, req_b, env, log,
-                                            te_blocked=TE_AC_CONFLICT if recompute else None)
-        if backend:
-            return backend, scaling, "fp4" if scaling == "nvfp4" else "fp8"
-        log.add("fp8_scaling", scaling, "tensorwise", f"{scaling} requested: {why} → per-tensor (tensorwise) FP8",
-                fallback=True)
-        scaling = "tensorwise"
-        want = f"fp8 ({scaling}, backend {req_b})"
-
-    order = {"auto": ["transformer_engine", "torchao"], "transformer_engine": ["transformer_engine", "torchao"],
-             "torchao": ["torchao", "transformer_engine"], "emulated": []}[req_b]
-    if req_b == "auto" and compile_mode != "off" and ao.ok:
-        # Under compile torchao's float8 is traced into the graph; TE's linears break it (TE_COMPILE_BREAKS).
-        order = ["torchao", "transformer_engine"]
-
-    def pick(b: str, label: str):
-        if req_b in ("auto", b):
-            conflict = next((x for x in reasons if TE_AC_CONFLICT in x), None)
-            return log.add("fp8", want, b, label + (f" ({conflict})" if conflict else ""))
-        return log.add("fp8", want, b, f"{req_b} FP8 requested: {'; '.join(reasons)} → {label}", fallback=True)
-
-    reasons: list[str] = []
-    for b in order:
-        if b == "transformer_engine":
-            if not te.ok:
-                reasons.append(te_why())
-            elif recompute:
-                reasons.append(TE_AC_CONFLICT if r.activation_checkpointing != "none" else
-                               f"the model's own gradient checkpointing is on: {TE_AC_CONFLICT}")
-            elif scaling == "rowwise":
-                reasons.append("Transformer Engine has no rowwise scaling (torchao does)")
-            elif scaling == "tensorwise" and not _te_has_current_scaling(te):
-                no_cs = f"Transformer Engine {te.version} has no Float8CurrentScaling (first in TE 2.2)"
-                if compile_mode != "off":
-                    reasons.append(f"{no_cs} and its DelayedScaling fails under torch.compile")
-                    continue
-                log.add("fp8_scaling", "tensorwise", "delayed", f"{no_cs} → DelayedScaling (amax history 16); "
-                        "pip install -U transformer_engine[pytorch] for current scaling", fallback=True)
-                scaling = "delayed"
-                return pick(b, f"Transformer Engine runs FP8 ({scaling}) on {fp8_gpu.name}"), scaling, "fp8"
-            else:
-                note = f"; {TE_COMPILE_BREAKS}" if compile_mode != "off" else ""
-                return pick(b, f"Transformer Engine runs FP8 ({scaling}) on {fp8_gpu.name}{note}"), scaling, "fp8"
-        if b == "torchao":
-            if not ao.ok:
-                reasons.append(ao_why())
-                continue
-            if scaling == "delayed":
-                log.add("fp8_scaling", "delayed", "tensorwise",
-                        "delayed scaling is Transformer Engine only (torchao removed it) → tensorwise "
-                        "(current) scaling in torchao", fallback=True)
-                scaling = "tensorwise"
-            under = f" (preferred under torch.compile: {TE_COMPILE_BREAKS})" if compile_mode != "off" and \
-                req_b == "auto" and te.ok else ""
-            return pick(b, f"torchao float8 ({scaling}) on {fp8_gpu.name}{under}"), scaling, "fp8"
-    # No real FP8 engine here: emulate if torchao can, else drop to the best precision.
-    where = "no GPU with SM >= 8.9 here" if not fp8_gpu else "; ".join(reasons)
-    if ao.details.get("emulate_ok"):
-        if scaling == "delayed":
+def _low_precision(r: Recipe, env: EnvReport, log: _Log, compile_mode: str, own_checkpointing: bool
+                   ) -> tuple[str | None, str | None, str, str]:
+    """(backend, scaling, precision that runs, compile mode) for a low-precision recipe (`recipes.lowp`).
+    `own_checkpointing`: the model recomputes its blocks itself (Hugging Face gradient checkpointing),
+    which conflicts with TE's FP8 as the recipe's would."""
+    recompute = TE_AC_CONFLICT if r.activation_checkpointing != "none" else \
+        f"the model's own gradient checkpointing is on: {TE_AC_CONFLICT}" if own_checkpointing else None
+    backend, scaling, precision = resolve_format(r.fp8_scaling, r.fp8_backend, env, log,
+                                                 compiled=compile_mode != "off", recompute=recompute)
+    if backend == TE and find_format(scaling).engine(TE).api == "DelayedScaling" and compile_mode != "off":
+        if te_has_current_scaling(env.engine(TE).version):
+            log.add("fp8_scaling", scaling, "tensorwise", "TE DelayedScaling fails under torch.compile → "
+                    "current (tensorwise) scaling", fallback=True)
             scaling = "tensorwise"
-        if req_b == "emulated":
-            return log.add("fp8", want, "emulated", "torchao emulation requested: numerics only, not faster"), \
-                scaling, "fp8"
-        return log.add("fp8", want, "emulated", f"fp8 requested: {where} → torchao emulation, numerics only, "
-                                                 "not faster", fallback=True), scaling, "fp8"
-    alt = env.best_precision
-    extra = "" if ao.status != "missing" else "; pip install 'torchao>=0.10' for emulation"
-    log.add("fp8", want, f"none ({alt})", f"fp8 requested: {where}, and {ao_why()}{extra} → {alt}", fallback=True)
-    return None, None, alt
+        else:
+            compile_mode = log.add("compile", r.compile, "off", "TE DelayedScaling fails under torch.compile "
+                                   "and this TE has no current scaling (TE < 2.2) → eager", fallback=True)
+    return backend, scaling, precision, compile_mode
+
+
+def _compile(r: Recipe, env: EnvReport, log: _Log) -> str:
+    if r.compile == "off":
+        return log.add("compile", "off", "off", "eager")
+    st = env.engine("torch.compile")
+    if st.ok and r.compile == "max-autotune":
+        # "max-autotune" turns on CUDA graphs, which in a training loop replay over buffers that the
+        # optimizer and any tensor kept across steps (teacher logits) overwrite; inductor's own
+        # training-safe variant keeps the autotuned kernels without the graphs.
+        return log.add("compile", r.compile, "max-autotune-no-cudagraphs",
+                       "torch.compile(mode='max-autotune-no-cudagraphs'): max-autotune's CUDA graphs are "
+                       "unsafe in training (buffers reused across steps)")
+    if st.ok:
+        return log.add("compile", r.compile, r.compile, f"torch.compile(mode={r.compile!r})")
+    return log.add("compile", r.compile, "off", f"compile requested: {st.reason} → eager", fallback=True)
+
+
+def _loss(r: Recipe, env: EnvReport, log: _Log) -> str:
+    if r.loss != "fused-linear-cross-entropy":
+        return log.add("loss", r.loss, r.loss, "torch cross-entropy")
+    lg = env.engine("liger_kernel")
+    if lg.ok:
+        return log.add("loss", r.loss, r.loss, "Liger fused linear cross-entropy: logits never materialised")
+    why = lg.reason if lg.status != "missing" else "liger-kernel is not installed"
+    return log.add("loss", r.loss, "cross-entropy", f"fused linear cross-entropy requested: {why} → "
+                   "torch cross-entropy", fallback=True)
 
 
 def _optimizer(r: Recipe, env: EnvReport, log: _Log) -> str:
@@ -289,45 +230,18 @@ def resolve(recipe: str | Recipe, env: EnvReport, *, strict: bool = False,
     Engine's FP8 is then not chosen, as with the recipe's activation checkpointing (TE_AC_CONFLICT)."""
     r = get_recipe(recipe)
     log = _Log(strict)
-    device = env.device
     from overdrive.recipes.names import ecosystem_note
 
     if isinstance(recipe, str) and ecosystem_note(recipe):  # said under Overdrive's name, so the user sees what ran
         log.add("recipe", recipe, r.name, ecosystem_note(recipe))
-
-    compile_mode = r.compile
-    if compile_mode != "off":
-        st = env.engine("torch.compile")
-        if st.ok and compile_mode == "max-autotune":
-            # "max-autotune" turns on CUDA graphs, which in a training loop replay over buffers that the
-            # optimizer and any tensor kept across steps (teacher logits) overwrite; inductor's own
-            # training-safe variant keeps the autotuned kernels without the graphs.
-            compile_mode = log.add("compile", r.compile, "max-autotune-no-cudagraphs",
-                                   "torch.compile(mode='max-autotune-no-cudagraphs'): max-autotune's CUDA graphs are "
-                                   "unsafe in training (buffers reused across steps)")
-        elif st.ok:
-            log.add("compile", r.compile, r.compile, f"torch.compile(mode={r.compile!r})")
-        else:
-            compile_mode = log.add("compile", r.compile, "off", f"compile requested: {st.reason} → eager",
-                                   fallback=True)
-    else:
-        log.add("compile", "off", "off", "eager")
-
+    compile_mode = _compile(r, env, log)
     fp8_backend = fp8_scaling = None
-    if r.precision in ("fp8", "fp4"):
-        fp8_backend, fp8_scaling, precision = _fp8(r, env, log, compile_mode, model_checkpointing)
-        if fp8_backend == "transformer_engine" and fp8_scaling == "delayed" and compile_mode != "off":
-            if _te_has_current_scaling(env.engine("transformer_engine")):
-                log.add("fp8_scaling", "delayed", "tensorwise", "TE DelayedScaling fails under torch.compile → "
-                        "current (tensorwise) scaling", fallback=True)
-                fp8_scaling = "tensorwise"
-            else:
-                compile_mode = log.add("compile", r.compile, "off", "TE DelayedScaling fails under torch.compile "
-                                       "and this TE has no current scaling (TE < 2.2) → eager", fallback=True)
+    if find_format(r.fp8_scaling) and r.precision == find_format(r.fp8_scaling).bits:
+        fp8_backend, fp8_scaling, precision, compile_mode = _low_precision(r, env, log, compile_mode,
+                                                                           model_checkpointing)
     else:
         precision = _precision(r, env, log)
-
-    if precision in ("fp8", "fp4"):
+    if fp8_backend:
         # FP8/FP4 covers the linears; the rest runs under bf16 autocast where bf16 is fast.
         base = "bf16" if (env.gpus and env.gpus[0].capabilities["bf16"]) or env.best_precision == "bf16" else "fp32"
         if fp8_backend == "emulated":
@@ -335,19 +249,7 @@ def resolve(recipe: str | Recipe, env: EnvReport, *, strict: bool = False,
     else:
         base = precision
     autocast = {"bf16": "bfloat16", "fp16": "float16"}.get(base)
-
-    loss = r.loss
-    if loss == "fused-linear-cross-entropy":
-        lg = env.engine("liger_kernel")
-        if lg.ok:
-            log.add("loss", loss, loss, "Liger fused linear cross-entropy: logits never materialised")
-        else:
-            why = lg.reason if lg.status != "missing" else "liger-kernel is not installed"
-            loss = log.add("loss", r.loss, "cross-entropy", f"fused linear cross-entropy requested: {why} → "
-                           "torch cross-entropy", fallback=True)
-    else:
-        log.add("loss", loss, loss, "torch cross-entropy")
-
+    loss = _loss(r, env, log)
     opt = _optimizer(r, env, log)
     norm = _norm(r, env, log, fp8_backend, compile_mode)
     ac = r.activation_checkpointing
@@ -355,7 +257,7 @@ def resolve(recipe: str | Recipe, env: EnvReport, *, strict: bool = False,
                                                   "selective": f"every {r.checkpoint_every}th block recomputed",
                                                   "full": "every block recomputed in backward"}[ac])
     return ResolvedRecipe(
-        recipe=r, device=device, precision=precision, autocast_dtype=autocast, grad_scaler=(base == "fp16"),
+        recipe=r, device=env.device, precision=precision, autocast_dtype=autocast, grad_scaler=(base == "fp16"),
         fp8_backend=fp8_backend, fp8_scaling=fp8_scaling, optimizer=opt, norm=norm, loss=loss,
         compile=compile_mode, activation_checkpointing=ac, checkpoint_every=r.checkpoint_every,
         fp8_min_dim=r.fp8_min_dim, fp8_convert_head=r.fp8_convert_head, decisions=tuple(log.items),

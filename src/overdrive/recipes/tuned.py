@@ -17,6 +17,7 @@ import json
 import os
 
 from overdrive.env import EnvReport
+from overdrive.formats import find_format
 from overdrive.recipes.recipe import Recipe
 
 __all__ = ["model_signature", "machine_fingerprint", "tuned_path", "save_tuned", "load_tuned"]
@@ -59,8 +60,9 @@ def recipe_engines(recipe: Recipe, env: EnvReport) -> dict[str, str]:
         used.add("torchao")
     if r.fp8_backend == "transformer_engine":
         used.add("transformer_engine")
-    if r.fp8_scaling in ("mxfp8", "nvfp4"):
-        used.add(r.fp8_scaling)
+    fmt = find_format(r.fp8_scaling) if r.fp8_backend else None
+    if fmt is not None and fmt.probed:  # the env reports this format's own status (`env.engines`)
+        used.add(fmt.kind)
     fields = " ".join(str(x) for x in (r.optimizer, r.norm, r.loss))
     used |= {e for e, words in (("apex", ("apex",)), ("liger_kernel", ("liger", "fused-linear")),
                                 ("transformer_engine", ("te-", "transformer_engine"))) if any(w in fields for w in words)}
@@ -146,7 +148,7 @@ def load_tuned(model, env: EnvReport) -> tuple[Recipe | None, str]:
     if changed:
         return None, (f"the tuned recipe {str(rec.name)[:40]!r} for this model is stale: it runs on engines that "
                       f"changed ({'; '.join(changed)}): run `overdrive tune` again")
-    from overdrive.recipes.names import recipe_name
+    from overdrive.recipes.recipe import recipe_name
 
     named = recipe_name(rec)  # the name says what the fields are: a cached name is never trusted
     if rec.name != named:

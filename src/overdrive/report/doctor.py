@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from overdrive.env import EnvReport
+from overdrive.formats import kinds
 from overdrive.report.console import wide_console
 
 __all__ = ["render_doctor"]
@@ -54,15 +55,14 @@ def render_doctor(rep: EnvReport, console: Console | None = None) -> None:
 
     if rep.gpus:
         g = Table(title="GPUs", title_justify="left")
-        for col in ("#", "name", "SM", "memory", "SMs", "tf32", "bf16", "fp8", "mxfp8", "nvfp4",
-                    "BF16 peak", "FP8 peak", "HBM"):
+        lowp = kinds()  # one column per low-precision format's capability (`overdrive.formats`)
+        for col in ("#", "name", "SM", "memory", "SMs", "tf32", "bf16", *lowp, "BF16 peak", "FP8 peak", "HBM"):
             g.add_column(col)
         yes = lambda b: "[green]yes[/]" if b else "[dim]no[/]"  # noqa: E731
         for gpu in rep.gpus:
             cap, spec = gpu.capabilities, gpu.spec
             g.add_row(str(gpu.index), _e(gpu.name), f"{gpu.cc[0]}.{gpu.cc[1]}", f"{gpu.mem_gib:.1f} GiB",
-                      str(gpu.sm_count), yes(cap["tf32"]), yes(cap["bf16"]), yes(cap["fp8"]), yes(cap["mxfp8"]),
-                      yes(cap["nvfp4"]),
+                      str(gpu.sm_count), yes(cap["tf32"]), yes(cap["bf16"]), *(yes(cap.get(k)) for k in lowp),
                       f"{spec.bf16_tflops:.0f} TFLOP/s" if spec else "not in catalog",
                       f"{spec.fp8_tflops:.0f} TFLOP/s" if spec and spec.fp8_tflops else "-",
                       f"{spec.hbm_tbs} TB/s" if spec else "-")

@@ -72,10 +72,10 @@ def measure_filter(sites: list[LinearSite], *, bench: Callable[[int, int, int, b
 
     A (K, N) shape converts only when it wins at every token count it is used with (the recipe
     filter is by K x N). `fmt` on `backend` names the engine whose shape rules apply
-    (`convert.shape_rules`): K and N it cannot take stay in bf16, and the FP8 time is that of the token
+    (`formats.shape_rules`): K and N it cannot take stay in bf16, and the FP8 time is that of the token
     count padded as the converted layer pads it (`fp8_tokens`)."""
     from overdrive.convert.fp8 import HEAD_NAMES
-    from overdrive.convert.shape_rules import dims_multiple, tokens_multiple
+    from overdrive.formats import dims_multiple, tokens_multiple
 
     dims, pad = dims_multiple(fmt, backend), tokens_multiple(fmt, backend)
     timings: dict[tuple[int, int, int], tuple[float, float]] = {}
@@ -114,7 +114,7 @@ def bench_linear(tokens: int, k: int, n: int, fp8: bool, *, backend: str, scalin
     """Forward + backward of one Linear (M x K) @ (K x N) under bf16 autocast, in ms (median of 5).
 
     In FP8 the Linear is converted as `accelerate` converts it, so the time includes what really runs: the
-    tokens padded to the engine's multiple (`convert.shape_rules`) and the GEMMs at that M."""
+    tokens padded to the engine's multiple (`formats.shape_rules`) and the GEMMs at that M."""
     import contextlib
     import statistics
 

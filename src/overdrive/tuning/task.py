@@ -11,6 +11,7 @@ function) is reported with kind "user".
 from __future__ import annotations
 
 from overdrive.errors import UserError
+from overdrive.formats import get_format
 from overdrive.measure.worker import Program, Task
 from overdrive.measure.worker import user_call as _user
 
@@ -114,7 +115,7 @@ def fp8_filter(spec: dict) -> dict:
     res = measure_filter(sites, bench=lambda m, k, n, fp8: bench_linear(
         m, k, n, fp8, backend=spec["backend"], scaling=spec["scaling"], compile=spec["compile"], device=dev),
         min_gain=spec.get("min_gain", 1.05), convert_head=spec.get("convert_head", False),
-        fmt=spec["scaling"] if spec["scaling"] in ("mxfp8", "nvfp4") else "fp8", backend=spec["backend"])
+        fmt=get_format(spec["scaling"]).kind, backend=spec["backend"])
     return {"shapes": res.shapes, "layers": res.layers, "summary": res.summary()}
 
 

@@ -1,10 +1,11 @@
 """The shape rules of every low-precision GEMM Overdrive calls, each beside the engine line that enforces it.
 
-One table, read by everyone who needs it, so they cannot drift apart:
-- `convert.mx.pad_tokens` pads the token count M to `tokens_multiple(fmt, backend)`;
-- `convert.policy` keeps layers whose K or N break `dims_multiple(fmt, backend)` in high precision;
-- the fake engines of tests/fakes.py raise where `EngineRules.broken(...)` says the real engine raises,
-  forward and backward, so a CPU test fails where the GPU would.
+One table, read by everyone who needs it, so they cannot drift apart; each `formats.Engine` holds its
+format's rules from here:
+- `convert.padding.pad_tokens` pads the token count M to `formats.tokens_multiple(fmt, backend)`;
+- `convert.policy` keeps layers whose K or N break `formats.dims_multiple(fmt, backend)` in high precision;
+- the fake engines of tests/fake_engines.py raise where `EngineRules.broken(...)` says the real engine
+  raises, forward and backward, so a CPU test fails where the GPU would.
 
 A Linear y = x @ W.T with x (M, K) (M = tokens, all leading dims flattened), W (N, K) runs three GEMMs:
   fprop  y (M, N)  = x (M, K)    @ W.T (K, N)
@@ -20,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["Rule", "EngineRules", "SHAPE_RULES", "engine_key", "tokens_multiple", "dims_multiple", "SCALED_MM"]
+__all__ = ["Rule", "EngineRules", "SHAPE_RULES", "SCALED_MM"]
 
 GEMMS = ("fprop", "dgrad", "wgrad")
 
@@ -151,22 +152,3 @@ SHAPE_RULES: dict[str, EngineRules] = {r.name: r for r in (
     EngineRules(name="emulated/mxfp8", rules=_emulated(32)),
     EngineRules(name="emulated/nvfp4", rules=_emulated(16)),
 )}
-
-
-def engine_key(fmt: str, backend: str) -> str:
-    """SHAPE_RULES key of `fmt` ("fp8" | "mxfp8" | "nvfp4"; FP8 scalings share one) on `backend`."""
-    key = f"{backend}/{fmt}"
-    if key not in SHAPE_RULES:
-        raise ValueError(f"no shape rules for {fmt} on {backend!r}: add them to overdrive.convert.shape_rules")
-    return key
-
-
-def tokens_multiple(fmt: str, backend: str) -> int:
-    """What the token count M is padded to before the engine sees it."""
-    return SHAPE_RULES[engine_key(fmt, backend)].multiple("M")
-
-
-def dims_multiple(fmt: str, backend: str) -> int:
-    """What in_features and out_features must be divisible by (layers that are not stay in high precision)."""
-    r = SHAPE_RULES[engine_key(fmt, backend)]
-    return math.lcm(r.multiple("K"), r.multiple("N"))
