@@ -79,7 +79,14 @@ tables from the data file and fails if they differ.
   {su['n']} predicted low; how each run is expressed: below the held-out runs' table. Its network is not published (25 GB/s per GPU assumed, as for the other A100 rows);
   the 13b row is what a slower one would give: HSDP all-reduces each GPU's 1/8 of the gradients across the 16
   nodes every step (3.25 GB of bf16, 6.1 GB on the wire by the ring's 2(n−1)/n), which fills the whole published
-  step (2.4 s) at 2.5 GB/s per GPU. Until the network is known the row stays as expressed, not fitted.
+  step (2.4 s) at 2.5 GB/s per GPU. Until the network is known the row stays as expressed, not fitted. How much
+  of it the network is: planned at 25, 12.5 or 6.25 GB/s per GPU the 13b row reads +35%; at 4 GB/s -1%; at 3.1
+  (200 Gb/s per 8-GPU node, two 100 Gb/s links; IBM's Vela blog describes 100G links passed to its VMs without
+  a count per node, and neither the table nor the repository names the cluster) -19%; the 7b, 34b and 70b rows move by under a point over that whole range
+  (the 7b all-reduce, 1.7 GB, hides under a 2.2 s step; the 34b and 70b rows are full FSDP with full
+  recompute, compute-bound). FSDP1's hybrid sharding all-reduces each block's shard across nodes after its
+  intra-node reduce-scatter, during the backward only; the planner lets the whole micro-batch hide it, which
+  at the assumed 25 GB/s changes nothing (0.3 s of all-reduce against 1.2 s of backward), so no term was added.
 - **Validation ({sv['n']} published runs, never used to fit, the held-out ones included):** median |throughput error| {100 * sv['median_abs_error']:.1f}%, worst {100 * sv['worst_abs_error']:.0f}%
   ({sv['worst']}); {sv['under']} of {sv['n']} predicted low.
   Without the three power-limited B200 runs (hardware not as rated, the cap unpublished; below): median

@@ -281,3 +281,20 @@ def test_explain_prints_the_bytes_per_parameter(run):
               "--explain")
     assert out.returncode == 0, out.stderr
     assert "adamw (8bit states) 2.03 B states + 2 B grad + 0 B master (none)" in out.stdout
+
+
+def test_megatron_runs_a_squared_relu_unfused():
+    """Megatron-Core's MLP fuses only GeLU and SwiGLU, so a squared ReLU costs 8F more elements per token and block
+    on the megatron stack (forward relu + pow, backward pow's and relu's kernels: 14 against a fused 6); the same
+    model compiled on the pytorch stack is charged as a fused activation. GeLU on megatron is unchanged."""
+    from overdrive.plan.throughput import SRELU_UNFUSED_ELEMS
+
+    nemotron = get_model("nemotron3-8b")
+    gelu = dataclasses.replace(nemotron, squared_relu=False)
+    kw = dict(gpu=H100, seq=4096, micro_batch=2, tp=2, sharding="zero1", precision="bf16")
+    mega, torch_ = TrainSetup(**kw, stack="megatron"), TrainSetup(**kw)
+    hbm = H100.hbm_tbs * 1e12 * 0.8
+    extra = nemotron.n_layer * (2 * 4096 / 2) * SRELU_UNFUSED_ELEMS * nemotron.ffn * 2 / hbm
+    d = compute_times(nemotron, mega)["memory"] - compute_times(gelu, mega)["memory"]
+    assert SRELU_UNFUSED_ELEMS == 8 and d == pytest.approx(extra, rel=1e-9)
+    assert compute_times(nemotron, torch_)["memory"] == pytest.approx(compute_times(gelu, torch_)["memory"], rel=1e-12)

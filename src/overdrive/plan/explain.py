@@ -30,7 +30,7 @@ _TIME = {
     "attention": "causal flash attention 3.5 × 2·b·s²·h/(tp·cp) / (bf16 peak × e × attn_rel); --attention unfused: "
                  "the two score GEMMs over the full s × s at their shape's rate + 20 bytes per score over HBM",
     "memory_bound": "(12h + 2kv + 3F)·2 bytes ×3 per token per block (10h of it on every token of a TP rank "
-                    "without SP; + 2(q+kv) with QK-norm) + FP8 casts + loss (+12 B/logit z-loss unfused), at 80% of HBM",
+                    "without SP; + 2(q+kv) with QK-norm; + 8F unfused squared ReLU on megatron) + FP8 casts + loss (+12 B/logit z-loss unfused), at 80% of HBM",
     "recompute": "the forward again for checkpointed blocks (full: all, selective: half, selective-op: half the mms; "
                  "Megatron: recompute-layers blocks, recompute-modules parts)",
     "offload_exposed": "activation offload out and back over the host link beyond the micro-batch's compute",

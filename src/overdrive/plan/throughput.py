@@ -28,7 +28,8 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
   memory      per token per block (12h + 2kv + 3F [SwiGLU] or 2F) elements × 2 bytes forward, ×3 with
               backward (norms, RoPE, residuals, activation); ×`nocompile` without fusion; low-precision
               casts read 2 and write 1 byte per element of each GEMM operand, forward and backward
-              (3·(2MK + 2KN + MN) bytes); the loss by `loss_bytes_per_logit` (PyTorch's fp32 one 36, Megatron's 52, fused 8). At 80% of HBM bandwidth.
+              (3·(2MK + 2KN + MN) bytes); a squared ReLU on the megatron stack unfused (+8F elements per token,
+              `SRELU_UNFUSED_ELEMS`); the loss by `loss_bytes_per_logit` (PyTorch's fp32 one 36, Megatron's 52, fused 8). At 80% of HBM bandwidth.
   recompute   full: another forward of every block (GEMM, attention, memory-bound); selective (every 2nd
               block): half of that; selective-op: every other block matmul and the memory-bound forward;
               Megatron --recompute-layers: the forward of the recomputed blocks; --recompute-modules: the MLP's
@@ -48,7 +49,7 @@ from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["CALIBRATION", "compute_times", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
-           "HOST_GBS", "MEGATRON_CE_BYTES", "LOSS_BYTES", "loss_bytes_per_logit", "Z_LOSS_BYTES"]
+           "HOST_GBS", "MEGATRON_CE_BYTES", "LOSS_BYTES", "loss_bytes_per_logit", "Z_LOSS_BYTES", "SRELU_UNFUSED_ELEMS"]
 
 # Fitted by scripts/plan_calibrate.py on the calibration runs of src/overdrive/plan/published_runs.json only
 # (docs/plan-validation.md lists which run fitted which constant); never on the validation runs.
@@ -97,6 +98,13 @@ the max/sum pass: 8 (chunked, torchtune's compiled per-chunk loss on 16-bit chun
 model's eager `.float()` (read 2, write 4), the compiled loss reading the fp32 logits forward (4) and backward (4)
 and writing an fp32 gradient (4), the eager cast back (read 4, write 2), and the 16-bit head output (2): 26."""
 
+
+SRELU_UNFUSED_ELEMS = 8.0
+"""Extra elements moved per MLP activation element (per token, F/tp of them) when Megatron-Core runs a squared ReLU:
+its MLP fuses only GeLU and SwiGLU (megatron/core/transformer/mlp.py: "Only support fusion of gelu and swiglu"),
+so squared_relu (megatron/core/activations.py, torch.pow(F.relu(x), 2)) runs as eager kernels: forward relu and
+pow (read and write each: 4), backward pow's grad·(2·x^1) (x^1 a copy: 2, the scale: 2, the multiply: 3) and
+relu's threshold_backward (3): 14 elements, against the 6 (2 forward, ×3) a fused activation is counted at."""
 
 Z_LOSS_BYTES = 12.0
 """PaLM's z-loss beside an unfused cross-entropy: logsumexp over the fp32 logits again (read 4), and in backward
@@ -216,6 +224,8 @@ def _elementwise_bytes(m: ModelSpec, s: TrainSetup, cal: dict, L: float) -> floa
     if m.qk_norm:   # two more norms over q and k: read and write each
         per_tok += 2 * (m.q_dim + m.kv_dim)
     ew_bytes = L * (s.micro_batch * s.seq / s.cp / s.tp) * 3 * per_tok * width
+    if m.squared_relu and s.stack == "megatron":   # Megatron-Core cannot fuse it (SRELU_UNFUSED_ELEMS)
+        ew_bytes += L * (s.micro_batch * s.seq / s.cp / s.tp) * SRELU_UNFUSED_ELEMS * m.ffn * width
     if not s.compile and s.stack != "megatron" and not s.fused_kernels:
         ew_bytes *= cal["nocompile"]
     return ew_bytes
