@@ -18,15 +18,31 @@ resumed epoch are skipped in the sampler (their indices are never loaded), not r
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
 
-from overdrive.distributed import _tree_map
 from overdrive.errors import UserError
 
 __all__ = ["PreparedDataLoader", "prepare_dataloader", "to_device"]
+
+
+def _tree_map(fn, obj):
+    """fn on every tensor of a nested dict/list/tuple/namedtuple (an HF BatchEncoding too), shape kept."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, Mapping):
+        out = {k: _tree_map(fn, v) for k, v in obj.items()}
+        try:
+            return out if type(obj) is dict else type(obj)(out)
+        except TypeError:  # a Mapping whose constructor wants more than a dict: a plain dict
+            return out
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
+        return type(obj)(*(_tree_map(fn, v) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_tree_map(fn, v) for v in obj)
+    return obj
 
 
 def to_device(batch, device: torch.device, non_blocking: bool = False):

@@ -14,12 +14,12 @@ Each helper works unchanged in one process (world 1): gather returns its input, 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from overdrive.dataloader import _tree_map, prepare_dataloader
 from overdrive.errors import UserError
 
 __all__ = ["rank_world", "wrap_ddp", "unwrap", "gather", "reduce", "wait", "main_print", "is_ddp", "ProcessHelpers"]
@@ -57,23 +57,6 @@ def unwrap(model: nn.Module) -> nn.Module:
     while is_ddp(model):
         model = model.module
     return model
-
-
-def _tree_map(fn, obj):
-    """fn on every tensor of a nested dict/list/tuple/namedtuple (an HF BatchEncoding too), shape kept."""
-    if isinstance(obj, torch.Tensor):
-        return fn(obj)
-    if isinstance(obj, Mapping):
-        out = {k: _tree_map(fn, v) for k, v in obj.items()}
-        try:
-            return out if type(obj) is dict else type(obj)(out)
-        except TypeError:  # a Mapping whose constructor wants more than a dict: a plain dict
-            return out
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-        return type(obj)(*(_tree_map(fn, v) for v in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_tree_map(fn, v) for v in obj)
-    return obj
 
 
 def _gather_one(t: torch.Tensor, world: int) -> torch.Tensor:
@@ -152,8 +135,6 @@ class ProcessHelpers:
     def prepare_dataloader(self, loader, *, seed: int | None = None):
         """`loader` sharded over the ranks (its batch_size is per rank), batches on acc.device, reshuffled
         per epoch; its position is saved by acc.save and restored by acc.load (overdrive.dataloader)."""
-        from overdrive.dataloader import prepare_dataloader
-
         rank, world = self._rank_world()
         prepared = prepare_dataloader(loader, device=self.device, rank=rank, world=world, seed=seed)
         self.dataloaders.append(prepared)
