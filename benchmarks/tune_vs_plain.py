@@ -70,7 +70,7 @@ def _contenders(args, recipe_path: str) -> dict:
 
     from overdrive import accelerate
     from overdrive.recipes import Recipe
-    from overdrive.tune.workload import compute_loss, load_file_fn
+    from overdrive.tuning.workload import compute_loss, load_file_fn
 
     factory = load_file_fn(args.factory, "the model factory")
     loss_fn = load_file_fn(args.loss, "the loss function") if args.loss else None
@@ -113,7 +113,7 @@ def side_by_side(args, recipe_path: str, threads: int) -> dict:
     import torch
 
     from overdrive.measure.stats import paired_ci, round_medians
-    from overdrive.tune.workload import load_file_fn
+    from overdrive.tuning.workload import load_file_fn
 
     torch.set_num_threads(threads)
     batch_fn = load_file_fn(args.batch, "the batch function")

@@ -130,4 +130,14 @@ misses by its bytes: hidden dropout is ~1%, the optimizer and the gradient reduc
 candidates that are not modelled are per-step fixed costs (FP8 amax reductions and scale updates, the
 gradient-norm all-reduce, data loading and logging), which weigh most on the smallest models' short steps,
 and a container a year older than the Megatron-Bridge runs that set the megatron constants.
+
+Two more candidates were checked and not adopted. The residual sits on the three runs that are data-parallel
+over 8 nodes without pipelining (GPT-3 5B at dp 64, GPT-3 20B and Nemotron-8B at dp 32), not on a model family:
+Nemotron-22B and GPT-3 175B, the same families with pipelining, are within +3-7%. (1) FP8 GEMMs at small widths:
+a tile's fixed cost (prologue, epilogue, scaling) takes the same time at any rate, so at FP8's 2x rate the
+inner-dimension roll-off k0 is worth twice the K-steps. Derived, not fitted, it lowered every FP8 row by about a
+point, the small models no more than the large; refitted, the validation median went from 7.4% to 7.9%, so it
+is not in the model. (2) Slower data-parallel links: the gradient reduce-scatter and parameter all-gather of
+these runs hide under the backward at the 8-rail bus bandwidth NCCL reaches; at a quarter of it GPT-3 20B turns
+-28% while GPT-3 5B and Nemotron-8B stay +17-21%, so the link is not the missing term either.
 """

@@ -102,7 +102,8 @@ DESIGN = {
         "fitted gemm_eff[megatron] (H100, Blackwell); its recipes set the offload, embedding-split, FP8-activation "
         "and in-place cross-entropy memory terms",
     "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md":
-        "fitted 3 runs; its 405B PP/CP rows shaped the FSDP-under-pipelining memory and the recompute buffer",
+        "fitted 3 runs; its 405B PP/CP rows shaped the FSDP-under-pipelining memory, the recompute buffer and "
+        "the last stage's kept outputs",
     "pytorch/torchtitan benchmarks/llama3_8b_h200_2025-06_torchtitan.md": "fitted 1 run",
     "pytorch/ao torchao/float8/README.md": "fitted lowp_rel and rowwise_rel",
     "pytorch/torchtitan docs/performance.md": "FSDP memory checks (max_reserved × 1.08)",
@@ -112,6 +113,7 @@ DESIGN = {
     "Narayanan et al. 2021": "first held out; then sent us to unfused attention and to --sequence-parallel off",
     "Llama Team": "first held out; then sent us to the embedding/loss pipeline slots",
     "pytorch/torchtune README.md": "sent us to the eager block, compiled-fp32 and chunked losses (memory only)",
+    "foundation-model-stack/fms-fsdp README.md": "none: added after every term, fitted on nothing, no term added for it",
 }
 """What each source did to the model beyond its rows' errors: a source that shaped a term is not unseen, even
 where no constant was fitted on it (leave-one-source-out removes the fitting, not the design)."""

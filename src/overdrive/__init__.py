@@ -7,9 +7,6 @@ The public names load on first use (PEP 562), so `import overdrive` and the CLI'
 stay free of torch (a 2-30 s import on a busy host).
 """
 
-import sys as _sys
-import types as _types
-
 __version__ = "0.1.0"
 
 from overdrive.quiet import install_from_env as _install_from_env  # noqa: E402
@@ -17,20 +14,18 @@ from overdrive.quiet import install_from_env as _install_from_env  # noqa: E402
 _install_from_env()  # a bench worker or torchrun rank started by the CLI: filter the same known noise
 
 __all__ = ["__version__", "accelerate", "Accelerated", "get_env", "Recipe", "PRESETS", "get_recipe", "resolve",
-           "ResolvedRecipe", "RecipeUnavailable", "tune", "TuneResult"]
+           "ResolvedRecipe", "RecipeUnavailable", "tune", "TuneResult", "AccelerateOptions"]
 
-_LAZY = {"Accelerated": "overdrive.accelerate", "get_env": "overdrive.env", "Recipe": "overdrive.recipes",
-         "PRESETS": "overdrive.recipes", "get_recipe": "overdrive.recipes", "resolve": "overdrive.recipes", "ResolvedRecipe": "overdrive.recipes",
-         "RecipeUnavailable": "overdrive.recipes", "TuneResult": "overdrive.tune"}
+_LAZY = {"accelerate": "overdrive.accelerated", "Accelerated": "overdrive.accelerated",
+         "AccelerateOptions": "overdrive.accelerated", "get_env": "overdrive.env", "Recipe": "overdrive.recipes",
+         "PRESETS": "overdrive.recipes", "get_recipe": "overdrive.recipes", "resolve": "overdrive.recipes",
+         "ResolvedRecipe": "overdrive.recipes", "RecipeUnavailable": "overdrive.recipes", "tune": "overdrive.tuning",
+         "TuneResult": "overdrive.tuning"}
+# Plain functions: `overdrive.accelerate` and `overdrive.tune` live in modules of other names
+# (overdrive.accelerated, overdrive.tuning), so importing those never rebinds the public names.
 
 
 def __getattr__(name: str):
-    if name == "tune":
-        # The subpackage, which is callable: `overdrive.tune(...)` runs `overdrive.tune.tune`, and
-        # `overdrive.tune.api` and friends still import (and patch) like any module.
-        import importlib
-
-        return importlib.import_module("overdrive.tune")
     if name in _LAZY:
         import importlib
 
@@ -43,19 +38,3 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
-
-class _Package(_types.ModuleType):
-    # `overdrive.accelerate` names both a submodule and the function in it. Importing the submodule
-    # binds the module onto the package; this property keeps the public name the function.
-    @property
-    def accelerate(self):
-        from overdrive.accelerate import accelerate
-
-        return accelerate
-
-    @accelerate.setter
-    def accelerate(self, value) -> None:
-        pass  # the import system binding the submodule: the package attribute stays the function
-
-
-_sys.modules[__name__].__class__ = _Package

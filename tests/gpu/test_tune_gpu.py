@@ -7,7 +7,7 @@ import overdrive
 from overdrive.env import get_env
 from overdrive.models import GPT, gpt_config
 from overdrive.recipes import Recipe
-from overdrive.tune.fp8_filter import bench_linear, linear_sites, measure_filter
+from overdrive.tuning.fp8_filter import bench_linear, linear_sites, measure_filter
 
 pytestmark = pytest.mark.gpu
 

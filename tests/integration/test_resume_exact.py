@@ -13,7 +13,7 @@ import torch
 from overdrive.models import GPT, gpt_config
 from overdrive.train import (RunDirError, RunMismatch, TrainHooks, TrainingInterrupted, latest_checkpoint, load_config,
                              train)
-from overdrive.train.checkpoint import load_model_weights
+from overdrive.checkpoint import load_model_weights
 
 # Tiny (bf16/fp16 matmuls are ~70x slower than fp32 on AVX2-only CPUs): 1 layer, d=16, 2 micro-batches.
 TINY = ["data.builtin_tokens=20000", "train.seq_len=16", "train.global_batch=4", "train.micro_batch=2",

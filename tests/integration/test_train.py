@@ -209,7 +209,7 @@ def test_nan_gradient_with_finite_loss_never_reaches_the_optimizer_or_a_checkpoi
     assert max(_losses(run)) == 5
     ck = latest_checkpoint(str(run), verify=True)
     assert ck.endswith("step_0000004")
-    from overdrive.train.checkpoint import load_model_weights
+    from overdrive.checkpoint import load_model_weights
     from overdrive.train.weights import build_model
 
     m = build_model(cfg, 256)

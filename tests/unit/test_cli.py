@@ -62,10 +62,16 @@ def test_every_command_has_an_argument_error_case():
 
 def test_the_package_keeps_its_public_names():
     import overdrive
-    import overdrive.accelerate  # binds the submodule onto the package: the public name must stay the function
-    from overdrive.accelerate import accelerate
+    import overdrive.accelerated  # binds the submodule onto the package: the public name stays the function
+    import overdrive.tuning.api  # the same for tune's package
+    from overdrive.accelerated import accelerate
+    from overdrive.tuning import tune
 
-    assert overdrive.accelerate is accelerate
+    assert overdrive.accelerate is accelerate and overdrive.tune is tune
+    assert type(overdrive).__name__ == "module" and type(overdrive.tuning).__name__ == "module"  # no class swaps
+    from overdrive import tune as imported
+
+    assert imported is tune
     assert overdrive.Recipe.__name__ == "Recipe" and overdrive.get_env.__name__ == "get_env"
     assert set(overdrive.__all__) <= set(dir(overdrive))
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fakes import fake_liger_norms, fake_te_linear
-from overdrive.accelerate import _keep_state_dict_plain
+from overdrive.convert.apply import _keep_state_dict_plain
 from overdrive.convert import convert_fp8, convert_norms
 from overdrive.models import GPT, gpt_config
 

@@ -180,7 +180,7 @@ def test_te_linears_pad_tokens_for_their_recipe(monkeypatch, scaling, recipe_cls
 
 def test_te_fp8_filter_times_inside_te_autocast(monkeypatch):
     """Item 2: bench_linear timed TE layers under torch.autocast only, so TE ran them in bf16."""
-    from overdrive.tune.fp8_filter import bench_linear
+    from overdrive.tuning.fp8_filter import bench_linear
 
     mods, state = fake_te()
     _install(monkeypatch, mods)

@@ -13,7 +13,7 @@ from overdrive.bench.flops import flops_per_token
 from overdrive.env.catalog import gpu_by_key
 from overdrive.measure.flop_count import FlopCount, peak_for, rates
 from overdrive.models.gpt import GPT, gpt_config
-from overdrive.tune.flops import add_rates, count_step_flops, flops_line
+from overdrive.tuning.flops import add_rates, count_step_flops, flops_line
 
 
 def _gpt_step(cfg, B):

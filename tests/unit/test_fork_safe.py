@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from overdrive.measure import launch
-from overdrive.tune.measure import PRELOAD
+from overdrive.tuning.measure import PRELOAD
 
 HARNESS = r"""
 import importlib, importlib.util, json, os, sys

@@ -1,6 +1,6 @@
 """tune's measured per-layer FP8 filter: what decides a shape."""
 
-from overdrive.tune.fp8_filter import LinearSite, measure_filter
+from overdrive.tuning.fp8_filter import LinearSite, measure_filter
 
 
 def test_the_head_kept_by_policy_does_not_veto_a_winning_layer_of_its_shape():

@@ -201,7 +201,7 @@ def test_a_file_beside_the_model_never_shadows_a_library(tmp_path):
     (tmp_path / "onnx.py").write_text("open(__file__ + '.ran', 'w').write('ran')\n")
     (tmp_path / "helpers.py").write_text("WIDTH = 4\n")
     (tmp_path / "ranker.py").write_text("import helpers\n\ndef make():\n    return helpers.WIDTH\n")
-    code = ("import sys\nfrom overdrive.tune.workload import load_file_fn\n"
+    code = ("import sys\nfrom overdrive.tuning.workload import load_file_fn\n"
             f"assert load_file_fn({str(tmp_path / 'ranker.py:make')!r}, 'model factory')() == 4\n"
             "import onnx\nprint(onnx.__file__)\n"
             f"assert sys.path.index({str(tmp_path)!r}) == len(sys.path) - 1\n")

@@ -19,10 +19,10 @@ from overdrive.env import build_report
 from overdrive.errors import UserError
 from overdrive.recipes import Recipe
 from overdrive.recipes.tuned import save_tuned
-from overdrive.tune.api import _pick, _row
-from overdrive.tune.candidates import named_candidates
-from overdrive.tune.measure import Run, Session
-from overdrive.tune.workload import Workload
+from overdrive.tuning.api import _pick, _row
+from overdrive.tuning.candidates import named_candidates
+from overdrive.tuning.measure import Run, Session
+from overdrive.tuning.workload import Workload
 import user_models
 
 CPU = build_report(machine(None, torchao=TORCHAO_EMU))

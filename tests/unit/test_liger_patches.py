@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fakes import LIGER_OK, machine
-from overdrive.accelerate import Accelerated
+from overdrive.accelerated import accelerate
 from overdrive.env import build_report
 from overdrive.models import GPT, gpt_config
 from overdrive.recipes import Recipe, resolve
@@ -54,7 +54,7 @@ def _hf(family):
 def test_liger_family_patch(family):
     model = _hf(family)
     keys = set(model.state_dict())
-    acc = Accelerated(model, _resolved(), build_optimizer=False)
+    acc = accelerate(model, _resolved(), build_optimizer=False)
     base = model.model
     norm = base.layers[0].input_layernorm
     assert norm.forward.__func__ is LigerRMSNorm.forward  # Liger's RMSNorm kernel on the user's module
@@ -75,17 +75,17 @@ def test_liger_family_patch(family):
 
 def test_liger_fused_linear_cross_entropy_follows_the_recipe():
     model = _hf("llama")
-    acc = Accelerated(model, dataclasses.replace(_resolved(), loss="fused-linear-cross-entropy"),
-                      build_optimizer=False)
+    acc = accelerate(model, dataclasses.replace(_resolved(), loss="fused-linear-cross-entropy"),
+                     build_optimizer=False)
     assert "lce_forward" in model.__dict__["forward"].__wrapped__.__func__.__qualname__
     assert "fused_linear_cross_entropy" in acc.report()
 
 
 def test_unknown_family_and_plain_models_get_norms_only_with_the_reason():
     gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=256))
-    acc = Accelerated(gpt2, _resolved(), build_optimizer=False)
+    acc = accelerate(gpt2, _resolved(), build_optimizer=False)
     assert "Liger has no model patch for 'gpt2'" in acc.report()
     assert sum(d.converted for d in acc.conversions["norm"]) == 5  # LigerLayerNorm swaps
-    acc = Accelerated(GPT(gpt_config("tiny")), _resolved(), build_optimizer=False)
+    acc = accelerate(GPT(gpt_config("tiny")), _resolved(), build_optimizer=False)
     assert "not a Hugging Face model" in acc.report() and "norm" in acc.conversions
     assert torch.is_tensor(next(acc.model.parameters()))

@@ -47,8 +47,8 @@ def test_bench_and_tune_share_one_candidate_type_and_one_protocol():
     from overdrive.bench.suites import Candidate as BenchCandidate
     from overdrive.bench.task import PROGRAM as BENCH
     from overdrive.measure.candidate import Candidate
-    from overdrive.tune.candidates import Candidate as TuneCandidate
-    from overdrive.tune.task import PROGRAM as TUNE
+    from overdrive.tuning.candidates import Candidate as TuneCandidate
+    from overdrive.tuning.task import PROGRAM as TUNE
 
     assert BenchCandidate is Candidate and TuneCandidate is Candidate
     assert isinstance(BENCH, Program) and isinstance(TUNE, Program) and set(TUNE.commands) == {"fp8_filter"}

@@ -208,7 +208,7 @@ def test_emulated_loss_parity_with_fp32_on_the_reference_gpt(fmt, one_thread):
 
 @pytest.mark.parametrize("name", ["mxfp8", "nvfp4"])
 def test_accelerate_trains_gpt_and_a_user_model_emulated(name, one_thread):
-    from overdrive.accelerate import accelerate
+    from overdrive.accelerated import accelerate
 
     env = build_report(machine(None, torchao=TORCHAO_EMU))
     torch.manual_seed(0)

@@ -62,9 +62,10 @@ def test_block_recompute_keeps_only_inputs_of_the_first_n_blocks_of_each_chunk()
     one, block_in = per_layer(M70, s), 8192 * H * 2
     assert terms(M70, s)["activations"] == 30 * block_in + 50 * one + one
     # pipeline: 80 blocks over pp 4 x vpp 5 chunks of 4; N=1 per chunk -> 5 of the stage's 20 blocks
-    p = _s(pp=4, vpp=5, global_batch=256, recompute_layers=1)
+    # on Megatron's stack (whose flag this is) the last stage keeps no outputs, so the first stage is the peak
+    p = _s(pp=4, vpp=5, global_batch=256, recompute_layers=1, stack="megatron")
     assert recomputed_blocks(M70, p) == 5
-    flat = _s(pp=4, vpp=5, global_batch=256)
+    flat = _s(pp=4, vpp=5, global_batch=256, stack="megatron")
     in_flight = pipeline_blocks_in_flight(M70, p) / 20
     # the stored blocks scale with the micro-batches in flight; the one-block recompute buffer does not
     assert terms(M70, p)["activations"] == pytest.approx((5 * block_in + 15 * per_layer(M70, p)) * in_flight
@@ -113,3 +114,40 @@ def test_interleaved_warmup_matches_korthikanti_and_counts_the_embedding_slot():
     m405 = get_model("llama3-405b")
     e = _s(gpus_per_node=64, nodes=4, tp=4, pp=16, vpp=4, global_batch=1536, embedding_in_pipeline_split=True)
     assert pipeline_blocks_in_flight(m405, e) == 31 * 1 + 48 * 2
+
+
+def test_the_last_stage_keeps_every_micro_batch_output_on_the_pytorch_stack():
+    from overdrive.plan.pipeline import pipeline_outputs_bytes
+
+    m405 = get_model("llama3-405b")
+    h100 = gpu_by_key("h100-96gb")
+    # torchtitan's 405B 1F1B run: 512 GPUs, TP8 PP8, 8 data-parallel ranks, 256 sequences of 8,192: 32 each
+    s = TrainSetup(gpu=h100, gpus_per_node=8, nodes=64, seq=8192, global_batch=256, precision="fp8", tp=8, pp=8,
+                   checkpointing="full", sharding="fsdp")
+    assert s.grad_accum == 32
+    assert pipeline_outputs_bytes(m405, s) == 32 * 8192 * m405.vocab / 8 * 4      # fp32 logits, vocab-sharded
+    assert pipeline_outputs_bytes(m405, dataclasses.replace(s, stack="megatron")) == 0   # Megatron keeps the loss
+    assert pipeline_outputs_bytes(m405, dataclasses.replace(s, pp=1, global_batch=256)) == 0
+    # 1F1B: the first stage holds pp micro-batches in flight, the last one
+    per_stage = m405.n_layer / 8
+    assert pipeline_blocks_in_flight(m405, s) == 8 * per_stage
+    assert pipeline_blocks_in_flight(m405, s, rank=7) == 1 * per_stage
+    t = terms(m405, s)
+    # the last stage is this run's peak: its one micro-batch, the loss and the 32 kept outputs
+    assert t["logits"] > pipeline_outputs_bytes(m405, s)
+    first = terms(m405, dataclasses.replace(s, stack="megatron"))
+    assert first["logits"] == 0 and first["activations"] > t["activations"]
+
+
+def test_explain_names_the_pipeline_end_that_sets_the_peak():
+    from overdrive.plan import explain
+
+    m405 = get_model("llama3-405b")
+    s = TrainSetup(gpu=gpu_by_key("h100-96gb"), gpus_per_node=8, nodes=64, seq=8192, global_batch=256,
+                   precision="fp8", tp=8, pp=8, checkpointing="full", sharding="fsdp")
+    line = next(x for x in explain(estimate(m405, s)) if "pipeline peak" in x)
+    assert "at the last stage" in line and "torch.distributed.pipelining" in line and "15.66 GiB" in line
+    meg = next(x for x in explain(estimate(m405, dataclasses.replace(s, stack="megatron", sharding="zero1")))
+               if "pipeline peak" in x)
+    assert "at the first stage" in meg and "torch.distributed.pipelining" not in meg
+    assert not [x for x in explain(estimate(m405, dataclasses.replace(s, pp=1, nodes=64))) if "pipeline peak" in x]

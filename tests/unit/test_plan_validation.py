@@ -222,3 +222,16 @@ def test_leave_one_source_out_refit_reproduces_for_a_small_source():
     for r in runs:
         if loso.source_of(r) == src:
             assert predict(r, fitted)["error"] == pytest.approx(want[r["id"]], abs=1e-4)
+
+
+def test_the_unseen_source_is_validation_only_and_its_error_is_in_the_doc(validation):
+    """fms-fsdp's table was added after every term and fits nothing: validation rows, each with its citation,
+    and the summary states its error as it is (no bound: it is the figure on a source the model never saw)."""
+    unseen = [r for r in load_runs() if r.get("held_out") == "unseen source"]
+    assert len(unseen) == 4 and all(r["role"] == "validation" for r in unseen)
+    assert all("fms-fsdp README.md @ 0d319983" in r["source"] and "token/gpu/sec" in r["note"] for r in unseen)
+    s = summary([r for r in validation if r["held_out"] == "unseen source"])
+    doc = open(DOC).read()
+    assert (f"tokens/s error: median {100 * s['median_abs_error']:.1f}%, worst {100 * s['worst_abs_error']:.0f}%"
+            in doc)
+    assert expressed_table([r for r in validation if r["held_out"] == "unseen source"]) in doc

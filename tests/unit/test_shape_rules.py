@@ -139,7 +139,7 @@ def test_every_rule_cites_its_engine_source_and_the_policy_reads_the_same_table(
 def test_fp8_filter_times_the_padded_shapes_that_really_run(monkeypatch, backend):
     """tune's per-shape timing ran the FP8 Linear at the raw token count: on the GPU it crashed in backward
     (M=24); now it times the GEMMs that really run, at M padded to 32, against bf16 at M."""
-    from overdrive.tune.fp8_filter import bench_linear
+    from overdrive.tuning.fp8_filter import bench_linear
 
     seen = _install(monkeypatch, backend, "tensorwise")
     ms = bench_linear(24, 32, 32, True, backend=backend, scaling="tensorwise", compile=False, device="cpu", reps=1)
@@ -172,7 +172,7 @@ def test_padding_changes_no_numbers():
 def test_fp8_filter_judges_shapes_by_the_engines_rules():
     """The filter hard-coded "% 16": an MXFP8 candidate would have timed a 48-wide layer its engine refuses,
     and the rows did not say at what token count the FP8 layer really ran."""
-    from overdrive.tune.fp8_filter import LinearSite, measure_filter
+    from overdrive.tuning.fp8_filter import LinearSite, measure_filter
 
     sites = [LinearSite(fqn="a", in_features=48, out_features=64, tokens=40),
              LinearSite(fqn="b", in_features=64, out_features=64, tokens=40)]

@@ -14,12 +14,12 @@ from overdrive.env import build_report
 from overdrive.errors import UserError
 from overdrive.recipes import Recipe, resolve
 from overdrive.recipes.tuned import machine_fingerprint, model_signature, save_tuned
-from overdrive.tune.api import _pick
-from overdrive.tune.candidates import (checkpointing_candidates, describe, effective_key, knob_candidates,
+from overdrive.tuning.api import _pick
+from overdrive.tuning.candidates import (checkpointing_candidates, describe, effective_key, knob_candidates,
                                        named_candidates, preset_candidates)
-from overdrive.tune.fp8_filter import LinearSite, bench_linear, linear_sites, measure_filter
-from overdrive.tune.safety import Tolerance, check_safety
-from overdrive.tune.workload import Workload, check_batch, compute_loss, load_file_fn
+from overdrive.tuning.fp8_filter import LinearSite, bench_linear, linear_sites, measure_filter
+from overdrive.tuning.safety import Tolerance, check_safety
+from overdrive.tuning.workload import Workload, check_batch, compute_loss, load_file_fn
 
 CPU = build_report(machine(None, torchao=TORCHAO_EMU))  # AVX2-like: fp32 is best, FP8 only emulated
 AO_GPU = dict(TORCHAO_EMU, fp8_ok=True)
@@ -91,7 +91,7 @@ def test_checkpointing_candidates_when_memory_is_the_limit():
 
 
 def test_memory_limit_detection(tmp_path):
-    from overdrive.tune.measure import Run, Session
+    from overdrive.tuning.measure import Run, Session
 
     s = Session(Workload(model_fn=Net, batch_fn=_batch), H100_AO, budget_s=10)
     s.runs = [Run(cand=preset_candidates(H100_AO)[0], memory={"peak_mb": 70_000, "total_mb": 80_000})]
@@ -168,7 +168,7 @@ def test_measured_shapes_travel_in_the_recipe_to_accelerate():
 
 
 def test_session_applies_a_measured_filter_and_skips_fp8_when_nothing_wins():
-    from overdrive.tune.measure import Session
+    from overdrive.tuning.measure import Session
 
     s = Session(Workload(model_fn=Net, batch_fn=_batch), H100_AO, budget_s=10)
     fp8 = next(c for c in preset_candidates(H100_AO) if c.name == "fp8")
@@ -216,7 +216,7 @@ def _rowd(name, speedup, ci, status="ok", safe=True, emulated=False):
 
 
 def test_winner_needs_the_interval_above_one_and_safety():
-    from overdrive.tune.measure import Run
+    from overdrive.tuning.measure import Run
 
     cands = named_candidates(["fp32", "amp-bf16"], CPU)
     runs = [Run(cand=c) for c in cands]
@@ -329,7 +329,7 @@ def test_timed_rounds_halve_the_field_and_keep_to_the_budget(monkeypatch):
     import random
     import time
 
-    from overdrive.tune.measure import Run, Session
+    from overdrive.tuning.measure import Run, Session
 
     cands = named_candidates(["fp32", "fp32+foreach", "amp-bf16", "amp-fp16"], CPU)
     speed = {"baseline": 10.0, "fp32": 9.0, "fp32+foreach": 9.5, "amp-bf16": 14.0, "amp-fp16": 15.0}
@@ -366,7 +366,7 @@ def _fake_session(monkeypatch, speed: dict, *, budget_s: float, noise: dict | No
     import random
     import time
 
-    from overdrive.tune.measure import Run, Session
+    from overdrive.tuning.measure import Run, Session
 
     names = [n for n in speed if n != "baseline"]
     cands = named_candidates(names, CPU)
@@ -428,7 +428,7 @@ def test_a_squeezed_budget_halves_at_round_3_without_proof(monkeypatch):
 
 
 def test_warm_up_stops_the_far_slower_flags_the_unsafe_and_never_times_emulation(monkeypatch):
-    from overdrive.tune.measure import Run, Session
+    from overdrive.tuning.measure import Run, Session
 
     cands = {c.name: c for c in named_candidates(["fp32", "amp-bf16", "amp-fp16", "fp8"], CPU)}
     step_ms = {"baseline": 10.0, "fp32": 9.0, "amp-bf16": 700.0, "amp-fp16": 10.0, "fp8": 30.0}
@@ -460,7 +460,7 @@ def test_warm_up_stops_the_far_slower_flags_the_unsafe_and_never_times_emulation
 
 def test_a_busy_host_keeps_the_baseline_unless_a_difference_clears_its_noise():
     from overdrive.measure.stats import NoiseFloor
-    from overdrive.tune.measure import Run
+    from overdrive.tuning.measure import Run
 
     cands = named_candidates(["fp32", "amp-bf16"], CPU)
     runs = [Run(cand=c) for c in cands]
@@ -501,7 +501,7 @@ def test_tuned_entry_survives_unrelated_installs_and_says_what_changed(tmp_path,
 def test_compile_warm_up_follows_this_models_measured_compile_time(monkeypatch):
     """The first compile may use the warm-up time left (it was a fixed third of the budget: at 120 s a 30 s
     compile under load was dropped); later compiles get 3x the slowest measured one, not a fixed share."""
-    from overdrive.tune.measure import Run, Session
+    from overdrive.tuning.measure import Run, Session
 
     cands = {c.name: c for c in named_candidates(["amp-bf16+compile", "fp32+compile"], CPU)}
     assert all(c.resolved.compile != "off" for c in cands.values() if c.name != "baseline")
@@ -530,8 +530,8 @@ def test_a_winner_merged_with_fallback_names_says_what_ran():
     """Where FP8 cannot run, the FP8 presets fall back to another row's recipe: the winner line used to read
     "Winner: amp-bf16 (also named fp8, fp8-rowwise, ... mxfp8)", as if FP8 ran."""
     from overdrive.recipes.labels import same_recipe_text
-    from overdrive.tune.candidates import preset_candidates
-    from overdrive.tune.measure import Run
+    from overdrive.tuning.candidates import preset_candidates
+    from overdrive.tuning.measure import Run
 
     nofp8 = build_report(machine(None))  # no torchao: every FP8 preset falls back (to fp32 on this fake CPU)
     cands = preset_candidates(nofp8)

@@ -135,6 +135,26 @@ def recover_folder(final: str, *, rank: int = 0, world: int = 1) -> str | None:
     return gather(done, world)[0]
 
 
+def _make_way(final: str, also_ours: Callable[[str], bool] | None) -> str | None:
+    """Rank 0, before a save: clear our stale .tmp and .old, check `final` may be replaced, and mark the
+    new .tmp partial. Returns the error to share with every rank, or None."""
+    tmp, old = final + ".tmp", final + ".old"
+    try:
+        remove_ours(tmp)  # a stale partial save of ours (an earlier crash)
+        remove_ours(old)
+        if _empty_dir(final):
+            os.rmdir(final)  # an empty folder holds nothing to lose
+        elif os.path.lexists(final) and not is_ours(final) and not (also_ours and also_ours(final)):
+            remove_ours(final)  # raises: not ours, never replaced
+        os.makedirs(os.path.dirname(final) or ".", exist_ok=True)
+        mark_partial(tmp)
+    except CheckpointError as e:
+        return str(e)
+    except OSError as e:
+        return f"cannot write checkpoint {final}: {_why(e)}: free space or pick another folder"
+    return None
+
+
 def save_folder(final: str, states: dict, extra: dict, *, rank: int, world: int, info: dict,
                 on_written: Callable[[str], None] | None = None, also_ours: Callable[[str], bool] | None = None) -> str:
     """Write `states` (DCP: sharded per rank) and this rank's `extra` into `final`, atomically.
@@ -143,21 +163,7 @@ def save_folder(final: str, states: dict, extra: dict, *, rank: int, world: int,
     `on_written(tmp)` runs once this rank's files are written, before the rename (tests kill a save there)."""
     tmp, old = final + ".tmp", final + ".old"
     recover_folder(final, rank=rank, world=world)
-    err = None
-    if rank == 0:
-        try:
-            remove_ours(tmp)  # a stale partial save of ours (an earlier crash)
-            remove_ours(old)
-            if _empty_dir(final):
-                os.rmdir(final)  # an empty folder holds nothing to lose
-            elif os.path.lexists(final) and not is_ours(final) and not (also_ours and also_ours(final)):
-                remove_ours(final)  # raises: not ours, never replaced
-            os.makedirs(os.path.dirname(final) or ".", exist_ok=True)
-            mark_partial(tmp)
-        except CheckpointError as e:
-            err = str(e)
-        except OSError as e:
-            err = f"cannot write checkpoint {final}: {_why(e)}: free space or pick another folder"
+    err = _make_way(final, also_ours) if rank == 0 else None
     err = _one_error(err, world)
     if err:
         raise CheckpointError(err)

@@ -85,11 +85,8 @@ def _model(args):
                      squared_relu=args.squared_relu, learned_pos=args.learned_pos or 0, bias=args.bias)
 
 
-def _cmd_plan(args: argparse.Namespace) -> int:
-    from overdrive.plan import calibrate_from_bench, estimate, explain, plan, sweep
-    from overdrive.report.console import wide_console
-    from overdrive.report.plan_view import render_plan, render_sweep, sweep_markdown, write_breakdown_png, write_sweep_png
-
+def _check_flags(args: argparse.Namespace) -> None:
+    """Flags that contradict each other or go with another flag, refused before any work."""
     if args.markdown and not args.sweep:
         raise UserError("--markdown goes with --sweep (the plan's own table: --json, or --out for a report)")
     if args.out and args.sweep:
@@ -112,74 +109,104 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         _check_writable(args.png)
     if args.out:
         _check_out(args.out)
+
+
+def _run_sweep(args: argparse.Namespace, console) -> int:
+    from overdrive.plan import sweep
+    from overdrive.report.plan_view import render_sweep, sweep_markdown, write_sweep_png
+
+    rows = sweep()
+    if args.json:
+        print(json.dumps({"sweep": rows}, indent=1))
+    elif args.markdown:
+        print(sweep_markdown(rows))
+    else:
+        render_sweep(rows, console)
+    if args.png:
+        write_sweep_png(rows, args.png)
+    return 0
+
+
+def _setup_kwargs(args: argparse.Namespace) -> dict:
+    """The TrainSetup fields the flags give (ValueError for a contradiction)."""
+    from overdrive.plan import calibrate_from_bench
+
+    eff = calibrate_from_bench(args.calibrate) if args.calibrate is not None else args.efficiency
+    gb = args.global_batch
+    if args.async_tp and args.no_async_tp:
+        raise ValueError("--async-tp and --no-async-tp contradict each other: keep one")
+    if args.fused_kernels and not args.no_compile:
+        raise ValueError("--fused-kernels describes eager code: add --no-compile (compiled code fuses anyway)")
+    if args.global_batch_tokens is not None:
+        if args.global_batch_tokens < 1 or args.global_batch_tokens % args.seq:
+            raise ValueError(f"--global-batch-tokens {args.global_batch_tokens} is not a multiple of "
+                             f"--seq {args.seq} (or not positive)")
+        gb = args.global_batch_tokens // args.seq
+    setup = dict(gpus_per_node=args.gpus, nodes=args.nodes, seq=args.seq, global_batch=gb, tp=args.tp, pp=args.pp,
+                 vpp=args.vpp, cp=args.cp, optimizer_dtype=args.optimizer_dtype,
+                 optimizer=args.optimizer, master_weights=args.master_weights,
+                 optimizer_in_backward=args.optimizer_in_backward, fp8_all_gather=args.fp8_all_gather,
+                 efficiency=eff, intra_gbs=args.intra_gbs, inter_gbs=args.inter_gbs, offload=args.offload,
+                 loss=args.loss, lora_rank=args.lora_rank, pure_bf16=args.pure_bf16,
+                 fp8_activations=args.fp8_activations, compile=not args.no_compile,
+                 async_tp=True if args.async_tp else (False if args.no_async_tp else None),
+                 recompute_layers=args.recompute_layers, recompute_modules=args.recompute_modules or (),
+                 offload_activations=args.offload_activations, grad_dtype=args.grad_dtype,
+                 embedding_in_pipeline_split=args.embedding_in_pipeline_split, stack=args.stack,
+                 attention=args.attention, block_code=args.block_code or "",
+                 sequence_parallel=args.sequence_parallel == "on", z_loss=args.z_loss,
+                 gather_dtype=args.gather_dtype or "", fused_kernels=args.fused_kernels)
+    if args.micro_batch is not None:
+        setup["micro_batch"] = args.micro_batch
+    return setup
+
+
+def _search_lists(args: argparse.Namespace) -> dict:
+    """--precision/--sharding/--checkpointing comma lists (None: search them all); --zero picks one sharding."""
+    for flag, v in (("--precision", args.precision), ("--sharding", args.sharding),
+                    ("--checkpointing", args.checkpointing)):  # '' meant "all of them", silently
+        if v is not None and not all(x.strip() for x in v.split(",")):
+            raise UserError(f"{flag} {v!r} names an empty value: pass a comma list without empty items, or leave "
+                            f"{flag} out for all of them")
+    shardings = args.sharding.split(",") if args.sharding else None
+    if args.zero:
+        shardings = [{1: "zero1", 2: "zero2", 3: "fsdp"}[args.zero]]
+    return {"precisions": args.precision.split(",") if args.precision else None, "shardings": shardings,
+            "checkpointing": args.checkpointing.split(",") if args.checkpointing else None}
+
+
+def _explain_top(r: dict, model, setup: dict) -> list[str]:
+    """--explain: every term of the pick, re-planned from the precision asked (before "→"), so the explanation
+    carries the fallback's label and note."""
+    from overdrive.env import gpu_by_key
+    from overdrive.plan import TrainSetup, estimate, explain
+
+    e = r["top"] or r["candidates"][0]
+    s = TrainSetup(gpu=gpu_by_key(r["gpu"]), **{**setup, "micro_batch": e["micro_batch"]},
+                   precision=e["label"].split("→")[0], sharding=e["sharding"], checkpointing=e["checkpointing"])
+    return explain(estimate(model, s))
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from overdrive.plan import plan
+    from overdrive.report.console import wide_console
+    from overdrive.report.plan_view import render_plan, write_breakdown_png
+
+    _check_flags(args)
     console = wide_console()
     if args.sweep:
-        rows = sweep()
-        if args.json:
-            print(json.dumps({"sweep": rows}, indent=1))
-        elif args.markdown:
-            print(sweep_markdown(rows))
-        else:
-            render_sweep(rows, console)
-        if args.png:
-            write_sweep_png(rows, args.png)
-        return 0
+        return _run_sweep(args, console)
     try:
         model = _model(args)
-        eff = calibrate_from_bench(args.calibrate) if args.calibrate is not None else args.efficiency
-        gb = args.global_batch
-        if args.async_tp and args.no_async_tp:
-            raise ValueError("--async-tp and --no-async-tp contradict each other: keep one")
-        if args.global_batch_tokens is not None:
-            if args.global_batch_tokens < 1 or args.global_batch_tokens % args.seq:
-                raise ValueError(f"--global-batch-tokens {args.global_batch_tokens} is not a multiple of "
-                                 f"--seq {args.seq} (or not positive)")
-            gb = args.global_batch_tokens // args.seq
-        setup = dict(gpus_per_node=args.gpus, nodes=args.nodes, seq=args.seq, global_batch=gb, tp=args.tp, pp=args.pp,
-                     vpp=args.vpp, cp=args.cp, optimizer_dtype=args.optimizer_dtype,
-                     optimizer=args.optimizer, master_weights=args.master_weights,
-                     optimizer_in_backward=args.optimizer_in_backward, fp8_all_gather=args.fp8_all_gather,
-                     efficiency=eff, intra_gbs=args.intra_gbs, inter_gbs=args.inter_gbs, offload=args.offload,
-                     loss=args.loss, lora_rank=args.lora_rank, pure_bf16=args.pure_bf16,
-                     fp8_activations=args.fp8_activations, compile=not args.no_compile,
-                     async_tp=True if args.async_tp else (False if args.no_async_tp else None),
-                     recompute_layers=args.recompute_layers, recompute_modules=args.recompute_modules or (),
-                     offload_activations=args.offload_activations, grad_dtype=args.grad_dtype,
-                     embedding_in_pipeline_split=args.embedding_in_pipeline_split, stack=args.stack,
-                     attention=args.attention, block_code=args.block_code or "",
-                     sequence_parallel=args.sequence_parallel == "on", z_loss=args.z_loss,
-                     gather_dtype=args.gather_dtype or "", fused_kernels=args.fused_kernels)
-        if args.fused_kernels and not args.no_compile:
-            raise ValueError("--fused-kernels describes eager code: add --no-compile (compiled code fuses anyway)")
+        setup = _setup_kwargs(args)
         if args.qk_norm and not model.qk_norm:
             import dataclasses
 
             model = dataclasses.replace(model, qk_norm=True)
-        if args.micro_batch is not None:
-            setup["micro_batch"] = args.micro_batch
-        for flag, v in (("--precision", args.precision), ("--sharding", args.sharding),
-                        ("--checkpointing", args.checkpointing)):  # '' meant "all of them", silently
-            if v is not None and not all(x.strip() for x in v.split(",")):
-                raise UserError(f"{flag} {v!r} names an empty value: pass a comma list without empty items, or leave "
-                                f"{flag} out for all of them")
-        shardings = args.sharding.split(",") if args.sharding else None
-        if args.zero:
-            shardings = [{1: "zero1", 2: "zero2", 3: "fsdp"}[args.zero]]
-        r = plan(model, args.gpu, min_headroom_gib=args.min_headroom, precisions=args.precision.split(",") if args.precision else None,
-                 shardings=shardings, checkpointing=args.checkpointing.split(",") if args.checkpointing else None,
-                 **setup)
+        r = plan(model, args.gpu, min_headroom_gib=args.min_headroom, **_search_lists(args), **setup)
     except ValueError as e:
         raise UserError(str(e)) from None
-    lines = []
-    if args.explain:
-        e = r["top"] or r["candidates"][0]
-        from overdrive.env import gpu_by_key
-        from overdrive.plan import TrainSetup
-
-        # the precision asked (before "→"), so the explanation re-plans the fallback and carries its label and note
-        s = TrainSetup(gpu=gpu_by_key(r["gpu"]), **{**setup, "micro_batch": e["micro_batch"]},
-                       precision=e["label"].split("→")[0], sharding=e["sharding"], checkpointing=e["checkpointing"])
-        lines = explain(estimate(model, s))
+    lines = _explain_top(r, model, setup) if args.explain else []
     if args.json:  # one JSON document on stdout, the explanation inside it
         print(json.dumps({**r, "explain": lines} if args.explain else r, indent=1))
     else:
@@ -223,12 +250,8 @@ def _write_out(r: dict, out: str, console, *, quiet: bool) -> None:
         console.print(f"wrote {out}/plan.json, memory.png and {page}", markup=False)
 
 
-def register(sub) -> None:
-    p = sub.add_parser("plan", help="what fits and how fast: memory per GPU and tokens/s for 1B-405B models",
-                       description="Estimate memory per GPU and step time for every precision x sharding x "
-                                   "checkpointing x micro-batch, rank what fits, and say what would make the rest "
-                                   "fit. Example: overdrive plan --model llama3-8b --gpu h100-sxm --gpus 8 --seq 8192")
-    a = p.add_argument
+def _add_layout_args(a) -> None:
+    """The model, the GPUs and the parallel layout."""
     a("--model", help=f"llama3-1b/3b/8b/70b/405b, llama2-13b/70b, gpt-64b, mpt-1b..70b, a reference GPT size, or a "
                       f"Hugging Face config.json or the folder holding it (default: {DEFAULT_MODEL})")
     a("--gpu", default="h100-sxm", help="gb300, gb200, b300, b200, h200, h200-nvl, h100-sxm, h100-96gb, h100-nvl, "
@@ -242,6 +265,10 @@ def register(sub) -> None:
     a("--micro-batch", type=int, default=None, help="sequences per GPU per step (default: search 1-16)")
     a("--global-batch", type=int, help="global batch in sequences (sets gradient accumulation)")
     a("--global-batch-tokens", type=int, help="global batch in tokens")
+
+
+def _add_choice_args(a) -> None:
+    """What the search ranks (precision, sharding, checkpointing) and the parallel degrees."""
     a("--precision", help="comma list of fp32,bf16,fp16,fp8,fp8-rowwise,mxfp8,nvfp4 (default: all but fp32/fp16 "
                           "that this GPU runs; mxfp8/nvfp4 need Blackwell, asked alone elsewhere they show the fallback)")
     a("--sharding", help="comma list of none (DDP),zero1,zero2,fsdp (=zero3),hsdp (default: fsdp,hsdp,zero1,none)")
@@ -252,6 +279,10 @@ def register(sub) -> None:
                                            "--pp > 1: searched, and the pick is named")
     a("--cp", type=int, default=1, help="context parallel degree (ring attention)")
     a("--checkpointing", help="comma list of none,selective (every 2nd block),selective-op (torchtitan per-op),full")
+
+
+def _add_memory_args(a) -> None:
+    """The optimizer, its states and where they live."""
     a("--optimizer-dtype", default="fp32", choices=["fp32", "bf16", "8bit"], help="dtype of the AdamW moments")
     a("--optimizer", default="adamw", help="optimizer family: adamw (2 states), lion, sgd (momentum: 1 state), "
                                            "adafactor (factored: ~0); adamw-bf16 / adamw-8bit also set the state dtype")
@@ -262,6 +293,11 @@ def register(sub) -> None:
       help="step each parameter in the backward and free its gradient (torchtune's optimizer_in_bwd)")
     a("--pure-bf16", action="store_true", help="bf16 weights, grads and states with no fp32 master copy")
     a("--offload", default="none", choices=["none", "optimizer", "params"], help="CPU offload")
+
+
+def _add_stack_args(a) -> None:
+    """What the software does: the loss, attention, the stack and its kernels, recompute and offload, the
+    all-gather dtype, the links."""
     a("--loss", default="standard", choices=["standard", "hf", "compiled", "inplace", "fused", "compiled-fp32", "chunked"],
       help="cross-entropy: eager on fp32 logits, Hugging Face's (the fp32 logits kept in the output), "
            "torch.compile'd, Transformer Engine's (gradient written over the logits), or chunked/fused with the head; compiled-fp32: compiled on the model's fp32 logits (torchtune), chunked: "
@@ -309,6 +345,10 @@ def register(sub) -> None:
     a("--calibrate", metavar="RESULTS.json", help="take the GEMM efficiency from an overdrive bench result")
     a("--intra-gbs", type=float, help="per-GPU intra-node bandwidth GB/s (default: NVLink of the GPU)")
     a("--inter-gbs", type=float, default=50.0, help="per-GPU inter-node bandwidth GB/s")
+
+
+def _add_custom_model_args(a) -> None:
+    """A custom model by its dimensions."""
     a("--layers", type=int, help="custom model: layers")
     a("--hidden", type=int, help="custom model: hidden size")
     a("--heads", type=int, help="custom model: attention heads")
@@ -320,6 +360,10 @@ def register(sub) -> None:
     a("--squared-relu", action="store_true", help="custom model: 2-matrix squared-ReLU MLP (Nemotron)")
     a("--learned-pos", type=int, metavar="N", help="custom model: a learned position table of N rows (GPT-2/3)")
     a("--bias", action="store_true", help="custom model: linear and norm biases (GPT-2/3)")
+
+
+def _add_output_args(a) -> None:
+    """What is printed or written."""
     a("--json", action="store_true", help="print JSON (candidates with fits, memory_gib, allocated_gib, "
                                           "tokens_per_s_per_gpu, times_s, breakdown)")
     a("--explain", action="store_true", help="print every memory and time term of the top pick, with formulas")
@@ -328,5 +372,19 @@ def register(sub) -> None:
     a("--markdown", action="store_true", help="with --sweep: print the table as Markdown")
     a("--sweep", action="store_true", help="1B-64B on 8xB200 and 8xB300, FP8/BF16/FP16, with and without "
                                            "checkpointing: longest sequence at micro-batch 1 and its speed")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="what fits and how fast: memory per GPU and tokens/s for 1B-405B models",
+                       description="Estimate memory per GPU and step time for every precision x sharding x "
+                                   "checkpointing x micro-batch, rank what fits, and say what would make the rest "
+                                   "fit. Example: overdrive plan --model llama3-8b --gpu h100-sxm --gpus 8 --seq 8192")
+    a = p.add_argument
+    _add_layout_args(a)
+    _add_choice_args(a)
+    _add_memory_args(a)
+    _add_stack_args(a)
+    _add_custom_model_args(a)
+    _add_output_args(a)
     p.set_defaults(func=_cmd_plan)
     _DEFAULTS.update(vars(p.parse_args([])))

@@ -129,8 +129,8 @@ def _plan_result(path: str) -> dict | None:
 
 
 def _tune_result(path: str) -> dict | None:
-    """A tune folder's results.json, schema-checked (`tune.results`); None when the file is not a tune result."""
-    from overdrive.tune.results import load_tune_result
+    """A tune folder's results.json, schema-checked (`tuning.results`); None when the file is not a tune result."""
+    from overdrive.tuning.results import load_tune_result
 
     try:
         return load_tune_result(path)

@@ -1,4 +1,4 @@
-"""`overdrive tune` — argument parsing and printing only; the work is in overdrive.tune."""
+"""`overdrive tune` — argument parsing and printing only; the work is in overdrive.tuning."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from overdrive.tune import tune
+    from overdrive.tuning import tune
 
     kw = dict(loss_fn=args.loss_fn, hf=args.hf, budget_s=args.budget_s, candidates=args.configs, out=args.out,
               seed=args.seed, lr=args.lr, threads=args.threads)

@@ -8,7 +8,7 @@ multiply-add. Element-wise ops, norms and the optimizer are not counted: that is
 (model FLOPs, as nanoGPT and torchtitan count them). Activation-checkpointing recomputation is not
 counted either (it is work, not model progress).
 
-`tune.flops.count_step_flops` counts the user's step (meta device first, the CPU if that fails);
+`tuning.flops.count_step_flops` counts the user's step (meta device first, the CPU if that fails);
 `rates` turns a count and a step time into TFLOP/s and MFU against the peak of the precision that ran.
 """
 

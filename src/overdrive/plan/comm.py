@@ -69,72 +69,94 @@ def _buckets(s: TrainSetup, grad_bytes: float, trained: float, blocks: float) ->
     return max(1, math.ceil(grad_bytes / per))
 
 
-def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict:
-    """Seconds: `dp` per step (to overlap with compute, `dp_exposed`), `tp`, `cp`, `pp` exposed per micro-batch;
-    and how the data-parallel time splits (calls, latency, algorithm, the call nothing hides)."""
-    P = m.n_params() / (s.tp * s.pp)
-    S = s.shards
-    grad_b = 2 if (s.pure_bf16 or s.grad_dtype == "bf16") else 4
-    trained = P
+def _trained(m: ModelSpec, s: TrainSetup) -> float:
+    """Parameters with gradients on one GPU's model shard (LoRA: the adapters only)."""
     if s.lora_rank:
         from overdrive.plan.memory import lora_params
 
-        trained = lora_params(m, s.lora_rank) / (s.tp * s.pp)
-    L = m.n_layer / s.pp
-    out = {"dp": 0.0, "dp_calls": 0.0, "dp_latency": 0.0, "dp_algo": "", "dp_edge": 0.0, "dp_buckets": 0,
-           "tp": 0.0, "tp_latency": 0.0, "tp_nodes": 1, "cp": 0.0, "pp": 0.0}
-    if s.sharding in ("fsdp", "hsdp") and S > 1:
-        nodes, bw = group_layout(s, S, s.tp)
-        blocks = max(1.0, L)
-        ag = gather_s(P * s.gather_bytes / blocks, S, nodes, bw)      # one block's parameters
-        rs = gather_s(trained * grad_b / blocks, S, nodes, bw)         # one block's gradients
-        per_mb = blocks * (2 * ag + rs)
-        lat = blocks * 3 * ring_latency_s(S, nodes, allreduce=False)
-        out.update(dp=s.grad_accum * per_mb, dp_calls=s.grad_accum * blocks * 3, dp_latency=s.grad_accum * lat,
-                   dp_algo="ring", dp_edge=s.grad_accum * (ag + rs))
-        if s.sharding == "hsdp" and s.nodes > 1:
-            reps = s.dp * s.cp // S
-            if reps > 1:   # the shard's gradients all-reduced across the replicas, bucket by bucket, once a step
-                rnodes, rbw = group_layout(s, reps, s.tp * S)
-                nb = _buckets(s, trained * grad_b / S, trained / S, L)
-                algo, t, t_lat = choose_allreduce(trained * grad_b / S / nb, reps, rnodes, rbw)
-                out.update(dp=out["dp"] + nb * t, dp_calls=out["dp_calls"] + nb,
-                           dp_latency=out["dp_latency"] + nb * t_lat, dp_algo=f"ring + {algo}")
-    elif s.sharding != "none" and S > 1 or s.sharding == "none" and s.dp * s.cp > 1:
-        n = S if s.sharding != "none" else s.dp * s.cp
-        nodes, bw = group_layout(s, n, s.tp)
-        grads = trained * grad_b
-        nb = _buckets(s, grads, trained, L)
-        if s.sharding == "none":
-            algo, t, lat_one = choose_allreduce(grads / nb, n, nodes, bw)
-        else:   # ZeRO-1/2: reduce-scatter the gradients, all-gather the updated 16-bit parameters
-            algo = "ring"
-            t = gather_s(grads / nb, n, nodes, bw) + gather_s(P * 2 / nb, n, nodes, bw)
-            lat_one = 2 * ring_latency_s(n, nodes, allreduce=False)
-        out.update(dp=nb * t, dp_calls=nb, dp_latency=nb * lat_one, dp_algo=algo, dp_edge=t, dp_buckets=nb)
-    if s.tp > 1:
-        tokens = s.micro_batch * s.seq / s.cp
-        colls = 8 + {"full": 4, "selective": 2}.get(s.checkpointing, 0)
-        nodes, bw = group_layout(s, s.tp, 1)
-        one = gather_s(tokens * m.hidden * 2, s.tp, nodes, bw)
-        tp = L * colls * one
-        # Megatron's userbuffers and torchtitan's async TP overlap over NVLink only (symmetric memory)
-        if s.tp_overlap and nodes == 1:
-            tp *= ASYNC_TP_EXPOSED
-        out.update(tp=tp, tp_latency=L * colls * ring_latency_s(s.tp, nodes, allreduce=False), tp_nodes=nodes)
+        return lora_params(m, s.lora_rank) / (s.tp * s.pp)
+    return m.n_params() / (s.tp * s.pp)
+
+
+def _fsdp_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
+    """FSDP/HSDP: per block and micro-batch an all-gather forward and backward and a reduce-scatter; HSDP adds
+    an all-reduce of the shard's gradients across the replicas once a step, bucket by bucket."""
+    P, S, trained, L = m.n_params() / (s.tp * s.pp), s.shards, _trained(m, s), m.n_layer / s.pp
+    nodes, bw = group_layout(s, S, s.tp)
+    blocks = max(1.0, L)
+    ag = gather_s(P * s.gather_bytes / blocks, S, nodes, bw)      # one block's parameters
+    rs = gather_s(trained * grad_b / blocks, S, nodes, bw)         # one block's gradients
+    per_mb = blocks * (2 * ag + rs)
+    lat = blocks * 3 * ring_latency_s(S, nodes, allreduce=False)
+    out.update(dp=s.grad_accum * per_mb, dp_calls=s.grad_accum * blocks * 3, dp_latency=s.grad_accum * lat,
+               dp_algo="ring", dp_edge=s.grad_accum * (ag + rs))
+    reps = s.dp * s.cp // S
+    if s.sharding == "hsdp" and s.nodes > 1 and reps > 1:
+        rnodes, rbw = group_layout(s, reps, s.tp * S)
+        nb = _buckets(s, trained * grad_b / S, trained / S, L)
+        algo, t, t_lat = choose_allreduce(trained * grad_b / S / nb, reps, rnodes, rbw)
+        out.update(dp=out["dp"] + nb * t, dp_calls=out["dp_calls"] + nb,
+                   dp_latency=out["dp_latency"] + nb * t_lat, dp_algo=f"ring + {algo}")
+
+
+def _ddp_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
+    """DDP (all-reduce) or ZeRO-1/2 (reduce-scatter + all-gather of the 16-bit parameters), per bucket."""
+    n = s.shards if s.sharding != "none" else s.dp * s.cp
+    trained, L = _trained(m, s), m.n_layer / s.pp
+    nodes, bw = group_layout(s, n, s.tp)
+    grads = trained * grad_b
+    nb = _buckets(s, grads, trained, L)
+    if s.sharding == "none":
+        algo, t, lat_one = choose_allreduce(grads / nb, n, nodes, bw)
+    else:   # ZeRO-1/2: reduce-scatter the gradients, all-gather the updated 16-bit parameters
+        algo = "ring"
+        P = m.n_params() / (s.tp * s.pp)
+        t = gather_s(grads / nb, n, nodes, bw) + gather_s(P * 2 / nb, n, nodes, bw)
+        lat_one = 2 * ring_latency_s(n, nodes, allreduce=False)
+    out.update(dp=nb * t, dp_calls=nb, dp_latency=nb * lat_one, dp_algo=algo, dp_edge=t, dp_buckets=nb)
+
+
+def _tp_comm(m: ModelSpec, s: TrainSetup, out: dict) -> None:
+    """Sequence-parallel all-gathers/reduce-scatters: 8 per block (+ those of the recomputed forward)."""
+    L, tokens = m.n_layer / s.pp, s.micro_batch * s.seq / s.cp
+    colls = 8 + {"full": 4, "selective": 2}.get(s.checkpointing, 0)
+    nodes, bw = group_layout(s, s.tp, 1)
+    tp = L * colls * gather_s(tokens * m.hidden * 2, s.tp, nodes, bw)
+    # Megatron's userbuffers and torchtitan's async TP overlap over NVLink only (symmetric memory)
+    if s.tp_overlap and nodes == 1:
+        tp *= ASYNC_TP_EXPOSED
+    out.update(tp=tp, tp_latency=L * colls * ring_latency_s(s.tp, nodes, allreduce=False), tp_nodes=nodes)
+
+
+def _cp_pp_comm(m: ModelSpec, s: TrainSetup, out: dict, attn_s: float) -> None:
+    """Ring attention's K/V passes beyond what the attention hides; the pipeline's point-to-point sends."""
+    L, tokens = m.n_layer / s.pp, s.micro_batch * s.seq / s.cp
     if s.cp > 1:
-        tokens = s.micro_batch * s.seq / s.cp
         kv_bytes = 2 * tokens * m.kv_dim * 2 / s.tp
         nodes, bw = group_layout(s, s.cp, s.tp)
         ring = L * 3 * (s.cp - 1) * p2p_s(kv_bytes, bw, across_nodes=nodes > 1)
         out["cp"] = max(0.0, ring - attn_s)
     if s.pp > 1:
-        inner = s.tp * s.cp * s.dp
-        across = inner >= s.gpus_per_node
+        across = s.tp * s.cp * s.dp >= s.gpus_per_node   # stage neighbours are tp·cp·dp ranks apart
         bw = LINK_EFF * ((s.inter_gbs if across else (s.intra_gbs or s.gpu.nvlink_gbs)) * 1e9)
-        act = s.micro_batch * s.seq / s.cp * m.hidden * 2 / s.tp
+        act = tokens * m.hidden * 2 / s.tp
         # each of the vpp chunks sends its activations on and receives their gradients back
         out["pp"] = s.vpp * 2 * p2p_s(act, bw, across_nodes=across)
+
+
+def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict:
+    """Seconds: `dp` per step (to overlap with compute, `dp_exposed`), `tp`, `cp`, `pp` exposed per micro-batch;
+    and how the data-parallel time splits (calls, latency, algorithm, the call nothing hides)."""
+    grad_b = 2 if (s.pure_bf16 or s.grad_dtype == "bf16") else 4
+    out = {"dp": 0.0, "dp_calls": 0.0, "dp_latency": 0.0, "dp_algo": "", "dp_edge": 0.0, "dp_buckets": 0,
+           "tp": 0.0, "tp_latency": 0.0, "tp_nodes": 1, "cp": 0.0, "pp": 0.0}
+    if s.sharding in ("fsdp", "hsdp") and s.shards > 1:
+        _fsdp_comm(m, s, out, grad_b)
+    elif s.sharding != "none" and s.shards > 1 or s.sharding == "none" and s.dp * s.cp > 1:
+        _ddp_comm(m, s, out, grad_b)
+    if s.tp > 1:
+        _tp_comm(m, s, out)
+    _cp_pp_comm(m, s, out, attn_s)
     return out
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from overdrive.plan.estimate import Estimate
-from overdrive.plan.memory import CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors, state_bytes_per_param
+from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors,
+                                   state_bytes_per_param, terms)
+from overdrive.plan.pipeline import pipeline_blocks_in_flight
 
 __all__ = ["explain"]
 
@@ -16,7 +18,8 @@ _MEM = {
                  "1 8-bit; 0 when offloaded)",
     "activations": "per block s·b·(5h + h+2kv + 3F)·2 bytes /(tp·cp) (FP8 storage: 1-byte GEMM inputs; --block-code: "
                    "the eager block's tensors, line below), minus "
-                   "what checkpointing/recompute drops and offloaded blocks; + logits (fused loss: one chunk)",
+                   "what checkpointing/recompute drops and offloaded blocks; + logits (fused loss: one chunk); with "
+                   "--pp the busier end of the pipeline (line below)",
     "other": "FSDP buffers (2 gathered blocks + 1 block of fp32 grads) + 1 GiB CUDA context + the fragmentation "
              "reserve, min(5% of allocated, 3 GiB)",
 }
@@ -50,6 +53,21 @@ _TIME = {
 }
 
 
+def _pipeline_line(e: Estimate) -> str:
+    """Which end of the pipeline sets the peak, and why (plan/pipeline.py)."""
+    s, m = e.setup, e.model
+    t = terms(m, s)
+    per_stage = m.n_layer / s.pp
+    first = pipeline_blocks_in_flight(m, s) / per_stage
+    last = pipeline_blocks_in_flight(m, s, s.pp - 1) / per_stage
+    end = "last" if t["pp_last"] > t["pp_first"] else "first"
+    kept = (f" + every micro-batch's fp32 output, {t['pp_outputs'] / GIB:.2f} GiB (torch.distributed.pipelining "
+            "keeps them for step()'s merged output)" if t["pp_outputs"] else "")
+    return (f"  pipeline peak at the {end} stage: first {t['pp_first'] / GIB:.2f} GiB ({first:.3g} micro-batches "
+            f"of its blocks in flight, no head) vs last {t['pp_last'] / GIB:.2f} GiB ({last:.3g} in flight + the "
+            f"loss{kept})")
+
+
 def explain(e: Estimate) -> list[str]:
     """Lines describing every memory term (GiB) and time term (ms) of one estimate, with formulas."""
     s = e.setup
@@ -77,6 +95,8 @@ def explain(e: Estimate) -> list[str]:
                 f"compiled {s.block_code} block" if s.block_code else "fused kernels")
         lines.append(f"  activations saved per token per block, {kind}: {sum(acts.values()):,.0f} B = "
                      + " + ".join(f"{k} {v:,.0f}" for k, v in acts.items() if v))
+    if s.pp > 1 and acts is not None:
+        lines.append(_pipeline_line(e))
     lines.append("time per optimizer step:")
     for k, v in e.times.items():
         if v:

@@ -41,7 +41,9 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               its warm-up runs (pp−1)·2 + (v−1)·pp chunk forwards, then one more, cycling over its v chunks
               pp micro-batches at a time — ×(1 + (pp−1)/(pp·v)) for even chunks (Korthikanti et al.), counted
               chunk by chunk so a first chunk that also holds the embedding (--embedding-in-pipeline-split) is
-              one block short.
+              one block short. The peak is the busier end: that first stage (no head), or the last (one
+              micro-batch in flight, the loss, and under torch.distributed.pipelining every micro-batch's fp32
+              output, kept for step()'s merged output): `pipeline.py`.
   logits      s·b·V/(tp·cp) × 12 bytes at the start of backward in eager cross-entropy on .float() logits:
               log_softmax's saved fp32 output (4) + the incoming fp32 grad (4) + the grad it produces (4);
               ~12 GB for V = 128K, s = 8192 — why long context on big vocabularies OOMs at the head.
@@ -67,6 +69,7 @@ allocated + reserve + context <= capacity; `--explain` prints each term.
 
 from __future__ import annotations
 
+from overdrive.plan.pipeline import pipeline_blocks_in_flight, pipeline_outputs_bytes
 from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
@@ -221,8 +224,8 @@ def recomputed_blocks(m: ModelSpec, s: TrainSetup) -> float:
     return min(s.recompute_layers, chunk) * s.vpp
 
 
-def _activations(m: ModelSpec, s: TrainSetup) -> tuple[float, float]:
-    """(activation bytes at the peak on the busiest GPU, bytes of one block during its backward)."""
+def _activations(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, float]:
+    """(activation bytes at the peak on pipeline rank `rank`, bytes of one block during its backward)."""
     per_layer = act_bytes_per_layer(m, s)
     width = 4 if s.precision == "fp32" else 2
     tokens = s.seq * s.micro_batch / (s.tp * s.cp)
@@ -256,22 +259,8 @@ def _activations(m: ModelSpec, s: TrainSetup) -> tuple[float, float]:
     if s.pp > 1:
         # the stored part scales with the micro-batches in flight; the recompute buffer is one block at a time
         buf = per_layer if (s.recompute_layers or s.checkpointing != "none") and acts < L * per_layer else 0.0
-        acts = (acts - buf) * pipeline_blocks_in_flight(m, s) / L + buf
+        acts = (acts - buf) * pipeline_blocks_in_flight(m, s, rank) / L + buf
     return acts, per_layer
-
-
-def pipeline_blocks_in_flight(m: ModelSpec, s: TrainSetup) -> float:
-    """Block-micro-batches whose activations the first pipeline stage holds at its peak (Megatron's 1F1B and
-    interleaved schedules): the forwards of the warm-up and one more, each on the chunk the schedule cycles to."""
-    chunks = s.pp * s.vpp
-    slots = m.n_layer + (2 if s.embedding_in_pipeline_split else 0)
-    per_chunk = slots / chunks
-    first = per_chunk - (1 if s.embedding_in_pipeline_split else 0)   # rank 0, chunk 0 also holds the embedding
-    if s.vpp == 1:
-        return min(s.pp, s.grad_accum) * first
-    warmup = (s.pp - 1) * 2 + (s.vpp - 1) * s.pp
-    forwards = min(warmup + 1, s.grad_accum * s.vpp)
-    return sum(first if (k // s.pp) % s.vpp == 0 else per_chunk for k in range(forwards))
 
 
 def _logits(m: ModelSpec, s: TrainSetup) -> float:
@@ -320,8 +309,8 @@ def peak_allocated(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
             "context": CONTEXT_BYTES / GIB}
 
 
-def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
-    """Bytes per GPU of each state and of the activation peak (see the module docstring)."""
+def _states(m: ModelSpec, s: TrainSetup) -> tuple[float, float, float]:
+    """(params, grads, optimizer) bytes per GPU (see the module docstring)."""
     P = m.n_params() / (s.tp * s.pp)
     S = s.shards
     zero3 = s.sharding in ("fsdp", "hsdp")
@@ -356,24 +345,49 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
             params -= master_b * P / S if not (s.lora_rank or s.pure_bf16) else 0
     if s.offload == "params":
         params, grads = 0.0, 0.0
+    return params, grads, opt
+
+
+def _buffers(m: ModelSpec, s: TrainSetup) -> float:
+    """FSDP's gathered blocks and unsharded gradients (see the module docstring)."""
+    if not (s.sharding in ("fsdp", "hsdp") and s.shards > 1 or s.offload == "params"):
+        return 0.0
+    gather = s.gather_bytes
+    layer = m.layer_params() / s.tp
+    if s.pp > 1 and s.stack == "pytorch" and s.offload != "params":
+        # torch.distributed.pipelining turns off FSDP's resharding after backward and its gradient sync until
+        # the last micro-batch (stage.py: set_reshard_after_backward(False), set_requires_gradient_sync(False)),
+        # and torchtitan does not reshard after forward under PP: the stage's parameters stay gathered and its
+        # gradients accumulate unsharded, in the reduce dtype (fp32), through the step
+        P = m.n_params() / (s.tp * s.pp)
+        trained = lora_params(m, s.lora_rank) / (s.tp * s.pp) if s.lora_rank else P
+        return P * gather + trained * (2 if s.grad_dtype == "bf16" else 4)
+    return 2 * layer * gather + (layer * (2 if s.grad_dtype == "bf16" else 4) if not s.lora_rank else 0)
+
+
+def _pipeline_peak(m: ModelSpec, s: TrainSetup, acts: float, logits: float) -> tuple[float, float, dict]:
+    """(activations, logits) at the busier end of the pipeline, and both ends: the first stage (pp micro-batches
+    in flight, no head) or the last (one in flight, the loss, and what pipeline.pipeline_outputs_bytes says it
+    keeps of every micro-batch)."""
+    if s.pp == 1:
+        return acts, logits, {"pp_first": 0.0, "pp_last": 0.0, "pp_outputs": 0.0}
+    kept = pipeline_outputs_bytes(m, s)
+    ends = {"pp_first": acts, "pp_last": _activations(m, s, s.pp - 1)[0] + logits + kept, "pp_outputs": kept}
+    if acts >= ends["pp_last"]:
+        return acts, 0.0, ends
+    return ends["pp_last"] - logits - kept, logits + kept, ends
+
+
+def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
+    """Bytes per GPU of each state and of the activation peak (see the module docstring)."""
+    params, grads, opt = _states(m, s)
     acts, per_layer = _activations(m, s)
-    logits = _logits(m, s)
-    buffers = 0.0
-    if zero3 and S > 1 or s.offload == "params":
-        gather = s.gather_bytes
-        layer = m.layer_params() / s.tp
-        buffers = 2 * layer * gather + (layer * (2 if s.grad_dtype == "bf16" else 4) if not s.lora_rank else 0)
-        if s.pp > 1 and s.stack == "pytorch" and s.offload != "params":
-            # torch.distributed.pipelining turns off FSDP's resharding after backward and its gradient sync until
-            # the last micro-batch (stage.py: set_reshard_after_backward(False), set_requires_gradient_sync(False)),
-            # and torchtitan does not reshard after forward under PP: the stage's parameters stay gathered and its
-            # gradients accumulate unsharded, in the reduce dtype (fp32), through the step
-            trained = lora_params(m, s.lora_rank) / (s.tp * s.pp) if s.lora_rank else P
-            buffers = P * gather + trained * (2 if s.grad_dtype == "bf16" else 4)
+    acts, logits, ends = _pipeline_peak(m, s, acts, _logits(m, s))
+    buffers = _buffers(m, s)
     if s.grad_accum > 1 or s.lora_rank:
         peak = acts + logits + grads
     else:  # grads are None while activations peak (set_to_none); they replace activations in backward
         peak = max(acts + logits, grads + per_layer + logits)
     allocated = params + opt + buffers + peak
-    return {"params": params, "grads": grads, "grads_at_peak": max(0.0, peak - acts - logits), "optimizer": opt, "activations": acts, "logits": logits,
-            "buffers": buffers, "allocated": allocated}
+    return {"params": params, "grads": grads, "grads_at_peak": max(0.0, peak - acts - logits), "optimizer": opt,
+            "activations": acts, "logits": logits, "buffers": buffers, "allocated": allocated, **ends}

@@ -172,17 +172,8 @@ def _why(model: ModelSpec, top: Estimate, ranked: list[Estimate], margin: float)
     return "; ".join(parts)
 
 
-def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=None, checkpointing=None,
-         micro_batches=None, min_headroom_gib: float | None = None, **setup) -> dict:
-    """Rank every precision x sharding x checkpointing x micro-batch for `model` on `gpu`; `setup` holds the
-    other TrainSetup fields (gpus_per_node, nodes, seq, global_batch, tp, pp, cp, ...). Configurations that
-    leave less than `min_headroom_gib` free (default MIN_HEADROOM_SHARE of the GPU) rank after the others."""
-    g = gpu_by_key(gpu) if isinstance(gpu, str) else gpu
-    if min_headroom_gib is not None and not 0 <= min_headroom_gib < g.mem_gib:
-        raise ValueError(f"--min-headroom {min_headroom_gib:g} GiB is outside 0-{g.mem_gib:.0f} (the {g.key}'s "
-                         "memory): give the GiB to keep free, 0 to rank by speed alone")
-    margin = round(g.mem_gib * MIN_HEADROOM_SHARE, 1) if min_headroom_gib is None else float(min_headroom_gib)
-    base = TrainSetup(gpu=g, **setup)
+def _search_space(base: TrainSetup, setup: dict, precisions, shardings, checkpointing, micro_batches):
+    """(precisions, shardings, checkpointings, micro-batches) to search, each name validated first."""
     precisions = list(precisions or DEFAULT_PRECISIONS)
     for p in precisions:  # validate every name before the search
         dataclasses.replace(base, precision=p)
@@ -199,6 +190,12 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
     if base.dp * base.cp == 1 and not asked_shardings:
         # one data-parallel rank: every sharding holds the same bytes and runs the same step; rank one, not three
         shardings = ("fsdp",) if base.offload == "params" else ("none",)
+    return precisions, shardings, ckpts, mbs
+
+
+def _check_asked(g: GpuSpec, base: TrainSetup, precisions: list, shardings) -> None:
+    """What the flags ask that no candidate could give: a precision this GPU runs, FP8 flags without FP8, HSDP
+    on one node."""
     runs_here = [p for p in precisions if len(precisions) == 1 or not fallback_precision(p, g)]
     if not runs_here:
         raise ValueError(f"none of --precision {','.join(precisions)} runs on {g.key}: ask for one alone to plan "
@@ -211,11 +208,32 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
     if base.nodes == 1 and all(SHARDING_ALIASES.get(sh, sh) == "hsdp" for sh in shardings):
         raise ValueError("--sharding hsdp needs --nodes > 1 (FSDP within a node, replicas across nodes): "
                          "use fsdp on one node")
+
+
+def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=None, checkpointing=None,
+         micro_batches=None, min_headroom_gib: float | None = None, **setup) -> dict:
+    """Rank every precision x sharding x checkpointing x micro-batch for `model` on `gpu`; `setup` holds the
+    other TrainSetup fields (gpus_per_node, nodes, seq, global_batch, tp, pp, cp, ...). Configurations that
+    leave less than `min_headroom_gib` free (default MIN_HEADROOM_SHARE of the GPU) rank after the others."""
+    g = gpu_by_key(gpu) if isinstance(gpu, str) else gpu
+    if min_headroom_gib is not None and not 0 <= min_headroom_gib < g.mem_gib:
+        raise ValueError(f"--min-headroom {min_headroom_gib:g} GiB is outside 0-{g.mem_gib:.0f} (the {g.key}'s "
+                         "memory): give the GiB to keep free, 0 to rank by speed alone")
+    margin = round(g.mem_gib * MIN_HEADROOM_SHARE, 1) if min_headroom_gib is None else float(min_headroom_gib)
+    base = TrainSetup(gpu=g, **setup)
+    precisions, shardings, ckpts, mbs = _search_space(base, setup, precisions, shardings, checkpointing,
+                                                      micro_batches)
+    _check_asked(g, base, precisions, shardings)
     check_layout(model, base)  # before the search: one message for the layout, not one per candidate
     cands = _candidates(model, base, precisions, shardings, ckpts, mbs)
     if not cands:
         raise ValueError(f"no configuration to evaluate: global batch {base.global_batch} is not divisible by "
                          f"micro-batch x {base.dp} data-parallel ranks for any micro-batch in {list(mbs)}")
+    return _result(model, g, base, cands, precisions, margin)
+
+
+def _result(model: ModelSpec, g: GpuSpec, base: TrainSetup, cands: list, precisions: list, margin: float) -> dict:
+    """What plan() returns: the candidates ranked (a safety margin first, then speed), the pick and why."""
     skipped = [f"{p} skipped: not supported on {g.key} (would run as {fallback_precision(p, g)})"
                for p in precisions if len(precisions) > 1 and fallback_precision(p, g)]
     # a safety margin first (the user's to set), then speed: a pick 5% faster with 2 GiB free is no pick

@@ -10,58 +10,19 @@ import math
 from dataclasses import dataclass
 
 from overdrive.env.catalog import GpuSpec
+from overdrive.plan.choices import (ATTENTIONS, BANDWIDTH_GBS, CHECKPOINTING, GRAD_DTYPES, LOSSES, LOW_PRECISION,
+                                    MASTER_WEIGHTS, MAX_COUNT, MIN_EFFICIENCY, OFFLOADS, OPTIMIZER_ALIASES,
+                                    OPTIMIZER_DTYPES, OPTIMIZER_STATES, OPTIMIZERS, PRECISIONS, RECOMPUTE_MODULES,
+                                    SHARDING_ALIASES, SHARDINGS, STACK_ALIASES, STACKS)
+from overdrive.plan.setup_checks import validate
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["TrainSetup", "PRECISIONS", "SHARDINGS", "CHECKPOINTING", "OPTIMIZER_DTYPES", "OFFLOADS", "LOSSES",
            "OPTIMIZERS", "OPTIMIZER_STATES", "OPTIMIZER_ALIASES", "MASTER_WEIGHTS",
            "LOW_PRECISION", "RECOMPUTE_MODULES", "STACKS", "ATTENTIONS", "GRAD_DTYPES", "needs_blackwell",
-           "fallback_precision", "check_layout", "MAX_COUNT", "MIN_EFFICIENCY", "BANDWIDTH_GBS"]
-
-PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp8-rowwise", "mxfp8", "nvfp4")
-LOW_PRECISION = ("fp8", "fp8-rowwise", "mxfp8", "nvfp4")
-SHARDINGS = ("none", "zero1", "zero2", "fsdp", "hsdp")
-"""none = DDP (replicated); zero1 = DDP with a distributed optimizer (Megatron's); zero2 = + sharded grads;
-fsdp = ZeRO-3 (FSDP2 fully_shard); hsdp = FSDP within a node, replicated across nodes."""
-SHARDING_ALIASES = {"ddp": "none", "zero3": "fsdp", "zero-3": "fsdp", "zero-1": "zero1", "zero-2": "zero2",
-                    "dist-opt": "zero1"}
-CHECKPOINTING = ("none", "selective", "selective-op", "full")
-"""selective = every 2nd block (torchtitan's 'selective layer'); selective-op = torchtitan's per-op policy
-(keep matmul outputs, every other one, and attention; recompute the cheap ops); full = every block."""
-RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm")
-"""Megatron-Core's selective recompute (`recompute_modules`) for a dense block: core_attn = the attention kernel,
-mlp = the whole MLP from its input, layernorm = the norm outputs. MoE modules (moe_act, moe, shared_experts)
-have nothing to act on in the dense models the planner knows."""
-GRAD_DTYPES = ("fp32", "bf16")
-ATTENTIONS = ("flash", "unfused")
-MIN_EFFICIENCY = 0.01
-"""Below 1% of peak is no GPU's GEMM: the step time would overflow to infinity."""
-BANDWIDTH_GBS = (0.1, 100_000.0)
-"""Per-GPU link speeds accepted, GB/s (NVLink 5 is 1,800; a 1 Gb/s link is 0.125)."""
-MAX_COUNT = 1 << 40
-"""Largest sequence, batch or GPU count accepted: every product of them stays an exact, finite float."""
-OPTIMIZER_DTYPES = ("fp32", "bf16", "8bit")
-OPTIMIZER_STATES = {"adamw": 2, "lion": 1, "sgd": 1, "adafactor": 0}
-"""State tensors per parameter of each optimizer family: AdamW m and v; Lion and SGD with momentum one momentum
-buffer; Adafactor (Hugging Face's and torchtune's default, beta1 None) a factored second moment of rows + columns
-per matrix, a few millionths of the parameters of an LLM, counted as none."""
-OPTIMIZERS = tuple(OPTIMIZER_STATES)
-OPTIMIZER_ALIASES = {"adam": ("adamw", None), "adamw-fp32": ("adamw", "fp32"), "adamw-bf16": ("adamw", "bf16"),
-                     "adamw-8bit": ("adamw", "8bit"), "adam8bit": ("adamw", "8bit"), "adamw8bit": ("adamw", "8bit")}
-"""--optimizer names that carry their state dtype (bitsandbytes' AdamW8bit, torchao's AdamW8bit, AdamW on bf16)."""
-MASTER_WEIGHTS = ("fp32", "remainder", "none")
-"""fp32: a 4-byte master copy (or fp32 weights under autocast); remainder: 16-bit weights + the 16 low bits of the
-fp32 master (Apex DistributedFusedAdam and Transformer Engine FusedAdam `store_param_remainders`, NeMo 1.x's
-default for bf16 O2 with distributed_fused_adam), 2 bytes; none: no master (bf16 weights stepped directly, as
-torchtune and --pure-bf16 do)."""
-OFFLOADS = ("none", "optimizer", "params")
-LOSSES = ("standard", "hf", "compiled", "inplace", "fused", "compiled-fp32", "chunked")
-STACKS = ("pytorch", "megatron")
-"""pytorch: FSDP2/DDP in PyTorch (torchtitan, llm-foundry, Hugging Face), torch.compile or eager as asked;
-megatron: Megatron-Core/NeMo with Transformer Engine: fused kernels end to end (norms, activations, RoPE; the
-cross-entropy is --loss's: inplace for TE's, standard for Megatron's vocab-parallel fp32 one), TP communication overlapped with the GEMMs (userbuffers), the grad reduce-scatter and param
-all-gather overlapped with compute, FP8 GEMM inputs saved for backward in FP8 (as --fp8-activations); its own
-GEMM efficiency per GPU generation."""
-STACK_ALIASES = {"torch": "pytorch", "mcore": "megatron", "megatron-core": "megatron", "nemo": "megatron"}
+           "fallback_precision", "check_layout", "MAX_COUNT", "MIN_EFFICIENCY", "BANDWIDTH_GBS",
+           "SHARDING_ALIASES", "STACK_ALIASES"]
+"""The choices live in `choices.py` and the checks in `setup_checks.py`; both are re-exported here."""
 
 
 def needs_blackwell(precision: str) -> bool:
@@ -76,16 +37,6 @@ def fallback_precision(precision: str, gpu: GpuSpec) -> str | None:
     if precision in LOW_PRECISION and not gpu.fp8_tflops:
         return "bf16"
     return None
-
-
-def _flag(field: str) -> str:
-    """The command-line flag of a TrainSetup field (gpus_per_node is --gpus)."""
-    return "--gpus" if field == "gpus_per_node" else f"--{field.replace('_', '-')}"
-
-
-def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"--{name} {value!r} is not one of {', '.join(allowed)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,134 +143,7 @@ class TrainSetup:
     """Per-GPU inter-node bandwidth, GB/s (400 Gb/s InfiniBand or RoCE per GPU)."""
 
     def __post_init__(self):
-        sh = SHARDING_ALIASES.get(self.sharding, self.sharding)
-        if sh != self.sharding:
-            object.__setattr__(self, "sharding", sh)
-        _choice("precision", self.precision, PRECISIONS)
-        _choice("sharding", self.sharding, SHARDINGS)
-        _choice("checkpointing", self.checkpointing, CHECKPOINTING)
-        _choice("optimizer-dtype", self.optimizer_dtype, OPTIMIZER_DTYPES)
-        if self.optimizer in OPTIMIZER_ALIASES:
-            fam, dt = OPTIMIZER_ALIASES[self.optimizer]
-            if dt and self.optimizer_dtype not in ("fp32", dt):
-                raise ValueError(f"--optimizer {self.optimizer} keeps its states in {dt} but --optimizer-dtype is "
-                                 f"{self.optimizer_dtype}: keep one")
-            object.__setattr__(self, "optimizer", fam)
-            if dt:
-                object.__setattr__(self, "optimizer_dtype", dt)
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"--optimizer {self.optimizer!r} is not one of {', '.join(OPTIMIZERS + tuple(OPTIMIZER_ALIASES))}")
-        _choice("master-weights", self.master_weights, MASTER_WEIGHTS)
-        if self.master_weights == "none" and not self.pure_bf16:
-            object.__setattr__(self, "pure_bf16", True)
-        elif self.pure_bf16 and self.master_weights == "remainder":
-            raise ValueError("--pure-bf16 keeps no master weights and --master-weights remainder keeps their low "
-                             "bits: keep one")
-        elif self.pure_bf16:
-            object.__setattr__(self, "master_weights", "none")
-        _choice("offload", self.offload, OFFLOADS)
-        _choice("loss", self.loss, LOSSES)
-        st = STACK_ALIASES.get(self.stack, self.stack)
-        if st != self.stack:
-            object.__setattr__(self, "stack", st)
-        if self.stack not in STACKS:
-            raise ValueError(f"--stack {self.stack!r} is not one of {', '.join(STACKS)} (pytorch: FSDP2/torchtitan/"
-                             "Hugging Face; megatron: Megatron-Core/NeMo with Transformer Engine)")
-        if self.stack == "megatron" and not self.compile:
-            raise ValueError("--no-compile with --stack megatron: Megatron's kernels are fused by Transformer Engine, "
-                             "there is no eager mode to plan; drop --no-compile or use --stack pytorch")
-        _choice("grad-dtype", self.grad_dtype, GRAD_DTYPES)
-        if self.block_code not in ("", "torchtune", "hf"):
-            raise ValueError(f"--block-code {self.block_code!r} is not one of torchtune, hf")
-        if self.block_code and self.stack != "pytorch":
-            raise ValueError(f"--block-code {self.block_code} counts a PyTorch Llama block's activations: it needs "
-                             "--stack pytorch (Megatron's blocks are Transformer Engine's)")
-        _choice("attention", self.attention, ATTENTIONS)
-        if isinstance(self.recompute_modules, (list, str)):
-            mods = self.recompute_modules.split(",") if isinstance(self.recompute_modules, str) else self.recompute_modules
-            object.__setattr__(self, "recompute_modules", tuple(x.strip() for x in mods if x.strip()))
-        if len(set(self.recompute_modules)) != len(self.recompute_modules):  # "mlp,mlp": once, as Megatron does
-            object.__setattr__(self, "recompute_modules", tuple(dict.fromkeys(self.recompute_modules)))
-        for mod in self.recompute_modules:
-            _choice("recompute-modules", mod, RECOMPUTE_MODULES)
-        for name in ("recompute_layers", "offload_activations"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be a number of blocks >= 0, got {v}")
-        if self.recompute_modules and self.checkpointing != "none":
-            # Megatron recomputes either named parts of every block or whole blocks; both would count twice
-            raise ValueError(f"--recompute-modules {','.join(self.recompute_modules)} and --checkpointing "
-                             f"{self.checkpointing} both choose what to recompute: keep one")
-        if self.recompute_layers and self.checkpointing != "none":
-            raise ValueError(f"--recompute-layers {self.recompute_layers} and --checkpointing {self.checkpointing} "
-                             "both choose what to recompute: keep one")
-        if self.offload_activations and self.pp > 1:
-            raise ValueError("--offload-activations needs --pp 1 (Megatron has no activation offload with "
-                             "pipeline parallelism)")
-        if self.vpp is None and isinstance(self.pp, int) and self.pp == 1:
-            object.__setattr__(self, "vpp", 1)   # nothing to interleave
-        for name in ("gpus_per_node", "nodes", "seq", "micro_batch", "tp", "pp", "vpp", "cp"):
-            v = getattr(self, name)
-            if name == "vpp" and v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{_flag(name)} must be a positive integer, got {v}")
-        for name in ("gpus_per_node", "nodes", "seq", "micro_batch", "global_batch", "lora_rank"):
-            v = getattr(self, name)
-            if v is not None and v > MAX_COUNT:
-                raise ValueError(f"{_flag(name)} {v} is too large (at most {MAX_COUNT:,})")
-        if self.offload == "params" and self.sharding not in ("fsdp", "hsdp"):
-            raise ValueError(f"--offload params needs FSDP (--zero 3 or --sharding fsdp/hsdp), not {self.sharding}: "
-                             "parameters are offloaded per shard; with ZeRO-1/2 or DDP use --offload optimizer")
-        if self.lora_rank < 0:
-            raise ValueError(f"--lora-rank must be >= 0, got {self.lora_rank}")
-        if self.global_batch is not None and self.global_batch < 1:
-            raise ValueError(f"--global-batch must be a positive number of sequences, got {self.global_batch}")
-        if self.efficiency is not None and not MIN_EFFICIENCY <= self.efficiency <= 1:
-            raise ValueError(f"--efficiency is a fraction of peak in [{MIN_EFFICIENCY}, 1], got {self.efficiency}")
-        if not 0 <= self.overlap <= 1:
-            raise ValueError(f"overlap is a fraction in [0, 1], got {self.overlap}")
-        for name in ("intra_gbs", "inter_gbs"):
-            v = getattr(self, name)
-            if v is not None and not (0 < v < math.inf):
-                raise ValueError(f"--{name.replace('_', '-')} must be a positive bandwidth in GB/s, got {v}")
-            if v is not None and not BANDWIDTH_GBS[0] <= v <= BANDWIDTH_GBS[1]:
-                raise ValueError(f"--{name.replace('_', '-')} {v} GB/s is outside {BANDWIDTH_GBS[0]}-"
-                                 f"{BANDWIDTH_GBS[1]:,} GB/s: give the per-GPU link speed in GB/s")
-        if self.world % (self.tp * self.pp * self.cp):
-            raise ValueError(f"tp {self.tp} x pp {self.pp} x cp {self.cp} does not divide the {self.world} GPUs "
-                             f"({self.nodes} x --gpus {self.gpus_per_node}): pick degrees whose product divides it")
-        if self.tp > self.gpus_per_node and self.tp % self.gpus_per_node:
-            # across nodes TP takes whole nodes (its cost is the inter-node link, comm.py)
-            raise ValueError(f"--tp {self.tp} spans nodes but is not a multiple of the {self.gpus_per_node} GPUs per "
-                             f"node: use a tp that divides {self.gpus_per_node} or is a multiple of it")
-        if self.gather_dtype not in ("", "fp32", "bf16"):
-            raise ValueError(f"--gather-dtype {self.gather_dtype!r} is not one of fp32, bf16")
-        if self.gather_dtype and self.fp8_all_gather:
-            raise ValueError(f"--gather-dtype {self.gather_dtype} and --fp8-all-gather both set the all-gather "
-                             "dtype: keep one")
-        if self.cp > 1 and self.seq % (2 * self.cp):
-            # Transformer Engine's ring attention splits each rank's share in two halves for causal load balance
-            # ("Sequence length per GPU needs to be divisible by 2!"), so the sequence divides by 2·cp
-            raise ValueError(f"--seq {self.seq} is not divisible by 2 x --cp {self.cp}: ring attention gives each "
-                             f"rank two halves, use a multiple of {2 * self.cp}")
-        if self.vpp is not None and self.vpp > 1 and self.pp == 1:
-            raise ValueError("--vpp needs --pp > 1 (virtual stages interleave a pipeline)")
-        if self.global_batch is not None and self.global_batch % (self.micro_batch * self.dp):
-            raise ValueError(f"global batch {self.global_batch} is not divisible by micro-batch {self.micro_batch} "
-                             f"x {self.dp} data-parallel ranks: use a multiple of {self.micro_batch * self.dp}")
-        if self.pure_bf16 and self.precision == "fp32":
-            raise ValueError("--pure-bf16 (--master-weights none) contradicts --precision fp32")
-        if self.master_weights == "remainder" and self.precision in ("fp32", "fp16"):
-            raise ValueError(f"--master-weights remainder rebuilds fp32 from bf16 weights, not {self.precision} ones: "
-                             "use --precision bf16 (or fp8 and the like, whose weights are bf16)")
-        if self.optimizer_in_backward:
-            if self.global_batch is not None and self.grad_accum > 1:
-                raise ValueError(f"--optimizer-in-backward steps each parameter in its backward, so it needs one "
-                                 f"micro-batch per step, not {self.grad_accum}: drop --global-batch or the flag")
-            if self.pp > 1 or self.lora_rank or self.offload != "none":
-                raise ValueError("--optimizer-in-backward is planned for single-stage full fine-tuning without "
-                                 "offload (torchtune's optimizer_in_bwd): drop it with --pp, --lora-rank or --offload")
+        validate(self)   # setup_checks: aliases resolved, every value checked, contradictions refused
 
     @property
     def world(self) -> int:

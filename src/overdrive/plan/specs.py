@@ -255,8 +255,9 @@ ENCODER_TYPES = ("bert", "roberta", "xlm-roberta", "deberta", "deberta-v2", "ele
 planned as a causal LM they would get a head and a causal attention they do not have."""
 
 
-def model_from_hf_config(path: str) -> ModelSpec:
-    """A ModelSpec from a Hugging Face config: the config.json file, or a folder holding one (as tune --hf)."""
+def _read_hf_config(path: str) -> tuple[str, dict]:
+    """(the config.json's path, its object) from the file or the folder holding it; refuses what is not a
+    decoder-only config before its keys are read."""
     if not os.path.exists(path):
         raise ValueError(f"{path} does not exist: pass a Hugging Face config.json or the folder holding it")
     if os.path.isdir(path):
@@ -278,6 +279,12 @@ def model_from_hf_config(path: str) -> ModelSpec:
         raise ValueError(f"{path}: {mtype} is an encoder-only model, which is not supported: the planner models "
                          "decoder-only (causal LM) Transformers; plan a custom model (--layers, --hidden, --heads) "
                          "for an estimate of a same-shaped decoder")
+    return path, c
+
+
+def model_from_hf_config(path: str) -> ModelSpec:
+    """A ModelSpec from a Hugging Face config: the config.json file, or a folder holding one (as tune --hf)."""
+    path, c = _read_hf_config(path)
 
     def g(*keys, default=None):
         """(key found, value): the first of `keys` present, else the default under the first key's name."""

@@ -164,19 +164,16 @@ def _gemm_s(shapes, peak_tf: float, eff: float, passes: float, sms: int = 132, k
     return t
 
 
-def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[str, float]:
-    """Seconds per micro-batch on the busiest GPU (the last pipeline stage), by op class; plus
-    `optimizer` seconds per step."""
-    cal = cal or CALIBRATION
-    e = gemm_eff(s, cal)
-    sms, k0 = SMS.get(s.gpu.key, 132), cal["gemm_k0"]
-    mega = s.stack == "megatron"
-    bf16_peak = peak_tflops(s, "fp32" if s.precision == "fp32" else "bf16")
-    M = s.micro_batch * s.seq / s.cp          # tokens through each GEMM (sequence-parallel gathered)
-    tok = M / s.tp                            # tokens per GPU in the memory-bound ops
-    L = m.n_layer / s.pp
-    passes = 2.0 if s.lora_rank else 3.0
-    block = _block_gemms(m, s, M)
+def _ctx(m: ModelSpec, s: TrainSetup, cal: dict) -> dict:
+    """What every term below shares: the GEMM efficiency, SMs, k0, the bf16 peak, HBM bytes/s, blocks per stage."""
+    return {"e": gemm_eff(s, cal), "sms": SMS.get(s.gpu.key, 132), "k0": cal["gemm_k0"],
+            "bf16_peak": peak_tflops(s, "fp32" if s.precision == "fp32" else "bf16"),
+            "hbm": s.gpu.hbm_tbs * 1e12 * HBM_EFF, "L": m.n_layer / s.pp}
+
+
+def _gemm_terms(m: ModelSpec, s: TrainSetup, cal: dict, c: dict, block, passes: float):
+    """The blocks' GEMMs (bf16, or the low-precision share at its peak), the head's, and the cast bytes."""
+    e, sms, k0, bf16_peak = c["e"], c["sms"], c["k0"], c["bf16_peak"]
     t_bf16 = _gemm_s(block, bf16_peak, e, passes, sms, k0)
     lowp_share, t_block, quant_b = 0.0, t_bf16, 0.0
     if s.low_precision:
@@ -185,11 +182,14 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
         lowp_share = 1 - NVFP4_BF16_SHARE if s.precision == "nvfp4" else 1.0
         t_block = lowp_share * t_lowp + (1 - lowp_share) * t_bf16
         quant_b = lowp_share * QUANT_BYTES[s.precision] * sum(3 * (2 * a * k + 2 * k * n + a * n) for a, k, n in block)
-    gemm_block = L * t_block
+    M = s.micro_batch * s.seq / s.cp
     head = _gemm_s([(M, m.hidden, m.vocab / s.tp)], bf16_peak, e, 3.0, sms, k0)
-    attn_fwd = 4 * s.micro_batch * (s.seq / s.cp) * s.seq * (m.n_head * m.head_dim) / s.tp * 0.5
-    attn = L * 3.5 * attn_fwd / (bf16_peak * 1e12 * e * cal["attn_rel"])
-    fwd_share = 1 / 3.5
+    return c["L"] * t_block, head, lowp_share, quant_b
+
+
+def _attention_time(m: ModelSpec, s: TrainSetup, cal: dict, c: dict) -> tuple[float, float]:
+    """Attention seconds per micro-batch, and the share of it the forward takes (what a recompute repeats)."""
+    L, e, sms, k0, bf16_peak = c["L"], c["e"], c["sms"], c["k0"], c["bf16_peak"]
     if s.attention == "unfused":
         # scores and probabilities in HBM: two batched GEMMs per head over the whole s × s (no causal skip),
         # (s × s over head_dim) and (s × head_dim over s), forward + 2 backward, and per score
@@ -197,8 +197,14 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
         heads = m.n_head / s.tp
         per_head = [(s.seq / s.cp, m.head_dim, s.seq)] * 2
         attn = L * s.micro_batch * heads * _gemm_s(per_head, bf16_peak, e, 3.0, sms, k0)
-        attn += L * s.micro_batch * heads * (s.seq / s.cp) * s.seq * UNFUSED_ATTN_BYTES / (s.gpu.hbm_tbs * 1e12 * HBM_EFF)
-        fwd_share = 1 / 3
+        attn += L * s.micro_batch * heads * (s.seq / s.cp) * s.seq * UNFUSED_ATTN_BYTES / c["hbm"]
+        return attn, 1 / 3
+    attn_fwd = 4 * s.micro_batch * (s.seq / s.cp) * s.seq * (m.n_head * m.head_dim) / s.tp * 0.5
+    return L * 3.5 * attn_fwd / (bf16_peak * 1e12 * e * cal["attn_rel"]), 1 / 3.5
+
+
+def _elementwise_bytes(m: ModelSpec, s: TrainSetup, cal: dict, L: float) -> float:
+    """HBM bytes of the norms, residuals, RoPE and activation, forward + backward, per micro-batch."""
     act = 3 * m.ffn if m.gated_mlp else 2 * m.ffn
     width = 4 if s.precision == "fp32" else 2
     # 10h of the 12h per token are the norms and residuals: on tokens/tp with sequence parallelism, on every token
@@ -206,13 +212,16 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
     per_tok = 10 * m.hidden * (s.tp // s.sp) + 2 * m.hidden + 2 * m.kv_dim + act
     if m.qk_norm:   # two more norms over q and k: read and write each
         per_tok += 2 * (m.q_dim + m.kv_dim)
-    ew_bytes = L * tok * 3 * per_tok * width
-    if not s.compile and not mega and not s.fused_kernels:
+    ew_bytes = L * (s.micro_batch * s.seq / s.cp / s.tp) * 3 * per_tok * width
+    if not s.compile and s.stack != "megatron" and not s.fused_kernels:
         ew_bytes *= cal["nocompile"]
-    hbm = s.gpu.hbm_tbs * 1e12 * HBM_EFF
-    # the loss kernel is --loss's; "standard" on the megatron stack is Megatron's own vocab-parallel one
-    loss_b = loss_bytes_per_logit(s) + (Z_LOSS_BYTES if s.z_loss and s.loss in ("standard", "hf", "compiled-fp32") else 0)
-    memory = (ew_bytes + L * quant_b + tok * m.vocab * loss_b) / hbm
+    return ew_bytes
+
+
+def _recompute_time(m: ModelSpec, s: TrainSetup, c: dict, block, gemm_block: float, attn: float, fwd_share: float,
+                    ew_bytes: float, quant_b: float, passes: float) -> float:
+    """The forward work that checkpointing or Megatron's selective recompute runs again in the backward."""
+    L, hbm, e, sms, k0, bf16_peak = c["L"], c["hbm"], c["e"], c["sms"], c["k0"], c["bf16_peak"]
     # selective: the L // 2 blocks memory.py checkpoints (none with one block per stage)
     frac_fwd = {"none": 0.0, "selective": (L // 2) / L, "full": 1.0, "selective-op": 0.0}[s.checkpointing]
     if s.recompute_layers:
@@ -220,34 +229,61 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
     recompute = frac_fwd * (gemm_block / passes + attn * fwd_share + (ew_bytes / 3 + L * quant_b / 3) / hbm)
     if s.checkpointing == "selective-op":
         recompute = 0.5 * gemm_block / passes + ew_bytes / 3 / hbm
+    tok, width = s.micro_batch * s.seq / s.cp / s.tp, 4 if s.precision == "fp32" else 2
     if "mlp" in s.recompute_modules:   # the MLP's forward GEMMs and activation again
         n_mlp = 3 if m.gated_mlp else 2
         recompute += (gemm_block / passes * _gemm_s(block[-n_mlp:], bf16_peak, e, 1, sms, k0)
                       / _gemm_s(block, bf16_peak, e, 1, sms, k0))
-        recompute += L * tok * act * width / hbm
+        recompute += L * tok * (3 * m.ffn if m.gated_mlp else 2 * m.ffn) * width / hbm
     if "core_attn" in s.recompute_modules:
         recompute += attn * fwd_share
     if "layernorm" in s.recompute_modules:
         recompute += L * tok * 4 * m.hidden * width / hbm   # two norms: read h, write h
-    offload = 0.0
-    if s.offload_activations:
-        # out after the forward, back before the backward, on a side stream (exposed beyond compute: estimate.py)
-        per_block = act_bytes_per_layer(m, s)
-        if s.checkpointing == "full" and not s.recompute_layers:
-            # a checkpointed block saves only its input, so that is all its offload moves (torchtune offloads the
-            # saved tensors of the checkpointed blocks), as memory.py counts it
-            per_block = s.seq * s.micro_batch / (s.tp * s.cp) * m.hidden * (4 if s.precision == "fp32" else 2)
-        moved = min(s.offload_activations, L) * per_block
-        offload = 2 * moved / (HOST_GBS.get(s.gpu.key, HOST_GBS["pcie"]) * 1e9)
+    return recompute
+
+
+def _offload_time(m: ModelSpec, s: TrainSetup, L: float) -> float:
+    """Activation offload: out after the forward, back before the backward, on a side stream (exposed beyond
+    compute: estimate.py)."""
+    if not s.offload_activations:
+        return 0.0
+    per_block = act_bytes_per_layer(m, s)
+    if s.checkpointing == "full" and not s.recompute_layers:
+        # a checkpointed block saves only its input, so that is all its offload moves (torchtune offloads the
+        # saved tensors of the checkpointed blocks), as memory.py counts it
+        per_block = s.seq * s.micro_batch / (s.tp * s.cp) * m.hidden * (4 if s.precision == "fp32" else 2)
+    moved = min(s.offload_activations, L) * per_block
+    return 2 * moved / (HOST_GBS.get(s.gpu.key, HOST_GBS["pcie"]) * 1e9)
+
+
+def _optimizer_time(m: ModelSpec, s: TrainSetup, hbm: float) -> float:
+    """The optimizer step over this GPU's shard of the parameters, per step."""
     P_shard = m.n_params() / (s.tp * s.pp) / (s.shards if s.sharding != "none" else 1)
     if s.lora_rank:
         from overdrive.plan.memory import lora_params
 
         P_shard = lora_params(m, s.lora_rank) / (s.tp * s.pp)
     if s.offload != "none":
-        opt = 6 * P_shard / 25e9 + P_shard / 1e9
-    else:
-        # AdamW: read p, g, m, v and write p, m, v (fp32: 28 bytes) + the grad-norm pass (4); 8 fewer per state
-        opt = (16 + 8 * OPTIMIZER_STATES[s.optimizer]) * P_shard / hbm
+        return 6 * P_shard / 25e9 + P_shard / 1e9
+    # AdamW: read p, g, m, v and write p, m, v (fp32: 28 bytes) + the grad-norm pass (4); 8 fewer per state
+    return (16 + 8 * OPTIMIZER_STATES[s.optimizer]) * P_shard / hbm
+
+
+def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[str, float]:
+    """Seconds per micro-batch on the busiest GPU (the last pipeline stage), by op class; plus
+    `optimizer` seconds per step."""
+    cal = cal or CALIBRATION
+    c = _ctx(m, s, cal)
+    L = c["L"]
+    passes = 2.0 if s.lora_rank else 3.0
+    block = _block_gemms(m, s, s.micro_batch * s.seq / s.cp)   # tokens through each GEMM (SP gathered)
+    gemm_block, head, lowp_share, quant_b = _gemm_terms(m, s, cal, c, block, passes)
+    attn, fwd_share = _attention_time(m, s, cal, c)
+    ew_bytes = _elementwise_bytes(m, s, cal, L)
+    tok = s.micro_batch * s.seq / s.cp / s.tp      # tokens per GPU in the memory-bound ops
+    # the loss kernel is --loss's; "standard" on the megatron stack is Megatron's own vocab-parallel one
+    loss_b = loss_bytes_per_logit(s) + (Z_LOSS_BYTES if s.z_loss and s.loss in ("standard", "hf", "compiled-fp32") else 0)
+    memory = (ew_bytes + L * quant_b + tok * m.vocab * loss_b) / c["hbm"]
+    recompute = _recompute_time(m, s, c, block, gemm_block, attn, fwd_share, ew_bytes, quant_b, passes)
     return {"gemm": gemm_block + head, "attention": attn, "memory": memory, "recompute": recompute,
-            "optimizer": opt, "lowp_share": lowp_share, "offload": offload}
+            "optimizer": _optimizer_time(m, s, c["hbm"]), "lowp_share": lowp_share, "offload": _offload_time(m, s, L)}

@@ -37,7 +37,7 @@ def render_tune(res: dict, console=None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from overdrive.tune.api import speedup_text
+    from overdrive.tuning.api import speedup_text
 
     t = Table(title=escape(f"overdrive tune — {res.get('workload')} on {res.get('gpu') or res.get('cpu')} "
                            f"({res['elapsed_s']:.0f} of {res['budget_s']:g} s, {res['rounds']} rounds)"))
@@ -55,7 +55,7 @@ def render_tune(res: dict, console=None) -> None:
     c = console or Console(width=max(120, Console().width))
     c.print(t)
     c.print(escape(res["summary"]))
-    from overdrive.tune.flops import flops_line
+    from overdrive.tuning.flops import flops_line
 
     if flops_line(res):
         c.print(escape(flops_line(res)))
@@ -117,7 +117,7 @@ def _plots(res: dict) -> list[str]:
 
 
 def _flops_line(res: dict) -> str:
-    from overdrive.tune.flops import flops_line
+    from overdrive.tuning.flops import flops_line
 
     return flops_line(res)
 
@@ -131,7 +131,7 @@ def _rate(r: dict) -> str:
 
 def write_report(res: dict, out_dir: str) -> str:
     from overdrive.io import write_atomic
-    from overdrive.tune.api import speedup_text
+    from overdrive.tuning.api import speedup_text
 
     e = html.escape
     no_verdict = bool((res.get("noise") or {}).get("too_busy")) and not str(res.get("summary")).startswith("Winner")

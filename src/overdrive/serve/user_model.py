@@ -48,7 +48,7 @@ def parse_dynamic(items: list[str] | None, names: list[str]) -> dict[str, dict[i
 def _load(factory: str, inputs: str | None, weights: str | None):
     """(the factory's nn.Module with `weights` loaded, FN): the user's two functions, each failure one line."""
     from overdrive.errors import UserError
-    from overdrive.tune.workload import load_file_fn
+    from overdrive.tuning.workload import load_file_fn
 
     if not inputs:
         raise ExportError(f"exporting {factory} needs example inputs: pass --inputs FILE.py:FN, FN(batch) returning a "

@@ -1,7 +1,7 @@
 """`overdrive train`: a recipe-driven trainer with distillation, activation checkpointing, FSDP2
 under torchrun and crash-safe, verified sharded checkpoints."""
 
-from overdrive.train.checkpoint import CheckpointError, latest_checkpoint, verify_checkpoint
+from overdrive.checkpoint import CheckpointError, latest_checkpoint, verify_checkpoint
 from overdrive.train.config import ConfigError, TrainConfig, load_config
 from overdrive.train.rundir import RunDirError
 from overdrive.train.runtime import RankTimeout

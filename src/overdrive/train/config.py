@@ -306,6 +306,13 @@ def _check(cfg: TrainConfig) -> None:
         parse_recipe_name(t.recipe)
     except ValueError as e:
         raise ConfigError(f"'train.recipe' = {t.recipe!r}: {e}") from None
+    _check_model(cfg)
+
+
+def _check_model(cfg: TrainConfig) -> None:
+    """The [model] and [teacher] sections: known sizes, positive dims that divide into heads, bounded."""
+    from overdrive.models import GPT_SIZES
+
     m = cfg.model
     for key in ("n_layer", "n_head", "n_embd"):
         v = getattr(m, key)

@@ -18,7 +18,7 @@ class GPTTask(Task):
         super().__init__(spec)
         import torch
 
-        from overdrive.accelerate import Accelerated
+        from overdrive.accelerated import accelerate
         from overdrive.data import TokenData, builtin_tokens, file_tokens
         from overdrive.models import GPT, gpt_config
         from overdrive.recipes import ResolvedRecipe
@@ -32,8 +32,8 @@ class GPTTask(Task):
         for role in ("teacher", "student"):
             torch.manual_seed(spec["seed"] + (0 if role == "teacher" else 1))
             model = GPT(gpt_config(spec[role], block_size=spec["seq"]))
-            self.accs[role] = Accelerated(model, resolved, lr=lr, weight_decay=0.1, betas=(0.9, 0.95),
-                                          grad_clip=1.0, module_filter_fn=None, build_optimizer=True)
+            self.accs[role] = accelerate(model, resolved, env=self.env, lr=lr, weight_decay=0.1, betas=(0.9, 0.95),
+                                         grad_clip=1.0)
         # What the applier made of the recipe per model (a student below fp8_min_dim converts no layer).
         self.applied = {role: acc.resolved.to_dict() for role, acc in self.accs.items()}
         if self.inject.get("alloc_mb"):  # a transient allocation only this process's peak may show

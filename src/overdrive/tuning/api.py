@@ -27,10 +27,10 @@ from overdrive.errors import UserError
 from overdrive.measure.stats import compare, host_too_busy, round_medians, summarize
 from overdrive.recipes import Recipe
 from overdrive.recipes.tuned import machine_fingerprint, save_tuned
-from overdrive.tune.candidates import baseline_recipe, describe, parse_name
-from overdrive.tune.measure import Run, measure
-from overdrive.tune.safety import Tolerance
-from overdrive.tune.workload import FileFn, Workload, hf_workload
+from overdrive.tuning.candidates import baseline_recipe, describe, parse_name
+from overdrive.tuning.measure import Run, measure
+from overdrive.tuning.safety import Tolerance
+from overdrive.tuning.workload import FileFn, Workload, hf_workload
 
 __all__ = ["tune", "TuneResult", "TUNE_SCHEMA"]
 
@@ -102,7 +102,7 @@ def _fn(x, what: str) -> Callable | None:
     if x is None or callable(x):
         return x
     if isinstance(x, str):
-        from overdrive.tune.workload import load_file_fn
+        from overdrive.tuning.workload import load_file_fn
 
         load_file_fn(x, what)  # fail here, in one line, not in every worker
         return FileFn(x, what)
@@ -162,7 +162,7 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
         if progress:
             progress("probing this machine (cached for a day after the first time)")
         env = get_env()
-    from overdrive.tune.flops import count_step_flops
+    from overdrive.tuning.flops import count_step_flops
 
     flops = count_step_flops(wl.model_fn, wl.batch_fn, wl.loss_fn, seed=seed)  # on meta; one CPU step if that fails
     spent = time.perf_counter() - t0
@@ -174,7 +174,7 @@ def _tune(model_fn, batch_fn, *, loss_fn, hf, budget_s, candidates, out, lr, see
     base = s.runs[0]
     floor = s.floor(base)
     rows = [_row(r, base, env, floor) for r in s.runs]
-    from overdrive.tune.flops import add_rates
+    from overdrive.tuning.flops import add_rates
 
     add_rates(rows, flops, env)
     busy = host_too_busy(floor)

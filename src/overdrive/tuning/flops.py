@@ -17,7 +17,7 @@ __all__ = ["count_step_flops"]
 def _step_on(device: str, model_fn: Callable, batch_fn: Callable, loss_fn: Callable | None) -> tuple[int, dict]:
     import torch
 
-    from overdrive.tune.workload import compute_loss, to_device
+    from overdrive.tuning.workload import compute_loss, to_device
 
     with torch.device(device):
         model = model_fn()

@@ -25,9 +25,9 @@ class TuneTask(Task):
         import torch
         from torch import nn
 
-        from overdrive.accelerate import accelerate
+        from overdrive.accelerated import accelerate
         from overdrive.recipes import Recipe
-        from overdrive.tune.workload import check_batch
+        from overdrive.tuning.workload import check_batch
 
         super().__init__(spec)
         self.wl = spec["workload"]
@@ -59,7 +59,7 @@ class TuneTask(Task):
     def step(self, grad_norm: bool) -> dict:
         import torch
 
-        from overdrive.tune.workload import compute_loss, to_device
+        from overdrive.tuning.workload import compute_loss, to_device
 
         torch.manual_seed(self.seed + 1_000_003 * (self.step_i + 1))  # same batch and dropout draws in every worker
         batch = to_device(_user("the batch function", self.wl.batch_fn, self.step_i), self.device)
@@ -100,8 +100,8 @@ def fp8_filter(spec: dict) -> dict:
     import torch
 
     from overdrive.env import build_report
-    from overdrive.tune.fp8_filter import bench_linear, linear_sites, measure_filter
-    from overdrive.tune.workload import compute_loss, to_device
+    from overdrive.tuning.fp8_filter import bench_linear, linear_sites, measure_filter
+    from overdrive.tuning.workload import compute_loss, to_device
 
     env = build_report(spec["env_facts"])
     dev = env.device

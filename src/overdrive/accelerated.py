@@ -6,6 +6,9 @@
         acc.backward(loss)                # scaled (fp16) and divided by grad_accum_steps
         acc.step()                        # every 4th call: unscale, clip, step, scaler, scheduler
     print(acc.report())
+
+`accelerate(model, recipe, **options)` is `Accelerated(model, recipe, AccelerateOptions(**options))`:
+one path, whoever calls (the user, tune's and bench's workers), through `resolve_for_model`.
 """
 
 from __future__ import annotations
@@ -14,100 +17,130 @@ import contextlib
 import dataclasses
 import logging
 import os
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from overdrive.accelerate_options import AccelerateOptions
 from overdrive.convert import Applied, LayerDecision, apply_recipe, wrap_forward_in
-from overdrive.convert.apply import _keep_state_dict_plain  # noqa: F401  (re-exported: older imports find it here)
+from overdrive.convert.for_model import resolve_for_model
 from overdrive.distributed import ProcessHelpers
-from overdrive.env import EnvReport, get_env
+from overdrive.env import get_env
 from overdrive.errors import UserError
 from overdrive.optim import build_adamw
-from overdrive.recipes import Decision, Recipe, ResolvedRecipe, resolve
+from overdrive.recipes import Decision, Recipe, ResolvedRecipe
 from overdrive.train.step import TrainStep
 
-__all__ = ["accelerate", "Accelerated"]
+__all__ = ["accelerate", "Accelerated", "AccelerateOptions"]
 
 # Where our AdamW defaults differ from torch's (weight_decay=0.01, betas=(0.9, 0.999), no clipping):
 # nanoGPT / GPT-3 / Llama pre-training values. Said in report(); every one is a keyword.
 _DEFAULTS_NOTE = "weight decay 0.1, betas (0.9, 0.95) (GPT-3/Llama values; torch's are 0.01, (0.9, 0.999))"
 
-Optimizer = torch.optim.Optimizer | Callable[[list], torch.optim.Optimizer]
+
+def accelerate(model: nn.Module, recipe: str | Recipe | ResolvedRecipe = "auto", **options) -> Accelerated:
+    """Resolve `recipe` on this machine and apply it to `model` in place; `options` are AccelerateOptions'
+    fields (lr, optimizer, scheduler, grad_accum_steps, distributed, dataloader, report_to, ...).
+
+    optimizer: yours (an Optimizer over model.parameters(), or `lambda params: Optimizer`); else AdamW
+    with lr/weight_decay/betas (3e-4, 0.1, (0.9, 0.95) when not given). scheduler: an LR scheduler or
+    `lambda opt: Scheduler(opt, ...)`, stepped by acc.step() after each optimizer step.
+    grad_accum_steps=N: acc.backward divides the loss by N; acc.step() steps every N-th call
+    (gradient_accumulation_steps=N, Accelerate's and TrainingArguments' name, is the same setting).
+    recipe also takes Lightning's precision strings ("bf16-mixed", "16-mixed", "32-true",
+    "transformer-engine"); report() says the Overdrive recipe they ran as.
+    report_to="mlflow,wandb,tensorboard": acc.log({...}, step=...) sends metrics there, with the recipe
+    and the machine as the run's parameters (run_name names the run; local stores go in logging_dir);
+    acc.end_training() closes the runs.
+    distributed="fsdp": FSDP2 under torchrun (each repeated block, then the root); "ddp":
+    DistributedDataParallel (a replica per rank; no all-reduce on accumulation micro-steps).
+    dataloader: a torch DataLoader, prepared as acc.dataloader (sharded, on the device, resumable);
+    acc.prepare_dataloader(loader) prepares more.
+    autocast_forward: acc.model's forward runs under the recipe's autocast (False: use acc.autocast()).
+    recipe="tuned" applies the winner `overdrive tune` cached for this model (parameter names and
+    shapes) on this machine; with none cached it runs "auto" and says so (a FALLBACK line in report()).
+    strict=True raises RecipeUnavailable instead of falling back. `module_filter_fn(module, fqn)`
+    decides which nn.Linear layers go to FP8 (instead of the size and head rules).
+    """
+    return Accelerated(model, recipe, AccelerateOptions.from_keywords("accelerate()", options))
 
 
 class Accelerated(ProcessHelpers):
-    """A model converted per a ResolvedRecipe, with its optimizer, scheduler, scaler and autocast."""
+    """A model converted per a recipe, with its optimizer, scheduler, scaler and autocast."""
 
-    def __init__(self, model: nn.Module, resolved: ResolvedRecipe, *, lr: float | None = None,
-                 weight_decay: float | None = None, betas: tuple[float, float] | None = None,
-                 grad_clip: float | None = 1.0,
-                 module_filter_fn: Callable[[nn.Module, str], bool] | None = None, build_optimizer: bool = True,
-                 optimizer: Optimizer | None = None, scheduler=None, grad_accum_steps: int = 1,
-                 distributed: str | None = None, autocast_forward: bool = True, dataloader=None) -> None:
-        if not isinstance(grad_accum_steps, int) or isinstance(grad_accum_steps, bool) or grad_accum_steps < 1:
-            raise UserError(f"grad_accum_steps={grad_accum_steps!r}: use an integer >= 1")
-        if distributed not in (None, "fsdp", "ddp"):
-            raise UserError(f"distributed={distributed!r}: use None (one process), 'ddp' (a replica per rank) or "
-                            "'fsdp' (sharded), the last two under torchrun")
-        world = _init_distributed(distributed) if distributed else 1
-        self.distributed = distributed
+    def __init__(self, model: nn.Module, recipe: str | Recipe | ResolvedRecipe = "auto",
+                 options: AccelerateOptions | None = None) -> None:
+        o = self.options = options or AccelerateOptions()
+        resolved, module_filter_fn = resolve_for_model(model, recipe, o.env, strict=o.strict,
+                                                       module_filter_fn=o.module_filter_fn)
+        world = _init_distributed(o.distributed) if o.distributed else 1
+        self.distributed = o.distributed
         self.device = torch.device(resolved.device)
-        self.grad_clip = grad_clip
-        self.grad_accum_steps = grad_accum_steps
+        self.grad_clip = o.grad_clip
+        self.grad_accum_steps = o.grad_accum_steps
         names = {id(p): n for n, p in model.named_parameters()}  # to re-point a user optimizer after sharding
         self.applied: Applied = apply_recipe(model, resolved, module_filter_fn=module_filter_fn,
-                                             fsdp=distributed == "fsdp", world=world)
+                                             fsdp=o.distributed == "fsdp", world=world)
         self.resolved = self.applied.resolved
         self.conversions: dict[str, list[LayerDecision]] = self.applied.conversions
         self.checkpointed = self.applied.checkpointed
         self.model = model
-        if autocast_forward:
+        if o.autocast_forward:
             wrap_forward_in(model, self.applied.autocast)
-        self.user_optimizer = optimizer is not None
+        self.user_optimizer = o.optimizer is not None
         self._under_trainer = False  # set by trainer_kwargs(): the Trainer then clips, accumulates and schedules
         # Whether the user chose the optimizer's settings (optimizer=, or lr/weight_decay/betas): under
         # transformers.Trainer only then does ours run; otherwise the Trainer's own arguments decide.
-        self.optimizer_chosen = optimizer is not None or any(v is not None for v in (lr, weight_decay, betas))
-        lr = 3e-4 if lr is None else lr
-        weight_decay = 0.1 if weight_decay is None else weight_decay
-        betas = (0.9, 0.95) if betas is None else tuple(betas)
-        if optimizer is not None:
-            self.optimizer = optimizer(list(model.parameters())) if callable(optimizer) and \
-                not isinstance(optimizer, torch.optim.Optimizer) else _repoint(optimizer, names, model)
-            self._opt_note = _describe_optimizer(self.optimizer)
-        elif build_optimizer:
-            self.optimizer = build_adamw(model, self.resolved.optimizer, lr=lr, betas=betas, weight_decay=weight_decay)
-            self._opt_note = f"AdamW {self.resolved.optimizer}, lr {lr:g}, " + (
-                _DEFAULTS_NOTE if (weight_decay, tuple(betas)) == (0.1, (0.9, 0.95))
-                else f"weight decay {weight_decay:g}, betas {tuple(betas)}")
-        else:
-            self.optimizer = None
-            self._opt_note = "none built (build_optimizer=False)"
-        self.scheduler = _scheduler(scheduler, self.optimizer)
-        if distributed == "ddp":  # after the swaps and the optimizer: DDP shares the user's Parameters
-            from overdrive.distributed import BUCKET_MB, wrap_ddp
-
-            self.model = wrap_ddp(model, self.device)
-            self._micro = 0
-            self._ddp_sync_next()
-            self.resolved = dataclasses.replace(self.resolved, decisions=self.resolved.decisions + (Decision(
-                field="ddp", requested="ddp", chosen=f"DistributedDataParallel x{world}",
-                reason=f"a replica per rank, gradients averaged in {BUCKET_MB} MB buckets during the backward"
-                + (f"; no all-reduce on the first {grad_accum_steps - 1} of every {grad_accum_steps} micro-steps "
-                   "(no_sync)" if grad_accum_steps > 1 else "")),))
+        self.optimizer_chosen = o.optimizer is not None or any(v is not None for v in (o.lr, o.weight_decay, o.betas))
+        self.optimizer, self._opt_note = self._build_optimizer(model, names)
+        self.scheduler = _scheduler(o.scheduler, self.optimizer)
+        self._micro = 0
+        if o.distributed == "ddp":  # after the swaps and the optimizer: DDP shares the user's Parameters
+            self._wrap_ddp(world)
         self.dataloaders: list = []
-        self.dataloader = self.prepare_dataloader(dataloader) if dataloader is not None else None
+        self.dataloader = self.prepare_dataloader(o.dataloader) if o.dataloader is not None else None
         self.scaler = self.applied.grad_scaler()
         self._flce = None
-        self._micro = 0
         self.steps = 0
         self._skipped = torch.zeros((), dtype=torch.int64, device=self.device)  # summed on device: no sync
         from overdrive.step_flops import StepFlops
 
-        self._flops = StepFlops(model, device=self.device, enabled=distributed is None)  # for report()'s TFLOP/s
+        self._flops = StepFlops(model, device=self.device, enabled=o.distributed is None)  # for report()'s TFLOP/s
+        if o.report_to:
+            from overdrive.track import accelerate_trackers
+
+            self.trackers = accelerate_trackers(self, o.env or get_env(), o.report_to, logging_dir=o.logging_dir,
+                                                run_name=o.run_name)
+
+    def _build_optimizer(self, model: nn.Module, names: dict[int, str]) -> tuple[torch.optim.Optimizer | None, str]:
+        """The user's optimizer (re-pointed at the live parameters), else our AdamW, else none; and its note."""
+        o = self.options
+        if o.optimizer is not None:
+            opt = o.optimizer(list(model.parameters())) if callable(o.optimizer) and \
+                not isinstance(o.optimizer, torch.optim.Optimizer) else _repoint(o.optimizer, names, model)
+            return opt, _describe_optimizer(opt)
+        if not o.build_optimizer:
+            return None, "none built (build_optimizer=False)"
+        lr = 3e-4 if o.lr is None else o.lr
+        weight_decay = 0.1 if o.weight_decay is None else o.weight_decay
+        betas = (0.9, 0.95) if o.betas is None else tuple(o.betas)
+        opt = build_adamw(model, self.resolved.optimizer, lr=lr, betas=betas, weight_decay=weight_decay)
+        return opt, f"AdamW {self.resolved.optimizer}, lr {lr:g}, " + (
+            _DEFAULTS_NOTE if (weight_decay, betas) == (0.1, (0.9, 0.95))
+            else f"weight decay {weight_decay:g}, betas {betas}")
+
+    def _wrap_ddp(self, world: int) -> None:
+        """DistributedDataParallel over the converted model, said as a decision."""
+        from overdrive.distributed import BUCKET_MB, wrap_ddp
+
+        n = self.grad_accum_steps
+        self.model = wrap_ddp(self.model, self.device)
+        self._ddp_sync_next()
+        self.resolved = dataclasses.replace(self.resolved, decisions=self.resolved.decisions + (Decision(
+            field="ddp", requested="ddp", chosen=f"DistributedDataParallel x{world}",
+            reason=f"a replica per rank, gradients averaged in {BUCKET_MB} MB buckets during the backward"
+            + (f"; no all-reduce on the first {n - 1} of every {n} micro-steps (no_sync)" if n > 1 else "")),))
 
     # -- the training-loop API -------------------------------------------------------------
     def autocast(self) -> contextlib.AbstractContextManager:
@@ -355,85 +388,3 @@ def _repoint(opt: torch.optim.Optimizer, names: dict[int, str], model: nn.Module
     return opt
 
 
-def accelerate(model: nn.Module, recipe: str | Recipe = "auto", *, lr: float | None = None,
-               weight_decay: float | None = None, betas: tuple[float, float] | None = None,
-               grad_clip: float | None = 1.0, strict: bool = False,
-               module_filter_fn: Callable[[nn.Module, str], bool] | None = None, env: EnvReport | None = None,
-               build_optimizer: bool = True, optimizer: Optimizer | None = None, scheduler=None,
-               grad_accum_steps: int = 1, distributed: str | None = None,
-               autocast_forward: bool = True, dataloader=None, gradient_accumulation_steps: int | None = None,
-               report_to: str | list[str] | None = None, run_name: str | None = None,
-               logging_dir: str = "runs/accelerate") -> Accelerated:
-    """Resolve `recipe` on this machine and apply it to `model` in place.
-
-    optimizer: yours (an Optimizer over model.parameters(), or `lambda params: Optimizer`); else AdamW
-    with lr/weight_decay/betas (3e-4, 0.1, (0.9, 0.95) when not given). scheduler: an LR scheduler or
-    `lambda opt: Scheduler(opt, ...)`, stepped by acc.step() after each optimizer step.
-    grad_accum_steps=N: acc.backward divides the loss by N; acc.step() steps every N-th call
-    (gradient_accumulation_steps=N, Accelerate's and TrainingArguments' name, is the same setting).
-    recipe also takes Lightning's precision strings ("bf16-mixed", "16-mixed", "32-true",
-    "transformer-engine"); report() says the Overdrive recipe they ran as.
-    report_to="mlflow,wandb,tensorboard": acc.log({...}, step=...) sends metrics there, with the recipe
-    and the machine as the run's parameters (run_name names the run; local stores go in logging_dir);
-    acc.end_training() closes the runs.
-    distributed="fsdp": FSDP2 under torchrun (each repeated block, then the root); "ddp":
-    DistributedDataParallel (a replica per rank; no all-reduce on accumulation micro-steps).
-    dataloader: a torch DataLoader, prepared as acc.dataloader (sharded, on the device, resumable);
-    acc.prepare_dataloader(loader) prepares more.
-    autocast_forward: acc.model's forward runs under the recipe's autocast (False: use acc.autocast()).
-    recipe="tuned" applies the winner `overdrive tune` cached for this model (parameter names and
-    shapes) on this machine; with none cached it runs "auto" and says so (a FALLBACK line in report()).
-    strict=True raises RecipeUnavailable instead of falling back. `module_filter_fn(module, fqn)`
-    decides which nn.Linear layers go to FP8 (instead of the size and head rules).
-    """
-    if gradient_accumulation_steps is not None:
-        if grad_accum_steps not in (1, gradient_accumulation_steps):
-            raise UserError(f"grad_accum_steps={grad_accum_steps} and gradient_accumulation_steps="
-                            f"{gradient_accumulation_steps} are the same setting: pass one")
-        grad_accum_steps = gradient_accumulation_steps
-    env = env or get_env()
-    tuned_note = None
-    if isinstance(recipe, str) and recipe.strip().lower() == "tuned":
-        recipe, tuned_note = _tuned(model, env)
-    from overdrive.convert.checkpointing import hf_checkpointing_on
-
-    resolved = resolve(recipe, env, strict=strict, model_checkpointing=hf_checkpointing_on(model))
-    if tuned_note is not None:
-        resolved = dataclasses.replace(resolved, decisions=(tuned_note,) + resolved.decisions)
-    if module_filter_fn is None and resolved.fp8_backend and resolved.recipe.fp8_shapes:
-        module_filter_fn = _shape_filter(resolved.recipe.fp8_shapes, resolved.fp8_convert_head)
-    acc = Accelerated(model, resolved, lr=lr, weight_decay=weight_decay, betas=betas, grad_clip=grad_clip,
-                      module_filter_fn=module_filter_fn, build_optimizer=build_optimizer, optimizer=optimizer,
-                      scheduler=scheduler, grad_accum_steps=grad_accum_steps, distributed=distributed,
-                      autocast_forward=autocast_forward, dataloader=dataloader)
-    if report_to:
-        from overdrive.track import accelerate_trackers
-
-        acc.trackers = accelerate_trackers(acc, env, report_to, logging_dir=logging_dir, run_name=run_name)
-    return acc
-
-
-def _tuned(model: nn.Module, env: EnvReport) -> tuple[str | Recipe, Decision]:
-    """The cached tune winner for this model and machine, or "auto" with a fallback decision."""
-    from overdrive.recipes.tuned import load_tuned
-
-    rec, why = load_tuned(model, env)
-    if rec is None:
-        logging.getLogger("overdrive").warning("recipe 'tuned': %s; running 'auto'", why)
-        return "auto", Decision(field="recipe", requested="tuned", chosen="auto", reason=f"{why} → auto",
-                                fallback=True)
-    return rec, Decision(field="recipe", requested="tuned", chosen=rec.name, reason=why)
-
-
-def _shape_filter(shapes: str, convert_head: bool) -> Callable[[nn.Module, str], bool]:
-    """The measured per-layer FP8 filter a tuned recipe carries: only the listed (in x out) shapes."""
-    from overdrive.convert.fp8 import HEAD_NAMES
-
-    keep = {s.strip() for s in shapes.split(",") if s.strip()}
-
-    def f(m: nn.Module, fqn: str) -> bool:
-        if not convert_head and fqn.rsplit(".", 1)[-1] in HEAD_NAMES:
-            return False
-        return f"{m.in_features}x{m.out_features}" in keep
-
-    return f

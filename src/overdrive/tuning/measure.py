@@ -45,15 +45,15 @@ from overdrive.measure.stats import (LOOKS, compare, evidence_of_slowdown, look_
                                      round_medians)
 from overdrive.measure.threads import host_load, plan_threads
 from overdrive.recipes import resolve
-from overdrive.tune.candidates import (Candidate, checkpointing_candidates, knob_candidates, named_candidates,
+from overdrive.tuning.candidates import (Candidate, checkpointing_candidates, knob_candidates, named_candidates,
                                        preset_candidates)
-from overdrive.tune.safety import SafetyResult, Tolerance, check_safety
-from overdrive.tune.task import PROGRAM
-from overdrive.tune.workload import Workload
+from overdrive.tuning.safety import SafetyResult, Tolerance, check_safety
+from overdrive.tuning.task import PROGRAM
+from overdrive.tuning.workload import Workload
 
 __all__ = ["Run", "Session", "measure", "GROSS_SLOWDOWN"]
 
-PRELOAD = ("torch", "overdrive.accelerate", "overdrive.tune.task", "torchao.float8")
+PRELOAD = ("torch", "overdrive.accelerated", "overdrive.tuning.task", "torchao.float8")
 """What tune's fork server imports before forking its workers (after `measure.fork_safe`)."""
 
 GROSS_SLOWDOWN = 10.0

@@ -1,0 +1,59 @@
+"""The values each TrainSetup field takes, and what they mean (the CLI's choices are these)."""
+
+from __future__ import annotations
+
+__all__ = ["PRECISIONS", "LOW_PRECISION", "SHARDINGS", "SHARDING_ALIASES", "CHECKPOINTING", "RECOMPUTE_MODULES",
+           "GRAD_DTYPES", "ATTENTIONS", "MIN_EFFICIENCY", "BANDWIDTH_GBS", "MAX_COUNT", "OPTIMIZER_DTYPES",
+           "OPTIMIZER_STATES", "OPTIMIZERS", "OPTIMIZER_ALIASES", "MASTER_WEIGHTS", "OFFLOADS", "LOSSES", "STACKS",
+           "STACK_ALIASES", "BLOCK_CODES", "GATHER_DTYPES"]
+
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "fp8-rowwise", "mxfp8", "nvfp4")
+LOW_PRECISION = ("fp8", "fp8-rowwise", "mxfp8", "nvfp4")
+SHARDINGS = ("none", "zero1", "zero2", "fsdp", "hsdp")
+"""none = DDP (replicated); zero1 = DDP with a distributed optimizer (Megatron's); zero2 = + sharded grads;
+fsdp = ZeRO-3 (FSDP2 fully_shard); hsdp = FSDP within a node, replicated across nodes."""
+SHARDING_ALIASES = {"ddp": "none", "zero3": "fsdp", "zero-3": "fsdp", "zero-1": "zero1", "zero-2": "zero2",
+                    "dist-opt": "zero1"}
+CHECKPOINTING = ("none", "selective", "selective-op", "full")
+"""selective = every 2nd block (torchtitan's 'selective layer'); selective-op = torchtitan's per-op policy
+(keep matmul outputs, every other one, and attention; recompute the cheap ops); full = every block."""
+RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm")
+"""Megatron-Core's selective recompute (`recompute_modules`) for a dense block: core_attn = the attention kernel,
+mlp = the whole MLP from its input, layernorm = the norm outputs. MoE modules (moe_act, moe, shared_experts)
+have nothing to act on in the dense models the planner knows."""
+GRAD_DTYPES = ("fp32", "bf16")
+ATTENTIONS = ("flash", "unfused")
+MIN_EFFICIENCY = 0.01
+"""Below 1% of peak is no GPU's GEMM: the step time would overflow to infinity."""
+BANDWIDTH_GBS = (0.1, 100_000.0)
+"""Per-GPU link speeds accepted, GB/s (NVLink 5 is 1,800; a 1 Gb/s link is 0.125)."""
+MAX_COUNT = 1 << 40
+"""Largest sequence, batch or GPU count accepted: every product of them stays an exact, finite float."""
+OPTIMIZER_DTYPES = ("fp32", "bf16", "8bit")
+OPTIMIZER_STATES = {"adamw": 2, "lion": 1, "sgd": 1, "adafactor": 0}
+"""State tensors per parameter of each optimizer family: AdamW m and v; Lion and SGD with momentum one momentum
+buffer; Adafactor (Hugging Face's and torchtune's default, beta1 None) a factored second moment of rows + columns
+per matrix, a few millionths of the parameters of an LLM, counted as none."""
+OPTIMIZERS = tuple(OPTIMIZER_STATES)
+OPTIMIZER_ALIASES = {"adam": ("adamw", None), "adamw-fp32": ("adamw", "fp32"), "adamw-bf16": ("adamw", "bf16"),
+                     "adamw-8bit": ("adamw", "8bit"), "adam8bit": ("adamw", "8bit"), "adamw8bit": ("adamw", "8bit")}
+"""--optimizer names that carry their state dtype (bitsandbytes' AdamW8bit, torchao's AdamW8bit, AdamW on bf16)."""
+MASTER_WEIGHTS = ("fp32", "remainder", "none")
+"""fp32: a 4-byte master copy (or fp32 weights under autocast); remainder: 16-bit weights + the 16 low bits of the
+fp32 master (Apex DistributedFusedAdam and Transformer Engine FusedAdam `store_param_remainders`, NeMo 1.x's
+default for bf16 O2 with distributed_fused_adam), 2 bytes; none: no master (bf16 weights stepped directly, as
+torchtune and --pure-bf16 do)."""
+OFFLOADS = ("none", "optimizer", "params")
+LOSSES = ("standard", "hf", "compiled", "inplace", "fused", "compiled-fp32", "chunked")
+STACKS = ("pytorch", "megatron")
+"""pytorch: FSDP2/DDP in PyTorch (torchtitan, llm-foundry, Hugging Face), torch.compile or eager as asked;
+megatron: Megatron-Core/NeMo with Transformer Engine: fused kernels end to end (norms, activations, RoPE; the
+cross-entropy is --loss's: inplace for TE's, standard for Megatron's vocab-parallel fp32 one), TP communication overlapped with the GEMMs (userbuffers), the grad reduce-scatter and param
+all-gather overlapped with compute, FP8 GEMM inputs saved for backward in FP8 (as --fp8-activations); its own
+GEMM efficiency per GPU generation."""
+STACK_ALIASES = {"torch": "pytorch", "mcore": "megatron", "megatron-core": "megatron", "nemo": "megatron"}
+
+BLOCK_CODES = ("torchtune", "hf")
+"""Whose Llama block runs on --stack pytorch ('' for the fused count)."""
+GATHER_DTYPES = ("fp32", "bf16")
+"""FSDP all-gather dtypes that differ from the compute dtype ('' for the compute dtype)."""

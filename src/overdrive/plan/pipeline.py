@@ -1,0 +1,49 @@
+"""What a pipeline stage holds at its peak: the micro-batches in flight on each rank, and what the last stage
+keeps of every micro-batch until the step ends.
+
+  in flight   1F1B (PipeDream-Flush; Megatron's and torch.distributed.pipelining's Schedule1F1B): rank r runs
+              pp − 1 − r warm-up forwards and one more before its first backward, so it holds min(pp − r,
+              micro-batches) micro-batches: the first stage pp, the last one. Interleaved (Megatron's schedule,
+              Narayanan et al. 2021 §2.2.2) warms up (pp − 1 − r)·2 + (v − 1)·pp chunk forwards, cycling over
+              its v chunks pp micro-batches at a time.
+  outputs     torch.distributed.pipelining keeps the last stage's output of every micro-batch for the merged
+              output `step()` returns (`_PipelineStageBase.forward_one_chunk`: `self.output_chunks.append(output)`
+              when `is_last`; cleared at the next step), and torchtitan's model returns fp32 logits
+              (`output = self.output(h).float()`), vocab-sharded under TP's loss parallel: micro-batches × tokens ×
+              V/tp × 4 bytes beside the loss of the micro-batch in backward. Megatron's last stage returns the loss
+              (a scalar), so `--stack megatron` keeps nothing of the kind.
+"""
+
+from __future__ import annotations
+
+from overdrive.plan.setup import TrainSetup
+from overdrive.plan.specs import ModelSpec
+
+__all__ = ["pipeline_blocks_in_flight", "pipeline_outputs_bytes"]
+
+
+def pipeline_blocks_in_flight(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
+    """Block-micro-batches whose activations pipeline rank `rank` holds at its peak (the forwards of its warm-up
+    and one more, each on the chunk the schedule cycles to). The embedding takes a block's place on rank 0's first
+    chunk and the loss on the last rank's last chunk with --embedding-in-pipeline-split."""
+    chunks = s.pp * s.vpp
+    slots = m.n_layer + (2 if s.embedding_in_pipeline_split else 0)
+    per_chunk = slots / chunks
+    short = per_chunk - (1 if s.embedding_in_pipeline_split else 0)
+    last = rank == s.pp - 1
+    # the chunk that holds the embedding (rank 0, chunk 0) or the loss (last rank, chunk v - 1)
+    edge = 0 if rank == 0 else (s.vpp - 1 if last else None)
+    if s.vpp == 1:
+        return min(s.pp - rank, s.grad_accum) * (short if edge is not None else per_chunk)
+    warmup = (s.pp - 1 - rank) * 2 + (s.vpp - 1) * s.pp
+    forwards = min(warmup + 1, s.grad_accum * s.vpp)
+    return sum(short if (k // s.pp) % s.vpp == edge else per_chunk for k in range(forwards))
+
+
+def pipeline_outputs_bytes(m: ModelSpec, s: TrainSetup) -> float:
+    """Bytes the last stage keeps of its outputs through the step (see the module docstring): --stack pytorch
+    with --pp > 1, every micro-batch's fp32 logits, vocab-sharded over tp."""
+    if s.pp == 1 or s.stack != "pytorch":
+        return 0.0
+    tokens = s.seq * s.micro_batch / s.cp
+    return s.grad_accum * tokens * m.vocab / s.tp * 4

@@ -1,0 +1,193 @@
+"""What TrainSetup checks on construction: aliases resolved, every choice and count validated, contradictions
+refused, each in one line that names the problem and the fix (ValueError; the CLI turns it into exit code 2).
+
+Each function takes the frozen setup being built and sets resolved values with object.__setattr__, as a frozen
+dataclass's __post_init__ has to.
+"""
+
+from __future__ import annotations
+
+import math
+
+from overdrive.plan.choices import (ATTENTIONS, BANDWIDTH_GBS, BLOCK_CODES, CHECKPOINTING, GATHER_DTYPES,
+                                    GRAD_DTYPES, LOSSES, MASTER_WEIGHTS, MAX_COUNT, MIN_EFFICIENCY, OFFLOADS,
+                                    OPTIMIZER_ALIASES, OPTIMIZER_DTYPES, OPTIMIZERS, PRECISIONS, RECOMPUTE_MODULES,
+                                    SHARDING_ALIASES, SHARDINGS, STACK_ALIASES, STACKS)
+
+__all__ = ["validate"]
+
+
+def _flag(field: str) -> str:
+    """The command-line flag of a TrainSetup field (gpus_per_node is --gpus)."""
+    return "--gpus" if field == "gpus_per_node" else f"--{field.replace('_', '-')}"
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"--{name} {value!r} is not one of {', '.join(allowed)}")
+
+
+def _set(s, field: str, value) -> None:
+    object.__setattr__(s, field, value)
+
+
+def validate(s) -> None:
+    """Every check, in the order a user meets them: names, then numbers, then how they combine."""
+    _resolve_names(s)
+    _check_recompute(s)
+    _check_counts(s)
+    _check_rates(s)
+    _check_layout(s)
+    _check_precision_and_steps(s)
+
+
+def _resolve_optimizer(s) -> None:
+    if s.optimizer in OPTIMIZER_ALIASES:
+        fam, dt = OPTIMIZER_ALIASES[s.optimizer]
+        if dt and s.optimizer_dtype not in ("fp32", dt):
+            raise ValueError(f"--optimizer {s.optimizer} keeps its states in {dt} but --optimizer-dtype is "
+                             f"{s.optimizer_dtype}: keep one")
+        _set(s, "optimizer", fam)
+        if dt:
+            _set(s, "optimizer_dtype", dt)
+    if s.optimizer not in OPTIMIZERS:
+        raise ValueError(f"--optimizer {s.optimizer!r} is not one of {', '.join(OPTIMIZERS + tuple(OPTIMIZER_ALIASES))}")
+    _choice("master-weights", s.master_weights, MASTER_WEIGHTS)
+    if s.master_weights == "none" and not s.pure_bf16:
+        _set(s, "pure_bf16", True)
+    elif s.pure_bf16 and s.master_weights == "remainder":
+        raise ValueError("--pure-bf16 keeps no master weights and --master-weights remainder keeps their low "
+                         "bits: keep one")
+    elif s.pure_bf16:
+        _set(s, "master_weights", "none")
+
+
+def _resolve_names(s) -> None:
+    """Aliases to their names (ddp → none, adamw-8bit → adamw + 8bit states, nemo → megatron), then each choice."""
+    _set(s, "sharding", SHARDING_ALIASES.get(s.sharding, s.sharding))
+    _choice("precision", s.precision, PRECISIONS)
+    _choice("sharding", s.sharding, SHARDINGS)
+    _choice("checkpointing", s.checkpointing, CHECKPOINTING)
+    _choice("optimizer-dtype", s.optimizer_dtype, OPTIMIZER_DTYPES)
+    _resolve_optimizer(s)
+    _choice("offload", s.offload, OFFLOADS)
+    _choice("loss", s.loss, LOSSES)
+    _set(s, "stack", STACK_ALIASES.get(s.stack, s.stack))
+    if s.stack not in STACKS:
+        raise ValueError(f"--stack {s.stack!r} is not one of {', '.join(STACKS)} (pytorch: FSDP2/torchtitan/"
+                         "Hugging Face; megatron: Megatron-Core/NeMo with Transformer Engine)")
+    if s.stack == "megatron" and not s.compile:
+        raise ValueError("--no-compile with --stack megatron: Megatron's kernels are fused by Transformer Engine, "
+                         "there is no eager mode to plan; drop --no-compile or use --stack pytorch")
+    _choice("grad-dtype", s.grad_dtype, GRAD_DTYPES)
+    if s.block_code and s.block_code not in BLOCK_CODES:
+        raise ValueError(f"--block-code {s.block_code!r} is not one of {', '.join(BLOCK_CODES)}")
+    if s.block_code and s.stack != "pytorch":
+        raise ValueError(f"--block-code {s.block_code} counts a PyTorch Llama block's activations: it needs "
+                         "--stack pytorch (Megatron's blocks are Transformer Engine's)")
+    _choice("attention", s.attention, ATTENTIONS)
+    if s.gather_dtype and s.gather_dtype not in GATHER_DTYPES:
+        raise ValueError(f"--gather-dtype {s.gather_dtype!r} is not one of {', '.join(GATHER_DTYPES)}")
+
+
+def _check_recompute(s) -> None:
+    """Megatron's recompute and offload options: named modules once each, one way to choose what to recompute."""
+    if isinstance(s.recompute_modules, (list, str)):
+        mods = s.recompute_modules.split(",") if isinstance(s.recompute_modules, str) else s.recompute_modules
+        _set(s, "recompute_modules", tuple(x.strip() for x in mods if x.strip()))
+    if len(set(s.recompute_modules)) != len(s.recompute_modules):  # "mlp,mlp": once, as Megatron does
+        _set(s, "recompute_modules", tuple(dict.fromkeys(s.recompute_modules)))
+    for mod in s.recompute_modules:
+        _choice("recompute-modules", mod, RECOMPUTE_MODULES)
+    for name in ("recompute_layers", "offload_activations"):
+        v = getattr(s, name)
+        if not isinstance(v, int) or v < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be a number of blocks >= 0, got {v}")
+    if s.recompute_modules and s.checkpointing != "none":
+        # Megatron recomputes either named parts of every block or whole blocks; both would count twice
+        raise ValueError(f"--recompute-modules {','.join(s.recompute_modules)} and --checkpointing "
+                         f"{s.checkpointing} both choose what to recompute: keep one")
+    if s.recompute_layers and s.checkpointing != "none":
+        raise ValueError(f"--recompute-layers {s.recompute_layers} and --checkpointing {s.checkpointing} "
+                         "both choose what to recompute: keep one")
+    if s.offload_activations and s.pp > 1:
+        raise ValueError("--offload-activations needs --pp 1 (Megatron has no activation offload with "
+                         "pipeline parallelism)")
+
+
+def _check_counts(s) -> None:
+    """Positive integers, each small enough that every product of them stays an exact float."""
+    if s.vpp is None and isinstance(s.pp, int) and s.pp == 1:
+        _set(s, "vpp", 1)   # nothing to interleave
+    for name in ("gpus_per_node", "nodes", "seq", "micro_batch", "tp", "pp", "vpp", "cp"):
+        v = getattr(s, name)
+        if name == "vpp" and v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{_flag(name)} must be a positive integer, got {v}")
+    for name in ("gpus_per_node", "nodes", "seq", "micro_batch", "global_batch", "lora_rank"):
+        v = getattr(s, name)
+        if v is not None and v > MAX_COUNT:
+            raise ValueError(f"{_flag(name)} {v} is too large (at most {MAX_COUNT:,})")
+    if s.offload == "params" and s.sharding not in ("fsdp", "hsdp"):
+        raise ValueError(f"--offload params needs FSDP (--zero 3 or --sharding fsdp/hsdp), not {s.sharding}: "
+                         "parameters are offloaded per shard; with ZeRO-1/2 or DDP use --offload optimizer")
+    if s.lora_rank < 0:
+        raise ValueError(f"--lora-rank must be >= 0, got {s.lora_rank}")
+    if s.global_batch is not None and s.global_batch < 1:
+        raise ValueError(f"--global-batch must be a positive number of sequences, got {s.global_batch}")
+
+
+def _check_rates(s) -> None:
+    """Efficiency and overlap are fractions; link speeds are per GPU, in GB/s, within what any link runs."""
+    if s.efficiency is not None and not MIN_EFFICIENCY <= s.efficiency <= 1:
+        raise ValueError(f"--efficiency is a fraction of peak in [{MIN_EFFICIENCY}, 1], got {s.efficiency}")
+    if not 0 <= s.overlap <= 1:
+        raise ValueError(f"overlap is a fraction in [0, 1], got {s.overlap}")
+    for name in ("intra_gbs", "inter_gbs"):
+        v = getattr(s, name)
+        if v is not None and not (0 < v < math.inf):
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive bandwidth in GB/s, got {v}")
+        if v is not None and not BANDWIDTH_GBS[0] <= v <= BANDWIDTH_GBS[1]:
+            raise ValueError(f"--{name.replace('_', '-')} {v} GB/s is outside {BANDWIDTH_GBS[0]}-"
+                             f"{BANDWIDTH_GBS[1]:,} GB/s: give the per-GPU link speed in GB/s")
+
+
+def _check_layout(s) -> None:
+    """The parallel degrees against the GPUs, the sequence and the batch."""
+    if s.world % (s.tp * s.pp * s.cp):
+        raise ValueError(f"tp {s.tp} x pp {s.pp} x cp {s.cp} does not divide the {s.world} GPUs "
+                         f"({s.nodes} x --gpus {s.gpus_per_node}): pick degrees whose product divides it")
+    if s.tp > s.gpus_per_node and s.tp % s.gpus_per_node:
+        # across nodes TP takes whole nodes (its cost is the inter-node link, comm.py)
+        raise ValueError(f"--tp {s.tp} spans nodes but is not a multiple of the {s.gpus_per_node} GPUs per "
+                         f"node: use a tp that divides {s.gpus_per_node} or is a multiple of it")
+    if s.gather_dtype and s.fp8_all_gather:
+        raise ValueError(f"--gather-dtype {s.gather_dtype} and --fp8-all-gather both set the all-gather "
+                         "dtype: keep one")
+    if s.cp > 1 and s.seq % (2 * s.cp):
+        # Transformer Engine's ring attention splits each rank's share in two halves for causal load balance
+        # ("Sequence length per GPU needs to be divisible by 2!"), so the sequence divides by 2·cp
+        raise ValueError(f"--seq {s.seq} is not divisible by 2 x --cp {s.cp}: ring attention gives each "
+                         f"rank two halves, use a multiple of {2 * s.cp}")
+    if s.vpp is not None and s.vpp > 1 and s.pp == 1:
+        raise ValueError("--vpp needs --pp > 1 (virtual stages interleave a pipeline)")
+    if s.global_batch is not None and s.global_batch % (s.micro_batch * s.dp):
+        raise ValueError(f"global batch {s.global_batch} is not divisible by micro-batch {s.micro_batch} "
+                         f"x {s.dp} data-parallel ranks: use a multiple of {s.micro_batch * s.dp}")
+
+
+def _check_precision_and_steps(s) -> None:
+    """The master weights against the precision, and what stepping in the backward rules out."""
+    if s.pure_bf16 and s.precision == "fp32":
+        raise ValueError("--pure-bf16 (--master-weights none) contradicts --precision fp32")
+    if s.master_weights == "remainder" and s.precision in ("fp32", "fp16"):
+        raise ValueError(f"--master-weights remainder rebuilds fp32 from bf16 weights, not {s.precision} ones: "
+                         "use --precision bf16 (or fp8 and the like, whose weights are bf16)")
+    if s.optimizer_in_backward:
+        if s.global_batch is not None and s.grad_accum > 1:
+            raise ValueError(f"--optimizer-in-backward steps each parameter in its backward, so it needs one "
+                             f"micro-batch per step, not {s.grad_accum}: drop --global-batch or the flag")
+        if s.pp > 1 or s.lora_rank or s.offload != "none":
+            raise ValueError("--optimizer-in-backward is planned for single-stage full fine-tuning without "
+                             "offload (torchtune's optimizer_in_bwd): drop it with --pp, --lora-rank or --offload")
