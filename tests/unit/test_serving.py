@@ -344,7 +344,7 @@ def test_agree_calls_different_settings_or_disjoint_intervals_a_contradiction():
 
 
 def test_a_busy_round_is_set_aside_not_pooled():
-    from overdrive.serve.serving import _levels, _trim
+    from overdrive.serve.verdict import _levels, _trim
 
     rounds = {1: [[1.0] * 5] * 9 + [[3.0] * 5], 4: [[2.0] * 5] * 9 + [[6.0] * 5]}
     lv = _levels(rounds)

@@ -1,4 +1,4 @@
-"""The serving record's tables: per run the verdicts, per pair of runs `overdrive.serve.serving.agree`.
+"""The serving record's tables: per run the verdicts, per pair of runs `overdrive.serve.agreement.agree`.
 
     python benchmarks/results/cpu/serving_pairs.py FOLDER RUN [RUN ...]
 
@@ -10,7 +10,8 @@ import json
 import os
 import sys
 
-from overdrive.serve.serving import _short, agree
+from overdrive.serve.agreement import agree
+from overdrive.serve.verdict import short as _short
 
 ENGINES = ("eager", "compiled", "onnxruntime")
 

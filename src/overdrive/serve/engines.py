@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from overdrive.measure.rounds import interleaved_rounds, time_fn
+from overdrive.serve.errors import first_line
 
 __all__ = ["Engine", "ServingError", "serving_engines", "check_engines", "measure_service"]
 
@@ -93,12 +94,15 @@ def serving_engines(model, inputs: dict[int, tuple], env, *, spec: dict, dynamic
     host tensors, batch first; `spec` names the inputs and outputs (as config.pbtxt does) and `dynamic`
     the variable axes per input ({name: {axis: label}}, the batch always). run(b) returns the outputs
     as a list of numpy arrays, brought back to the host (what a server sees)."""
+    engines = _torch_engines(model.to(env.device).eval(), inputs, env, compile=compile)
+    return engines + _ort_engines(model, inputs, env, spec=spec, dynamic=dynamic, workdir=workdir)
+
+
+def _torch_engines(m, inputs: dict[int, tuple], env, *, compile: bool) -> list[Engine]:
+    """Eager and, where it works here, torch.compile (dynamic) of the module `m` on env.device."""
     import torch
 
     dev = env.device
-    gpu = dev != "cpu"
-    m = model.to(dev).eval()
-    engines: list[Engine] = []
 
     def torch_run(fn):
         def run(b):
@@ -110,12 +114,12 @@ def serving_engines(model, inputs: dict[int, tuple], env, *, spec: dict, dynamic
             return [(o.float() if o.dtype == torch.bfloat16 else o).cpu().numpy() for o in outs]
         return run
 
-    kind = "KIND_GPU" if gpu else "KIND_CPU"
+    kind = "KIND_GPU" if dev != "cpu" else "KIND_CPU"
     # The label says the precision the model's weights are in (the engines run it as given, no autocast).
     dtype = next((p.dtype for p in m.parameters() if p.is_floating_point()), torch.float32)
     prec = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}.get(
         dtype, str(dtype).replace("torch.", ""))
-    engines.append(Engine("eager", f"PyTorch eager {prec} ({dev})", torch_run(m), kind=kind))
+    engines = [Engine("eager", f"PyTorch eager {prec} ({dev})", torch_run(m), kind=kind)]
     if compile:
         st = env.engine("torch.compile")
         if st.ok:
@@ -124,13 +128,20 @@ def serving_engines(model, inputs: dict[int, tuple], env, *, spec: dict, dynamic
         else:
             engines.append(Engine("compiled", "torch.compile", None, "unavailable",
                                   f"torch.compile {st.status}: {st.reason}"))
+    return engines
+
+
+def _ort_engines(model, inputs: dict[int, tuple], env, *, spec: dict, dynamic: dict,
+                 workdir: str | None) -> list[Engine]:
+    """The model exported to ONNX (on the CPU) and run by ONNX Runtime, one engine per execution provider
+    present; or one engine saying why there is none."""
+    import torch
+
+    from overdrive.serve.artefacts import export_onnx
+
     st = env.engine("onnx")
     if not st.ok:
-        engines.append(Engine("onnxruntime", "ONNX Runtime", None, "unavailable",
-                              f"{st.reason} ({st.fix})"))
-        return engines
-    from overdrive.serve.export import export_onnx, ort_session
-
+        return [Engine("onnxruntime", "ONNX Runtime", None, "unavailable", f"{st.reason} ({st.fix})")]
     workdir = workdir or tempfile.mkdtemp(prefix="overdrive-onnx-")
     path = os.path.join(workdir, "model.onnx")
     # The example batch is never 1 (torch.export would specialise a size-1 dimension).
@@ -139,39 +150,40 @@ def serving_engines(model, inputs: dict[int, tuple], env, *, spec: dict, dynamic
     try:
         export_onnx(cpu_model, ex, path, spec, dynamic, max(inputs))
     except Exception as e:  # noqa: BLE001 — an exporter failure is a result, said in one line
-        engines.append(Engine("onnxruntime", "ONNX Runtime", None, "failed",
-                              f"ONNX export failed: {type(e).__name__}: {str(e).splitlines()[0][:150]}"))
-        return engines
+        return [Engine("onnxruntime", "ONNX Runtime", None, "failed",
+                       f"ONNX export failed: {type(e).__name__}: {str(e).splitlines()[0][:150]}")]
     finally:
-        model.to(dev)
+        model.to(env.device)
     names = [n for n, _, _ in spec["inputs"]]
     odd = sorted({str(x.dtype) for xs in inputs.values() for x in xs if x.dtype == torch.bfloat16})
     if odd:  # numpy has no bfloat16: onnxruntime's Python API cannot be fed these inputs
-        engines.append(Engine("onnxruntime", "ONNX Runtime", None, "unavailable",
-                              f"inputs of {', '.join(odd)} have no numpy type to feed onnxruntime's Python API"))
-        return engines
+        return [Engine("onnxruntime", "ONNX Runtime", None, "unavailable",
+                       f"inputs of {', '.join(odd)} have no numpy type to feed onnxruntime's Python API")]
     np_in = {b: {n: x.numpy() for n, x in zip(names, xs)} for b, xs in inputs.items()}
-    for p in _ort_providers(env):
-        try:
-            sess = ort_session(path, p.providers, threads=torch.get_num_threads())
-        except Exception as e:  # noqa: BLE001
-            engines.append(Engine(p.name, p.label, None, "failed", f"{type(e).__name__}: {str(e).splitlines()[0][:150]}"))
-            continue
-        got, want = sess.get_providers(), _provider_name(p.providers[0])
-        if got[0] != want:  # ORT falls back to the CPU EP without raising: say so, do not time it
-            engines.append(Engine(p.name, p.label, None, "unavailable", f"onnxruntime ran {got[0]}, not {want}"))
-            continue
+    return [_ort_engine(p, path, np_in, torch.get_num_threads()) for p in _ort_providers(env)]
 
-        def run(b, sess=sess):
-            return sess.run(None, np_in[b])
 
-        meta = {"providers": got, "provider_options": {k: v for k, v in sess.get_provider_options().items()
-                                                       if k == want and k != "CPUExecutionProvider"},
-                "threads": torch.get_num_threads()}
-        if p.tolerance:
-            meta["tolerance"] = {"atol": p.tolerance[0], "rtol": p.tolerance[1], "why": p.tolerance[2]}
-        engines.append(Engine(p.name, p.label, run, kind=p.kind, meta=meta))
-    return engines
+def _ort_engine(p: OrtProvider, path: str, np_in: dict, threads: int) -> Engine:
+    """The ONNX model at `path` in one execution provider, with `threads` intra-op threads."""
+    from overdrive.serve.artefacts import ort_session
+
+    try:
+        sess = ort_session(path, p.providers, threads=threads)
+    except Exception as e:  # noqa: BLE001
+        return Engine(p.name, p.label, None, "failed", f"{type(e).__name__}: {str(e).splitlines()[0][:150]}")
+    got, want = sess.get_providers(), _provider_name(p.providers[0])
+    if got[0] != want:  # ORT falls back to the CPU EP without raising: say so, do not time it
+        return Engine(p.name, p.label, None, "unavailable", f"onnxruntime ran {got[0]}, not {want}")
+
+    def run(b):
+        return sess.run(None, np_in[b])
+
+    meta = {"providers": got, "provider_options": {k: v for k, v in sess.get_provider_options().items()
+                                                   if k == want and k != "CPUExecutionProvider"},
+            "threads": threads}
+    if p.tolerance:
+        meta["tolerance"] = {"atol": p.tolerance[0], "rtol": p.tolerance[1], "why": p.tolerance[2]}
+    return Engine(p.name, p.label, run, kind=p.kind, meta=meta)
 
 
 def _outputs(x) -> list[np.ndarray]:
@@ -189,9 +201,7 @@ def check_engines(engines: list[Engine], batches: list[int], *, atol: float = AT
         try:
             ref[b] = _outputs(ref_engine.run(b))
         except Exception as ex:  # noqa: BLE001 — the model itself fails: nothing to serve, said in one line
-            from overdrive.serve.export import _first
-
-            raise ServingError(f"the model fails in eager PyTorch at batch {b}: {_first(ex)}") from None
+            raise ServingError(f"the model fails in eager PyTorch at batch {b}: {first_line(ex)}") from None
         if not all(np.isfinite(o.astype(np.float64)).all() for o in ref[b] if o.dtype.kind in "fc"):
             raise ServingError(f"the model's outputs in eager PyTorch at batch {b} are not finite (NaN or inf): "
                                "nothing to serve or compare")

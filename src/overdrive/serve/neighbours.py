@@ -13,11 +13,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from overdrive.serve.errors import ExportError, first_line
+
 __all__ = ["check_batch_independent"]
-
-
-def _first(e: BaseException) -> str:
-    return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
 
 
 def _tuple(x) -> tuple | None:
@@ -36,14 +34,13 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
 def check_batch_independent(model: nn.Module, batches: list[tuple], *, what: str, on: str) -> tuple:
     """Raise ExportError (one line) unless every row of each batch in `batches` (tuples of tensors, batch
     first; at least two sizes) equals that request alone. Returns the outputs of the first batch."""
-    from overdrive.serve.export import ExportError
 
     def call(xs, where):
         try:
             with torch.no_grad():
                 return model(*xs)
         except Exception as e:  # noqa: BLE001 — the user's model: one line, not a traceback
-            raise ExportError(f"{what} fails on {on} ({where}): {_first(e)}") from None
+            raise ExportError(f"{what} fails on {on} ({where}): {first_line(e)}") from None
 
     first = None
     for k, x in enumerate(batches):

@@ -104,60 +104,16 @@ def triton_unavailable() -> str | None:
 def run_triton_bench(serving: dict, model, *, slo_ms: float, seed: int = 0, say=print) -> dict:
     """The measured highest rate under the SLO on a real tritonserver beside the simulated one."""
     from overdrive.measure.threads import load_report
-    from overdrive.serve.export import export_for_serving
-    from overdrive.serve.triton_client import drive, requests_for
-    from overdrive.serve.triton_local import LOCAL_DIR
-    from overdrive.serve.triton_server import TritonServer, group_alive
 
     got = ort_setting(serving)
     if got is None:
         return {"status": "not run", "reason": "the simulation found no ONNX Runtime setting to serve (see its table)"}
     engine, setting, sim_rate = got
     batching = {**setting, "threads": serving.get("threads"), "source": f"simulated by this bench ({engine})"}
-    server = None  # a SIGTERM to the bench is SystemExit here (commands/bench.py): the finally stops the server
     before = load_report()
-    try:
-        with tempfile.TemporaryDirectory(prefix="overdrive-triton-") as tmp:
-            say(f"exporting the model with ONNX Runtime's simulated setting {setting} for tritonserver")
-            served = model
-            if model.identity.get("builtin"):  # the bench's click model takes inputs(batch) only: export's variant
-                served = dataclasses.replace(model, inputs=lambda b, v=0, f=model.inputs: f(b))  # check, same bag
-            rep = export_for_serving("recsys" if model.identity.get("builtin") else model.identity["given"]["factory"],
-                                     tmp, batching=batching, served=served, onnx=True, server_check=False)
-            server = TritonServer(os.path.join(tmp, LOCAL_DIR), log_path=os.path.join(tmp, "tritonserver.log"))
-            server.start()
-            pgid = server.proc.pid
-            name, payloads = rep["name"], _payloads(model)
-            drive(server.url, name, payloads, 200.0, n=200, seed=seed + 99, server=server)  # warm-up, not kept
-            points: list[dict] = []
-            rate = sim_rate
-            while rate is not None and len(points) < MAX_STEPS:
-                p = drive(server.url, name, payloads, rate, n=requests_for(rate), seed=seed + len(points),
-                          server=server)
-                p["met"] = meets(p, slo_ms)
-                points.append(p)
-                say(f"  {rate:,.0f} req/s: {p['answered']}/{p['scheduled']} answered, p99 "
-                    + (f"{p['latency_ms']['p99']:.2f} ms" if p["latency_ms"]["p99"] is not None else "not estimable")
-                    + (" (met)" if p["met"] else " (missed)")
-                    + "".join(f"; {n} x {why}" for why, n in p["failed"].items()))
-                if p["failed"] or p["not_sent"]:
-                    _drain(server, name)
-                rate = next_rate(points, slo_ms)
-            met = [p for p in points if p["met"]]
-            top = max(met, key=lambda p: p["rate"]) if met else None
-            aa = None
-            if top:  # the same rate again: how much the p99 moves on this host, now
-                again = drive(server.url, name, payloads, top["rate"], n=requests_for(top["rate"]), seed=seed + 77,
-                              server=server)
-                a, b = top["latency_ms"]["p99"], again["latency_ms"]["p99"]
-                aa = {"rate": top["rate"], "p99_a": a, "p99_b": b, "met_again": meets(again, slo_ms),
-                      "relative": abs(a - b) / min(a, b) if a and b else None}
-            server.stop()
-            leftover = group_alive(pgid)
-    finally:
-        if server is not None:
-            server.stop()
+    points, aa, leftover = _serve_and_drive(model, setting, batching, sim_rate, slo_ms=slo_ms, seed=seed, say=say)
     after = load_report()
+    top = max((p for p in points if p["met"]), key=lambda p: p["rate"], default=None)
     above = min((p["rate"] for p in points if not p["met"] and (top is None or p["rate"] > top["rate"])), default=None)
     measured = top["rate"] if top else None
     # The CPU shares where the verdict is decided: the highest rate met and the one missed above it (an
@@ -183,3 +139,68 @@ def run_triton_bench(serving: dict, model, *, slo_ms: float, seed: int = 0, say=
                  "tried above it missed. The HTTP front end and the python backend's IPC are in this latency; the "
                  "simulation has neither."),
     }
+
+
+def _serve_and_drive(model, setting: dict, batching: dict, sim_rate: float, *, slo_ms: float, seed: int,
+                     say) -> tuple[list[dict], dict | None, bool]:
+    """Export the model with `batching` (ONNX Runtime's simulated `setting`) into a temporary folder, serve it by tritonserver and drive it:
+    (the rates tried, the A/A repeat of the highest met, the server's processes left after it stopped)."""
+    from overdrive.serve.export import export_for_serving
+    from overdrive.serve.triton_client import drive
+    from overdrive.serve.triton_local import LOCAL_DIR
+    from overdrive.serve.triton_server import TritonServer, group_alive
+
+    server = None  # a SIGTERM to the bench is SystemExit here (commands/bench.py): the finally stops the server
+    try:
+        with tempfile.TemporaryDirectory(prefix="overdrive-triton-") as tmp:
+            say(f"exporting the model with ONNX Runtime's simulated setting {setting} for tritonserver")
+            served = model
+            if model.identity.get("builtin"):  # the bench's click model takes inputs(batch) only: export's variant
+                served = dataclasses.replace(model, inputs=lambda b, v=0, f=model.inputs: f(b))  # check, same bag
+            rep = export_for_serving("recsys" if model.identity.get("builtin") else model.identity["given"]["factory"],
+                                     tmp, batching=batching, served=served, onnx=True, server_check=False)
+            server = TritonServer(os.path.join(tmp, LOCAL_DIR), log_path=os.path.join(tmp, "tritonserver.log"))
+            server.start()
+            pgid = server.proc.pid
+            name, payloads = rep["name"], _payloads(model)
+            drive(server.url, name, payloads, 200.0, n=200, seed=seed + 99, server=server)  # warm-up, not kept
+            points = _search(server, name, payloads, sim_rate, slo_ms=slo_ms, seed=seed, say=say)
+            met = [p for p in points if p["met"]]
+            aa = _repeat(server, name, payloads, max(met, key=lambda p: p["rate"]), slo_ms=slo_ms,
+                         seed=seed) if met else None
+            server.stop()
+            leftover = group_alive(pgid)
+    finally:
+        if server is not None:
+            server.stop()
+    return points, aa, leftover
+
+
+def _search(server, name: str, payloads: list, sim_rate: float, *, slo_ms: float, seed: int, say) -> list[dict]:
+    """Rates tried from the simulated one (`next_rate`), each marked met or missed, at most MAX_STEPS."""
+    from overdrive.serve.triton_client import drive, requests_for
+
+    points: list[dict] = []
+    rate = sim_rate
+    while rate is not None and len(points) < MAX_STEPS:
+        p = drive(server.url, name, payloads, rate, n=requests_for(rate), seed=seed + len(points), server=server)
+        p["met"] = meets(p, slo_ms)
+        points.append(p)
+        say(f"  {rate:,.0f} req/s: {p['answered']}/{p['scheduled']} answered, p99 "
+            + (f"{p['latency_ms']['p99']:.2f} ms" if p["latency_ms"]["p99"] is not None else "not estimable")
+            + (" (met)" if p["met"] else " (missed)")
+            + "".join(f"; {n} x {why}" for why, n in p["failed"].items()))
+        if p["failed"] or p["not_sent"]:
+            _drain(server, name)
+        rate = next_rate(points, slo_ms)
+    return points
+
+
+def _repeat(server, name: str, payloads: list, top: dict, *, slo_ms: float, seed: int) -> dict:
+    """The highest rate met, driven again: how much the p99 moves on this host, now."""
+    from overdrive.serve.triton_client import drive, requests_for
+
+    again = drive(server.url, name, payloads, top["rate"], n=requests_for(top["rate"]), seed=seed + 77, server=server)
+    a, b = top["latency_ms"]["p99"], again["latency_ms"]["p99"]
+    return {"rate": top["rate"], "p99_a": a, "p99_b": b, "met_again": meets(again, slo_ms),
+            "relative": abs(a - b) / min(a, b) if a and b else None}

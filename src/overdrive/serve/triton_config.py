@@ -4,7 +4,7 @@ The message is built field by field and printed by `google.protobuf.text_format`
 model name, the provenance of the batcher settings, which may come from a results file a user hands
 over) is a quoted, escaped protobuf string: no text reaches the file as a line of its own. Triton's
 generated module (`tritonclient.grpc.model_config_pb2`, the `triton` extra) checks every field Triton
-knows; without it, the subset of the same message in `triton_repo` (same names, numbers and enums)
+knows; without it, the subset of the same message in `triton_schema` (same names, numbers and enums)
 does, and `config_schema()` says which one was used.
 
 Shapes (Triton: server docs model_configuration.md, "Reshape"): with max_batch_size > 0 `dims` leaves
@@ -15,13 +15,19 @@ out the batch; a tensor with no other dimension (a per-request scalar, or a mode
 
 from __future__ import annotations
 
+from overdrive.serve.batching import default_batching
+from overdrive.serve.triton_schema import TritonRepoError, model_config_subset
+
 __all__ = ["model_config_class", "config_schema", "build_config", "config_text", "triton_config", "parse_config",
-           "VARIANT_KEY", "SOURCE_KEY"]
+           "VARIANT_KEY", "SOURCE_KEY", "PRODUCTION"]
 
 VARIANT_KEY = "overdrive_variant"
 """The parameter that says which of the exported models this one is (production, or served here)."""
 SOURCE_KEY = "overdrive_batching_source"
 """The parameter that says where the dynamic batcher settings came from (measured, or Triton's defaults)."""
+PRODUCTION = ("production: the ONNX Runtime backend of Triton's container (onnxruntime_onnx); the same model.onnx "
+              "is served here by overdrive serve from triton_local/")
+"""What the production model's config says it is (`triton_local` writes the variant served here)."""
 
 
 def _triton_pb2():
@@ -37,9 +43,7 @@ def model_config_class():
     pb2 = _triton_pb2()
     if pb2 is not None:
         return pb2.ModelConfig
-    from overdrive.serve.triton_repo import _model_config_class
-
-    return _model_config_class()
+    return model_config_subset()
 
 
 def config_schema() -> str:
@@ -66,8 +70,6 @@ def build_config(name: str, spec: dict, batching: dict | int, *, platform: str |
     (a max batch size alone means Triton's defaults), string `parameters` (escaped by protobuf).
     threads_parameters: the ONNX Runtime backend's own pool sizes (onnxruntime_backend parameters
     intra_op_thread_count / inter_op_thread_count), set to what was measured: unset, it takes every core."""
-    from overdrive.serve.export import default_batching
-
     b = default_batching(batching) if isinstance(batching, int) else batching
     cfg = model_config_class()()
     cfg.name = name
@@ -108,8 +110,6 @@ def config_text(cfg, *, header: tuple[str, ...] = ()) -> str:
 
 def triton_config(name: str, platform: str, spec: dict, batching: dict | int, *, kind: str = "KIND_CPU") -> str:
     """config.pbtxt of the production model (`platform`, e.g. onnxruntime_onnx) as text."""
-    from overdrive.serve.triton_local import PRODUCTION
-
     cfg = build_config(name, spec, batching, platform=platform, kind=kind, parameters={VARIANT_KEY: PRODUCTION},
                        threads_parameters=platform == "onnxruntime_onnx")
     return config_text(cfg, header=(f"written by overdrive export: {PRODUCTION}",
@@ -120,8 +120,6 @@ def parse_config(text: str, where: str = "config.pbtxt"):
     """config.pbtxt text -> an inference.ModelConfig message (protobuf text format, strict: an unknown
     field or a wrong type is refused, as the server refuses it)."""
     from google.protobuf import text_format
-
-    from overdrive.serve.triton_repo import TritonRepoError
 
     try:
         return text_format.Parse(text, model_config_class()())

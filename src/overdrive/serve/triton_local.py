@@ -16,12 +16,12 @@ import os
 import shutil
 
 from overdrive.io import write_atomic
+from overdrive.serve.triton_config import PRODUCTION, VARIANT_KEY, build_config, config_text, parse_config
+from overdrive.serve.triton_schema import TritonRepoError
 
 __all__ = ["LOCAL_DIR", "PRODUCTION", "LOCAL", "write_local_variant", "find_local_repository", "load_in_server"]
 
 LOCAL_DIR = "triton_local"
-PRODUCTION = ("production: the ONNX Runtime backend of Triton's container (onnxruntime_onnx); the same model.onnx "
-              "is served here by overdrive serve from triton_local/")
 LOCAL = ("served here: Triton's python backend running this model.onnx in ONNX Runtime (overdrive serve); production "
          "serves triton/ on the onnxruntime_onnx backend")
 
@@ -36,8 +36,6 @@ def write_local_variant(out_dir: str, name: str, spec: dict, batching: dict, onn
                         kind: str = "KIND_CPU") -> list[str]:
     """<out_dir>/triton_local/<name>/{config.pbtxt, 1/model.py, 1/model.onnx (+ external data)}; returns
     the files written. `onnx_files`: the production copy of model.onnx and the files it names."""
-    from overdrive.serve.triton_config import VARIANT_KEY, build_config, config_text
-
     vdir = os.path.join(out_dir, LOCAL_DIR, name, "1")
     os.makedirs(vdir, exist_ok=True)
     written = []
@@ -59,8 +57,6 @@ def find_local_repository(path: str) -> str:
     """The repository `overdrive serve PATH` runs: PATH itself when it holds python-backend models, the
     triton_local/ inside an export folder, or one line saying what PATH is and what to pass."""
     from overdrive.errors import UserError
-    from overdrive.serve.triton_config import parse_config
-    from overdrive.serve.triton_repo import TritonRepoError
 
     if not os.path.isdir(path):
         raise UserError(f"{path} is not a folder: pass the folder `overdrive export --out` wrote (or its triton_local/)")

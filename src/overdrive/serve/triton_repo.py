@@ -20,91 +20,15 @@ from __future__ import annotations
 
 import os
 
+from overdrive.serve.triton_config import parse_config
+from overdrive.serve.triton_schema import DATA_TYPES as _DATA_TYPES
+from overdrive.serve.triton_schema import TritonRepoError
+
 __all__ = ["TritonRepoError", "parse_config", "check_repository"]
 
-
-class TritonRepoError(ValueError):
-    """A repository Triton would refuse; the message says which file and why."""
-
-
-_DATA_TYPES = ["TYPE_INVALID", "TYPE_BOOL", "TYPE_UINT8", "TYPE_UINT16", "TYPE_UINT32", "TYPE_UINT64", "TYPE_INT8",
-               "TYPE_INT16", "TYPE_INT32", "TYPE_INT64", "TYPE_FP16", "TYPE_FP32", "TYPE_FP64", "TYPE_STRING",
-               "TYPE_BF16"]  # values 0..14, as in model_config.proto
 _ONNX_TO_TRITON = {1: "TYPE_FP32", 10: "TYPE_FP16", 11: "TYPE_FP64", 16: "TYPE_BF16", 7: "TYPE_INT64", 6: "TYPE_INT32",
                    5: "TYPE_INT16", 3: "TYPE_INT8", 2: "TYPE_UINT8", 9: "TYPE_BOOL"}  # onnx.TensorProto.DataType
 _DEFAULT_FILE = {"onnxruntime_onnx": "model.onnx", "pytorch_libtorch": "model.pt", "tensorrt_plan": "model.plan"}
-_CLASS = None
-
-
-def _model_config_class():
-    """inference.ModelConfig (the fields we write), built from a descriptor: no generated code, no grpc."""
-    global _CLASS
-    if _CLASS is not None:
-        return _CLASS
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
-    F = descriptor_pb2.FieldDescriptorProto
-    fd = descriptor_pb2.FileDescriptorProto(name="overdrive_triton_model_config.proto", package="inference",
-                                            syntax="proto3")
-    dt = fd.enum_type.add(name="DataType")
-    for i, n in enumerate(_DATA_TYPES):
-        dt.value.add(name=n, number=i)
-
-    def msg(name, fields, enums=()):
-        m = fd.message_type.add(name=name)
-        for ename, values in enums:
-            e = m.enum_type.add(name=ename)
-            for n, v in values:
-                e.value.add(name=n, number=v)
-        for fname, num, typ, label, tname in fields:
-            f = m.field.add(name=fname, number=num, type=typ, label=label)
-            if tname:
-                f.type_name = tname
-        return m
-
-    O, R = F.LABEL_OPTIONAL, F.LABEL_REPEATED
-    msg("ModelTensorReshape", [("shape", 1, F.TYPE_INT64, R, None)])
-    msg("ModelInput", [("name", 1, F.TYPE_STRING, O, None), ("data_type", 2, F.TYPE_ENUM, O, ".inference.DataType"),
-                       ("dims", 4, F.TYPE_INT64, R, None),
-                       ("reshape", 5, F.TYPE_MESSAGE, O, ".inference.ModelTensorReshape"),
-                       ("allow_ragged_batch", 7, F.TYPE_BOOL, O, None), ("optional", 8, F.TYPE_BOOL, O, None)])
-    msg("ModelOutput", [("name", 1, F.TYPE_STRING, O, None), ("data_type", 2, F.TYPE_ENUM, O, ".inference.DataType"),
-                        ("dims", 3, F.TYPE_INT64, R, None),
-                        ("reshape", 5, F.TYPE_MESSAGE, O, ".inference.ModelTensorReshape")])
-    msg("ModelInstanceGroup", [("name", 1, F.TYPE_STRING, O, None), ("count", 2, F.TYPE_INT32, O, None),
-                               ("gpus", 3, F.TYPE_INT32, R, None),
-                               ("kind", 4, F.TYPE_ENUM, O, ".inference.ModelInstanceGroup.Kind")],
-        enums=[("Kind", [("KIND_AUTO", 0), ("KIND_GPU", 1), ("KIND_CPU", 2), ("KIND_MODEL", 3)])])
-    msg("ModelDynamicBatching", [("preferred_batch_size", 1, F.TYPE_INT32, R, None),
-                                 ("max_queue_delay_microseconds", 2, F.TYPE_UINT64, O, None),
-                                 ("preserve_ordering", 3, F.TYPE_BOOL, O, None)])
-    msg("ModelParameter", [("string_value", 1, F.TYPE_STRING, O, None)])
-    cfg = msg("ModelConfig", [("name", 1, F.TYPE_STRING, O, None), ("platform", 2, F.TYPE_STRING, O, None),
-                        ("max_batch_size", 4, F.TYPE_INT32, O, None),
-                        ("input", 5, F.TYPE_MESSAGE, R, ".inference.ModelInput"),
-                        ("output", 6, F.TYPE_MESSAGE, R, ".inference.ModelOutput"),
-                        ("instance_group", 7, F.TYPE_MESSAGE, R, ".inference.ModelInstanceGroup"),
-                        ("default_model_filename", 8, F.TYPE_STRING, O, None),
-                        ("dynamic_batching", 11, F.TYPE_MESSAGE, O, ".inference.ModelDynamicBatching"),
-                        ("parameters", 14, F.TYPE_MESSAGE, R, ".inference.ModelConfig.ParametersEntry"),
-                        ("backend", 17, F.TYPE_STRING, O, None)])
-    # map<string, ModelParameter> parameters = 14: a repeated nested entry message marked map_entry.
-    entry = cfg.nested_type.add(name="ParametersEntry")
-    entry.options.map_entry = True
-    entry.field.add(name="key", number=1, type=F.TYPE_STRING, label=O)
-    entry.field.add(name="value", number=2, type=F.TYPE_MESSAGE, label=O, type_name=".inference.ModelParameter")
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fd)
-    _CLASS = message_factory.GetMessageClass(pool.FindMessageTypeByName("inference.ModelConfig"))
-    return _CLASS
-
-
-def parse_config(text: str, where: str = "config.pbtxt"):
-    """config.pbtxt text -> an inference.ModelConfig message (Triton's own class when the `triton` extra
-    is installed, else the subset above; protobuf text format, strict)."""
-    from overdrive.serve.triton_config import parse_config as parse
-
-    return parse(text, where)
 
 
 def _onnx_io(path: str, version_dir: str) -> tuple[dict, dict, list[str]]:
@@ -162,7 +86,7 @@ def _run_onnx(path: str, cfg, batch: int) -> None:
     """Run the model in onnxruntime at `batch` with inputs shaped by the config (-1 dims set to 3)."""
     import numpy as np
 
-    from overdrive.serve.export import ort_session
+    from overdrive.serve.artefacts import ort_session
 
     sess = ort_session(path)
     np_types = {"TYPE_FP32": np.float32, "TYPE_FP16": np.float16, "TYPE_FP64": np.float64, "TYPE_INT64": np.int64,
