@@ -21,7 +21,6 @@ the fused kernels cannot take) saves the s × s probabilities as well; `sdpa="ma
 
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn.functional as F

@@ -18,7 +18,6 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 
 from overdrive.bench.workloads.base import BaseWorkload
 from overdrive.measure.rounds import interleaved_rounds, time_fn
