@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 
 from overdrive.errors import UserError
@@ -64,25 +65,44 @@ def check_writable(path: str, *, flag: str, kind: str = "folder", fix: str = "pa
         raise UserError(f"{flag} {path} is not writable ({e.strerror or type(e).__name__}): {fix}") from None
 
 
+MAX_JSON_BYTES = 256 << 20
+"""The largest JSON file any reader here accepts (a results file with every round is a few MB)."""
+
+
+def load_json_bounded(path: str, *, what: str, tail: str = "", limit: int = MAX_JSON_BYTES):
+    """json.load of a regular file of at most `limit` bytes. Every way it can be wrong (missing, a
+    folder, a FIFO or device, too large, not UTF-8, not JSON, nested deeper than Python recurses,
+    unreadable) is one ValueError/FileNotFoundError line ending in `tail`."""
+    try:
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise ValueError(f"{path} is a folder, not {what}{tail}")
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path} is not a regular file{tail}")
+        if st.st_size > limit:
+            raise ValueError(f"{path} is too large ({st.st_size:,} bytes) to be {what}{tail}")
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} not found{tail}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a text JSON file{tail}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}){tail}") from None
+    except RecursionError:
+        raise ValueError(f"{path} is nested too deeply to be {what}{tail}") from None
+    except OSError as e:  # unreadable (permissions, a vanished mount): one line, never a traceback
+        raise ValueError(f"{path} cannot be read ({e.strerror or type(e).__name__}){tail}") from None
+
+
 def read_json(path: str, *, schema: dict | None = None, what: str = "JSON file", fix: str = "") -> object:
-    """A JSON document from a file, checked against a JSON schema when one is given.
+    """A JSON document from a file (`load_json_bounded`), checked against a JSON schema when one is given.
 
     Every way the file can be wrong (missing, not JSON, nested deeper than Python recurses, not
     matching the schema) is a ValueError/FileNotFoundError with one line naming the problem.
     """
     tail = f": {fix}" if fix else ""
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path} not found{tail}") from None
-    except IsADirectoryError:
-        raise ValueError(f"{path} is a folder, not a {what}{tail}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        where = f" ({e.msg} at line {e.lineno})" if isinstance(e, json.JSONDecodeError) else ""
-        raise ValueError(f"{path} is not valid JSON{where}{tail}") from None
-    except RecursionError:
-        raise ValueError(f"{path} is nested too deeply to be a {what}{tail}") from None
+    doc = load_json_bounded(path, what=f"a {what}", tail=tail)
     if schema is not None:
         import jsonschema
 

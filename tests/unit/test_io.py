@@ -104,3 +104,20 @@ def test_a_cpu_allocation_failure_is_classified_oom():
     assert _classify(err) == "oom"
     assert _classify(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")) == "oom"
     assert _classify(RuntimeError("injected backend failure (test)")) == "backend"
+
+
+def test_read_json_refuses_a_fifo_and_an_oversized_file_in_one_line(tmp_path, monkeypatch):
+    """The one bounded reader behind read_json (a plan.json or tuned recipe a user hands over): a FIFO
+    is refused before it is opened (opening it would block), a file over the limit before it is read."""
+    import overdrive.io as oio
+
+    fifo = tmp_path / "plan.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):
+        oio.read_json(str(fifo), what="plan result")
+    big = tmp_path / "big.json"
+    big.write_text("[" + "0," * 64 + "0]")
+    monkeypatch.setattr(oio, "MAX_JSON_BYTES", 16)
+    with pytest.raises(ValueError, match="too large"):
+        oio.load_json_bounded(str(big), what="a plan result", limit=oio.MAX_JSON_BYTES)
+    assert oio.load_json_bounded(str(big), what="a list") == [0] * 65  # under the default limit: read

@@ -3,11 +3,11 @@ custom dims, or a Hugging Face config.json."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import stat
 from dataclasses import dataclass
+
+from overdrive.io import load_json_bounded
 
 __all__ = ["ModelSpec", "MODEL_PRESETS", "get_model", "model_from_hf_config", "mpt", "MPT_SIZES", "MAX_DIM",
            "read_json_file", "ENCODER_DECODER_TYPES", "ENCODER_TYPES"]
@@ -213,23 +213,9 @@ _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_ex
 
 
 def read_json_file(path: str, what: str, *, limit: int = MAX_CONFIG_BYTES):
-    """json.load of a regular file of at most `limit` bytes; ValueError (one line, with the fix) otherwise."""
-    try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{path} is not a regular file: pass {what}")
-        if st.st_size > limit:
-            raise ValueError(f"{path} is too large ({st.st_size:,} bytes) to be {what}")
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not a text JSON file: pass {what}") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}): pass {what}") from None
-    except RecursionError:
-        raise ValueError(f"{path} is nested too deeply to be {what}") from None
-    except OSError as e:
-        raise ValueError(f"{path} cannot be read ({e.strerror}): pass {what}") from None
+    """json.load of a regular file of at most `limit` bytes (`io.load_json_bounded`); ValueError (one line,
+    with the fix) otherwise."""
+    return load_json_bounded(path, what=what, tail=f": pass {what}", limit=limit)
 
 
 def _dim(path: str, key: str, v) -> int:

@@ -10,9 +10,8 @@ import io
 import json
 import math
 import os
-import stat
 
-from overdrive.io import write_atomic
+from overdrive.io import load_json_bounded, write_atomic
 
 __all__ = ["MAX_RESULTS_BYTES", "results_path", "read_doc", "check_doc", "write_json", "write_csv", "non_finite",
            "json_schema", "read_json_bounded"]
@@ -28,25 +27,8 @@ def results_path(path: str) -> str:
 
 
 def read_json_bounded(p: str, *, what: str, tail: str):
-    """JSON from a regular file of at most MAX_RESULTS_BYTES; one-line ValueError/FileNotFoundError otherwise."""
-    try:
-        st = os.stat(p)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{p} is not a regular file{tail}")
-        if st.st_size > MAX_RESULTS_BYTES:
-            raise ValueError(f"{p} is too large ({st.st_size:,} bytes) to be an {what}{tail}")
-        with open(p, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{p} not found{tail}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{p} is not a text JSON file{tail}") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{p} is not valid JSON ({e.msg} at line {e.lineno}){tail}") from None
-    except RecursionError:
-        raise ValueError(f"{p} is nested too deeply to be an {what}{tail}") from None
-    except OSError as e:  # unreadable (permissions, a vanished mount): one line, never a traceback
-        raise ValueError(f"{p} cannot be read ({e.strerror or type(e).__name__}){tail}") from None
+    """JSON from a regular file of at most MAX_RESULTS_BYTES (`io.load_json_bounded`, the one bounded reader)."""
+    return load_json_bounded(p, what=f"an {what}", tail=tail, limit=MAX_RESULTS_BYTES)
 
 
 def check_doc(doc, schema: dict, *, where: str, what: str, tail: str = "", figures=None) -> None:
