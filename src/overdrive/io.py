@@ -104,16 +104,21 @@ def read_json(path: str, *, schema: dict | None = None, what: str = "JSON file",
     tail = f": {fix}" if fix else ""
     doc = load_json_bounded(path, what=f"a {what}", tail=tail)
     if schema is not None:
-        import jsonschema
-
-        try:
-            err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(doc))
-        except RecursionError:
-            raise ValueError(f"{path} is nested too deeply to be a {what}{tail}") from None
-        if err is not None:
-            at = "/".join(str(x) for x in err.absolute_path) or "top level"
-            raise ValueError(f"{path} is not a valid {what}: at {at}: {err.message[:200]}{tail}")
+        check_schema(doc, schema, where=path, what=what, a_what=f"a {what}", tail=tail)
     return doc
+
+
+def check_schema(doc, schema: dict, *, where: str, what: str, a_what: str, tail: str = "") -> None:
+    """ValueError (one line: where, the field, what is wrong) unless `doc` matches the JSON `schema`."""
+    import jsonschema
+
+    try:
+        err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(doc))
+    except RecursionError:
+        raise ValueError(f"{where} is nested too deeply to be {a_what}{tail}") from None
+    if err is not None:
+        at = "/".join(str(x) for x in err.absolute_path) or "top level"
+        raise ValueError(f"{where} is not a valid {what}: at {at}: {err.message[:200]}{tail}")
 
 
 STAGE_PREFIX = ".staging-"

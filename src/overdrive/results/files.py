@@ -11,7 +11,7 @@ import json
 import math
 import os
 
-from overdrive.io import load_json_bounded, write_atomic
+from overdrive.io import check_schema, load_json_bounded, write_atomic
 
 __all__ = ["MAX_RESULTS_BYTES", "results_path", "read_doc", "check_doc", "write_json", "write_csv", "non_finite",
            "json_schema", "read_json_bounded"]
@@ -34,15 +34,7 @@ def read_json_bounded(p: str, *, what: str, tail: str):
 def check_doc(doc, schema: dict, *, where: str, what: str, tail: str = "", figures=None) -> None:
     """ValueError (one line: where, the field, what is wrong) unless `doc` matches `schema` and
     `figures(doc)` (the path of the first non-finite figure, or None) finds none."""
-    import jsonschema
-
-    try:
-        err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(doc))
-    except RecursionError:
-        raise ValueError(f"{where} is nested too deeply to be an {what}{tail}") from None
-    if err is not None:
-        at = "/".join(str(x) for x in err.absolute_path) or "top level"
-        raise ValueError(f"{where} is not a valid {what}: at {at}: {err.message[:200]}{tail}")
+    check_schema(doc, schema, where=where, what=what, a_what=f"an {what}", tail=tail)
     bad = figures(doc) if figures else None
     if bad:
         o = doc
