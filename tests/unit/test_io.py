@@ -121,3 +121,59 @@ def test_read_json_refuses_a_fifo_and_an_oversized_file_in_one_line(tmp_path, mo
     with pytest.raises(ValueError, match="too large"):
         oio.load_json_bounded(str(big), what="a plan result", limit=oio.MAX_JSON_BYTES)
     assert oio.load_json_bounded(str(big), what="a list") == [0] * 65  # under the default limit: read
+
+
+def test_no_reader_opens_a_json_file_itself():
+    """Every JSON file read from disk goes through io.load_json_bounded (regular file, size limit, one-line
+    errors): a json.load(f) of its own would open a FIFO a user left in a results folder and block."""
+    import ast
+    import pathlib
+
+    src = pathlib.Path(__file__).resolve().parents[2] / "src" / "overdrive"
+    own = []
+    for p in src.rglob("*.py"):
+        if p.name == "io.py" and p.parent == src:
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            f = getattr(node, "func", None)
+            if isinstance(f, ast.Attribute) and f.attr == "load" and getattr(f.value, "id", "") == "json":
+                own.append(f"{p.relative_to(src)}:{node.lineno}")
+    assert not own, f"json.load outside overdrive.io (use load_json_bounded): {own}"
+
+
+def _returns_within(fn, seconds=10.0):
+    import threading
+
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - the test looks at what came back
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), "the reader blocked on a FIFO"
+    return out
+
+
+def test_a_fifo_in_place_of_a_json_file_never_blocks(tmp_path):
+    """A FIFO where a results.json, a run's config.json, a checkpoint manifest, a recipe or an emit index
+    should be: each reader answers (None, False or a one-line UserError) instead of blocking on open()."""
+    from overdrive.checkpoint.manifest import MANIFEST, read_manifest
+    from overdrive.emit import _our_index
+    from overdrive.errors import UserError
+    from overdrive.measure.lock import is_ours
+    from overdrive.recipes import Recipe
+    from overdrive.train.rundir import _run_id_of
+
+    for name in ("results.json", "config.json", MANIFEST, "recipe.json", "emit.json"):
+        os.mkfifo(tmp_path / name)
+    assert _returns_within(lambda: is_ours(str(tmp_path))) == {"value": False}
+    assert _returns_within(lambda: _run_id_of(str(tmp_path))) == {"value": None}
+    assert _returns_within(lambda: read_manifest(str(tmp_path))) == {"value": None}
+    for call in (lambda: Recipe.load(str(tmp_path / "recipe.json")), lambda: _our_index(str(tmp_path / "emit.json"))):
+        err = _returns_within(call).get("error")
+        assert isinstance(err, UserError) and "\n" not in str(err), err

@@ -12,6 +12,7 @@ import json
 import os
 
 from overdrive.env import EnvReport
+from overdrive.io import load_json_bounded
 
 __all__ = ["findings_path", "save_findings", "load_findings", "findings_lines"]
 
@@ -44,8 +45,7 @@ def save_findings(results: dict, env: EnvReport) -> str | None:
 
 def load_findings(env: EnvReport) -> dict | None:
     try:
-        with open(findings_path(env)) as f:
-            doc = json.load(f)
+        doc = load_json_bounded(findings_path(env), what="bench findings")
     except (OSError, ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) and isinstance(doc.get("configs"), list) else None

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 
-from overdrive.io import write_atomic
+from overdrive.io import load_json_bounded, write_atomic
 
 __all__ = ["MANIFEST", "PARTIAL", "hash_files", "write_manifest", "read_manifest", "verify_manifest", "is_ours",
            "mark_partial"]
@@ -48,8 +48,7 @@ def write_manifest(folder: str, files: dict[str, dict], **info) -> None:
 
 def read_manifest(folder: str) -> dict | None:
     try:
-        with open(os.path.join(folder, MANIFEST)) as f:
-            m = json.load(f)
+        m = load_json_bounded(os.path.join(folder, MANIFEST), what="a checkpoint manifest")
         return m if isinstance(m, dict) and m.get("format") == _FORMAT and isinstance(m.get("files"), dict) else None
     except (OSError, ValueError, RecursionError):
         return None

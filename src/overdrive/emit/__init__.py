@@ -27,6 +27,7 @@ from overdrive.emit.hf import accelerate_config, training_args
 from overdrive.emit.others import lightning_config, torchtitan_config
 from overdrive.emit.target import Target, load_target
 from overdrive.errors import UserError
+from overdrive.io import load_json_bounded
 
 __all__ = ["STACKS", "emit", "Emitted", "load_target", "Target", "parse_stacks"]
 
@@ -119,8 +120,7 @@ def _our_index(path: str) -> dict:
     if not os.path.lexists(path):
         return {}
     try:
-        with open(path) as f:
-            doc = json.load(f)
+        doc = load_json_bounded(path, what="emit.json")
     except (OSError, ValueError, RecursionError):
         doc = None
     if not (isinstance(doc, dict) and isinstance(doc.get("files"), dict) and "recipe" in doc and "ran" in doc):

@@ -7,11 +7,11 @@ per-layer filter with the layers' names. A recipe.json alone is resolved on this
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 
 from overdrive.errors import UserError
+from overdrive.io import load_json_bounded
 from overdrive.recipes import Recipe, resolve
 
 __all__ = ["Target", "load_target"]
@@ -44,8 +44,7 @@ class Target:
 
 def _read_json(path: str, what: str) -> dict:
     try:
-        with open(path) as f:
-            d = json.load(f)
+        d = load_json_bounded(path, what="a tune result or recipe")
     except FileNotFoundError:
         raise UserError(f"{path} not found: pass a tune folder (overdrive tune --out DIR) or its recipe.json") from None
     except (OSError, ValueError) as e:

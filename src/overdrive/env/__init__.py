@@ -20,6 +20,7 @@ from overdrive.env.catalog import GPU_CATALOG, GpuSpec, gpu_by_key, lookup_gpu
 from overdrive.env.engines import STATUSES, EngineStatus
 from overdrive.env.probing import collect_facts
 from overdrive.env.machine import SCHEMA_VERSION, EnvReport, GpuInfo, build_report, gpu_capabilities
+from overdrive.io import load_json_bounded
 
 __all__ = [
     "get_env", "set_env", "env_schema", "EnvReport", "EngineStatus", "GpuInfo", "GpuSpec", "GPU_CATALOG",
@@ -82,8 +83,7 @@ def _read_disk_cache() -> dict | None:
     try:
         if time.time() - os.path.getmtime(p) > _CACHE_TTL_S:
             return None
-        with open(p) as f:
-            return json.load(f)
+        return load_json_bounded(p, what="the doctor's cache")
     except (OSError, ValueError):
         return None
 

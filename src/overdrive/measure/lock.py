@@ -9,11 +9,11 @@ in one line (exit 2) instead of both exiting 0 with the first run's results sile
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import socket
 
 from overdrive.errors import UserError
+from overdrive.io import load_json_bounded
 
 __all__ = ["MARKER", "LOCK", "ResultsLock", "claim_results_dir", "is_ours"]
 
@@ -27,8 +27,7 @@ def is_ours(folder: str) -> bool:
     if os.path.isfile(os.path.join(folder, MARKER)):
         return True
     try:
-        with open(os.path.join(folder, "results.json")) as f:
-            doc = json.load(f)
+        doc = load_json_bounded(os.path.join(folder, "results.json"), what="results")
         return isinstance(doc, dict) and str(doc.get("schema", "")).startswith("overdrive.")
     except (OSError, ValueError, RecursionError):
         return False

@@ -127,13 +127,11 @@ class Recipe:
     @classmethod
     def load(cls, path: str) -> "Recipe":
         """Read a recipe.json (a bare field dict, or one under "recipe" as tune and `save` write it)."""
-        import json
-
         from overdrive.errors import UserError
+        from overdrive.io import load_json_bounded
 
         try:
-            with open(path) as f:
-                d = json.load(f)
+            d = load_json_bounded(path, what="a recipe")
         except FileNotFoundError:
             raise UserError(f"recipe file {path} not found: pass the recipe.json that `overdrive tune --out DIR` "
                             "wrote") from None

@@ -17,6 +17,7 @@ import json
 import os
 
 from overdrive.env import EnvReport
+from overdrive.io import load_json_bounded
 from overdrive.formats import find_format
 from overdrive.recipes.recipe import Recipe
 
@@ -87,8 +88,7 @@ def tuned_path(signature: str, fingerprint: str, threads: int | None = None) -> 
 
 def _read(p: str) -> dict | None:
     try:
-        with open(p) as f:
-            d = json.load(f)
+        d = load_json_bounded(p, what="a tuned recipe")
         return d if isinstance(d, dict) else None
     except (OSError, ValueError, RecursionError):
         return None

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch.distributed as dist
 
-from overdrive.io import check_writable
+from overdrive.io import check_writable, load_json_bounded
 
 __all__ = ["RunDirError", "RunLock", "RunDir", "claim_run_dir", "claim_for_ranks", "LOCK_FILE"]
 
@@ -133,8 +133,7 @@ config.json with a "run_id" of its own is the user's file, never a run of ours t
 
 def _run_id_of(folder: str) -> str | None:
     try:
-        with open(os.path.join(folder, "config.json")) as f:
-            doc = json.load(f)
+        doc = load_json_bounded(os.path.join(folder, "config.json"), what="a run config")
         rid = doc.get("run_id")
         ours = all(isinstance(doc.get(k), dict) for k in _CONFIG_SECTIONS)
         return rid if isinstance(rid, str) and rid and ours else None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
-import json
 import os
 import pickle
 import sys
@@ -19,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from overdrive.errors import UserError
+from overdrive.io import load_json_bounded
 
 __all__ = ["Workload", "FileFn", "load_file_fn", "compute_loss", "check_batch", "to_device", "hf_workload"]
 
@@ -169,8 +169,7 @@ def _hf_config(path: str):
     if not os.path.isfile(p):
         raise UserError(f"--model {path}: no such config (pass a folder with config.json, or a config .json file)")
     try:
-        with open(p) as f:
-            d = json.load(f)
+        d = load_json_bounded(p, what="a transformers config")
         model_type = d.pop("model_type")
         return transformers.AutoConfig.for_model(model_type, **d)
     except KeyError:
