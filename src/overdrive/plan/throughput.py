@@ -37,7 +37,9 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
   offload     activation offload: the offloaded blocks' bytes out and back over the host link (`HOST_GBS`),
               on a side stream: only what exceeds the micro-batch's compute is exposed.
   optimizer   AdamW over this GPU's shard: 32 bytes per parameter (read p, g, m, v; write p, m, v; the
-              grad-norm pass), once per step. Offloaded: PCIe 6 bytes per parameter at 25 GB/s and a CPU
+              grad-norm pass), once per step. --deepspeed-pipeline with bf16: DeepSpeed's BF16_Optimizer also
+              adds every micro-batch's bf16 gradients into fp32 ones (`BF16_ACCUM_BYTES` per parameter of the
+              stage, in the micro-batch time). Offloaded: PCIe 6 bytes per parameter at 25 GB/s and a CPU
               step at 1e9 parameters/s per GPU.
 """
 
