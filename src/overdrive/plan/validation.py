@@ -11,7 +11,7 @@ from importlib import resources
 
 from overdrive.env.catalog import gpu_by_key
 from overdrive.plan.estimate import estimate
-from overdrive.plan.memory import RESERVED_SHARE
+from overdrive.plan.memory import CONTEXT_BYTES, GIB, RESERVED_SHARE
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import MPT_SIZES, ModelSpec, get_model, mpt
 
@@ -57,6 +57,8 @@ def predict(r: dict, cal: dict | None = None) -> dict:
         # torchtitan logs max_reserved: the allocator's view on a GPU with room (allocated + its cache), no CUDA
         # context; torchtune's "peak memory active" is the allocator's active bytes, what allocated models
         planned = e.allocated_gib if r.get("memory_measure") == "active" else e.allocated_gib * (1 + RESERVED_SHARE)
+        if r.get("memory_measure") == "nvidia-smi":   # the process's whole footprint: the cache and the CUDA context
+            planned += CONTEXT_BYTES / GIB
         out.update(memory_published=r["memory_gib"], memory_predicted=planned,
                    memory_error=planned / r["memory_gib"] - 1, memory_measure=r.get("memory_measure", "reserved"),
                    # FSDP alone: with TP and PP beside it torchtitan keeps more than the planner models (the doc's
