@@ -167,14 +167,16 @@ Checked and not adopted, each against the published configuration (NVIDIA/NeMo-F
 
 
 def first_sight_rows(val: list[dict]) -> list[dict]:
-    """The unseen-source validation rows that shaped a term after they were first planned: each with its error
-    as first planned (the run's `first_planned`, written down before any term was added for it) and now."""
+    """The unseen-source validation rows planned before a term was added for them: each with its error as first
+    planned (`first_planned`, tokens/s; `first_memory`, GiB, as the row's memory measure reads) and now."""
     runs = {r["id"]: r for r in load_runs()}
     out = []
     for p in val:
         r = runs[p["id"]]
-        if r.get("held_out") == "unseen source" and "first_planned" in r:
-            out.append({**p, "first_planned": r["first_planned"], "first_error": r["first_planned"] / r["tps"] - 1})
+        if r.get("held_out") == "unseen source" and ("first_planned" in r or "first_memory" in r):
+            out.append({**p, "first_planned": r.get("first_planned"), "first_memory": r.get("first_memory"),
+                        "first_error": r["first_planned"] / r["tps"] - 1 if "first_planned" in r else None,
+                        "first_memory_error": r["first_memory"] / r["memory_gib"] - 1 if "first_memory" in r else None})
     return out
 
 
@@ -224,17 +226,26 @@ def older_stacks_section(val: list[dict]) -> str:
     if not rows:
         return ""
     f = _older_facts(rows, val)
-    lines = ["| run | published tok/s/GPU | first planned | error | planned now | error |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = ["| run | published tok/s/GPU | first planned | error | planned now | error | memory published GiB | "
+             "first planned | error | planned now | error |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['id']} | {r['published']:,.1f} | {r['first_planned']:,.1f} | {100 * r['first_error']:+.0f}% | "
-                     f"{r['predicted']:,.1f} | {100 * r['error']:+.0f}% |")
-    first, now = [r["first_error"] for r in rows], [r["error"] for r in rows]
+        tp = (f"{r['first_planned']:,.1f} | {100 * r['first_error']:+.0f}%" if r["first_error"] is not None
+              else "(added after the term) | ")
+        mem = (f"{r['memory_published']:.0f} | {r['first_memory']:.1f} | {100 * r['first_memory_error']:+.0f}% | "
+               f"{r['memory_predicted']:.1f} | {100 * r['memory_error']:+.0f}%" if r["first_memory_error"] is not None
+               else " | | | | ")
+        lines.append(f"| {r['id']} | {r['published']:,.1f} | {tp} | {r['predicted']:,.1f} | {100 * r['error']:+.0f}% | {mem} |")
+    first = [r["first_error"] for r in rows if r["first_error"] is not None]
+    now = [r["error"] for r in rows if r["first_error"] is not None]
+    mem_first = [r["first_memory_error"] for r in rows if r["first_memory_error"] is not None]
+    mem_now = [r["memory_error"] for r in rows if r["first_memory_error"] is not None]
     by = {}
     for r in rows:
-        by.setdefault(r["id"].split()[0], []).append(r)
+        if r["first_error"] is not None:
+            by.setdefault(r["id"].split()[0], []).append(r)
     per = "; ".join(f"{k} ({len(v)} runs): first {_med_worst([r['first_error'] for r in v])}, now "
                     f"{_med_worst([r['error'] for r in v])}" for k, v in by.items())
+    later = [r["error"] for r in rows if r["first_error"] is None]
     table = "\n".join(lines)
     return f"""## The older stacks, unseen when first planned: BLOOM-176B and MT-NLG 530B (Megatron-DeepSpeed)
 
@@ -244,7 +255,7 @@ train/tr11-176B-ml: 384 A100 80GB, TP4 PP12 DP8, bf16, full recompute; the full-
 batch ramp-up's two measured points) and MT-NLG 530B (Smith et al. 2022 §2.4 as quoted in
 `cli99/llm-analysis`: 280, 350 and 420 DGX A100 nodes, TP8 PP35, global batch 1920). Each run was expressed
 with the flags that existed and planned before anything was changed (each row's `first_planned`, at commit
-0b8c8a4): **first sight {_med_worst(first)}** ({len(rows)} runs). That is the figure on sources the model had
+0b8c8a4): **first sight {_med_worst(first)}** ({len(first)} runs). That is the figure on sources the model had
 not seen. Then, reading DeepSpeed's source (`deepspeed/runtime/pipe/engine.py`, `schedule.py`,
 `bf16_optimizer.py`; cited in `comm.py` and `throughput.py`), three things the planner did not know:
 
@@ -268,6 +279,20 @@ constant was fitted; the byte counts come from the kernels and the order from th
 
 {table}
 
+**Memory.** The prequel's 02-28 table (`chronicles-prequel.md`: the final shape at TP8 and TP4, MBS 2 and 4,
+`nvidia-smi` on the first node) was added after `--deepspeed-pipeline` was written (its tokens/s are not
+unseen: {_med_worst(later)} now), but no memory term had seen it: **memory first sight {_med_worst(mem_first)}**
+({len(mem_first)} runs). The source then sent us to two terms: the BF16_Optimizer keeps each stage's bf16
+gradients beside its fp32 ones (`update_hp_grads(clear_lp_grads=False)` under the PipelineEngine: 2 bytes per
+parameter on top of the 4 the planner counted), and BLOOM ran DeepSpeed's activation checkpointing without
+`--partition-activations`, so without sequence parallelism every TP rank keeps each checkpointed block's input
+whole (`--no-partition-activations`; Megatron-LM 2021's `--distribute-checkpointed-activations`, which the
+planner had assumed, splits it). **Memory now {_med_worst(mem_now)}.** What is still missing is not known from
+the source: the first stage holds the tied embedding beside its blocks (the planner spreads the parameters
+evenly over the stages), nvidia-smi counts NCCL's buffers and more CUDA context than the 1 GiB planned (the
+prequel measured 1573 MiB of it on a 40GB A100), and the engine's pipe buffers keep every in-flight
+micro-batch's stage output.
+
 What the after-figures rest on, and what is still not explained:
 - MT-NLG's dtype is not in the quoted text: planned as bf16 the fp32 accumulation applies and the rows read as
   above; planned as fp16 (DeepSpeed's ZeRO-1 optimizer: no fp32 accumulation) they read
@@ -281,7 +306,7 @@ What the after-figures rest on, and what is still not explained:
 - BLOOM's network is not published beyond "4 OmniPath links" per node: 100 Gb/s each ({f['inter']:g} GB/s per GPU)
   is assumed. Its data-parallel reduction ({f['dp_s']:.1f} s a step) and the tied all-reduce scale with it; at one
   micro-batch per step (the GBS-16 log line) they are {100 * f['small_share']:.0f}% of the planned step.
-- Leave-one-source-out: these six are the only megatron-stack A100 runs besides Narayanan et al.'s, so with
+- Leave-one-source-out: these {len(rows)} are the only megatron-stack A100 runs besides Narayanan et al.'s, so with
   that source held out the megatron A100 GEMM efficiency is refitted on them ({f['nar_eff']} against the shipped
   {CALIBRATION['gemm_eff']['megatron'][8]}), and Narayanan's rows read {100 * f['nar_med']:.1f}% (median) that way, where before these
   rows the refit had no megatron A100 run and took the derived value. One constant serves Megatron-LM and

@@ -95,3 +95,28 @@ def test_published_deepspeed_rows_carry_the_flag():
     for r in rows:
         assert "--deepspeed-pipeline" in plan_flags(r)
         assert predict(r)["vpp"] == 1
+
+
+def test_checkpoints_whole_on_every_tp_rank_without_partition_activations():
+    from overdrive.plan.memory import terms
+
+    split, whole = _setup(global_batch=2048, micro_batch=2), _setup(global_batch=2048, micro_batch=2,
+                                                                     partition_activations=False)
+    a, b = terms(BLOOM, split)["activations"], terms(BLOOM, whole)["activations"]
+    # the stored inputs (in flight on the first stage) grow tp-fold; the one block being recomputed does not
+    block_input = 2 * 2048 * BLOOM.hidden * 2 / 4
+    from overdrive.plan.pipeline import pipeline_blocks_in_flight
+
+    assert b - a == pytest.approx(pipeline_blocks_in_flight(BLOOM, split) * block_input * 3, rel=1e-6)
+    sp = dataclasses.replace(whole, sequence_parallel=True)   # with SP the input is sharded over the sequence
+    assert terms(BLOOM, sp)["activations"] == pytest.approx(terms(BLOOM, dataclasses.replace(split, sequence_parallel=True))["activations"])
+
+
+def test_bf16_optimizer_keeps_bf16_grads_beside_the_fp32_ones():
+    from overdrive.plan.memory import terms
+
+    s = _setup()
+    P = BLOOM.n_params() / (s.tp * s.pp)
+    assert terms(BLOOM, s)["grads"] == pytest.approx(6 * P)
+    assert terms(BLOOM, _setup(deepspeed_pipeline=False))["grads"] == pytest.approx(4 * P)
+    assert terms(BLOOM, dataclasses.replace(s, precision="fp16"))["grads"] == pytest.approx(4 * P)
