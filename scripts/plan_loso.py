@@ -116,7 +116,8 @@ DESIGN = {
     "foundation-model-stack/fms-fsdp README.md": "none: added after every term, fitted on nothing, no term added for it",
     "bigscience-workshop/bigscience train/tr11-176B-ml":
         "unseen when first planned (its first-sight errors: the older-stacks section); then sent us to "
-        "--deepspeed-pipeline and the tied embedding's all-reduce",
+        "--deepspeed-pipeline, the tied embedding's all-reduce, --no-partition-activations and the bf16 grads the "
+        "BF16_Optimizer keeps",
     "Smith et al. 2022": "unseen when first planned (its first-sight errors: the older-stacks section); then sent us "
                          "to --deepspeed-pipeline",
 }

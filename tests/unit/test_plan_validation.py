@@ -135,7 +135,8 @@ def test_held_out_memory_rows_are_expressed_in_the_doc(validation):
     from overdrive.plan.validation import memory_table
 
     doc = open(DOC).read()
-    assert memory_table(validation) in doc
+    # the first-held-out sources' table (the unseen BLOOM prequel's memory is in the older-stacks section)
+    assert memory_table([r for r in validation if r["held_out"] == "new source"]) in doc
     rows = [r for r in validation if r.get("memory_measure") == "active"]
     assert len(rows) == 7 and all(r["memory_only"] and r["held_out"] for r in rows)
     # "peak memory active" is compared with allocated itself, not with the reserved estimate
