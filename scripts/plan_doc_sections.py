@@ -10,7 +10,7 @@ import statistics
 from overdrive.plan.collectives import (LINK_EFF, RING_BASE_US, RING_HOP_US, RING_PLATEAU, TREE_HOP_US,
                                         TREE_MAX_GBS)
 from overdrive.plan.comm import ASYNC_TP_EXPOSED, DDP_BUCKET_BYTES
-from overdrive.plan.throughput import MEGATRON_CE_BYTES, SRELU_UNFUSED_ELEMS, UNFUSED_ATTN_BYTES, Z_LOSS_BYTES
+from overdrive.plan.throughput import CALIBRATION, MEGATRON_CE_BYTES, SRELU_UNFUSED_ELEMS, UNFUSED_ATTN_BYTES, Z_LOSS_BYTES
 from overdrive.plan.validation import load_runs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -162,4 +162,156 @@ Checked and not adopted, each against the published configuration (NVIDIA/NeMo-F
    median went from 7.4% to 7.9%, so it is not in the model.
 5. **Slower data-parallel links:** at a quarter of the 8-rail bus bandwidth NCCL reaches, GPT-3 20B turns -28%
    while GPT-3 5B and Nemotron-8B stay +17-21%, so the link is not the missing term either.
+"""
+
+
+
+def first_sight_rows(val: list[dict]) -> list[dict]:
+    """The unseen-source validation rows planned before a term was added for them: each with its error as first
+    planned (`first_planned`, tokens/s; `first_memory`, GiB, as the row's memory measure reads) and now."""
+    runs = {r["id"]: r for r in load_runs()}
+    out = []
+    for p in val:
+        r = runs[p["id"]]
+        if r.get("held_out") == "unseen source" and ("first_planned" in r or "first_memory" in r):
+            out.append({**p, "first_planned": r.get("first_planned"), "first_memory": r.get("first_memory"),
+                        "first_error": r["first_planned"] / r["tps"] - 1 if "first_planned" in r else None,
+                        "first_memory_error": r["first_memory"] / r["memory_gib"] - 1 if "first_memory" in r else None})
+    return out
+
+
+def _med_worst(errs: list[float]) -> str:
+    worst = max(errs, key=abs)
+    return f"median {100 * statistics.median(abs(e) for e in errs):.1f}%, worst {100 * worst:+.0f}%"
+
+
+def _older_facts(rows: list[dict], val: list[dict]) -> dict:
+    """The figures the section's text quotes, computed from the rows and the planner."""
+    from overdrive.plan.estimate import estimate
+    from overdrive.plan.validation import _setup, predict, run_model
+
+    runs = {r["id"]: r for r in load_runs()}
+    bloom = {k: runs[k] for k in runs if k.startswith("BLOOM-176B")}
+    full = next(r for k, r in bloom.items() if k.endswith("GBS2048"))
+    small = next(r for k, r in bloom.items() if k.endswith("GBS16"))
+    ef, es = estimate(run_model(full), _setup(full)), estimate(run_model(small), _setup(small))
+    mt = [runs[r["id"]] for r in rows if r["id"].startswith("MT-NLG")]
+    fp16 = [predict({**r, "precision": "fp16"})["error"] for r in mt]
+    meg = next(runs[r["id"]] for r in val if r["id"].startswith("Megatron-LM 2021 529.6B"))
+    meg_err = next(r["error"] for r in val if r["id"] == meg["id"])
+    m = run_model(full)
+    return {"accum_mb_ms": 1e3 * ef.times["fp32_grad_accum"] / ef.setup.grad_accum,
+            "accum_s": ef.times["fp32_grad_accum"], "reduce_s": ef.times["dp_exposed"] + ef.times["embed_allreduce"],
+            "dp_s": ef.times["dp_exposed"], "embed_s": ef.times["embed_allreduce"], "step_s": ef.step_s,
+            "embed_gb": m.vocab * m.hidden / full["tp"] * 4 / 1e9, "inter": full["inter_gbs"],
+            "small_share": (es.times["dp_exposed"] + es.times["embed_allreduce"]) / es.step_s,
+            "fp16": (min(fp16), max(fp16)), "meg_tf": meg["published_tflops"], "meg_err": meg_err,
+            "mt_tf": mt[0]["published_tflops"], "mt_nodes": mt[0]["gpus"] // 8, **_narayanan_loso()}
+
+
+def _narayanan_loso() -> dict:
+    """Narayanan et al. held out: the megatron A100 GEMM efficiency the refit took, and that source's errors."""
+    src = loso_result()["sources"].get("Narayanan et al. 2021")
+    if not src:
+        return {"nar_eff": None, "nar_med": None}
+    eff = src["constants"]["gemm_eff"]["megatron"]
+    return {"nar_eff": eff.get("8", eff.get(8)),
+            "nar_med": statistics.median(abs(r["error"]) for r in src["loso"] if not r["memory_only"])}
+
+
+def older_stacks_section(val: list[dict]) -> str:
+    """BLOOM-176B and MT-NLG 530B (Megatron-DeepSpeed): their errors as first planned, what they then sent us to
+    model (--deepspeed-pipeline, the tied embedding's all-reduce), their errors after."""
+    rows = first_sight_rows(val)
+    if not rows:
+        return ""
+    f = _older_facts(rows, val)
+    lines = ["| run | published tok/s/GPU | first planned | error | planned now | error | memory published GiB | "
+             "first planned | error | planned now | error |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        tp = (f"{r['first_planned']:,.1f} | {100 * r['first_error']:+.0f}%" if r["first_error"] is not None
+              else "(added after the term) | ")
+        mem = (f"{r['memory_published']:.0f} | {r['first_memory']:.1f} | {100 * r['first_memory_error']:+.0f}% | "
+               f"{r['memory_predicted']:.1f} | {100 * r['memory_error']:+.0f}%" if r["first_memory_error"] is not None
+               else " | | | | ")
+        lines.append(f"| {r['id']} | {r['published']:,.1f} | {tp} | {r['predicted']:,.1f} | {100 * r['error']:+.0f}% | {mem} |")
+    first = [r["first_error"] for r in rows if r["first_error"] is not None]
+    now = [r["error"] for r in rows if r["first_error"] is not None]
+    mem_first = [r["first_memory_error"] for r in rows if r["first_memory_error"] is not None]
+    mem_now = [r["memory_error"] for r in rows if r["first_memory_error"] is not None]
+    by = {}
+    for r in rows:
+        if r["first_error"] is not None:
+            by.setdefault(r["id"].split()[0], []).append(r)
+    per = "; ".join(f"{k} ({len(v)} runs): first {_med_worst([r['first_error'] for r in v])}, now "
+                    f"{_med_worst([r['error'] for r in v])}" for k, v in by.items())
+    later = [r["error"] for r in rows if r["first_error"] is None]
+    table = "\n".join(lines)
+    return f"""## The older stacks, unseen when first planned: BLOOM-176B and MT-NLG 530B (Megatron-DeepSpeed)
+
+Two sources this repository had never used, on the stack that trained the 2021-22 giants: Megatron's model code
+run by DeepSpeed's PipelineEngine. BigScience's BLOOM-176B (`bigscience-workshop/bigscience`
+train/tr11-176B-ml: 384 A100 80GB, TP4 PP12 DP8, bf16, full recompute; the full-batch log line and the
+batch ramp-up's two measured points) and MT-NLG 530B (Smith et al. 2022 §2.4 as quoted in
+`cli99/llm-analysis`: 280, 350 and 420 DGX A100 nodes, TP8 PP35, global batch 1920). Each run was expressed
+with the flags that existed and planned before anything was changed (each row's `first_planned`, at commit
+0b8c8a4): **first sight {_med_worst(first)}** ({len(first)} runs). That is the figure on sources the model had
+not seen. Then, reading DeepSpeed's source (`deepspeed/runtime/pipe/engine.py`, `schedule.py`,
+`bf16_optimizer.py`; cited in `comm.py` and `throughput.py`), three things the planner did not know:
+
+- the PipelineEngine turns the backward's all-reduce off (`enable_backward_allreduce = False`: "We schedule the
+  all-reduces") and its TrainSchedule reduces the gradients after the last micro-batch (ReduceTiedGrads,
+  ReduceGrads, OptimizerStep), so nothing is left to hide them under on the first stage, which finishes last;
+  the planner had let them hide under the last micro-batch and the pipeline's drain, as Megatron-Core does;
+- under bf16 its BF16_Optimizer is "hardcoded for fp32 gradient accumulation": after every micro-batch's
+  backward it casts the bf16 gradients and adds them into fp32 ones (18 bytes per parameter of the stage,
+  {f['accum_mb_ms']:.0f} ms per micro-batch on a BLOOM stage), and it all-reduces fp32 gradients, not a bf16
+  reduce-scatter;
+- a tied embedding lives on the first and the last stage and its gradient is all-reduced between them once a
+  step (Megatron-Core's `finalize_model_grads` too, after the data-parallel sync): {f['embed_gb']:.1f} GB of fp32
+  for BLOOM's vocabulary at TP4, {f['embed_s']:.1f} s over the assumed {f['inter']:g} GB/s per GPU. This one is not
+  DeepSpeed's alone, so it applies to every tied model with `--pp > 1` (the Megatron-LM 2021 and NeMo GPT-3
+  rows moved by under 0.2 points).
+
+`--deepspeed-pipeline` says which engine runs (it also refuses ZeRO-2/3 and `--vpp`, as the engine does). No
+constant was fitted; the byte counts come from the kernels and the order from the schedule. **Now:
+{_med_worst(now)}.** {per}.
+
+{table}
+
+**Memory.** The prequel's 02-28 table (`chronicles-prequel.md`: the final shape at TP8 and TP4, MBS 2 and 4,
+`nvidia-smi` on the first node) was added after `--deepspeed-pipeline` was written (its tokens/s are not
+unseen: {_med_worst(later)} now), but no memory term had seen it: **memory first sight {_med_worst(mem_first)}**
+({len(mem_first)} runs). The source then sent us to two terms: the BF16_Optimizer keeps each stage's bf16
+gradients beside its fp32 ones (`update_hp_grads(clear_lp_grads=False)` under the PipelineEngine: 2 bytes per
+parameter on top of the 4 the planner counted), and BLOOM ran DeepSpeed's activation checkpointing without
+`--partition-activations`, so without sequence parallelism every TP rank keeps each checkpointed block's input
+whole (`--no-partition-activations`; Megatron-LM 2021's `--distribute-checkpointed-activations`, which the
+planner had assumed, splits it). **Memory now {_med_worst(mem_now)}.** What is still missing is not known from
+the source: the first stage holds the tied embedding beside its blocks (the planner spreads the parameters
+evenly over the stages), nvidia-smi counts NCCL's buffers and more CUDA context than the 1 GiB planned (the
+prequel measured 1573 MiB of it on a 40GB A100), and the engine's pipe buffers keep every in-flight
+micro-batch's stage output.
+
+What the after-figures rest on, and what is still not explained:
+- MT-NLG's dtype is not in the quoted text: planned as bf16 the fp32 accumulation applies and the rows read as
+  above; planned as fp16 (DeepSpeed's ZeRO-1 optimizer: no fp32 accumulation) they read
+  {100 * f['fp16'][0]:+.0f}% to {100 * f['fp16'][1]:+.0f}%, about where they were first. Megatron-LM ran the same 530B model on
+  the same kind of node at {f['meg_tf']} TFLOP/s per GPU (Narayanan et al. 2021, planned at {100 * f['meg_err']:+.0f}%); MT-NLG
+  reached {f['mt_tf']} at {f['mt_nodes']} nodes, {100 * (1 - f['mt_tf'] / f['meg_tf']):.0f}% less, and in this model only the
+  BF16_Optimizer's per-micro-batch pass accounts for that gap. A lock-step reading of DeepSpeed's schedule
+  (every slot as long as the slowest neighbour's backward: 2 × backward per micro-batch instead of forward +
+  backward, 1.5× with full recompute) would make every run slower by far more than either source shows (BLOOM's
+  full-batch run included), so it is not modelled.
+- BLOOM's network is not published beyond "4 OmniPath links" per node: 100 Gb/s each ({f['inter']:g} GB/s per GPU)
+  is assumed. Its data-parallel reduction ({f['dp_s']:.1f} s a step) and the tied all-reduce scale with it; at one
+  micro-batch per step (the GBS-16 log line) they are {100 * f['small_share']:.0f}% of the planned step.
+- Leave-one-source-out: these {len(rows)} are the only megatron-stack A100 runs besides Narayanan et al.'s, so with
+  that source held out the megatron A100 GEMM efficiency is refitted on them ({f['nar_eff']} against the shipped
+  {CALIBRATION['gemm_eff']['megatron'][8]}), and Narayanan's rows read {100 * f['nar_med']:.1f}% (median) that way, where before these
+  rows the refit had no megatron A100 run and took the derived value. One constant serves Megatron-LM and
+  Megatron-DeepSpeed; MT-NLG's remaining over-prediction is what pulls it down.
+- BLOOM's full-batch run was within 1% at first sight and now reads low: the fp32 accumulation
+  ({f['accum_s']:.1f} s of its {f['step_s']:.0f} s planned step) and the exposed reductions ({f['reduce_s']:.1f} s) are counted
+  from the source; what offsets them there is not known.
 """

@@ -114,6 +114,12 @@ DESIGN = {
     "Llama Team": "first held out; then sent us to the embedding/loss pipeline slots",
     "pytorch/torchtune README.md": "sent us to the eager block, compiled-fp32 and chunked losses (memory only)",
     "foundation-model-stack/fms-fsdp README.md": "none: added after every term, fitted on nothing, no term added for it",
+    "bigscience-workshop/bigscience train/tr11-176B-ml":
+        "unseen when first planned (its first-sight errors: the older-stacks section); then sent us to "
+        "--deepspeed-pipeline, the tied embedding's all-reduce, --no-partition-activations and the bf16 grads the "
+        "BF16_Optimizer keeps",
+    "Smith et al. 2022": "unseen when first planned (its first-sight errors: the older-stacks section); then sent us "
+                         "to --deepspeed-pipeline",
 }
 """What each source did to the model beyond its rows' errors: a source that shaped a term is not unseen, even
 where no constant was fitted on it (leave-one-source-out removes the fitting, not the design)."""

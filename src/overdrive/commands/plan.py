@@ -155,7 +155,9 @@ def _setup_kwargs(args: argparse.Namespace) -> dict:
                  embedding_in_pipeline_split=args.embedding_in_pipeline_split, stack=args.stack,
                  attention=args.attention, block_code=args.block_code or "",
                  sequence_parallel=args.sequence_parallel == "on", z_loss=args.z_loss,
-                 gather_dtype=args.gather_dtype or "", fused_kernels=args.fused_kernels)
+                 gather_dtype=args.gather_dtype or "", fused_kernels=args.fused_kernels,
+                 deepspeed_pipeline=args.deepspeed_pipeline,
+                 partition_activations=not args.no_partition_activations)
     if args.micro_batch is not None:
         setup["micro_batch"] = args.micro_batch
     return setup
@@ -327,6 +329,12 @@ def _add_stack_args(a) -> None:
     a("--sequence-parallel", choices=["on", "off"], default="on",
       help="with --tp: off keeps the norms, residuals and their activations on every token of each TP rank "
            "(Megatron before 2022)")
+    a("--deepspeed-pipeline", action="store_true",
+      help="DeepSpeed's PipelineEngine (Megatron-DeepSpeed, GPT-NeoX): gradients reduced after the pipeline "
+           "flush, not under the backward; bf16 through its BF16_Optimizer (fp32 accumulation, fp32 all-reduce)")
+    a("--no-partition-activations", action="store_true",
+      help="with --tp and --sequence-parallel off: every TP rank keeps a checkpointed block's input whole "
+           "(Megatron-DeepSpeed without --partition-activations)")
     a("--qk-norm", action="store_true", help="the model normalizes q and k per head (OLMo 2, Qwen3, Gemma 3; "
                                              "read from a config.json by its model type)")
     a("--z-loss", action="store_true", help="PaLM's z-loss beside the cross-entropy (one more pass over the fp32 "

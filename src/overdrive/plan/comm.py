@@ -27,7 +27,15 @@ fastest), so a group's members per node are gpus_per_node / (the degrees inside 
                   per step, hidden under the attention compute.
   pipeline        the bubble (pp−1)/(vpp·micro-batches) (Narayanan et al. 2021, §2.2), plus per micro-batch and
                   virtual stage a send of activations forward and of their gradients back (p2p latency + bytes,
-                  across nodes when the stages are).
+                  across nodes when the stages are); a tied embedding's gradient all-reduced between the first and
+                  the last stage once a step, after the data-parallel reduction (`_embed_comm`), exposed.
+  DeepSpeed       --deepspeed-pipeline (Megatron-DeepSpeed, GPT-NeoX; microsoft/DeepSpeed
+                  deepspeed/runtime/pipe/engine.py @ 0050fdad and schedule.py @ af8f2596): the engine sets
+                  `enable_backward_allreduce = False` and its TrainSchedule appends ReduceTiedGrads, ReduceGrads,
+                  OptimizerStep after the last micro-batch, so the gradients go out after the pipeline flush with
+                  no backward left to hide them (all of dp exposed), in buffers of 5e8 elements; bf16 runs its
+                  BF16_Optimizer, "hardcoded for fp32 gradient accumulation": an all-reduce of fp32 gradients,
+                  then its ZeRO-1 all-gather of the bf16 parameters.
 """
 
 from __future__ import annotations
@@ -38,9 +46,13 @@ from overdrive.plan.collectives import LINK_EFF, choose_allreduce, gather_s, p2p
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
-__all__ = ["comm_times", "dp_exposed", "LINK_EFF", "ASYNC_TP_EXPOSED", "DDP_BUCKET_BYTES", "group_layout"]
+__all__ = ["comm_times", "dp_exposed", "LINK_EFF", "ASYNC_TP_EXPOSED", "DDP_BUCKET_BYTES", "DS_ALLREDUCE_ELEMENTS",
+           "group_layout"]
 
 ASYNC_TP_EXPOSED = 0.3
+DS_ALLREDUCE_ELEMENTS = 500_000_000
+"""DeepSpeed's MEMORY_OPT_ALLREDUCE_SIZE: the elements per buffer its PipelineEngine reduces gradients in
+(deepspeed/runtime/engine.py)."""
 DDP_BUCKET_BYTES = 25 * 2**20
 """torch.nn.parallel.DistributedDataParallel's bucket_cap_mb default."""
 
@@ -59,7 +71,10 @@ def group_layout(s: TrainSetup, size: int, inner: int) -> tuple[int, float]:
 
 def _buckets(s: TrainSetup, grad_bytes: float, trained: float, blocks: float) -> int:
     """Calls a step's gradients go out in: Megatron's DDP/distributed optimizer buckets of max(40M, 1M·dp)
-    parameters; PyTorch DDP's 25 MB; FSDP2 as ZeRO-1/2 (reshard_after_forward=False) one per block."""
+    parameters; PyTorch DDP's 25 MB; FSDP2 as ZeRO-1/2 (reshard_after_forward=False) one per block; DeepSpeed's
+    PipelineEngine buffers of MEMORY_OPT_ALLREDUCE_SIZE elements."""
+    if s.deepspeed_pipeline:
+        return max(1, math.ceil(trained / DS_ALLREDUCE_ELEMENTS))
     if s.stack == "megatron":
         per = max(40e6, 1e6 * s.dp) * (grad_bytes / max(trained, 1))
     elif s.sharding in ("zero1", "zero2", "hsdp"):
@@ -106,7 +121,14 @@ def _ddp_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
     nodes, bw = group_layout(s, n, s.tp)
     grads = trained * grad_b
     nb = _buckets(s, grads, trained, L)
-    if s.sharding == "none":
+    if s.deepspeed_pipeline and s.precision == "bf16":
+        # BF16_Optimizer: an all-reduce of the fp32 gradients (`_bf16_reduce_grads`), then under its ZeRO-1 an
+        # all-gather of the updated bf16 parameters
+        algo, t, lat_one = choose_allreduce(trained * 4 / nb, n, nodes, bw)
+        if s.sharding != "none":
+            t += gather_s(m.n_params() / (s.tp * s.pp) * 2 / nb, n, nodes, bw)
+            lat_one += ring_latency_s(n, nodes, allreduce=False)
+    elif s.sharding == "none":
         algo, t, lat_one = choose_allreduce(grads / nb, n, nodes, bw)
     else:   # ZeRO-1/2: reduce-scatter the gradients, all-gather the updated 16-bit parameters
         algo = "ring"
@@ -144,12 +166,24 @@ def _cp_pp_comm(m: ModelSpec, s: TrainSetup, out: dict, attn_s: float) -> None:
         out["pp"] = s.vpp * 2 * p2p_s(act, bw, across_nodes=across)
 
 
+def _embed_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
+    """A tied embedding under pipelining lives on the first and the last stage; its gradient is all-reduced
+    between the two once a step, after the data-parallel reduction (Megatron-Core finalize_model_grads:
+    finish_grad_sync, then _allreduce_embedding_grads; DeepSpeed's schedule: ReduceTiedGrads before ReduceGrads,
+    in fp32 under the BF16_Optimizer). The two ends are (pp−1)·tp·cp·dp ranks apart."""
+    if not (m.tied and s.pp > 1):
+        return
+    nodes, bw = group_layout(s, 2, (s.pp - 1) * s.tp * s.cp * s.dp)
+    b = 4 if s.deepspeed_pipeline and s.precision == "bf16" else grad_b
+    out["embed"] = choose_allreduce(m.vocab * m.hidden / s.tp * b, 2, nodes, bw)[1]
+
+
 def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict:
     """Seconds: `dp` per step (to overlap with compute, `dp_exposed`), `tp`, `cp`, `pp` exposed per micro-batch;
     and how the data-parallel time splits (calls, latency, algorithm, the call nothing hides)."""
     grad_b = 2 if (s.pure_bf16 or s.grad_dtype == "bf16") else 4
     out = {"dp": 0.0, "dp_calls": 0.0, "dp_latency": 0.0, "dp_algo": "", "dp_edge": 0.0, "dp_buckets": 0,
-           "tp": 0.0, "tp_latency": 0.0, "tp_nodes": 1, "cp": 0.0, "pp": 0.0}
+           "tp": 0.0, "tp_latency": 0.0, "tp_nodes": 1, "cp": 0.0, "pp": 0.0, "embed": 0.0}
     if s.sharding in ("fsdp", "hsdp") and s.shards > 1:
         _fsdp_comm(m, s, out, grad_b)
     elif s.sharding != "none" and s.shards > 1 or s.sharding == "none" and s.dp * s.cp > 1:
@@ -157,6 +191,7 @@ def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict:
     if s.tp > 1:
         _tp_comm(m, s, out)
     _cp_pp_comm(m, s, out, attn_s)
+    _embed_comm(m, s, out, grad_b)
     return out
 
 
@@ -165,6 +200,11 @@ def dp_exposed(s: TrainSetup, c: dict, t_mb: float, bubble: float) -> tuple[floa
     n = s.grad_accum
     if c["dp"] <= 0:
         return 0.0, 0.0
+    if s.deepspeed_pipeline:
+        # DeepSpeed's PipelineEngine turns the backward's all-reduce off ("We schedule the all-reduces") and runs
+        # ReduceGrads after the last backward (TrainSchedule); the first stage finishes last, so its reduction
+        # is all exposed
+        return c["dp"], 0.0
     if s.sharding in ("fsdp", "hsdp"):
         # every micro-batch's calls run beside that micro-batch's blocks; its first gather and last
         # reduce-scatter have no block beside them

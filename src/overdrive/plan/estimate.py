@@ -2,8 +2,10 @@
 roofline (throughput.py) and communication (comm.py) put together.
 
   step = GA × t_mb × (1 + bubble) + optimizer + exposed data-parallel communication (comm.dp_exposed: FSDP
-         max(first gather + last reduce-scatter, dp_comm − overlap × GA × t_mb); DDP/ZeRO bucket by bucket)
+         max(first gather + last reduce-scatter, dp_comm − overlap × GA × t_mb); DDP/ZeRO bucket by bucket;
+         DeepSpeed's PipelineEngine all of it) + the tied embedding's all-reduce between the pipeline's ends
   t_mb = GEMM + attention + memory-bound + recompute + exposed TP/CP/PP communication + exposed activation offload
+         (+ DeepSpeed's BF16_Optimizer fp32 gradient accumulation, throughput.py)
   tokens/s/GPU = GA · micro_batch · seq / (tp · pp · cp) / step
   MFU = tokens/s/GPU × (6N + 12·L·H·Q·T) / bf16 peak (nanoGPT/torchtitan's convention; FP8 runs are
   reported against the bf16 peak too, so the figures compare).
@@ -69,7 +71,7 @@ def vpp_choices(m: ModelSpec, s: TrainSetup) -> list[int]:
     takes uneven chunks, so the pytorch stack tries every v that leaves each chunk a block."""
     slots = m.n_layer + (2 if s.embedding_in_pipeline_split else 0)
     out = [1]
-    if s.grad_accum % s.pp == 0:
+    if s.grad_accum % s.pp == 0 and not s.deepspeed_pipeline:   # DeepSpeed's PipelineEngine: 1F1B only
         even = s.stack == "megatron"
         out += [v for v in range(2, VPP_MAX + 1) if slots >= s.pp * v and (not even or slots % (s.pp * v) == 0)
                 and s.recompute_layers <= slots // (s.pp * v)]
@@ -85,6 +87,8 @@ def estimate(m: ModelSpec, s: TrainSetup, *, cal: dict | None = None) -> Estimat
         best = max(fit, key=lambda e: e.tokens_per_s_per_gpu)
         if len(tried) > 1:
             why = f"the fastest that {'fits' if best.fits else 'was tried'} of {[e.setup.vpp for e in tried]}"
+        elif s.deepspeed_pipeline:
+            why = "no interleaving: DeepSpeed's PipelineEngine runs 1F1B only (deepspeed/runtime/pipe/schedule.py)"
         elif s.grad_accum % s.pp:
             why = (f"no interleaving: {s.grad_accum} micro-batches per step are not a multiple of --pp {s.pp} "
                    "(the interleaved schedule's need)")
@@ -117,7 +121,8 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     total = sum(bd.values())
     ct = compute_times(m, s, cal)
     cm = comm_times(m, s, ct["attention"])
-    t_mb = ct["gemm"] + ct["attention"] + ct["memory"] + ct["recompute"] + cm["tp"] + cm["cp"] + cm["pp"]
+    t_mb = (ct["gemm"] + ct["attention"] + ct["memory"] + ct["recompute"] + ct["grad_accum"] + cm["tp"] + cm["cp"]
+            + cm["pp"])
     offload_exposed = max(0.0, ct["offload"] - t_mb)
     if offload_exposed > 0:
         notes.append(f"activation offload: {ct['offload'] * 1e3:.0f} ms of host transfer per micro-batch vs "
@@ -139,14 +144,17 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
                      f"{s.inter_gbs:g} GB/s per-GPU network ({n * cm['tp'] * 1e3:.0f} ms per step, not overlapped)")
     if bubble > 0.1:
         notes.append(f"pipeline bubble {100 * bubble:.0f}%: more micro-batches per step or --vpp shrink it")
-    step = compute + exposed
+    # the tied embedding's gradient, all-reduced between the first and the last stage after the data-parallel
+    # reduction, on the stage that finishes last (comm.py: nothing left to hide it under)
+    step = compute + exposed + cm["embed"]
     tokens = n * s.micro_batch * s.seq / (s.tp * s.pp * s.cp)
     tps = tokens / step
     mfu = tps * m.flops_per_token(s.seq) / (s.gpu.bf16_tflops * 1e12)
     times = {"gemm": n * ct["gemm"], "attention": n * ct["attention"], "memory_bound": n * ct["memory"],
              "recompute": n * ct["recompute"], "optimizer": ct["optimizer"], "bubble": n * t_mb * bubble,
              "offload_exposed": n * offload_exposed, "tp_exposed": n * cm["tp"], "cp_exposed": n * cm["cp"],
-             "pp_p2p": n * cm["pp"], "dp_comm": cm["dp"], "dp_latency": cm["dp_latency"], "dp_exposed": exposed}
+             "pp_p2p": n * cm["pp"], "dp_comm": cm["dp"], "dp_latency": cm["dp_latency"], "dp_exposed": exposed,
+             "embed_allreduce": cm["embed"], "fp32_grad_accum": n * ct["grad_accum"]}
     return Estimate(setup=s, breakdown_gib=bd, memory_gib=total, allocated_gib=t["allocated"] / GIB,
                     reserved_margin_gib=reserve_bytes(t["allocated"]) / GIB, capacity_gib=s.gpu.mem_gib,
                     fits=total <= s.gpu.mem_gib, step_s=step, compute_s=compute, comm_s=cm["dp"] + cm["tp"] + cm["cp"],

@@ -49,7 +49,13 @@ _TIME = {
     "dp_latency": "the latency part of dp_comm: calls × NCCL's per-call latency (tuning.cc: ring 8.4 µs + 3.4 µs per "
                   "NVLink hop + 9.6 µs per network hop; tree 2·(hops in node·28 + log2(nodes)·50) µs)",
     "dp_exposed": "FSDP: max(first gather + last reduce-scatter, dp_comm − overlap × compute); DDP/ZeRO: "
-                  "max(t, nb·t − (nb−1)·overlap·c), nb buckets of t s over c s of compute each",
+                  "max(t, nb·t − (nb−1)·overlap·c), nb buckets of t s over c s of compute each; DeepSpeed's "
+                  "PipelineEngine: all of dp_comm (reduced after the pipeline flush)",
+    "embed_allreduce": "tied embedding under --pp: its V·h/tp gradient all-reduced between the first and the last "
+                       "stage after the data-parallel reduction (Megatron finalize_model_grads, DeepSpeed "
+                       "ReduceTiedGrads), exposed",
+    "fp32_grad_accum": "DeepSpeed's BF16_Optimizer: every micro-batch the bf16 gradients cast and added into fp32 "
+                       "ones, 18 bytes per parameter of the stage over HBM (in the micro-batch time)",
 }
 
 

@@ -229,9 +229,9 @@ def _activations(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, flo
     per_layer = act_bytes_per_layer(m, s)
     width = 4 if s.precision == "fp32" else 2
     tokens = s.seq * s.micro_batch / (s.tp * s.cp)
-    # a checkpointed block's input, split over the TP ranks even without SP: Megatron's
-    # --distribute-checkpointed-activations (2021) shards it over the model-parallel group
-    block_input = tokens * m.hidden * width
+    # a checkpointed block's input, split over the TP ranks even without SP: Megatron's --distribute-checkpointed-
+    # activations (2021); whole on every TP rank without it (setup.partition_activations False)
+    block_input = tokens * m.hidden * width * (s.tp if not (s.sequence_parallel or s.partition_activations) else 1)
     L = m.n_layer / s.pp
     if s.recompute_layers:
         k = recomputed_blocks(m, s)
@@ -335,6 +335,8 @@ def _states(m: ModelSpec, s: TrainSetup) -> tuple[float, float, float]:
             params = 2 * P + master_b * P / S
         grad_b = 2 if s.grad_dtype == "bf16" else 4
         grads = grad_b * P / (S if s.sharding in ("zero2", "fsdp", "hsdp") else 1)
+        if s.deepspeed_pipeline and s.precision == "bf16":   # BF16_Optimizer: the bf16 grads stay beside the fp32
+            grads += 2 * P                                     # ones (update_hp_grads(clear_lp_grads=False))
         opt = n_states * opt_b * P / S
     if s.optimizer_in_backward:
         # each gradient is freed once its parameter is stepped: at most the largest tensor's is alive

@@ -185,7 +185,8 @@ def _search_space(base: TrainSetup, setup: dict, precisions, shardings, checkpoi
     ckpts = checkpointing or (("none",) if base.recompute_layers or base.recompute_modules else CHECKPOINTING)
     # parameter offload is FSDP's (CPUOffloadPolicy): search only the shardings that have it
     asked_shardings = shardings
-    shardings = shardings or (("fsdp", "hsdp") if base.offload == "params" else ("fsdp", "hsdp", "zero1", "none"))
+    shardings = shardings or (("fsdp", "hsdp") if base.offload == "params" else
+                              ("zero1", "none") if base.deepspeed_pipeline else ("fsdp", "hsdp", "zero1", "none"))
     if base.dp * base.cp == 1 and not asked_shardings:
         # one data-parallel rank: every sharding holds the same bytes and runs the same step; rank one, not three
         shardings = ("fsdp",) if base.offload == "params" else ("none",)
@@ -219,7 +220,8 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
         raise ValueError(f"--min-headroom {min_headroom_gib:g} GiB is outside 0-{g.mem_gib:.0f} (the {g.key}'s "
                          "memory): give the GiB to keep free, 0 to rank by speed alone")
     margin = round(g.mem_gib * MIN_HEADROOM_SHARE, 1) if min_headroom_gib is None else float(min_headroom_gib)
-    base = TrainSetup(gpu=g, **setup)
+    # DeepSpeed's PipelineEngine refuses ZeRO-2/3: its base is ZeRO-1 (the searched shardings say the rest)
+    base = TrainSetup(gpu=g, **({"sharding": "zero1", **setup} if setup.get("deepspeed_pipeline") else setup))
     precisions, shardings, ckpts, mbs = _search_space(base, setup, precisions, shardings, checkpointing,
                                                       micro_batches)
     _check_asked(g, base, precisions, shardings)

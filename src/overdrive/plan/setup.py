@@ -132,6 +132,14 @@ class TrainSetup:
     fused_kernels: bool = False
     """Eager (--no-compile) with hand-fused kernels for the memory-bound ops (Apex/Liger/TE norms, fused
     SwiGLU/RoPE, as Megatron's eager code): memory traffic as compiled, no torch.compile."""
+    deepspeed_pipeline: bool = False
+    """DeepSpeed's PipelineEngine runs the pipeline (Megatron-DeepSpeed, GPT-NeoX; comm.py): no interleaving, the
+    data-parallel gradients reduced after the pipeline flush with nothing left to hide them under, bf16 through its
+    BF16_Optimizer (fp32 gradient accumulation every micro-batch, an fp32 all-reduce), ZeRO-1 at most."""
+    partition_activations: bool = True
+    """Without sequence parallelism, a checkpointed block's input is split over the TP ranks (Megatron's
+    --distribute-checkpointed-activations, DeepSpeed checkpointing's partition_activations); False: every TP rank
+    keeps it whole (Megatron-DeepSpeed without --partition-activations, as BLOOM ran)."""
     attention: str = "flash"
     """flash (FlashAttention / cuDNN / TE fused attention: scores never leave the chip) | unfused (the s × s scores
     and probabilities in HBM, with softmax, mask and dropout kernels: Megatron before 2022, eager attention)."""

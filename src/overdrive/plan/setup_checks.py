@@ -172,6 +172,13 @@ def _check_layout(s) -> None:
         # ("Sequence length per GPU needs to be divisible by 2!"), so the sequence divides by 2·cp
         raise ValueError(f"--seq {s.seq} is not divisible by 2 x --cp {s.cp}: ring attention gives each "
                          f"rank two halves, use a multiple of {2 * s.cp}")
+    if s.deepspeed_pipeline and s.sharding not in ("none", "zero1"):
+        # deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+        raise ValueError(f"--deepspeed-pipeline with --sharding {s.sharding}: DeepSpeed's PipelineEngine refuses "
+                         "ZeRO-2/3, use --sharding zero1 or none")
+    if s.deepspeed_pipeline and s.vpp is not None and s.vpp > 1:
+        raise ValueError(f"--deepspeed-pipeline with --vpp {s.vpp}: DeepSpeed's PipelineEngine has no interleaved "
+                         "schedule, drop --vpp")
     if s.vpp is not None and s.vpp > 1 and s.pp == 1:
         raise ValueError("--vpp needs --pp > 1 (virtual stages interleave a pipeline)")
     if s.global_batch is not None and s.global_batch % (s.micro_batch * s.dp):

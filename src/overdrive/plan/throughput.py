@@ -37,7 +37,9 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
   offload     activation offload: the offloaded blocks' bytes out and back over the host link (`HOST_GBS`),
               on a side stream: only what exceeds the micro-batch's compute is exposed.
   optimizer   AdamW over this GPU's shard: 32 bytes per parameter (read p, g, m, v; write p, m, v; the
-              grad-norm pass), once per step. Offloaded: PCIe 6 bytes per parameter at 25 GB/s and a CPU
+              grad-norm pass), once per step. --deepspeed-pipeline with bf16: DeepSpeed's BF16_Optimizer also
+              adds every micro-batch's bf16 gradients into fp32 ones (`BF16_ACCUM_BYTES` per parameter of the
+              stage, in the micro-batch time). Offloaded: PCIe 6 bytes per parameter at 25 GB/s and a CPU
               step at 1e9 parameters/s per GPU.
 """
 
@@ -49,7 +51,7 @@ from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["CALIBRATION", "compute_times", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
-           "HOST_GBS", "MEGATRON_CE_BYTES", "LOSS_BYTES", "loss_bytes_per_logit", "Z_LOSS_BYTES", "SRELU_UNFUSED_ELEMS"]
+           "HOST_GBS", "MEGATRON_CE_BYTES", "BF16_ACCUM_BYTES", "LOSS_BYTES", "loss_bytes_per_logit", "Z_LOSS_BYTES", "SRELU_UNFUSED_ELEMS"]
 
 # Fitted by scripts/plan_calibrate.py on the calibration runs of src/overdrive/plan/published_runs.json only
 # (docs/plan-validation.md lists which run fitted which constant); never on the validation runs.
@@ -282,6 +284,21 @@ def _optimizer_time(m: ModelSpec, s: TrainSetup, hbm: float) -> float:
     return (16 + 8 * OPTIMIZER_STATES[s.optimizer]) * P_shard / hbm
 
 
+BF16_ACCUM_BYTES = 18.0
+"""HBM bytes per parameter DeepSpeed's BF16_Optimizer moves after every micro-batch's backward under its
+PipelineEngine (deepspeed/runtime/pipe/engine.py `_exec_backward_pass` calls `update_hp_grads`;
+deepspeed/runtime/bf16_optimizer.py @ 196e63ac: `hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))`): the cast
+of the bf16 gradient to a new fp32 tensor (read 2, write 4) and the in-place add into the fp32 accumulator (read
+4 + 4, write 4)."""
+
+
+def _grad_accum_time(m: ModelSpec, s: TrainSetup, hbm: float) -> float:
+    """Per micro-batch: DeepSpeed's BF16_Optimizer folds the bf16 gradients into its fp32 ones (BF16_ACCUM_BYTES)."""
+    if not (s.deepspeed_pipeline and s.precision == "bf16"):
+        return 0.0
+    return BF16_ACCUM_BYTES * m.n_params() / (s.tp * s.pp) / hbm
+
+
 def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[str, float]:
     """Seconds per micro-batch on the busiest GPU (the last pipeline stage), by op class; plus
     `optimizer` seconds per step."""
@@ -299,4 +316,5 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
     memory = (ew_bytes + L * quant_b + tok * m.vocab * loss_b) / c["hbm"]
     recompute = _recompute_time(m, s, c, block, gemm_block, attn, fwd_share, ew_bytes, quant_b, passes)
     return {"gemm": gemm_block + head, "attention": attn, "memory": memory, "recompute": recompute,
-            "optimizer": _optimizer_time(m, s, c["hbm"]), "lowp_share": lowp_share, "offload": _offload_time(m, s, L)}
+            "optimizer": _optimizer_time(m, s, c["hbm"]), "lowp_share": lowp_share, "offload": _offload_time(m, s, L),
+            "grad_accum": _grad_accum_time(m, s, c["hbm"])}

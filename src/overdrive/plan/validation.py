@@ -11,7 +11,7 @@ from importlib import resources
 
 from overdrive.env.catalog import gpu_by_key
 from overdrive.plan.estimate import estimate
-from overdrive.plan.memory import RESERVED_SHARE
+from overdrive.plan.memory import CONTEXT_BYTES, GIB, RESERVED_SHARE
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import MPT_SIZES, ModelSpec, get_model, mpt
 
@@ -22,7 +22,7 @@ _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "t
                "pure_bf16", "fp8_all_gather", "compile", "async_tp", "inter_gbs", "optimizer_dtype", "stack", "loss", "fp8_activations", "grad_dtype", "recompute_layers",
                "recompute_modules", "offload_activations", "embedding_in_pipeline_split", "attention", "block_code",
                "optimizer", "master_weights", "optimizer_in_backward", "sequence_parallel", "z_loss", "gather_dtype",
-               "fused_kernels", "lora_rank")
+               "fused_kernels", "lora_rank", "deepspeed_pipeline", "partition_activations")
 
 
 def load_runs() -> list[dict]:
@@ -57,6 +57,8 @@ def predict(r: dict, cal: dict | None = None) -> dict:
         # torchtitan logs max_reserved: the allocator's view on a GPU with room (allocated + its cache), no CUDA
         # context; torchtune's "peak memory active" is the allocator's active bytes, what allocated models
         planned = e.allocated_gib if r.get("memory_measure") == "active" else e.allocated_gib * (1 + RESERVED_SHARE)
+        if r.get("memory_measure") == "nvidia-smi":   # the process's whole footprint: the cache and the CUDA context
+            planned += CONTEXT_BYTES / GIB
         out.update(memory_published=r["memory_gib"], memory_predicted=planned,
                    memory_error=planned / r["memory_gib"] - 1, memory_measure=r.get("memory_measure", "reserved"),
                    # FSDP alone: with TP and PP beside it torchtitan keeps more than the planner models (the doc's
@@ -118,7 +120,7 @@ _FLAG_DEFAULTS = {"micro_batch": None, "precision": None, "sharding": None, "tp"
 _BOOL_FLAGS = {"pure_bf16": "--pure-bf16", "fp8_all_gather": "--fp8-all-gather", "fp8_activations": "--fp8-activations",
                "embedding_in_pipeline_split": "--embedding-in-pipeline-split",
                "optimizer_in_backward": "--optimizer-in-backward", "z_loss": "--z-loss",
-               "fused_kernels": "--fused-kernels"}
+               "fused_kernels": "--fused-kernels", "deepspeed_pipeline": "--deepspeed-pipeline"}
 
 
 def plan_flags(r: dict) -> str:
@@ -154,6 +156,8 @@ def plan_flags(r: dict) -> str:
     out += [flag for k, flag in _BOOL_FLAGS.items() if r.get(k)]
     if r.get("sequence_parallel") is False:
         out.append("--sequence-parallel off")
+    if r.get("partition_activations") is False:
+        out.append("--no-partition-activations")
     if r.get("gather_dtype"):
         out.append(f"--gather-dtype {r['gather_dtype']}")
     if r.get("compile") is False:
