@@ -51,7 +51,9 @@ def test_throughput_error_bounds(validation):
     assert s["median_abs_error"] <= 0.15, s
     # The issue's bound on the worst case (35%) is not met: the three power-limited B200 rows of
     # torchtitan's MXFP8 doc run ~45% below an unthrottled B200 (see the doc). Hold what is true.
-    others = [r for r in validation if "power-limited" not in r["source"]]
+    # Nor the runs their own source flags as a stack defect (torchtitan's rowwise float8 with TP, its issue #1207):
+    # shown in the doc, held to no bound (test_a_run_its_source_flags_as_a_defect_is_shown_not_fitted).
+    others = [r for r in validation if "power-limited" not in r["source"] and not r["stack_bug"]]
     assert max(abs(r["error"]) for r in others) <= 0.35, summary(others)
 
 
@@ -225,15 +227,24 @@ def test_leave_one_source_out_refit_reproduces_for_a_small_source():
             assert predict(r, fitted)["error"] == pytest.approx(want[r["id"]], abs=1e-4)
 
 
-def test_the_unseen_source_is_validation_only_and_its_error_is_in_the_doc(validation):
-    """fms-fsdp's table was added after every term and fits nothing: validation rows, each with its citation,
-    and the summary states its error as it is (no bound: it is the figure on a source the model never saw)."""
+def test_the_unseen_sources_are_validation_only_cited_and_their_error_is_in_the_doc(validation):
+    """The sources added after every term and fitted on nothing (fms-fsdp, OLMo-core, TinyLlama): validation rows,
+    each citing its file at a commit with a note of its assumptions, and the summary states their error as it is
+    (no bound: it is the figure on sources the model never saw)."""
     unseen = [r for r in load_runs() if r.get("held_out") == "unseen source"]
-    assert all(r["role"] == "validation" and r.get("note") for r in unseen)
-    fms = [r for r in unseen if "fms-fsdp" in r["source"]]
-    assert len(fms) == 4
-    assert all("fms-fsdp README.md @ 0d319983" in r["source"] and "token/gpu/sec" in r["note"] for r in fms)
-    s = summary([r for r in validation if r["held_out"] == "unseen source" and "fms-fsdp" in r["source"]])
+    assert all(r["role"] == "validation" and re.search(r" @ [0-9a-f]{7,40}", r["source"]) and r["note"]
+               for r in unseen)
+    counts = {key: sum(key in r["source"] for r in unseen) for key in
+              ("fms-fsdp README.md @ 0d319983", "OLMo-core README.md @ e27ba745", "TinyLlama README.md @ 8148930f",
+               "bigscience-workshop/bigscience", "Smith et al. 2022")}
+    assert counts == {"fms-fsdp README.md @ 0d319983": 4, "OLMo-core README.md @ e27ba745": 8,
+                      "TinyLlama README.md @ 8148930f": 1, "bigscience-workshop/bigscience": 8,
+                      "Smith et al. 2022": 3}, counts
+    assert sum(counts.values()) == len(unseen)
+    assert all("token/gpu/sec" in r["note"] for r in unseen if "fms-fsdp" in r["source"])
+    # the figure for the sources that shaped nothing (the older stacks shaped terms: their own section)
+    s = summary([r for r in validation if r["held_out"] == "unseen source"
+                 and not r["source"].startswith(("bigscience-workshop", "Smith et al."))])
     doc = open(DOC).read()
     assert (f"tokens/s error: median {100 * s['median_abs_error']:.1f}%, worst {100 * s['worst_abs_error']:.0f}%"
             in doc)
@@ -252,11 +263,12 @@ def test_the_older_stacks_first_sight_is_kept_beside_the_error_after(validation)
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
     from plan_doc_sections import first_sight_rows, older_stacks_section
 
-    runs = [r for r in load_runs() if "first_planned" in r]
+    older = ("bigscience-workshop", "Smith et al.")
+    runs = [r for r in load_runs() if "first_planned" in r and r["source"].startswith(older)]
     assert {r["id"].split()[0] for r in runs} == {"BLOOM-176B", "MT-NLG"}
     assert all(r["held_out"] == "unseen source" and r["role"] == "validation" and r.get("deepspeed_pipeline")
                for r in runs)
-    rows = first_sight_rows(validation)
+    rows = [r for r in first_sight_rows(validation) if r["source"].startswith(older)]
     assert [r["id"] for r in rows if r["first_error"] is not None] == [r["id"] for r in runs]
     for r in rows:
         if r["first_error"] is not None:
@@ -270,3 +282,33 @@ def test_the_older_stacks_first_sight_is_kept_beside_the_error_after(validation)
     for r in mem:
         assert f"| {r['memory_published']:.0f} | {r['first_memory']:.1f} | {100 * r['first_memory_error']:+.0f}% |" in _doc()
     assert older_stacks_section(validation) in _doc()
+
+
+def test_rows_added_unseen_keep_their_first_sight_error_and_the_doc_shows_them(validation):
+    """Every row added after the planner was written (OLMo-core, TinyLlama, torchtitan's async-TP file) keeps the
+    tokens/s it was planned at when added (`first_planned`), and the doc's section renders them with their
+    expressions."""
+    runs = {r["id"]: r for r in load_runs()}
+    added = [p for p in validation if "first_planned" in runs[p["id"]] and not p["source"].startswith(
+        ("bigscience-workshop", "Smith et al."))]
+    assert len(added) == 21
+    assert all(0.5 < runs[p["id"]]["first_planned"] / runs[p["id"]]["tps"] < 1.5 for p in added)
+    doc = open(DOC).read()
+    assert "## PyTorch-stack sources added unseen" in doc
+    assert expressed_table(added) in doc
+
+
+def test_a_run_its_source_flags_as_a_defect_is_shown_not_fitted(validation):
+    """torchtitan's async-TP file flags its rowwise-float8-with-TP baseline as a defect (its issue #1207): those
+    runs are in the data and the doc, but no fit uses them and no figure counts them."""
+    loso = _load_script("plan_loso")
+    runs = load_runs()
+    bug = [r for r in runs if r.get("stack_bug")]
+    assert len(bug) == 2 and all("torchtitan/issues/1207" in r["stack_bug"] and "rowwise" in r["id"] for r in bug)
+    fit = loso.fit_set(runs)
+    assert not any(r.get("stack_bug") for r in fit)
+    assert len(fit) == len(loso.fit_set([r for r in runs if not r.get("stack_bug")]))
+    assert not loso._rated({"power_limited": False, "stack_bug": True})
+    assert all(p["stack_bug"] for p in validation if p["id"] in {r["id"] for r in bug})
+    doc = open(DOC).read()
+    assert "pytorch/torchtitan#1207" in doc

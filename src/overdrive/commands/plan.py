@@ -275,7 +275,7 @@ def _add_choice_args(a) -> None:
                           "that this GPU runs; mxfp8/nvfp4 need Blackwell, asked alone elsewhere they show the fallback)")
     a("--sharding", help="comma list of none (DDP),zero1,zero2,fsdp (=zero3),hsdp (default: fsdp,hsdp,zero1,none)")
     a("--zero", type=int, choices=[1, 2, 3], help="ZeRO stage: 1 = distributed optimizer, 2 = + grads, 3 = FSDP")
-    a("--tp", type=int, default=1, help="tensor parallel degree (within a node, sequence parallel)")
+    a("--tp", type=int, default=1, help="tensor parallel degree (sequence parallel unless --sequence-parallel off; across nodes in whole nodes, over the NICs)")
     a("--pp", type=int, default=1, help="pipeline parallel stages")
     a("--vpp", type=int, default=None, help="virtual stages per pipeline rank (interleaved 1F1B); not given with "
                                            "--pp > 1: searched, and the pick is named")

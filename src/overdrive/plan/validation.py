@@ -53,6 +53,7 @@ def predict(r: dict, cal: dict | None = None) -> dict:
            "breakdown_gib": e.breakdown_gib, "attention_share": e.times["attention"] / e.step_s,
            "vpp": e.setup.vpp, "held_out": r.get("held_out", "")}
     out["memory_only"] = bool(r.get("memory_only"))
+    out["stack_bug"] = r.get("stack_bug", "")   # a defect the run's own source flags: shown, kept out of fits and bounds
     if r.get("memory_gib"):
         # torchtitan logs max_reserved: the allocator's view on a GPU with room (allocated + its cache), no CUDA
         # context; torchtune's "peak memory active" is the allocator's active bytes, what allocated models
