@@ -51,6 +51,7 @@ def _config_record(run: ConfigRun) -> dict:
     c = {"name": run.cand.name, "label": run.label, "ran": run.label, "also": run.also,
          "names": [run.cand.name] + [a["name"] for a in run.also], "description": run.cand.description,
          "baseline": run.cand.baseline, "status": run.status, "reason": run.reason, "stopped_at": run.stopped_at,
+         "warmup_slowdown": run.warmup_slowdown,
          "recipe": run.cand.recipe.to_dict(), "resolved": res, "options": dict(run.cand.options),
          "precision": res.get("precision", "?"), "emulated": bool(res.get("emulated")),
          "fallbacks": [d["reason"] for d in res.get("decisions", []) if d.get("fallback")],

@@ -44,6 +44,8 @@ class ConfigRun:
     """The baseline's A/A twin: timed in the rounds, never a result of its own."""
     memory: dict | None = None
     stopped_at: str | None = None
+    warmup_slowdown: float | None = None
+    """Its median warm-up step over the baseline's, when stopped after warm-up (what its row shows)."""
     """Where a stopped run was stopped: "warm-up" (`measure.session.warmup_stop`: never timed) or "rounds"."""
     parity_skipped: str | None = None
     """Why this run's quality was not assessed though it ran (far slower than the baseline here)."""

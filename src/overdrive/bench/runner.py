@@ -10,10 +10,11 @@ Two things are kept apart, so the host's load can change the timing but never th
   to judge and every configuration's verdict against the baseline settled), else go on past `rounds`
   and `budget_s` up to the wall-time cap `max_budget_s`, ending at a look; why they stopped is
   recorded (`Schedule.stop_reason`). A twin of the baseline runs in the same rounds (the A/A
-  control); a configuration 10x slower than the baseline in every interleaved warm-up step is stopped
-  before the rounds (`measure.session.warmup_stop`), one far slower is stopped at the end of a round; an
-  emulated format takes no timed turn (its speed is no result). Threads per worker come from the
-  cores, the workers stepping at once and the load (`overdrive.measure.threads`), and are recorded;
+  control); a configuration 5x slower than the baseline in every interleaved warm-up step (wall and CPU
+  time) is stopped before the rounds (`measure.session.warmup_stop`), one far slower is stopped at the
+  end of a round; an emulated format takes no timed turn (its speed is no result). Threads per worker
+  come from the cores, the workers stepping at once and the load (`overdrive.measure.threads`), and
+  are recorded;
 - quality: every configuration still running trains exactly `parity_steps` steps (untimed top-up
   after the rounds if needed), and is judged on those.
 Candidates that resolve to the same effective recipe here are measured once, under both names.
@@ -22,6 +23,7 @@ Candidates that resolve to the same effective recipe here are measured once, und
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from collections.abc import Callable
 
@@ -252,6 +254,7 @@ def _warm_up(runs: list[ConfigRun], baseline: ConfigRun | None, suite: Suite, st
                             base_name=name)
             if why:
                 run.stopped_at = "warm-up"
+                run.warmup_slowdown = statistics.median(run.warmup_ms[1:]) / statistics.median(ref)
                 _stop_slow(run, why)
     for run in runs:
         tick(f"warm up {run.cand.name}")

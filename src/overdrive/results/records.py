@@ -199,7 +199,10 @@ class ConfigRecord:
     def stopped_words(self) -> str:
         """What a stopped configuration's speed cell says: "stopped after warm-up" (never timed), or
         "stopped early" (after some timed rounds)."""
-        return WARMUP_STOP_LABEL if self.stopped_at == "warm-up" else "stopped early"
+        if self.stopped_at != "warm-up":
+            return "stopped early"
+        x = self.doc.get("warmup_slowdown")
+        return f"{WARMUP_STOP_LABEL} ({x:.0f}x slower)" if isinstance(x, (int, float)) else WARMUP_STOP_LABEL
 
 
 @dataclass(frozen=True, kw_only=True)

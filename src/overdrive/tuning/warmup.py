@@ -5,9 +5,9 @@ A candidate's first step is timed apart (it carries torch.compile and allocator 
 the baseline's step (eager) or by this model's compiles so far (compiled); a few more untimed steps
 record its loss and grad norm for the safety check against the fp32 shadow (the baseline). Emulated
 formats get three more steps for that check and are then stopped: they take no timed turn (the round
-driver's rule). Only a gross slowdown stops a candidate here: every warm-up step 10x or more the slowest
-of the baseline's steps taken back to back with them, and 5x in CPU time (`measure.session.warmup_stop`,
-bench's rule too).
+driver's rule). Only a gross slowdown stops a candidate here: every warm-up step 5x or more the slowest
+of the baseline's steps taken back to back with them, in wall time and in CPU time
+(`measure.session.warmup_stop`, bench's rule too).
 """
 
 from __future__ import annotations
@@ -102,9 +102,9 @@ class WarmUps:
         if reply is None:
             raise UserError(f"the baseline stopped during the warm-ups: {base.reason}")
         self._record(base, reply["steps"], timed=False)
-        # The one rule of bench and tune (`measure.session.warmup_stop`): every warm-up step 10x the
-        # baseline's slowest beside it, and 5x in CPU time; a shared host swings a step's wall time 5-25x from
-        # one moment to the next, so the wall time alone is no evidence.
+        # The one rule of bench and tune (`measure.session.warmup_stop`): every warm-up step 5x the
+        # baseline's slowest beside it in wall time and in CPU time; a shared host's load stretches a step's
+        # wall time 11-31x from one moment to the next, so the wall time alone is no evidence.
         why = warmup_stop([s["ms"] for s in reply["steps"]], run.warmup_ms[1:],
                           base_cpu_ms=[s.get("cpu_ms") for s in reply["steps"]], run_cpu_ms=run.warmup_cpu_ms[1:])
         if why:
