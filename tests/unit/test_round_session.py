@@ -255,6 +255,11 @@ def test_bench_stops_a_contender_far_slower_in_its_warm_up_before_any_timed_roun
     row = next(line for line in text.splitlines() if line.lstrip("│┃ ").startswith("amp-fp16"))
     assert f"stopped after warm-up ({ratio} slower)" in " ".join(text.split()) and "stopped early" not in row
     assert j["warmup_slowdown"] == pytest.approx(int(ratio[:-1]), abs=0.5)
+    # What `overdrive doctor` says of it afterwards (the bench's findings): the same words, once.
+    from overdrive.bench.findings import findings_lines
+
+    line = next(x for x in findings_lines(res) if x.startswith("amp-fp16"))
+    assert line.startswith(f"amp-fp16 (fp16): stopped after warm-up: {ratio} slower") and "stopped —" not in line
     assert f"note: amp-fp16: stopped after warm-up: {ratio} slower than the baseline (fp32)" in " ".join(text.split())
 
 
