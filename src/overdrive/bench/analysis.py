@@ -45,12 +45,13 @@ def _role_rounds(run: ConfigRun, role: str) -> list[float]:
 def _config_record(run: ConfigRun) -> dict:
     """What ran and how it went, before any figure: names, recipe, status, fallbacks and the raw timings."""
     res = run.resolved or {}
-    raw = {"warmup_ms": run.warmup_ms, "rounds_ms": run.rounds_ms}
+    raw = {"warmup_ms": run.warmup_ms, "warmup_cpu_ms": run.warmup_cpu_ms, "rounds_ms": run.rounds_ms}
     for r in run.roles:
         raw[f"{r}_ms"], raw[f"{r}_loss"], raw[f"{r}_skipped"] = run.ms[r], run.loss[r], run.skipped[r]
     c = {"name": run.cand.name, "label": run.label, "ran": run.label, "also": run.also,
          "names": [run.cand.name] + [a["name"] for a in run.also], "description": run.cand.description,
-         "baseline": run.cand.baseline, "status": run.status, "reason": run.reason,
+         "baseline": run.cand.baseline, "status": run.status, "reason": run.reason, "stopped_at": run.stopped_at,
+         "warmup_slowdown": run.warmup_slowdown,
          "recipe": run.cand.recipe.to_dict(), "resolved": res, "options": dict(run.cand.options),
          "precision": res.get("precision", "?"), "emulated": bool(res.get("emulated")),
          "fallbacks": [d["reason"] for d in res.get("decisions", []) if d.get("fallback")],

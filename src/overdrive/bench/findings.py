@@ -30,7 +30,8 @@ def save_findings(results: dict, env: EnvReport) -> str | None:
     from overdrive.io import write_atomic
 
     rows = [{"name": c.get("name"), "precision": c.get("precision"), "status": c.get("status"),
-             "reason": c.get("reason") or "", "speedup": c.get("speedup"), "speedup_ci": c.get("speedup_ci"),
+             "reason": c.get("reason") or "", "stopped_at": c.get("stopped_at"), "speedup": c.get("speedup"),
+             "speedup_ci": c.get("speedup_ci"),
              "baseline": bool(c.get("baseline"))} for c in results.get("configs") or []]
     doc = {"created": results.get("created"), "suite": (results.get("suite") or {}).get("name"),
            "device": results.get("device"), "recommendation": (results.get("recommendation") or {}).get("text"),
@@ -62,6 +63,8 @@ def findings_lines(doc: dict) -> list[str]:
         if c.get("status") == "ok" and isinstance(c.get("speedup"), (int, float)):
             iv = f" [{ci[0]:.2f}–{ci[1]:.2f}]" if isinstance(ci, list) and len(ci) == 2 else ""
             out.append(f"{head}: {c['speedup']:.2f}x the baseline{iv}")
+        elif c.get("stopped_at") == "warm-up" and c.get("reason"):  # "stopped after warm-up: 21x slower ..."
+            out.append(f"{head}: {c['reason']}")
         else:
             out.append(f"{head}: {c.get('status')}" + (f" — {c['reason']}" if c.get("reason") else ""))
     return out

@@ -10,9 +10,11 @@ Two things are kept apart, so the host's load can change the timing but never th
   to judge and every configuration's verdict against the baseline settled), else go on past `rounds`
   and `budget_s` up to the wall-time cap `max_budget_s`, ending at a look; why they stopped is
   recorded (`Schedule.stop_reason`). A twin of the baseline runs in the same rounds (the A/A
-  control); a configuration far slower than the baseline is stopped at the end of a round; an
-  emulated format takes no timed turn (its speed is no result). Threads per worker come from the
-  cores, the workers stepping at once and the load (`overdrive.measure.threads`), and are recorded;
+  control); a configuration 5x slower than the baseline in every interleaved warm-up step (wall and CPU
+  time) is stopped before the rounds (`measure.session.warmup_stop`), one far slower is stopped at the
+  end of a round; an emulated format takes no timed turn (its speed is no result). Threads per worker
+  come from the cores, the workers stepping at once and the load (`overdrive.measure.threads`), and
+  are recorded;
 - quality: every configuration still running trains exactly `parity_steps` steps (untimed top-up
   after the rounds if needed), and is judged on those.
 Candidates that resolve to the same effective recipe here are measured once, under both names.
@@ -21,105 +23,23 @@ Candidates that resolve to the same effective recipe here are measured once, und
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from overdrive.bench.suites import Candidate, Suite
+from overdrive.bench.config_run import ConfigRun, Schedule
+from overdrive.bench.suites import Suite
 from overdrive.bench.task import PROGRAM
 from overdrive.env import EnvReport
-from overdrive.measure.launch import Failure, Launcher, Worker, call_all
-from overdrive.measure.session import RoundsConfig, RoundSession, twin_name
+from overdrive.measure.launch import Failure, Launcher, call_all
+from overdrive.measure.rounds import shuffled
+from overdrive.measure.session import RoundsConfig, RoundSession, twin_name, warmup_stop
 from overdrive.measure.stats import look_rounds
-from overdrive.measure.threads import ThreadPlan, host_load, plan_threads
+from overdrive.measure.threads import host_load, plan_threads
 from overdrive.recipes import ResolvedRecipe, resolve
 from overdrive.recipes.labels import effective_key
 
 __all__ = ["ConfigRun", "Schedule", "run_e2e"]
-
-
-@dataclass
-class ConfigRun:
-    cand: Candidate
-    roles: tuple[str, ...] = ("teacher", "student")
-    """What one step trains, timed apart: a teacher and a student (GPT), or one model (recsys)."""
-    resolved: dict | None = None
-    label: str = ""
-    """What ran: the name, or `name → what ran (fallback: cause)`."""
-    also: list[dict] = field(default_factory=list)
-    """Other candidates that resolved to the same effective recipe: [{"name", "label"}]."""
-    status: str = "pending"
-    """ok | stopped (slower than the budget allows) | failed | oom | crashed | unavailable"""
-    reason: str = ""
-    setup_s: float | None = None
-    applied: dict | None = None
-    """Per role, the resolved recipe after the applier (what really ran: e.g. bf16 where no layer converted)."""
-    first_step_s: float | None = None
-    warmup_ms: list[float] = field(default_factory=list)
-    ms: dict[str, list[float]] = field(default_factory=dict)
-    loss: dict[str, list[float]] = field(default_factory=dict)
-    skipped: dict[str, list[bool]] = field(default_factory=dict)
-    """Per step: the optimizer step was skipped (GradScaler found inf/nan)."""
-    rounds_ms: list[list[float]] = field(default_factory=list)
-    """Per round: the combined step times (all roles), for paired comparisons."""
-    round_t: list[float] = field(default_factory=list)
-    """When each of this run's timed rounds started (s since the first), for the record."""
-    twin: bool = False
-    """The baseline's A/A twin: timed in the rounds, never a result of its own."""
-    memory: dict | None = None
-    parity_skipped: str | None = None
-    """Why this run's quality was not assessed though it ran (far slower than the baseline here)."""
-    final: dict | None = None
-    """Held-out metrics the task reports at the parity step (e.g. AUC and log-loss for recsys)."""
-    worker: Worker | None = None
-
-    def __post_init__(self) -> None:
-        for r in self.roles:
-            self.ms.setdefault(r, [])
-            self.loss.setdefault(r, [])
-            self.skipped.setdefault(r, [])
-        self.label = self.label or self.cand.name
-
-    @property
-    def live(self) -> bool:
-        return self.status == "pending" and self.worker is not None and self.worker.conn is not None
-
-    @property
-    def name(self) -> str:
-        return self.cand.name
-
-    @property
-    def emulated(self) -> bool:
-        """Runs an emulated low-precision format: no timed turn, only its quality is a result."""
-        return bool((self.resolved or {}).get("emulated"))
-
-    @property
-    def steps(self) -> int:
-        return len(self.loss[self.roles[0]])
-
-    def step_ms(self) -> list[float]:
-        return [sum(v) for v in zip(*(self.ms[r] for r in self.roles))]
-
-
-@dataclass
-class Schedule:
-    """What the scheduler did: rounds planned and run, and why fewer."""
-    rounds_planned: int
-    rounds_run: int = 0
-    budget_s: float = 0.0
-    parity_steps: int = 0
-    cut_by_budget: bool = False
-    threads: ThreadPlan | None = None
-    load: list[float | None] = field(default_factory=list)
-    """The host's 1-minute load average at the start and at the end of the timed rounds."""
-    twin: ConfigRun | None = None
-    looks: list[int] = field(default_factory=list)
-    """The rounds after which the run could stop (fixed before timing; every interval is at level
-    1 - 0.05/len(looks))."""
-    wall_cap_s: float = 0.0
-    """The adaptive rounds' wall-time cap."""
-    stop_reason: str = ""
-    """Why the timed rounds stopped where they did."""
 
 
 def _record(run: ConfigRun, steps: list[dict], *, kind: str) -> None:
@@ -133,6 +53,7 @@ def _record(run: ConfigRun, steps: list[dict], *, kind: str) -> None:
                 run.ms[r].append(s[f"{r}_ms"])
         if kind == "warmup":
             run.warmup_ms.append(sum(s[f"{r}_ms"] for r in run.roles))
+            run.warmup_cpu_ms.append(s.get("cpu_ms"))
 
 
 def _failed(run: ConfigRun, f: Failure, *, timeout: str | None = None, crashed: str | None = None) -> None:
@@ -265,7 +186,7 @@ def _run_e2e(runs: list[ConfigRun], suite: Suite, env: EnvReport, *, data, seed,
         runs.append(twin)  # in the schedule like any other; taken out again before the results
     tick = _ticker(progress, len(runs) * 3 + suite.rounds)
     _collect_setups(runs, step_timeout, tick)
-    _warm_up(runs, suite, step_timeout, tick)
+    _warm_up(runs, baseline, suite, step_timeout, tick, seed=seed)
     _timed(runs, baseline, twin, suite, sched, seed=seed, step_timeout=step_timeout, tick=tick, on_look=on_look)
     if twin is not None:  # the A/A control has done its work: no parity top-up, not a result
         runs.remove(twin)
@@ -305,19 +226,36 @@ def _collect_setups(runs: list[ConfigRun], step_timeout: float, tick) -> None:
         tick(f"set up {run.cand.name}")
 
 
-def _warm_up(runs: list[ConfigRun], suite: Suite, step_timeout: float, tick) -> None:
+def _warm_up(runs: list[ConfigRun], baseline: ConfigRun | None, suite: Suite, step_timeout: float, tick, *,
+             seed: int) -> None:
     """The first step carries compilation and allocator growth: timed apart, never judged. Every worker
-    warms up at once (their compiles overlap, as their setups did: one after another, two cold compiles
-    of a GPT cost minutes); no timed round starts until all are done."""
-    for n in (1, suite.warmup - 1):
-        live = [r for r in runs if r.live]
-        if n < 1 or not live:
-            continue
-        for run, reply in zip(live, _call_all(live, lambda r, n=n: ("run", n), step_timeout)):
+    takes it at once (their compiles overlap, as their setups did: one after another, two cold compiles
+    of a GPT cost minutes). The other warm-up steps are taken one worker at a time, in interleaved
+    rounds of one step each (seeded shuffled order, as the timed rounds), so a contender's warm-up steps
+    sit beside the baseline's: one `warmup_stop` finds far slower (`measure.session`) is stopped here,
+    before any timed round. No timed round starts until all are done."""
+    live = [r for r in runs if r.live]
+    for run, reply in zip(live, _call_all(live, lambda r: ("run", 1), step_timeout)):
+        if reply:
+            run.first_step_s = sum(reply["steps"][0][f"{r}_ms"] for r in run.roles) / 1e3
+            _record(run, reply["steps"], kind="warmup")
+    for k in range(suite.warmup - 1):
+        for run in shuffled([r for r in runs if r.live], k, seed):
+            reply = _call(run, ("run", 1), step_timeout)
             if reply:
-                if run.first_step_s is None:  # the worker's own clock: replies are collected in turn
-                    run.first_step_s = sum(reply["steps"][0][f"{r}_ms"] for r in run.roles) / 1e3
                 _record(run, reply["steps"], kind="warmup")
+    if baseline is not None and baseline.live:
+        refs = [r for r in runs if r is baseline or r.twin]
+        ref, ref_cpu = [x for r in refs for x in r.warmup_ms[1:]], [x for r in refs for x in r.warmup_cpu_ms[1:]]
+        name = f"the baseline ({(baseline.resolved or {}).get('precision', baseline.label)})"
+        for run in runs:
+            why = None if (run is baseline or run.twin or run.emulated or not run.live) else \
+                warmup_stop(ref, run.warmup_ms[1:], base_cpu_ms=ref_cpu, run_cpu_ms=run.warmup_cpu_ms[1:],
+                            base_name=name)
+            if why:
+                run.stopped_at = "warm-up"
+                run.warmup_slowdown = statistics.median(run.warmup_ms[1:]) / statistics.median(ref)
+                _stop_slow(run, why)
     for run in runs:
         tick(f"warm up {run.cand.name}")
 
@@ -381,7 +319,9 @@ def _parity(runs: list[ConfigRun], baseline: ConfigRun | None, suite: Suite, ste
 
 
 def _stop_slow(run: ConfigRun, why: str) -> None:
-    """Stopped for slowness (`measure.session.slow_stop`): not measured further, quality not assessed."""
+    """Stopped for slowness (`measure.session.slow_stop` after a round, `warmup_stop` after the warm-up):
+    not measured further, quality not assessed."""
+    run.stopped_at = run.stopped_at or "rounds"
     run.status, run.reason = "stopped", f"{why}; quality not assessed"
     if run.worker is not None:
         _finish(run)

@@ -26,7 +26,9 @@ class Suite:
     batch: int
     seq: int
     warmup: int
-    """Untimed steps first (compile happens here; its time is reported apart)."""
+    """Untimed steps first (compile happens here; its time is reported apart). The first is taken by every
+    worker at once, the rest in interleaved rounds, one worker at a time: a contender far slower than the
+    baseline in 2 of them or more is stopped there (`overdrive.measure.session.warmup_stop`)."""
     rounds: int
     """Interleaved rounds; each runs `steps_per_round` steps of every live configuration."""
     steps_per_round: int
@@ -70,7 +72,7 @@ def _cands(*names: str) -> tuple[Candidate, ...]:
 
 
 SUITES: dict[str, Suite] = {
-    "cpu-quick": Suite(name="cpu-quick", teacher="cpu-teacher", student="cpu-student", batch=8, seq=64, warmup=2,
+    "cpu-quick": Suite(name="cpu-quick", teacher="cpu-teacher", student="cpu-student", batch=8, seq=64, warmup=3,
                        rounds=8, steps_per_round=2, budget_s=30, parity_steps=24, micro="cpu-quick", min_rounds=4,
                        max_rounds=24, max_budget_s=120,
                        candidates=_cands("fp32-fused", "amp-bf16", "amp-fp16", "fp8")),

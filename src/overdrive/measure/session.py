@@ -15,6 +15,10 @@ Warm-up happens before: the driver only ever sees warmed-up contenders.
 One rule for each thing bench and tune both decide:
 - rounds: every live contender takes one turn per round in a seeded shuffled order
   (`measure.rounds.interleaved_rounds`), the baseline's A/A twin among them (this host's noise, now);
+- stop after warm-up: a contender whose every warm-up step is `GROSS_SLOWDOWN` (5x) or more the
+  slowest of the baseline's warm-up steps taken beside it (interleaved, or back to back), in wall time
+  and in CPU time, is stopped before any timed round (`warmup_stop`): bf16 on a CPU without bf16 units
+  (11-26x) no longer takes the rounds' wall time from the baseline, its A/A twin and the rest;
 - early stop: a configuration is stopped for slowness only when a round is complete (mid-round the
   baseline may not have had its turn yet: the shuffled order would decide), on a paired interval over
   at least 3 rounds wholly below 1/slow_factor and beyond the A/A floor (`evidence_of_slowdown`);
@@ -44,7 +48,19 @@ from overdrive.measure.rounds import interleaved_rounds
 from overdrive.measure.stats import (Comparison, NoiseFloor, compare, evidence_of_slowdown, host_too_busy,
                                      look_rounds, noise_floor, ready_to_stop, round_medians)
 
-__all__ = ["Contender", "RoundsConfig", "RoundSession", "ci_seed", "floor_of", "judge", "slow_stop", "twin_name"]
+__all__ = ["Contender", "GROSS_SLOWDOWN", "WARMUP_STOP_LABEL", "RoundsConfig", "RoundSession",
+           "ci_seed", "floor_of", "judge", "slow_stop", "twin_name", "warmup_stop"]
+
+GROSS_SLOWDOWN = 5.0
+"""A contender is stopped before any timed round when its fastest warm-up step takes this many times the
+slowest of the baseline's warm-up steps taken beside it, in wall time and in CPU time (its worker's, all
+threads: the work a step does). Measured with two identical workers stepping in turn on a 2-core host
+(`benchmarks/warmup_noise.py`, `benchmarks/results/cpu/2026-12-02-warmup-noise/`): a load of 5-20 timed
+against one of them faked 11-31x in wall time, so no wall factor is proof alone, but at most 1.86x in CPU
+time. bf16 and fp16 on an AVX2-only CPU: 11-14x in both (1 thread), 21-26x in wall time (2 threads: fp32
+uses both, their slow path one)."""
+WARMUP_STOP_LABEL = "stopped after warm-up"
+"""How a contender stopped by `warmup_stop` is named wherever it is shown (its reason starts with it)."""
 
 
 class Contender(Protocol):
@@ -98,6 +114,28 @@ def slow_stop(base: Contender, run: Contender, floor: NoiseFloor | None, slow_fa
         return None
     return (f"{1 / ci[0]:.1f}x slower than the baseline over {len(c)} paired rounds (speedup {ci[0]:.2f}x, "
             f"interval [{ci[1]:.2f}–{ci[2]:.2f}] entirely below 1/{slow_factor:g}): not measured further")
+
+
+def warmup_stop(base_ms: Sequence[float], run_ms: Sequence[float], *, base_cpu_ms: Sequence[float | None] = (),
+                run_cpu_ms: Sequence[float | None] = (), factor: float = GROSS_SLOWDOWN,
+                base_name: str = "the baseline", min_steps: int = 2) -> str | None:
+    """Why a contender is stopped on its warm-up, before any timed round, or None. `base_ms`: the
+    baseline's warm-up steps (and its twin's) taken beside the contender's `run_ms`, interleaved or back to
+    back, never first steps (they carry compilation); `*_cpu_ms`: the CPU time of the same steps. Stopped
+    when its fastest step is `factor` times the baseline's slowest in wall time and in CPU time, over at
+    least `min_steps` steps a side: a load that stretches one side's steps moves the wall time, not the
+    work. Without CPU times: never. The one rule of bench and tune."""
+    b, c = [x for x in base_ms if x > 0], list(run_ms)
+    bc, cc = [x for x in base_cpu_ms if x is not None and x > 0], [x for x in run_cpu_ms if x is not None]
+    if len(b) < min_steps or len(c) < min_steps or len(bc) != len(b) or len(cc) != len(c):
+        return None
+    wall, cpu = min(c) / max(b), min(cc) / max(bc)
+    if wall < factor or cpu < factor:
+        return None
+    mb, mc = statistics.median(b), statistics.median(c)
+    return (f"{WARMUP_STOP_LABEL}: {mc / mb:.0f}x slower than {base_name} in its warm-up steps ({mc:,.0f} vs "
+            f"{mb:,.0f} ms median; its fastest {wall:.0f}x the baseline's slowest in wall time and {cpu:.0f}x in CPU "
+            f"time, over {factor:g}x), not timed")
 
 
 @dataclass(frozen=True, kw_only=True)

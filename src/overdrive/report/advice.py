@@ -89,6 +89,8 @@ def _evidence(c: ConfigRecord) -> str | None:
     if c.failed:
         return f"{c.name} {c.status}"
     if c.status == "stopped":
+        if c.stopped_at == "warm-up":  # its reason says so: "stopped after warm-up: 21x slower ..."
+            return f"{c.name} was {c.reason}"
         return f"{c.name} was stopped early ({c.reason or 'too slow'})"
     if not c.safe:
         return f"{c.name} missed the loss tolerance"

@@ -25,7 +25,7 @@ def _speed(c: ConfigRecord, m: dict) -> str:
     if c.emulated:
         return "quality only (emulated)"
     if c.status == "stopped":
-        return "stopped early"
+        return c.stopped_words
     if m.get("speedup") is None:
         return "-"
     return f"{m['speedup']:.2f}x" + (f" [{ci[0]:.2f}–{ci[1]:.2f}]" if ci[0] is not None else "")

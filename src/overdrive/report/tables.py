@@ -107,7 +107,7 @@ def bench_workload(rec: BenchRecord) -> Workload:
 def speed_text(cfg: ConfigRecord, m: dict) -> str:
     if cfg.emulated:
         return "quality only"
-    return "stopped early" if cfg.status == "stopped" else _x(m["speedup"], m["speedup_ci"])
+    return cfg.stopped_words if cfg.status == "stopped" else _x(m["speedup"], m["speedup_ci"])
 
 
 def safe_text(cfg: ConfigRecord) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from overdrive.measure.session import WARMUP_STOP_LABEL
+
 __all__ = ["AARecord", "NoiseRecord", "TuneRow", "TuneRecord", "Recommendation", "ConfigRecord", "BenchRecord"]
 
 
@@ -173,6 +175,8 @@ class ConfigRecord:
     unsafe_reason: str | None = None
     not_assessed_reason: str | None = None
     fp8_scaling: str | None = None
+    stopped_at: str | None = None
+    """Where a stopped configuration was stopped: "warm-up" (never timed), "rounds", or None (older files)."""
     doc: dict = field(default_factory=dict, repr=False, compare=False)
     """The configuration as written (what a workload's apply hint reads: recipe, options)."""
 
@@ -185,11 +189,20 @@ class ConfigRecord:
                    also=tuple(a.get("label", a.get("name")) for a in c.get("also") or []), models=c["models"],
                    speedup=c.get("speedup"), peak_mb=c.get("peak_mb"), memory_saved_pct=c.get("memory_saved_pct"),
                    unsafe_reason=c.get("unsafe_reason"), not_assessed_reason=c.get("not_assessed_reason"),
-                   fp8_scaling=(c.get("resolved") or {}).get("fp8_scaling"), doc=c)
+                   fp8_scaling=(c.get("resolved") or {}).get("fp8_scaling"), stopped_at=c.get("stopped_at"), doc=c)
 
     @property
     def failed(self) -> bool:
         return self.status in self.FAILED
+
+    @property
+    def stopped_words(self) -> str:
+        """What a stopped configuration's speed cell says: "stopped after warm-up" (never timed), or
+        "stopped early" (after some timed rounds)."""
+        if self.stopped_at != "warm-up":
+            return "stopped early"
+        x = self.doc.get("warmup_slowdown")
+        return f"{WARMUP_STOP_LABEL} ({x:.0f}x slower)" if isinstance(x, (int, float)) else WARMUP_STOP_LABEL
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -194,6 +194,8 @@ class Session(WarmUps):
     def _record(self, run: Run, steps: list[dict], *, timed: bool) -> None:
         for s in steps:
             (run.ms if timed else run.warmup_ms).append(s["ms"])
+            if not timed:
+                run.warmup_cpu_ms.append(s.get("cpu_ms"))
             run.loss.append(s["loss"])
             run.gnorm.append(s["gnorm"])
 

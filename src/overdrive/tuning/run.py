@@ -22,6 +22,8 @@ class Run:
     reason: str = ""
     setup_s: float | None = None
     warmup_ms: list[float] = field(default_factory=list)
+    warmup_cpu_ms: list[float | None] = field(default_factory=list)
+    """The CPU time of each warm-up step in its worker (None where the worker did not say)."""
     ms: list[float] = field(default_factory=list)
     rounds_ms: list[list[float]] = field(default_factory=list)
     """The timed steps per round (paired with the baseline's round by round)."""

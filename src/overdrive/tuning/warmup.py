@@ -5,23 +5,22 @@ A candidate's first step is timed apart (it carries torch.compile and allocator 
 the baseline's step (eager) or by this model's compiles so far (compiled); a few more untimed steps
 record its loss and grad norm for the safety check against the fp32 shadow (the baseline). Emulated
 formats get three more steps for that check and are then stopped: they take no timed turn (the round
-driver's rule). Only a gross slowdown (over 10x, on steps measured back to back with the baseline's)
-stops a candidate here: a shared host swings 5-10x from one moment to the next.
+driver's rule). Only a gross slowdown stops a candidate here: every warm-up step 5x or more the slowest
+of the baseline's steps taken back to back with them, in wall time and in CPU time
+(`measure.session.warmup_stop`, bench's rule too).
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 
 from overdrive.errors import UserError
+from overdrive.measure.session import GROSS_SLOWDOWN, warmup_stop
 from overdrive.recipes.labels import low_precision_format
 from overdrive.tuning.run import Run
 
 __all__ = ["WarmUps", "compile_warmup_s", "GROSS_SLOWDOWN", "COMPILE_MARGIN"]
 
-GROSS_SLOWDOWN = 10.0
-"""During the warm-ups, a candidate this many times slower on every step is stopped at once."""
 COMPILE_MARGIN = 3.0
 """A compiled candidate's first step may take this many times the slowest compile measured so far for this
 model (compiles of one model differ by precision and knobs; a shared host's load swings 3-16)."""
@@ -103,11 +102,10 @@ class WarmUps:
         if reply is None:
             raise UserError(f"the baseline stopped during the warm-ups: {base.reason}")
         self._record(base, reply["steps"], timed=False)
-        ref = statistics.median(s["ms"] for s in reply["steps"])
-        mine = statistics.median(run.warmup_ms[1:])
-        # Only a gross slowdown stops a candidate here, before any timed round: a shared host
-        # swings 5-10x from one moment to the next, so 3x from one window is no evidence.
-        if mine > GROSS_SLOWDOWN * ref and run.warmup_ms[0] > GROSS_SLOWDOWN * ref:
-            self._end(run, "stopped", f"{mine / ref:.0f}x slower than the baseline on every warm-up step ({mine:.1f} "
-                      f"vs {ref:.1f} ms, measured back to back; over {GROSS_SLOWDOWN:g}x): not measured further",
-                      collect=True)
+        # The one rule of bench and tune (`measure.session.warmup_stop`): every warm-up step 5x the
+        # baseline's slowest beside it in wall time and in CPU time; a shared host's load stretches a step's
+        # wall time 11-31x from one moment to the next, so the wall time alone is no evidence.
+        why = warmup_stop([s["ms"] for s in reply["steps"]], run.warmup_ms[1:],
+                          base_cpu_ms=[s.get("cpu_ms") for s in reply["steps"]], run_cpu_ms=run.warmup_cpu_ms[1:])
+        if why:
+            self._end(run, "stopped", why, collect=True)
