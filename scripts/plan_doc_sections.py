@@ -403,6 +403,27 @@ What they say, read against the planner's own terms (no constant refitted, no te
   the `torch._chunk_cat` copy-in of `foreach_reduce`); none of that is in the planner. A term for it needs NCCL's
   CTA count per call and that copy traffic counted from those sources, not a factor fitted to these rows: not added
   here; the 13B FP8 row, the worst unseen one, is the measure of it.
+- **The copies, counted and tried (not shipped).** From pytorch/pytorch's source: fully_shard copies every gathered
+  parameter out of the all-gather buffer into its own storage (`foreach_all_gather_copy_out`, `split_with_sizes_copy`,
+  _fsdp_collectives.py @ 8fc2039d) on the compute stream (`wait_for_unshard`, from pre_forward and again from
+  pre_backward, _fsdp_param_group.py @ 002a76fb), and every unsharded gradient into the reduce-scatter input in the
+  reduce dtype (`foreach_reduce_scatter_copy_in`, `torch._chunk_cat`) on the compute stream too: 4·g + c + r bytes
+  per parameter per micro-batch (g gathered, c compute, r reduce dtype bytes: 14 in BF16 with fp32 reduction, 10
+  with FP8 all-gather). FullyShardedDataParallel (FSDP1: llm-foundry through Composer's `prepare_fsdp_module`,
+  fms-fsdp's main_training.py, TinyLlama through Lightning's FSDPStrategy) gathers straight into its FlatParameter and
+  hands out `torch.split` views (_flat_param.py @ 01caf79e), so its only compute-stream copy is the split's backward,
+  which concatenates the views' gradients into the flat gradient (2·c); its cast to the reduce dtype runs on its
+  post-backward stream (_runtime_utils.py `_post_backward_hook`). Added as a micro-batch term at the planner's HBM
+  rate, with `--fsdp-version 1|2` and the FSDP1 rows marked, and every constant refitted: OLMo-core's 13B rows
+  +7% → -1% (BF16) and +24% → +15% (FP8), their gap to the 7B/8B rows 15 → 10 and 27 → 22 points; in-sample
+  7.6% → 7.4% median; leave-one-source-out 9.0% → 8.9% median, 38% → 40% worst (llm-foundry's worst row); the
+  unseen sources 12.0% → 11.7% median, 35% → 36% worst (fms-fsdp's 13b row, whose network is not published: the
+  refit's one eager calibration run, an FSDP2 torchtitan run, moved `nocompile` from 1.54 to 1.23 and
+  `gemm_eff[pytorch][8]` from 0.765 to 0.78, and the eager A100 rows rose 1-3 points). The unseen worst and the 35%
+  bound on validation rows got worse, and the cheaper DDP-with-sharded-optimizer plan now outranks FSDP for an 8B
+  model on one H100 node, since the planner counts no copies for DDP's gradient buckets either; so the term is not
+  in the planner. NCCL's SM share while it overlaps compute (its channels run as CTAs, `NCCL_MAX_CTAS`) was not
+  tried: it needs the CTA count per call from NCCL, not a factor fitted to these rows.
 - **OLMo-core's 1B rows run slow ({_err_of(olmo, '1B OLMo-1124 8xH100 bf16 s4096 mb8')}, {_err_of(olmo, '1B OLMo-1124 8xH100 fp8 s4096 mb8')}).** {_one_b(olmo)}
   So OLMo-core's GEMMs run above `gemm_eff[pytorch][9]` (fitted on llm-foundry's 2023 H100 runs and torchtitan's
   500 W H100s), as its 7B/8B BF16 rows also say: a newer stack on H100s assumed at 700 W, not a missing term.
