@@ -135,7 +135,7 @@ def test_every_planned_precision_and_checkpointing_maps_to_a_recipe_accelerate_a
     ("optimizer_dtype", "8bit", "8-bit AdamW"), ("master_weights", "none", "pure bf16"),
     ("sharding", "zero1", "distributed optimizer"), ("tp", 2, "tensor parallelism"), ("lora_rank", 16, "LoRA"),
     ("offload", "optimizer", "CPUOffloadPolicy"), ("stack", "megatron", "another stack"),
-    ("optimizer", "lion", "lion")])
+    ("optimizer", "lion", "lion"), ("deepspeed_pipeline", True, "PipelineEngine")])
 def test_what_overdrive_does_not_run_is_named_as_another_stacks_feature(field, value, word):
     gaps = not_in_overdrive({"precision": "bf16", "sharding": "fsdp", field: value})
     assert len(gaps) == 1 and word in gaps[0]
@@ -146,3 +146,13 @@ def test_suggestions_when_nothing_fits_name_what_overdrive_does_not_run():
     assert r["top"] is None
     eight_bit = [s for s in r["suggestions"] if s.startswith("8-bit AdamW states")]
     assert eight_bit and all("not run by Overdrive: 8-bit AdamW" in s for s in eight_bit)
+
+
+def test_a_candidate_records_every_setting_that_shaped_its_figures():
+    """plan.json says what was planned: the older-stack and kernel settings beside the search axes."""
+    r = plan(get_model("llama3-8b"), "h100-sxm", gpus_per_node=8, nodes=2, seq=4096, global_batch=64, precisions=["bf16"],
+             tp=2, pp=2, sequence_parallel=False, deepspeed_pipeline=True, partition_activations=False,
+             attention="unfused")
+    c = r["candidates"][0]
+    assert (c["sequence_parallel"], c["deepspeed_pipeline"], c["partition_activations"], c["attention"]) == \
+        (False, True, False, "unfused")

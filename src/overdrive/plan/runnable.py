@@ -25,6 +25,9 @@ def not_in_overdrive(c: dict) -> list[str]:
     out = []
     if c.get("stack") == "megatron":
         out.append("--stack megatron plans Megatron-Core/NeMo with Transformer Engine, another stack: run it there")
+    if c.get("deepspeed_pipeline"):
+        out.append("--deepspeed-pipeline plans DeepSpeed's PipelineEngine (Megatron-DeepSpeed), another stack: run "
+                   "it there")
     sh = c.get("sharding", "fsdp")
     if sh in ("zero1", "zero2"):
         out.append(f"{sh} (a sharded optimizer without sharded weights) is Megatron-Core's distributed optimizer "

@@ -257,6 +257,12 @@ def _result(model: ModelSpec, g: GpuSpec, base: TrainSetup, cands: list, precisi
     return result
 
 
+_SETTINGS = ("grad_dtype", "gather_dtype", "fp8_all_gather", "async_tp", "attention", "sequence_parallel",
+             "partition_activations", "deepspeed_pipeline", "embedding_in_pipeline_split", "z_loss", "block_code",
+             "fused_kernels")
+"""TrainSetup fields a candidate records beside its search axes (each changes the plan's figures)."""
+
+
 def cand_dict(e: Estimate) -> dict:
     s = e.setup
     return {"precision": s.precision, "label": e.label, "sharding": s.sharding, "checkpointing": s.checkpointing,
@@ -265,7 +271,9 @@ def cand_dict(e: Estimate) -> dict:
             "master_weights": s.master_weights, "loss": s.loss, "compile": s.compile, "offload": s.offload,
             "lora_rank": s.lora_rank, "optimizer_in_backward": s.optimizer_in_backward,
             "recompute_layers": s.recompute_layers, "recompute_modules": list(s.recompute_modules),
-            "offload_activations": s.offload_activations, "grad_accum": s.grad_accum, "fits": e.fits,
+            "offload_activations": s.offload_activations, "grad_accum": s.grad_accum,
+            # the rest of what was planned, so a plan.json says every setting that shaped its figures
+            **{k: getattr(s, k) for k in _SETTINGS}, "fits": e.fits,
             "memory_gib": round(e.memory_gib, 3), "allocated_gib": round(e.allocated_gib, 3),
             "reserved_margin_gib": round(e.reserved_margin_gib, 3), "headroom_gib": round(e.headroom_gib, 3),
             "step_s": e.step_s, "compute_s": e.compute_s, "comm_s": e.comm_s,
