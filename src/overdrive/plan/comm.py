@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 
 from overdrive.plan.collectives import LINK_EFF, choose_allreduce, gather_s, p2p_s, ring_latency_s
+from overdrive.plan.pipeline import stage_imbalance
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
@@ -139,8 +140,9 @@ def _ddp_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
 
 
 def _tp_comm(m: ModelSpec, s: TrainSetup, out: dict) -> None:
-    """Sequence-parallel all-gathers/reduce-scatters: 8 per block (+ those of the recomputed forward)."""
-    L, tokens = m.n_layer / s.pp, s.micro_batch * s.seq / s.cp
+    """Sequence-parallel all-gathers/reduce-scatters: 8 per block (+ those of the recomputed forward), on the
+    busiest pipeline rank's blocks."""
+    L, tokens = m.n_layer / s.pp * stage_imbalance(m, s), s.micro_batch * s.seq / s.cp
     colls = 8 + {"full": 4, "selective": 2}.get(s.checkpointing, 0)
     nodes, bw = group_layout(s, s.tp, 1)
     tp = L * colls * gather_s(tokens * m.hidden * 2, s.tp, nodes, bw)
@@ -152,7 +154,7 @@ def _tp_comm(m: ModelSpec, s: TrainSetup, out: dict) -> None:
 
 def _cp_pp_comm(m: ModelSpec, s: TrainSetup, out: dict, attn_s: float) -> None:
     """Ring attention's K/V passes beyond what the attention hides; the pipeline's point-to-point sends."""
-    L, tokens = m.n_layer / s.pp, s.micro_batch * s.seq / s.cp
+    L, tokens = m.n_layer / s.pp * stage_imbalance(m, s), s.micro_batch * s.seq / s.cp
     if s.cp > 1:
         kv_bytes = 2 * tokens * m.kv_dim * 2 / s.tp
         nodes, bw = group_layout(s, s.cp, s.tp)

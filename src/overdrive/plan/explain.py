@@ -5,9 +5,13 @@ from __future__ import annotations
 from overdrive.plan.estimate import Estimate
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors,
                                    state_bytes_per_param, terms)
-from overdrive.plan.pipeline import pipeline_blocks_in_flight
+from overdrive.plan.pipeline import chunk_slots, pipeline_blocks_in_flight
 
-__all__ = ["explain"]
+__all__ = ["explain", "NOT_ADDED"]
+
+NOT_ADDED = ("dp_comm", "dp_latency")
+"""Time terms that are not part of the step sum: the data-parallel communication before overlap (dp_exposed is
+what compute does not hide of it) and its latency share."""
 
 _MEM = {
     "params": "weights: fp32 master 4·P/S under FSDP; ZeRO-1/2: 2·P + 4·P/S; DDP: 4·P + 2·P autocast copies "
@@ -63,9 +67,9 @@ def _pipeline_line(e: Estimate) -> str:
     """Which end of the pipeline sets the peak, and why (plan/pipeline.py)."""
     s, m = e.setup, e.model
     t = terms(m, s)
-    per_stage = m.n_layer / s.pp
-    first = pipeline_blocks_in_flight(m, s) / per_stage
-    last = pipeline_blocks_in_flight(m, s, s.pp - 1) / per_stage
+    sizes, cut = chunk_slots(m, s), 1 if s.embedding_in_pipeline_split else 0
+    first = pipeline_blocks_in_flight(m, s) / max(1, sum(sizes[0::s.pp]) - cut)
+    last = pipeline_blocks_in_flight(m, s, s.pp - 1) / max(1, sum(sizes[s.pp - 1::s.pp]) - cut)
     end = "last" if t["pp_last"] > t["pp_first"] else "first"
     kept = (f" + every micro-batch's fp32 output, {t['pp_outputs'] / GIB:.2f} GiB (torch.distributed.pipelining "
             "keeps them for step()'s merged output)" if t["pp_outputs"] else "")
@@ -103,10 +107,14 @@ def explain(e: Estimate) -> list[str]:
                      + " + ".join(f"{k} {v:,.0f}" for k, v in acts.items() if v))
     if s.pp > 1 and acts is not None:
         lines.append(_pipeline_line(e))
-    lines.append("time per optimizer step:")
+    lines.append("time per optimizer step (the terms add up to the step):")
     for k, v in e.times.items():
-        if v:
+        if v and k not in NOT_ADDED:
             lines.append(f"  {k:<12} {1e3 * v:9.1f} ms  {_TIME[k]}")
+    for k in NOT_ADDED:
+        if e.times.get(k):
+            lines.append(f"  ({k} {1e3 * e.times[k]:.1f} ms: not added, dp_exposed is what the step pays of it) "
+                         f"{_TIME[k]}")
     c = getattr(e, "comm", None) or {}
     if c.get("dp"):
         lines.append(f"  data-parallel collectives: {c['dp_calls']:.0f} calls per step ({c['dp_algo']}"

@@ -19,25 +19,49 @@ from __future__ import annotations
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
-__all__ = ["pipeline_blocks_in_flight", "pipeline_outputs_bytes"]
+__all__ = ["pipeline_blocks_in_flight", "pipeline_outputs_bytes", "chunk_slots", "stage_imbalance"]
+
+
+def chunk_slots(m: ModelSpec, s: TrainSetup) -> list[int]:
+    """Slots (blocks, and the embedding and the loss with --embedding-in-pipeline-split) of each of the pp·vpp
+    pipeline chunks, in order; chunk c runs on rank c mod pp. An uneven split gives the extra slot to the first
+    chunks, as torchtitan does (torchtitan/distributed/pipeline.py `generate_module_names_per_stage` @ 0ab23071:
+    `layers_per_stage = num_effective_layers // num_stages`, one more `if stage_idx < extra_layers`)."""
+    chunks = s.pp * s.vpp
+    slots = m.n_layer + (2 if s.embedding_in_pipeline_split else 0)
+    base, extra = divmod(slots, chunks)
+    return [base + (c < extra) for c in range(chunks)]
+
+
+def stage_imbalance(m: ModelSpec, s: TrainSetup) -> float:
+    """The busiest pipeline rank's slots over the average rank's: 1 when the slots split evenly over the ranks.
+    Every rank steps at the pace of the busiest one (a micro-batch cannot leave a stage before it is done), so an
+    uneven split runs each micro-batch at the busiest rank's time."""
+    if s.pp == 1:
+        return 1.0
+    sizes = chunk_slots(m, s)
+    busiest = max(sum(sizes[r::s.pp]) for r in range(s.pp))
+    return busiest * s.pp / sum(sizes)
 
 
 def pipeline_blocks_in_flight(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
     """Block-micro-batches whose activations pipeline rank `rank` holds at its peak (the forwards of its warm-up
     and one more, each on the chunk the schedule cycles to). The embedding takes a block's place on rank 0's first
     chunk and the loss on the last rank's last chunk with --embedding-in-pipeline-split."""
-    chunks = s.pp * s.vpp
-    slots = m.n_layer + (2 if s.embedding_in_pipeline_split else 0)
-    per_chunk = slots / chunks
-    short = per_chunk - (1 if s.embedding_in_pipeline_split else 0)
+    sizes = chunk_slots(m, s)
+    cut = 1 if s.embedding_in_pipeline_split else 0
     last = rank == s.pp - 1
     # the chunk that holds the embedding (rank 0, chunk 0) or the loss (last rank, chunk v - 1)
     edge = 0 if rank == 0 else (s.vpp - 1 if last else None)
+
+    def blocks(j: int) -> int:   # blocks of this rank's j-th chunk
+        return sizes[j * s.pp + rank] - (cut if j == edge else 0)
+
     if s.vpp == 1:
-        return min(s.pp - rank, s.grad_accum) * (short if edge is not None else per_chunk)
+        return min(s.pp - rank, s.grad_accum) * blocks(0)
     warmup = (s.pp - 1 - rank) * 2 + (s.vpp - 1) * s.pp
     forwards = min(warmup + 1, s.grad_accum * s.vpp)
-    return sum(short if (k // s.pp) % s.vpp == edge else per_chunk for k in range(forwards))
+    return sum(blocks((k // s.pp) % s.vpp) for k in range(forwards))
 
 
 def pipeline_outputs_bytes(m: ModelSpec, s: TrainSetup) -> float:

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from overdrive.formats import FORMATS, planned_format
 from overdrive.plan.memory import act_bytes_per_layer, recomputed_blocks
+from overdrive.plan.pipeline import stage_imbalance
 from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
@@ -177,10 +178,11 @@ def _gemm_s(shapes, peak_tf: float, eff: float, passes: float, sms: int = 132, k
 
 
 def _ctx(m: ModelSpec, s: TrainSetup, cal: dict) -> dict:
-    """What every term below shares: the GEMM efficiency, SMs, k0, the bf16 peak, HBM bytes/s, blocks per stage."""
+    """What every term below shares: the GEMM efficiency, SMs, k0, the bf16 peak, HBM bytes/s, blocks per stage
+    (the busiest pipeline rank's, `stage_imbalance`)."""
     return {"e": gemm_eff(s, cal), "sms": SMS.get(s.gpu.key, 132), "k0": cal["gemm_k0"],
             "bf16_peak": peak_tflops(s, "fp32" if s.precision == "fp32" else "bf16"),
-            "hbm": s.gpu.hbm_tbs * 1e12 * HBM_EFF, "L": m.n_layer / s.pp}
+            "hbm": s.gpu.hbm_tbs * 1e12 * HBM_EFF, "L": m.n_layer / s.pp * stage_imbalance(m, s)}
 
 
 def _gemm_terms(m: ModelSpec, s: TrainSetup, cal: dict, c: dict, block, passes: float):
