@@ -1,0 +1,228 @@
+"""Properties the planner keeps over many realistic configurations (seeded random draws, 1B-405B models, A100 to
+GB200, 1-512 nodes, tp/pp/cp/vpp that divide, both stacks, every checkpointing, bf16/fp8): no crash, one-line
+refusals that name the flag, nothing real frameworks run refused, sane figures, the explained terms adding up to
+the step, and the monotonic behaviour physics asks for."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+
+import pytest
+
+from overdrive.env.catalog import gpu_by_key
+from overdrive.plan import ModelSpec, TrainSetup, estimate, explain, get_model, plan
+from overdrive.plan.explain import NOT_ADDED
+from overdrive.plan.pipeline import chunk_slots, stage_imbalance
+
+GPUS = ("a100-40", "a100-80", "h100-sxm", "h200", "b200", "gb200")
+MODELS = ("llama3-1b", "llama3-8b", "llama2-13b", "gpt3-5b", "gpt-64b", "llama3-70b", "gpt3-175b",
+          "nemotron4-340b", "llama3-405b")
+DRAWS = 300
+
+
+def _draw(rnd: random.Random):
+    """A model and a TrainSetup's fields; None where the degrees do not divide the GPUs (a refusal, checked apart)."""
+    m = get_model(rnd.choice(MODELS))
+    gpn, nodes = rnd.choice((8, 8, 8, 4)), rnd.choice((1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
+    tp, pp, cp = rnd.choice((1, 2, 4, 8, 16)), rnd.choice((1, 1, 2, 4, 8, 16)), rnd.choice((1, 1, 2, 4))
+    kw = dict(gpu=gpu_by_key(rnd.choice(GPUS)), gpus_per_node=gpn, nodes=nodes, tp=tp, pp=pp, cp=cp,
+              vpp=rnd.choice((1, 1, 2, 4, None)) if pp > 1 else 1, stack=rnd.choice(("pytorch", "megatron")),
+              precision=rnd.choice(("bf16", "fp8")), checkpointing=rnd.choice(("none", "selective", "full")),
+              sharding=rnd.choice(("fsdp", "hsdp", "zero1", "none") if nodes > 1 else ("fsdp", "zero1", "none")),
+              micro_batch=rnd.choice((1, 2, 4)), seq=rnd.choice((2048, 4096, 8192)))
+    return m, kw, rnd.choice((1, 2, 4, 8))
+
+
+def _one_line_naming_a_flag(err: ValueError) -> None:
+    msg = str(err)
+    assert "\n" not in msg and "--" in msg, msg
+
+
+def _cases(seed: int):
+    """(model, setup, estimate) for every draw the planner accepts; refusals are checked on the way."""
+    rnd, out = random.Random(seed), []
+    for _ in range(DRAWS):
+        m, kw, accum = _draw(rnd)
+        try:
+            s = TrainSetup(**kw)
+            s = dataclasses.replace(s, global_batch=s.micro_batch * s.dp * accum)
+            e = estimate(m, s)
+        except ValueError as err:
+            _one_line_naming_a_flag(err)
+            continue
+        out.append((m, e.setup, e))
+    assert len(out) > DRAWS // 2   # most draws are real layouts: the properties below ran on them
+    return out
+
+
+@pytest.fixture(scope="module", params=(0, 1))
+def cases(request):
+    return _cases(request.param)
+
+
+def _sane(e) -> None:
+    s = e.setup
+    assert 0 < e.step_s < math.inf and e.tokens_per_s_per_gpu > 0 and 0 < e.memory_gib < math.inf
+    # MFU is reported against the bf16 peak; what runs cannot beat the peak of the precision it runs at
+    peak = s.gpu.fp8_tflops if s.low_precision else s.gpu.bf16_tflops
+    assert 0 < e.mfu * s.gpu.bf16_tflops / peak < 1, (e.label, e.mfu)
+    assert all(v >= 0 and math.isfinite(v) for v in e.times.values()), e.times
+    assert all(v >= 0 and math.isfinite(v) for v in e.breakdown_gib.values()), e.breakdown_gib
+
+
+def _step_sum(e) -> float:
+    return sum(v for k, v in e.times.items() if k not in NOT_ADDED)
+
+
+def test_figures_are_finite_and_sane_and_the_terms_add_up_to_the_step(cases):
+    for _, _, e in cases:
+        _sane(e)
+        assert _step_sum(e) == pytest.approx(e.step_s, rel=1e-9)
+
+
+def test_explain_prints_terms_that_add_up_to_the_step_it_prints(cases):
+    for _, _, e in cases[::25]:
+        lines = explain(e)
+        start = lines.index(next(x for x in lines if x.startswith("time per optimizer step")))
+        terms = [float(m.group(1)) for x in lines[start + 1:]
+                 if (m := re.match(r"  (?!step)\w+ +([\d.]+) ms  ", x))]
+        step = float(re.search(r"  step +([\d.]+) ms", "\n".join(lines)).group(1))
+        assert sum(terms) == pytest.approx(step, abs=0.05 * len(terms) + 0.05)
+
+
+def test_more_inter_node_bandwidth_never_lowers_tokens_per_s(cases):
+    for m, s, e in cases:
+        if s.nodes > 1:
+            faster = estimate(m, dataclasses.replace(s, inter_gbs=2 * s.inter_gbs))
+            assert faster.tokens_per_s_per_gpu >= e.tokens_per_s_per_gpu * (1 - 1e-9), (s, e.tokens_per_s_per_gpu)
+
+
+def test_more_accumulation_never_lowers_tokens_per_s(cases):
+    # at the same virtual stages: with --vpp searched, more micro-batches in flight may leave a faster vpp
+    # without room (Megatron's interleaved warm-up grows with them), which the search says in its notes
+    for m, s, e in cases:
+        more = estimate(m, dataclasses.replace(s, global_batch=2 * s.global_batch))
+        assert more.tokens_per_s_per_gpu >= e.tokens_per_s_per_gpu * (1 - 1e-9), (s, e.tokens_per_s_per_gpu)
+
+
+def test_more_checkpointing_never_raises_memory_or_speed(cases):
+    order = ("none", "selective", "full")
+    for m, s, e in cases:
+        for more in order[order.index(s.checkpointing) + 1:]:
+            r = estimate(m, dataclasses.replace(s, checkpointing=more))
+            assert r.memory_gib <= e.memory_gib + 1e-9, (s, more)
+            assert r.tokens_per_s_per_gpu <= e.tokens_per_s_per_gpu * (1 + 1e-9), (s, more)
+
+
+def test_fp8_never_holds_more_weight_memory_than_bf16(cases):
+    for m, s, e in cases:
+        if s.precision == "bf16" and s.gpu.fp8_tflops:
+            assert estimate(m, dataclasses.replace(s, precision="fp8")).breakdown_gib["params"] <= \
+                e.breakdown_gib["params"] + 1e-9
+
+
+def test_doubling_nodes_at_the_same_per_gpu_batch_never_speeds_the_step_up(cases):
+    """Only the sharded optimizer step shrinks (each GPU steps half the parameters); everything else only grows
+    with more ranks. Megatron's default gradient bucket grows with the data-parallel size (max(40M, 1M·dp)
+    parameters, megatron/core/distributed/distributed_data_parallel_config.py), so its bucket count, and the
+    latency paid per bucket, falls: a few percent of the step, never more."""
+    for m, s, e in cases:
+        if s.nodes > 256:
+            continue
+        big = estimate(m, dataclasses.replace(s, nodes=2 * s.nodes, global_batch=2 * s.global_batch))
+        before, after = e.step_s - e.times["optimizer"], big.step_s - big.times["optimizer"]
+        assert after >= before * (1 - (0.04 if s.stack == "megatron" else 1e-9)), (s, before, after)
+        if s.stack == "megatron":   # the rest of the step, without the data-parallel term, never shrinks
+            assert after - big.times["dp_exposed"] >= (before - e.times["dp_exposed"]) * (1 - 1e-9)
+
+
+def test_random_plans_rank_candidates_with_sane_figures():
+    rnd = random.Random(7)
+    planned = 0
+    for _ in range(12):
+        m, kw, accum = _draw(rnd)
+        kw = {k: v for k, v in kw.items() if k not in ("precision", "checkpointing", "sharding", "micro_batch")}
+        g = kw.pop("gpu")
+        try:
+            base = TrainSetup(gpu=g, **kw)
+            r = plan(m, g, global_batch=base.dp * 4 * accum, **kw)
+        except ValueError as err:
+            _one_line_naming_a_flag(err)
+            continue
+        planned += 1
+        for c in r["candidates"]:
+            assert c["step_s"] > 0 and c["tokens_per_s_per_gpu"] > 0 and c["memory_gib"] > 0
+            assert all(v >= 0 for v in c["times_s"].values())
+    assert planned >= 6
+
+
+# what real frameworks run, never refused
+PUBLISHED_SHAPES = [
+    # TP across nodes in whole nodes (Megatron-LM 2021 ran tp 8 on 8-GPU nodes; tp 16 over two 8-GPU nodes)
+    ("llama3-405b", dict(gpu="h100-sxm", nodes=64, tp=16, pp=4, global_batch=64)),
+    # 4 GPUs per node (GB200 NVL trays, A100 40GB 4-GPU hosts), tp across two of them
+    ("llama3-70b", dict(gpu="gb200", gpus_per_node=4, nodes=16, tp=8, pp=2, global_batch=64)),
+    ("llama3-8b", dict(gpu="a100-40", gpus_per_node=4, nodes=8, global_batch=128)),
+    # uneven blocks per stage (torchtitan splits 126 blocks over 8 stages as 16 x 6 + 15 x 2)
+    ("llama3-405b", dict(gpu="h100-sxm", nodes=64, tp=8, pp=8, global_batch=256)),
+    # fewer KV heads than TP ranks: each KV head replicated
+    ("llama3-70b", dict(gpu="h100-sxm", nodes=4, tp=16, global_batch=32)),
+    # global batch with gradient accumulation, on the Megatron stack
+    ("gpt3-175b", dict(gpu="a100-80", nodes=128, tp=8, pp=8, global_batch=1536, stack="megatron")),
+]
+
+
+@pytest.mark.parametrize("name,kw", PUBLISHED_SHAPES)
+def test_published_layouts_are_planned(name, kw):
+    kw = dict(kw)
+    r = plan(get_model(name), kw.pop("gpu"), **kw)
+    assert r["candidates"] and all(c["tokens_per_s_per_gpu"] > 0 for c in r["candidates"])
+
+
+@pytest.mark.parametrize("stack", ["pytorch", "megatron"])
+def test_a_vocab_tp_does_not_divide_is_planned(stack):
+    # GPT-2's 50,257 tokens, Mistral/Llama-2 style 32,001: Megatron pads the vocab to a multiple of tp
+    for vocab in (50257, 32001):
+        m = ModelSpec(name="odd-vocab", n_layer=24, hidden=2048, n_head=16, n_kv_head=16, ffn=8192, vocab=vocab,
+                      gated_mlp=False)
+        r = plan(m, "h100-sxm", tp=8, nodes=2, global_batch=64, stack=stack)
+        assert r["top"] is not None
+
+
+def test_the_cli_plans_tp_across_nodes_as_one_json_document():
+    env = {**os.environ, "PYTHONPATH": os.path.join(os.path.dirname(__file__), "..", "..", "src")}
+    out = subprocess.run([sys.executable, "-m", "overdrive", "plan", "--model", "llama3-405b", "--gpu", "h100-sxm",
+                          "--nodes", "64", "--tp", "16", "--pp", "4", "--global-batch", "64", "--json"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["top"]["tp"] == 16 and any("spans 2 nodes" in n for n in doc["top"]["notes"])
+
+
+def test_an_uneven_pipeline_split_runs_at_its_busiest_rank():
+    """41 blocks over 8 stages: the first stage holds 6 (torchtitan's split), the others 5; every micro-batch
+    waits for the 6, so the blocks' time is that of 6 blocks per stage, not of 41/8."""
+    def shaped(layers):
+        return ModelSpec(name=f"l{layers}", n_layer=layers, hidden=4096, n_head=32, n_kv_head=8, ffn=14336,
+                         vocab=128256)
+    s = TrainSetup(gpu=gpu_by_key("h100-sxm"), nodes=1, pp=8, global_batch=32, sharding="none")
+    assert chunk_slots(shaped(41), s) == [6, 5, 5, 5, 5, 5, 5, 5]
+    assert stage_imbalance(shaped(41), s) == pytest.approx(6 * 8 / 41)
+    assert stage_imbalance(shaped(40), s) == 1.0
+    even, uneven = estimate(shaped(40), s), estimate(shaped(48), s)
+    odd = estimate(shaped(41), s)
+    # 41 blocks cost the pipeline what 48 (6 a stage) do, not 41/40 of 40
+    assert odd.times["gemm"] == pytest.approx(uneven.times["gemm"], rel=0.02)
+    # (the head's GEMM is the same in all three: the 8 extra blocks' time is all there, not an eighth of it)
+    assert odd.times["gemm"] - even.times["gemm"] > 0.9 * (uneven.times["gemm"] - even.times["gemm"])
+    # interleaved, the extra blocks spread over the ranks: 41 over 8 x 2 chunks, rank 0 holds 3 + 3
+    s2 = dataclasses.replace(s, vpp=2)
+    assert chunk_slots(shaped(41), s2)[:9] == [3, 3, 3, 3, 3, 3, 3, 3, 3]
+    assert stage_imbalance(shaped(41), s2) == pytest.approx(6 * 8 / 41)
