@@ -226,3 +226,36 @@ def test_an_uneven_pipeline_split_runs_at_its_busiest_rank():
     s2 = dataclasses.replace(s, vpp=2)
     assert chunk_slots(shaped(41), s2)[:9] == [3, 3, 3, 3, 3, 3, 3, 3, 3]
     assert stage_imbalance(shaped(41), s2) == pytest.approx(6 * 8 / 41)
+
+
+def test_memory_grows_with_what_a_gpu_holds_and_shrinks_with_what_it_shards(cases):
+    """Sequence parallelism off keeps the norm tensors whole on every TP rank; a larger micro-batch or sequence
+    holds more activations; FSDP/ZeRO over twice the nodes holds a smaller shard; a faster NVLink never slows."""
+    for m, s, e in cases:
+        if s.tp > 1:
+            assert estimate(m, dataclasses.replace(s, sequence_parallel=False)).memory_gib >= e.memory_gib - 1e-9, s
+        bigger = dataclasses.replace(s, micro_batch=2 * s.micro_batch, global_batch=2 * s.global_batch)
+        assert estimate(m, bigger).memory_gib >= e.memory_gib - 1e-9, s
+        assert estimate(m, dataclasses.replace(s, seq=2 * s.seq)).memory_gib >= e.memory_gib - 1e-9, s
+        if s.sharding in ("fsdp", "zero1") and s.nodes <= 256:
+            wider = dataclasses.replace(s, nodes=2 * s.nodes, global_batch=2 * s.global_batch)
+            assert estimate(m, wider).memory_gib <= e.memory_gib + 1e-9, s
+        nvlink = dataclasses.replace(s, intra_gbs=2 * s.gpu.nvlink_gbs)
+        assert estimate(m, nvlink).tokens_per_s_per_gpu >= e.tokens_per_s_per_gpu * (1 - 1e-9), s
+
+
+def test_a_one_micro_batch_pipeline_peaks_where_gradients_and_logits_meet():
+    """One micro-batch a step: the last stage's backward holds all its gradients beside the logits, which can
+    top the first stage's larger activations. Picking the end by activations alone made turning sequence
+    parallelism off (more activations) plan 0.5 GiB less (llama2-13b, 1,024 B200s, TP2 PP16 CP4)."""
+    from overdrive.plan.memory import terms
+
+    m = get_model("llama2-13b")
+    s = TrainSetup(gpu=gpu_by_key("b200"), nodes=128, tp=2, pp=16, cp=4, stack="megatron", sharding="zero1",
+                   checkpointing="selective", micro_batch=4, seq=8192)
+    s = dataclasses.replace(s, global_batch=4 * s.dp)
+    off = dataclasses.replace(s, sequence_parallel=False)
+    t = terms(m, off)
+    assert t["pp_first"] > t["pp_last"]          # the first stage holds more activations...
+    assert t["logits"] > 0 and t["grads_at_peak"] > 0   # ...but the last stage's backward is the peak
+    assert estimate(m, off).memory_gib > estimate(m, s).memory_gib

@@ -70,7 +70,7 @@ def _pipeline_line(e: Estimate) -> str:
     sizes, cut = chunk_slots(m, s), 1 if s.embedding_in_pipeline_split else 0
     first = pipeline_blocks_in_flight(m, s) / max(1, sum(sizes[0::s.pp]) - cut)
     last = pipeline_blocks_in_flight(m, s, s.pp - 1) / max(1, sum(sizes[s.pp - 1::s.pp]) - cut)
-    end = "last" if t["pp_last"] > t["pp_first"] else "first"
+    end = "last" if t["logits"] > 0 else "first"   # memory.terms: the end whose peak, gradients included, is larger
     kept = (f" + every micro-batch's fp32 output, {t['pp_outputs'] / GIB:.2f} GiB (torch.distributed.pipelining "
             "keeps them for step()'s merged output)" if t["pp_outputs"] else "")
     return (f"  pipeline peak at the {end} stage: first {t['pp_first'] / GIB:.2f} GiB ({first:.3g} micro-batches "

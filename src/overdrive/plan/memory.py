@@ -367,29 +367,34 @@ def _buffers(m: ModelSpec, s: TrainSetup) -> float:
     return 2 * layer * gather + (layer * (2 if s.grad_dtype == "bf16" else 4) if not s.lora_rank else 0)
 
 
-def _pipeline_peak(m: ModelSpec, s: TrainSetup, acts: float, logits: float) -> tuple[float, float, dict]:
-    """(activations, logits) at the busier end of the pipeline, and both ends: the first stage (pp micro-batches
-    in flight, no head) or the last (one in flight, the loss, and what pipeline.pipeline_outputs_bytes says it
-    keeps of every micro-batch)."""
+def _pipeline_ends(m: ModelSpec, s: TrainSetup, acts: float, logits: float) -> tuple[list, dict]:
+    """(activations, logits) of each pipeline end, and their sums: the first stage (pp micro-batches in flight, no
+    head), the last (one in flight, the loss, what pipeline_outputs_bytes keeps). `terms` picks the peak with the
+    gradients beside them (one micro-batch a step: the last stage's backward holds gradients and logits at once)."""
     if s.pp == 1:
-        return acts, logits, {"pp_first": 0.0, "pp_last": 0.0, "pp_outputs": 0.0}
+        return [(acts, logits)], {"pp_first": 0.0, "pp_last": 0.0, "pp_outputs": 0.0}
     kept = pipeline_outputs_bytes(m, s)
-    ends = {"pp_first": acts, "pp_last": _activations(m, s, s.pp - 1)[0] + logits + kept, "pp_outputs": kept}
-    if acts >= ends["pp_last"]:
-        return acts, 0.0, ends
-    return ends["pp_last"] - logits - kept, logits + kept, ends
+    last = _activations(m, s, s.pp - 1)[0]
+    ends = {"pp_first": acts, "pp_last": last + logits + kept, "pp_outputs": kept}
+    return [(acts, 0.0), (last, logits + kept)], ends
 
 
 def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     """Bytes per GPU of each state and of the activation peak (see the module docstring)."""
     params, grads, opt = _states(m, s)
     acts, per_layer = _activations(m, s)
-    acts, logits, ends = _pipeline_peak(m, s, acts, _logits(m, s))
+    candidates, ends = _pipeline_ends(m, s, acts, _logits(m, s))
+
+    def peak_of(end: tuple[float, float]) -> float:
+        a, lg = end
+        if s.grad_accum > 1 or s.lora_rank:
+            return a + lg + grads
+        # grads are None while activations peak (set_to_none); they replace activations in backward
+        return max(a + lg, grads + per_layer + lg)
+
+    acts, logits = max(candidates, key=peak_of)   # the busier pipeline end, gradients included
+    peak = peak_of((acts, logits))
     buffers = _buffers(m, s)
-    if s.grad_accum > 1 or s.lora_rank:
-        peak = acts + logits + grads
-    else:  # grads are None while activations peak (set_to_none); they replace activations in backward
-        peak = max(acts + logits, grads + per_layer + logits)
     allocated = params + opt + buffers + peak
     return {"params": params, "grads": grads, "grads_at_peak": max(0.0, peak - acts - logits), "optimizer": opt,
             "activations": acts, "logits": logits, "buffers": buffers, "allocated": allocated, **ends}
