@@ -259,3 +259,21 @@ def test_a_one_micro_batch_pipeline_peaks_where_gradients_and_logits_meet():
     assert t["pp_first"] > t["pp_last"]          # the first stage holds more activations...
     assert t["logits"] > 0 and t["grads_at_peak"] > 0   # ...but the last stage's backward is the peak
     assert estimate(m, off).memory_gib > estimate(m, s).memory_gib
+
+
+def test_lora_mfu_counts_the_flops_a_frozen_base_does():
+    """LoRA's base weights get no weight gradient: 4N per token, not 6N, plus the adapters' 6. Counted as 6N, a
+    175B LoRA step planned at 107% MFU of the bf16 peak."""
+    from overdrive.plan.estimate import model_flops_per_token
+    from overdrive.plan.memory import lora_params
+
+    m = get_model("gpt3-175b")
+    s = TrainSetup(gpu=gpu_by_key("h200"), gpus_per_node=4, nodes=64, stack="megatron", sharding="none",
+                   micro_batch=4, seq=8192, lora_rank=16, loss="fused", sequence_parallel=False)
+    s = dataclasses.replace(s, global_batch=8 * s.dp)
+    assert model_flops_per_token(m, s) == m.flops_per_token(8192) - 2 * m.n_params_matmul() + 6 * lora_params(m, 16)
+    e = estimate(m, s)
+    assert 0 < e.mfu < 1
+    full = estimate(m, dataclasses.replace(s, lora_rank=0))
+    assert e.tokens_per_s_per_gpu > full.tokens_per_s_per_gpu   # a third fewer GEMMs...
+    assert abs(e.mfu - full.mfu) < 0.1                          # ...at about the same share of the peak

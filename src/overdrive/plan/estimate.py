@@ -8,7 +8,7 @@ roofline (throughput.py) and communication (comm.py) put together.
          (+ DeepSpeed's BF16_Optimizer fp32 gradient accumulation, throughput.py)
   tokens/s/GPU = GA · micro_batch · seq / (tp · pp · cp) / step
   MFU = tokens/s/GPU × (6N + 12·L·H·Q·T) / bf16 peak (nanoGPT/torchtitan's convention; FP8 runs are
-  reported against the bf16 peak too, so the figures compare).
+  reported against the bf16 peak too, so the figures compare; LoRA: 4N + 6·adapters, `model_flops_per_token`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from overdrive.plan.comm import comm_times, dp_exposed
-from overdrive.plan.memory import CONTEXT_BYTES, FRAGMENTATION, GIB, memory_breakdown, reserve_bytes, terms
+from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, GIB, lora_params, memory_breakdown,
+                                   reserve_bytes, terms)
 from overdrive.plan.setup import TrainSetup, check_layout, fallback_precision, needs_blackwell
 from overdrive.plan.specs import ModelSpec
 from overdrive.plan.throughput import compute_times
 
-__all__ = ["Estimate", "estimate", "GIB", "CONTEXT_BYTES", "FRAGMENTATION"]
+__all__ = ["Estimate", "estimate", "model_flops_per_token", "GIB", "CONTEXT_BYTES", "FRAGMENTATION"]
 
 
 @dataclass(kw_only=True)
@@ -76,6 +77,14 @@ def vpp_choices(m: ModelSpec, s: TrainSetup) -> list[int]:
         out += [v for v in range(2, VPP_MAX + 1) if slots >= s.pp * v and (not even or slots % (s.pp * v) == 0)
                 and s.recompute_layers <= slots // (s.pp * v)]
     return out
+
+
+def model_flops_per_token(m: ModelSpec, s: TrainSetup) -> float:
+    """The FLOPs a token's training step does: 6N + 12·L·H·Q·T (ModelSpec.flops_per_token); with LoRA the
+    frozen base weights get no weight gradient (forward and input gradient only, 4N) and the adapters their 6."""
+    if not s.lora_rank:
+        return m.flops_per_token(s.seq)
+    return m.flops_per_token(s.seq) - 2 * m.n_params_matmul() + 6 * lora_params(m, s.lora_rank)
 
 
 def estimate(m: ModelSpec, s: TrainSetup, *, cal: dict | None = None) -> Estimate:
@@ -149,7 +158,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     step = compute + exposed + cm["embed"]
     tokens = n * s.micro_batch * s.seq / (s.tp * s.pp * s.cp)
     tps = tokens / step
-    mfu = tps * m.flops_per_token(s.seq) / (s.gpu.bf16_tflops * 1e12)
+    mfu = tps * model_flops_per_token(m, s) / (s.gpu.bf16_tflops * 1e12)
     times = {"gemm": n * ct["gemm"], "attention": n * ct["attention"], "memory_bound": n * ct["memory"],
              "recompute": n * ct["recompute"], "optimizer": ct["optimizer"], "bubble": n * t_mb * bubble,
              "offload_exposed": n * offload_exposed, "tp_exposed": n * cm["tp"], "cp_exposed": n * cm["cp"],
