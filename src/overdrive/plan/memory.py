@@ -257,9 +257,11 @@ def _activations(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, flo
         resident = acts / L
         acts = (L - n) * resident + resident
     if s.pp > 1:
-        # the stored part scales with the micro-batches in flight; the recompute buffer is one block at a time
+        # the stored part scales with the micro-batches in flight, the recompute buffer is one block at a time, and
+        # never more than the blocks in flight keep unchecked (a stage of one block: the buffer is that block)
         buf = per_layer if (s.recompute_layers or s.checkpointing != "none") and acts < L * per_layer else 0.0
-        acts = (acts - buf) * pipeline_blocks_in_flight(m, s, rank) / L + buf
+        flight = pipeline_blocks_in_flight(m, s, rank)
+        acts = min((acts - buf) * flight / L + buf, flight * per_layer)
     return acts, per_layer
 
 
@@ -385,12 +387,9 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     acts, per_layer = _activations(m, s)
     candidates, ends = _pipeline_ends(m, s, acts, _logits(m, s))
 
-    def peak_of(end: tuple[float, float]) -> float:
-        a, lg = end
-        if s.grad_accum > 1 or s.lora_rank:
-            return a + lg + grads
-        # grads are None while activations peak (set_to_none); they replace activations in backward
-        return max(a + lg, grads + per_layer + lg)
+    def peak_of(end: tuple[float, float]) -> float:   # one micro-batch a step: grads are None while activations
+        a, lg = end                                   # peak (set_to_none), then replace them in the backward
+        return a + lg + grads if s.grad_accum > 1 or s.lora_rank else max(a + lg, grads + per_layer + lg)
 
     acts, logits = max(candidates, key=peak_of)   # the busier pipeline end, gradients included
     peak = peak_of((acts, logits))
