@@ -341,11 +341,12 @@ def _states(m: ModelSpec, s: TrainSetup) -> tuple[float, float, float]:
             grads += 2 * P                                     # ones (update_hp_grads(clear_lp_grads=False))
         opt = n_states * opt_b * P / S
     if s.optimizer_in_backward:
-        # each gradient is freed once its parameter is stepped: at most the largest tensor's is alive
-        grads = (2 if (s.pure_bf16 or s.grad_dtype == "bf16") else 4) * largest_param(m) / s.tp
+        grads = (2 if (s.pure_bf16 or s.grad_dtype == "bf16") else 4) * largest_param(m) / s.tp  # the largest alive
     if s.offload in ("optimizer", "params"):
         opt = 0.0
-        if zero3 or s.sharding in ("zero1", "zero2"):
+        if zero3 and not (s.lora_rank or s.pure_bf16):   # the 16-bit shard FSDP gathers from stays (ZeRO-Offload)
+            params = max(2, s.gather_bytes) * P / S
+        elif s.sharding in ("zero1", "zero2"):
             params -= master_b * P / S if not (s.lora_rank or s.pure_bf16) else 0
     if s.offload == "params":
         params, grads = 0.0, 0.0
