@@ -103,6 +103,7 @@ def test_explain_prints_terms_that_add_up_to_the_step_it_prints(cases):
         terms = [float(m.group(1)) for x in lines[start + 1:]
                  if (m := re.match(r"  (?!step)\w+ +([\d.]+) ms  ", x))]
         step = float(re.search(r"  step +([\d.]+) ms", "\n".join(lines)).group(1))
+        assert terms
         assert sum(terms) == pytest.approx(step, abs=0.05 * len(terms) + 0.05)
 
 
