@@ -167,13 +167,14 @@ Checked and not adopted, each against the published configuration (NVIDIA/NeMo-F
 
 
 def first_sight_rows(val: list[dict]) -> list[dict]:
-    """The unseen-source validation rows planned before a term was added for them: each with its error as first
-    planned (`first_planned`, tokens/s; `first_memory`, GiB, as the row's memory measure reads) and now."""
+    """The validation rows added with what they were first planned at, before anything was changed for them: each
+    with its error as first planned (`first_planned`, tokens/s; `first_memory`, GiB, as the row's memory measure
+    reads) and now."""
     runs = {r["id"]: r for r in load_runs()}
     out = []
     for p in val:
         r = runs[p["id"]]
-        if r.get("held_out") == "unseen source" and ("first_planned" in r or "first_memory" in r):
+        if "first_planned" in r or "first_memory" in r:
             out.append({**p, "first_planned": r.get("first_planned"), "first_memory": r.get("first_memory"),
                         "first_error": r["first_planned"] / r["tps"] - 1 if "first_planned" in r else None,
                         "first_memory_error": r["first_memory"] / r["memory_gib"] - 1 if "first_memory" in r else None})
@@ -325,12 +326,6 @@ What the after-figures rest on, and what is still not explained:
 """
 
 
-def _first_sight_rows() -> dict:
-    """The errors each PyTorch-stack row read when it was added, before anything was changed for it (the data file
-    keeps what was planned then as `first_planned`, tokens/s): id -> fraction."""
-    return {r["id"]: r["first_planned"] / r["tps"] - 1 for r in load_runs() if "first_planned" in r}
-
-
 def _terms(rows: list[dict], key: str) -> dict:
     """Per row id: the planned share of the step that FSDP's data-parallel collectives take (all of it planned
     hidden under compute), from the planner's own time terms."""
@@ -351,7 +346,7 @@ def pytorch_unseen_section(val: list[dict]) -> str:
     project whose other files fitted constants): first-sight errors, what they say, what was (not) added."""
     from overdrive.plan.validation import expressed_table, summary
 
-    first = _first_sight_rows()
+    first = {r["id"]: r["first_error"] for r in first_sight_rows(val) if r["first_error"] is not None}
     olmo = [r for r in val if r["id"].startswith("OLMo-core")]
     tiny = [r for r in val if r["id"].startswith("TinyLlama")]
     tt = [r for r in val if r["id"].startswith("torchtitan asyncTP")]
