@@ -264,7 +264,7 @@ def test_bench_stops_a_contender_far_slower_in_its_warm_up_before_any_timed_roun
 
 
 def test_the_warm_up_rule_needs_every_step_beyond_the_baselines_slowest_in_wall_and_cpu_time():
-    from overdrive.measure.session import GROSS_SLOWDOWN, warmup_stop
+    from overdrive.measure.session import GROSS_SLOWDOWN, warmup_slowdown, warmup_stop
 
     assert GROSS_SLOWDOWN == 5.0
 
@@ -272,6 +272,8 @@ def test_the_warm_up_rule_needs_every_step_beyond_the_baselines_slowest_in_wall_
         return warmup_stop(b, c, base_cpu_ms=b if bc is None else bc, run_cpu_ms=c if cc is None else cc)
 
     assert stop([100, 102, 99, 101], [2000, 2100]).startswith("stopped after warm-up: 20x slower")
+    # The figure it names is the one a stopped run reports (bench's JSON `warmup_slowdown`): medians' ratio.
+    assert warmup_slowdown([100, 102, 99, 101], [2000, 2100]) == pytest.approx(2050 / 100.5)
     # One slow baseline step (a moment of load) beside them: its slowest is what the contender must beat.
     assert stop([100, 450, 99, 101], [2000, 2100]) is None
     # One fast contender step: not every step is 5x. 4x slower on every step: left to the timed rounds.

@@ -23,7 +23,6 @@ Candidates that resolve to the same effective recipe here are measured once, und
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import time
 from collections.abc import Callable
 
@@ -33,7 +32,7 @@ from overdrive.bench.task import PROGRAM
 from overdrive.env import EnvReport
 from overdrive.measure.launch import Failure, Launcher, call_all
 from overdrive.measure.rounds import shuffled
-from overdrive.measure.session import RoundsConfig, RoundSession, twin_name, warmup_stop
+from overdrive.measure.session import RoundsConfig, RoundSession, twin_name, warmup_slowdown, warmup_stop
 from overdrive.measure.stats import look_rounds
 from overdrive.measure.threads import host_load, plan_threads
 from overdrive.recipes import ResolvedRecipe, resolve
@@ -254,7 +253,7 @@ def _warm_up(runs: list[ConfigRun], baseline: ConfigRun | None, suite: Suite, st
                             base_name=name)
             if why:
                 run.stopped_at = "warm-up"
-                run.warmup_slowdown = statistics.median(run.warmup_ms[1:]) / statistics.median(ref)
+                run.warmup_slowdown = warmup_slowdown(ref, run.warmup_ms[1:])
                 _stop_slow(run, why)
     for run in runs:
         tick(f"warm up {run.cand.name}")

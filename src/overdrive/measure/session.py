@@ -49,7 +49,7 @@ from overdrive.measure.stats import (Comparison, NoiseFloor, compare, evidence_o
                                      look_rounds, noise_floor, ready_to_stop, round_medians)
 
 __all__ = ["Contender", "GROSS_SLOWDOWN", "WARMUP_STOP_LABEL", "RoundsConfig", "RoundSession",
-           "ci_seed", "floor_of", "judge", "slow_stop", "twin_name", "warmup_stop"]
+           "ci_seed", "floor_of", "judge", "slow_stop", "twin_name", "warmup_slowdown", "warmup_stop"]
 
 GROSS_SLOWDOWN = 5.0
 """A contender is stopped before any timed round when its fastest warm-up step takes this many times the
@@ -133,9 +133,15 @@ def warmup_stop(base_ms: Sequence[float], run_ms: Sequence[float], *, base_cpu_m
     if wall < factor or cpu < factor:
         return None
     mb, mc = statistics.median(b), statistics.median(c)
-    return (f"{WARMUP_STOP_LABEL}: {mc / mb:.0f}x slower than {base_name} in its warm-up steps ({mc:,.0f} vs "
+    return (f"{WARMUP_STOP_LABEL}: {warmup_slowdown(b, c):.0f}x slower than {base_name} in its warm-up steps ({mc:,.0f} vs "
             f"{mb:,.0f} ms median; its fastest {wall:.0f}x the baseline's slowest in wall time and {cpu:.0f}x in CPU "
             f"time, over {factor:g}x), not timed")
+
+
+def warmup_slowdown(base_ms: Sequence[float], run_ms: Sequence[float]) -> float:
+    """How many times slower a contender's warm-up steps ran than the baseline's beside them: the ratio of
+    the medians, the figure `warmup_stop` names and a stopped run reports (`warmup_slowdown` in JSON)."""
+    return statistics.median(run_ms) / statistics.median([x for x in base_ms if x > 0])
 
 
 @dataclass(frozen=True, kw_only=True)
