@@ -247,6 +247,10 @@ def test_memory_grows_with_what_a_gpu_holds_and_shrinks_with_what_it_shards(case
         bigger = dataclasses.replace(s, micro_batch=2 * s.micro_batch, global_batch=2 * s.global_batch)
         assert estimate(m, bigger).memory_gib >= e.memory_gib - 1e-9, s
         assert estimate(m, dataclasses.replace(s, seq=2 * s.seq)).memory_gib >= e.memory_gib - 1e-9, s
+        # From one shard to two is not monotone, nor with the optimizer offloaded, and physics says so: under a
+        # pipeline FSDP keeps every block gathered, and its unsharded gradients, across the micro-batches, so
+        # sharding adds those copies; only the states it then halves pay for them (a 340B model at TP4 PP2 with
+        # the optimizer offloaded: 249 GiB on one shard, 368 on two).
         if s.sharding in ("fsdp", "zero1") and s.nodes <= 256 and s.offload == "none" and s.shards > 1:
             wider = dataclasses.replace(s, nodes=2 * s.nodes, global_batch=2 * s.global_batch)
             assert estimate(m, wider).memory_gib <= e.memory_gib + 1e-9, s
