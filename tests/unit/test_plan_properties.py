@@ -142,15 +142,20 @@ def test_doubling_nodes_at_the_same_per_gpu_batch_never_speeds_the_step_up(cases
     """Only the sharded optimizer step shrinks (each GPU steps half the parameters); everything else only grows
     with more ranks. Megatron's default gradient bucket grows with the data-parallel size (max(40M, 1M·dp)
     parameters, megatron/core/distributed/distributed_data_parallel_config.py), so its bucket count, and the
-    latency paid per bucket, falls: a few percent of the step, never more."""
+    latency paid per bucket, falls (and with it the SMs NCCL holds under the backward, nccl_sms): a few percent
+    of the step, never more. When the data-parallel group leaves its node NCCL runs 16 ring channels instead
+    of 24 (collectives.nccl_channels), so the compute under the calls gets SMs back: that term alone may fall."""
     for m, s, e in cases:
         if s.nodes > 256:
             continue
         big = estimate(m, dataclasses.replace(s, nodes=2 * s.nodes, global_batch=2 * s.global_batch))
         before, after = e.step_s - e.times["optimizer"], big.step_s - big.times["optimizer"]
+        if e.comm["dp_nodes"] == 1 < big.comm["dp_nodes"]:
+            before, after = before - e.times["nccl_sms"], after - big.times["nccl_sms"]
         assert after >= before * (1 - (0.04 if s.stack == "megatron" else 1e-9)), (s, before, after)
-        if s.stack == "megatron":   # the rest of the step, without the data-parallel term, never shrinks
-            assert after - big.times["dp_exposed"] >= (before - e.times["dp_exposed"]) * (1 - 1e-9)
+        if s.stack == "megatron":   # the rest of the step, without the data-parallel terms, never shrinks
+            rest = [x.step_s - x.times["optimizer"] - x.times["dp_exposed"] - x.times["nccl_sms"] for x in (e, big)]
+            assert rest[1] >= rest[0] * (1 - 1e-9)
 
 
 def test_random_plans_rank_candidates_with_sane_figures():

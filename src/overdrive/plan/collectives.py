@@ -15,6 +15,14 @@ all-reduce (its "plateau effect"); a tree all-reduce pays 2·((n/N−1)·28 + lo
 at half of min(0.9·busBW, 80 GB/s) (`maxTreeBw` beyond two nodes). n ranks on N nodes. At 512 ranks a ring
 all-reduce costs ~8 ms of latency per call, a tree ~1 ms: with 25 MB buckets the latency, not the bandwidth,
 is most of a data-parallel step (NCCL picks the cheaper per call, as `allreduce_s` does).
+
+SMs (`nccl_channels`): every NCCL channel is one CTA on one SM for as long as the call runs, so compute that
+overlaps a collective runs on SMs − channels. The ring channel count is NCCL's graph search
+(src/graph/search.cc, connect.cc @ 5067397c): inside a node the GPU's NVSwitch bandwidth (links × 20 GB/s on
+SM80, × 20.6 on SM90, × 40.1 on SM100: topo.h) over the search's top speed per channel (40, 60, 90 GB/s)
+gives 6 (A100: 240/40; H100: 370.8/60) or 8 (B200: 721.8/90) channels, `ncclTopoDupChannels` doubles them
+(bwIntra >= 25) and `ncclTopoPostset` doubles again: 24, 24, 32. Across nodes one ring per rail NIC at 48
+GB/s (8 channels), not duplicated (bwIntra < 50 with more than 4 channels), doubled once: 16.
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ from __future__ import annotations
 import math
 
 __all__ = ["LINK_EFF", "RING_BASE_US", "RING_HOP_US", "TREE_HOP_US", "TREE_MAX_GBS", "RING_PLATEAU",
-           "ring_latency_s", "tree_latency_s", "allreduce_s", "gather_s", "p2p_s", "choose_allreduce"]
+           "ring_latency_s", "tree_latency_s", "allreduce_s", "gather_s", "p2p_s", "choose_allreduce",
+           "NCCL_CHANNELS", "nccl_channels"]
 
 LINK_EFF = 0.8
 """Share of the wire a large collective reaches (nccl-tests busbw on DGX systems: ~80% of NVLink/NIC rate)."""
@@ -31,6 +40,15 @@ RING_HOP_US = {"nvlink": 3.4, "net": 9.6}
 TREE_HOP_US = {"nvlink": 28.0, "net": 50.0}
 TREE_MAX_GBS = 80.0
 RING_PLATEAU = 1.9
+NCCL_CHANNELS = {8: (24, 16), 9: (24, 16), 10: (32, 16)}
+"""Ring channels (CTAs) per NCCL communicator by SM major version: (inside a node, across nodes); see above."""
+
+
+def nccl_channels(sm_major: int, nodes: int) -> int:
+    """CTAs a ring collective holds on each GPU: NCCL's channel count for the GPU generation, inside one node
+    or across nodes (older generations than Ampere as Ampere; newer than Blackwell as Blackwell)."""
+    intra, inter = NCCL_CHANNELS[min(10, max(8, sm_major))]
+    return inter if nodes > 1 else intra
 
 
 def ring_latency_s(n: int, nodes: int, *, allreduce: bool) -> float:

@@ -105,7 +105,7 @@ def _fsdp_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
     per_mb = blocks * (2 * ag + rs)
     lat = blocks * 3 * ring_latency_s(S, nodes, allreduce=False)
     out.update(dp=s.grad_accum * per_mb, dp_calls=s.grad_accum * blocks * 3, dp_latency=s.grad_accum * lat,
-               dp_algo="ring", dp_edge=s.grad_accum * (ag + rs))
+               dp_algo="ring", dp_edge=s.grad_accum * (ag + rs), dp_nodes=nodes)
     reps = s.dp * s.cp // S
     if s.sharding == "hsdp" and s.nodes > 1 and reps > 1:
         rnodes, rbw = group_layout(s, reps, s.tp * S)
@@ -136,7 +136,8 @@ def _ddp_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
         P = m.n_params() / (s.tp * s.pp)
         t = gather_s(grads / nb, n, nodes, bw) + gather_s(P * 2 / nb, n, nodes, bw)
         lat_one = 2 * ring_latency_s(n, nodes, allreduce=False)
-    out.update(dp=nb * t, dp_calls=nb, dp_latency=nb * lat_one, dp_algo=algo, dp_edge=t, dp_buckets=nb)
+    out.update(dp=nb * t, dp_calls=nb, dp_latency=nb * lat_one, dp_algo=algo, dp_edge=t, dp_buckets=nb,
+               dp_nodes=nodes)
 
 
 def _tp_comm(m: ModelSpec, s: TrainSetup, out: dict) -> None:
@@ -185,7 +186,7 @@ def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict:
     and how the data-parallel time splits (calls, latency, algorithm, the call nothing hides)."""
     grad_b = 2 if (s.pure_bf16 or s.grad_dtype == "bf16") else 4
     out = {"dp": 0.0, "dp_calls": 0.0, "dp_latency": 0.0, "dp_algo": "", "dp_edge": 0.0, "dp_buckets": 0,
-           "tp": 0.0, "tp_latency": 0.0, "tp_nodes": 1, "cp": 0.0, "pp": 0.0, "embed": 0.0}
+           "dp_nodes": 1, "tp": 0.0, "tp_latency": 0.0, "tp_nodes": 1, "cp": 0.0, "pp": 0.0, "embed": 0.0}
     if s.sharding in ("fsdp", "hsdp") and s.shards > 1:
         _fsdp_comm(m, s, out, grad_b)
     elif s.sharding != "none" and s.shards > 1 or s.sharding == "none" and s.dp * s.cp > 1:

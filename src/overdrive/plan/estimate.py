@@ -3,7 +3,8 @@ roofline (throughput.py) and communication (comm.py) put together.
 
   step = GA × t_mb × (1 + bubble) + optimizer + exposed data-parallel communication (comm.dp_exposed: FSDP
          max(first gather + last reduce-scatter, dp_comm − overlap × GA × t_mb); DDP/ZeRO bucket by bucket;
-         DeepSpeed's PipelineEngine all of it) + the tied embedding's all-reduce between the pipeline's ends
+         DeepSpeed's PipelineEngine all of it) + the SMs NCCL takes from the compute it overlaps (`nccl_sms`)
+         + the tied embedding's all-reduce between the pipeline's ends
   t_mb = GEMM + attention + memory-bound + recompute + exposed TP/CP/PP communication + exposed activation offload
          (+ DeepSpeed's BF16_Optimizer fp32 gradient accumulation, throughput.py)
   tokens/s/GPU = GA · micro_batch · seq / (tp · pp · cp) / step
@@ -16,12 +17,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from overdrive.plan.collectives import nccl_channels
 from overdrive.plan.comm import comm_times, dp_exposed
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, GIB, lora_params, memory_breakdown,
                                    reserve_bytes, terms)
 from overdrive.plan.setup import TrainSetup, check_layout, fallback_precision, needs_blackwell
 from overdrive.plan.specs import ModelSpec
-from overdrive.plan.throughput import compute_times
+from overdrive.plan.throughput import SMS, compute_times
 
 __all__ = ["Estimate", "estimate", "model_flops_per_token", "GIB", "CONTEXT_BYTES", "FRAGMENTATION"]
 
@@ -112,6 +114,19 @@ def estimate(m: ModelSpec, s: TrainSetup, *, cal: dict | None = None) -> Estimat
     return _estimate(m, s, cal)
 
 
+def nccl_sms(s: TrainSetup, c: dict, exposed: float) -> float:
+    """Seconds the compute loses to the SMs NCCL holds while it overlaps the data-parallel collectives: each
+    ring channel is one CTA on one SM (collectives.nccl_channels: 24 inside an A100/H100 node, 16 across
+    nodes), so for the hidden part of the communication the compute runs on SMs − channels of the SMs. When the
+    communication is what the step waits for (exposed beyond its first and last call), the compute has that
+    much slack before the slowdown shows."""
+    hidden = max(0.0, c["dp"] - exposed)
+    if hidden <= 0:
+        return 0.0
+    share = nccl_channels(s.gpu.sm[0], c["dp_nodes"]) / SMS.get(s.gpu.key, 132)
+    return max(0.0, hidden * share - max(0.0, exposed - c["dp_edge"]))
+
+
 def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     check_layout(m, s)
     notes = []
@@ -155,7 +170,8 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
         notes.append(f"pipeline bubble {100 * bubble:.0f}%: more micro-batches per step or --vpp shrink it")
     # the tied embedding's gradient, all-reduced between the first and the last stage after the data-parallel
     # reduction, on the stage that finishes last (comm.py: nothing left to hide it under)
-    step = compute + exposed + cm["embed"]
+    sms = nccl_sms(s, cm, exposed)
+    step = compute + exposed + sms + cm["embed"]
     tokens = n * s.micro_batch * s.seq / (s.tp * s.pp * s.cp)
     tps = tokens / step
     mfu = tps * model_flops_per_token(m, s) / (s.gpu.bf16_tflops * 1e12)
@@ -163,7 +179,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
              "recompute": n * ct["recompute"], "optimizer": ct["optimizer"], "bubble": n * t_mb * bubble,
              "offload_exposed": n * offload_exposed, "tp_exposed": n * cm["tp"], "cp_exposed": n * cm["cp"],
              "pp_p2p": n * cm["pp"], "dp_comm": cm["dp"], "dp_latency": cm["dp_latency"], "dp_exposed": exposed,
-             "embed_allreduce": cm["embed"], "fp32_grad_accum": n * ct["grad_accum"]}
+             "nccl_sms": sms, "embed_allreduce": cm["embed"], "fp32_grad_accum": n * ct["grad_accum"]}
     return Estimate(setup=s, breakdown_gib=bd, memory_gib=total, allocated_gib=t["allocated"] / GIB,
                     reserved_margin_gib=reserve_bytes(t["allocated"]) / GIB, capacity_gib=s.gpu.mem_gib,
                     fits=total <= s.gpu.mem_gib, step_s=step, compute_s=compute, comm_s=cm["dp"] + cm["tp"] + cm["cp"],

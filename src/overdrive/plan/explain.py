@@ -55,6 +55,10 @@ _TIME = {
     "dp_exposed": "FSDP: max(first gather + last reduce-scatter, dp_comm − overlap × compute); DDP/ZeRO: "
                   "max(t, nb·t − (nb−1)·overlap·c), nb buckets of t s over c s of compute each; DeepSpeed's "
                   "PipelineEngine: all of dp_comm (reduced after the pipeline flush)",
+    "nccl_sms": "the compute the hidden data-parallel calls slow: (dp_comm − dp_exposed) × NCCL channels / SMs "
+                "(ring channels, one CTA on an SM each: 24 inside an A100/H100 node, 16 across nodes, 32 inside a "
+                "B200 node; NCCL src/graph/search.cc, connect.cc), less the compute's slack when communication "
+                "is what the step waits for",
     "embed_allreduce": "tied embedding under --pp: its V·h/tp gradient all-reduced between the first and the last "
                        "stage after the data-parallel reduction (Megatron finalize_model_grads, DeepSpeed "
                        "ReduceTiedGrads), exposed",
