@@ -157,6 +157,7 @@ def _setup_kwargs(args: argparse.Namespace) -> dict:
                  sequence_parallel=args.sequence_parallel == "on", z_loss=args.z_loss,
                  gather_dtype=args.gather_dtype or "", fused_kernels=args.fused_kernels,
                  deepspeed_pipeline=args.deepspeed_pipeline,
+                 overlap_grad_reduce=not args.no_overlap_grad_reduce,
                  partition_activations=not args.no_partition_activations)
     if args.micro_batch is not None:
         setup["micro_batch"] = args.micro_batch
@@ -313,8 +314,7 @@ def _add_stack_args(a) -> None:
     a("--fp8-activations", action="store_true", help="store GEMM inputs for backward in FP8 (Transformer Engine)")
     a("--recompute-layers", type=int, default=0, metavar="N",
       help="Megatron full recompute, block method: the first N blocks of each pipeline chunk keep only their input")
-    a("--recompute-modules", metavar="LIST",
-      help="Megatron selective recompute, comma list of core_attn,mlp,layernorm")
+    a("--recompute-modules", metavar="LIST", help="Megatron selective recompute, comma list of core_attn,mlp,layernorm")
     a("--offload-activations", type=int, default=0, metavar="N",
       help="move the activations of N blocks to host memory (Megatron cpu_offloading_num_layers; needs --pp 1)")
     a("--grad-dtype", default="fp32", choices=["fp32", "bf16"],
@@ -332,6 +332,8 @@ def _add_stack_args(a) -> None:
     a("--deepspeed-pipeline", action="store_true",
       help="DeepSpeed's PipelineEngine (Megatron-DeepSpeed, GPT-NeoX): gradients reduced after the pipeline "
            "flush, not under the backward; bf16 through its BF16_Optimizer (fp32 accumulation, fp32 all-reduce)")
+    a("--no-overlap-grad-reduce", action="store_true", help="with --stack megatron: gradients reduced after the "
+      "backward, parameters gathered after the step, nothing overlapped (Megatron-LM's default)")
     a("--no-partition-activations", action="store_true",
       help="with --tp and --sequence-parallel off: every TP rank keeps a checkpointed block's input whole "
            "(Megatron-DeepSpeed without --partition-activations)")

@@ -10,13 +10,15 @@ fastest), so a group's members per node are gpus_per_node / (the degrees inside 
                   the shard across nodes. ZeRO-1/2: a reduce-scatter of gradients + an all-gather of
                   parameters per bucket, once per step; DDP: an all-reduce per bucket, once per step. Buckets:
                   PyTorch DDP's bucket_cap_mb 25 MB; Megatron's max(40M, 1M·dp) parameters
-                  (DistributedDataParallelConfig.bucket_size). Every call pays its latency: at hundreds of
+                  (DistributedDataParallelConfig.bucket_size), one bucket without --overlap-grad-reduce. Every call pays its latency: at hundreds of
                   nodes with small buckets that term dominates.
   overlap         FSDP: the calls hide under the block computing beside them, up to `overlap` of the compute;
                   the first all-gather and the last reduce-scatter have nothing to hide under. DDP/ZeRO: bucket
                   k is ready when the backward has computed k/nb of itself and the calls run one after another
                   on one stream, so what is left after the backward is max(t, nb·t − (nb−1)·c) for nb buckets of
-                  t seconds each over c seconds of compute per bucket (the last bucket always shows).
+                  t seconds each over c seconds of compute per bucket (the last bucket always shows). Megatron
+                  without --overlap-grad-reduce (Megatron-LM's default, NVIDIA/Megatron-LM
+                  megatron/core/distributed/distributed_data_parallel.py @ d98e8a64): all of it shows.
   tensor parallel per block, all-gather + reduce-scatter of b·s·h 16-bit activations twice in forward and
                   twice in backward (without sequence parallelism: the same bytes as four all-reduces;
                   Korthikanti et al. 2022), plus the recomputed forward's; over NVLink inside a node, over the
@@ -76,6 +78,8 @@ def _buckets(s: TrainSetup, grad_bytes: float, trained: float, blocks: float) ->
     PipelineEngine buffers of MEMORY_OPT_ALLREDUCE_SIZE elements."""
     if s.deepspeed_pipeline:
         return max(1, math.ceil(trained / DS_ALLREDUCE_ELEMENTS))
+    if not s.overlap_grad_reduce:   # Megatron's DDP: "Set bucket_size to infinity if overlap_grad_reduce is False"
+        return 1
     if s.stack == "megatron":
         per = max(40e6, 1e6 * s.dp) * (grad_bytes / max(trained, 1))
     elif s.sharding in ("zero1", "zero2", "hsdp"):
@@ -203,6 +207,10 @@ def dp_exposed(s: TrainSetup, c: dict, t_mb: float, bubble: float) -> tuple[floa
     n = s.grad_accum
     if c["dp"] <= 0:
         return 0.0, 0.0
+    if not s.overlap_grad_reduce:
+        # Megatron without --overlap-grad-reduce: finish_grad_sync reduces after the backward, synchronously,
+        # and without --overlap-param-gather the distributed optimizer gathers after its step
+        return c["dp"], 0.0
     if s.deepspeed_pipeline:
         # DeepSpeed's PipelineEngine turns the backward's all-reduce off ("We schedule the all-reduces") and runs
         # ReduceGrads after the last backward (TrainSchedule); the first stage finishes last, so its reduction

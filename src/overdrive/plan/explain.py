@@ -54,7 +54,7 @@ _TIME = {
                   "NVLink hop + 9.6 µs per network hop; tree 2·(hops in node·28 + log2(nodes)·50) µs)",
     "dp_exposed": "FSDP: max(first gather + last reduce-scatter, dp_comm − overlap × compute); DDP/ZeRO: "
                   "max(t, nb·t − (nb−1)·overlap·c), nb buckets of t s over c s of compute each; DeepSpeed's "
-                  "PipelineEngine: all of dp_comm (reduced after the pipeline flush)",
+                  "PipelineEngine and Megatron without --overlap-grad-reduce: all of dp_comm",
     "nccl_sms": "the compute the hidden data-parallel calls slow: (dp_comm − dp_exposed) × NCCL channels / SMs "
                 "(ring channels, one CTA on an SM each: 24 inside an A100/H100 node, 16 across nodes, 32 inside a "
                 "B200 node; NCCL src/graph/search.cc, connect.cc), less the compute's slack when communication "

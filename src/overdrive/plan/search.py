@@ -186,7 +186,8 @@ def _search_space(base: TrainSetup, setup: dict, precisions, shardings, checkpoi
     # parameter offload is FSDP's (CPUOffloadPolicy): search only the shardings that have it
     asked_shardings = shardings
     shardings = shardings or (("fsdp", "hsdp") if base.offload == "params" else
-                              ("zero1", "none") if base.deepspeed_pipeline else ("fsdp", "hsdp", "zero1", "none"))
+                              ("zero1", "none") if base.deepspeed_pipeline or not base.overlap_grad_reduce else
+                              ("fsdp", "hsdp", "zero1", "none"))
     if base.dp * base.cp == 1 and not asked_shardings:
         # one data-parallel rank: every sharding holds the same bytes and runs the same step; rank one, not three
         shardings = ("fsdp",) if base.offload == "params" else ("none",)
@@ -220,8 +221,10 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
         raise ValueError(f"--min-headroom {min_headroom_gib:g} GiB is outside 0-{g.mem_gib:.0f} (the {g.key}'s "
                          "memory): give the GiB to keep free, 0 to rank by speed alone")
     margin = round(g.mem_gib * MIN_HEADROOM_SHARE, 1) if min_headroom_gib is None else float(min_headroom_gib)
-    # DeepSpeed's PipelineEngine refuses ZeRO-2/3: its base is ZeRO-1 (the searched shardings say the rest)
-    base = TrainSetup(gpu=g, **({"sharding": "zero1", **setup} if setup.get("deepspeed_pipeline") else setup))
+    # DeepSpeed's PipelineEngine refuses ZeRO-2/3, Megatron's non-overlapped reduce is DDP's or its distributed
+    # optimizer's: their base is ZeRO-1 (the searched shardings say the rest)
+    zero1 = setup.get("deepspeed_pipeline") or setup.get("overlap_grad_reduce") is False
+    base = TrainSetup(gpu=g, **({"sharding": "zero1", **setup} if zero1 else setup))
     precisions, shardings, ckpts, mbs = _search_space(base, setup, precisions, shardings, checkpointing,
                                                       micro_batches)
     _check_asked(g, base, precisions, shardings)
@@ -258,7 +261,7 @@ def _result(model: ModelSpec, g: GpuSpec, base: TrainSetup, cands: list, precisi
 
 
 _SETTINGS = ("grad_dtype", "gather_dtype", "fp8_all_gather", "async_tp", "attention", "sequence_parallel",
-             "partition_activations", "deepspeed_pipeline", "embedding_in_pipeline_split", "z_loss", "block_code",
+             "partition_activations", "overlap_grad_reduce", "deepspeed_pipeline", "embedding_in_pipeline_split", "z_loss", "block_code",
              "fused_kernels")
 """TrainSetup fields a candidate records beside its search axes (each changes the plan's figures)."""
 

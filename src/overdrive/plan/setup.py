@@ -140,6 +140,12 @@ class TrainSetup:
     """Without sequence parallelism, a checkpointed block's input is split over the TP ranks (Megatron's
     --distribute-checkpointed-activations, DeepSpeed checkpointing's partition_activations); False: every TP rank
     keeps it whole (Megatron-DeepSpeed without --partition-activations, as BLOOM ran)."""
+    overlap_grad_reduce: bool = True
+    """Megatron's --overlap-grad-reduce and --overlap-param-gather (on in NeMo's and Megatron-Bridge's recipes;
+    off by default in Megatron-LM's own arguments, megatron/training/arguments.py). False: the gradients are
+    reduced in one bucket after the backward (DistributedDataParallel sets bucket_size None, finish_grad_sync
+    calls start_grad_sync synchronously) and the distributed optimizer gathers the parameters after its step,
+    so all of the data-parallel communication is exposed."""
     attention: str = "flash"
     """flash (FlashAttention / cuDNN / TE fused attention: scores never leave the chip) | unfused (the s × s scores
     and probabilities in HBM, with softmax, mask and dropout kernels: Megatron before 2022, eager attention)."""

@@ -176,6 +176,10 @@ def _check_layout(s) -> None:
         # deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
         raise ValueError(f"--deepspeed-pipeline with --sharding {s.sharding}: DeepSpeed's PipelineEngine refuses "
                          "ZeRO-2/3, use --sharding zero1 or none")
+    if not s.overlap_grad_reduce and (s.stack != "megatron" or s.sharding in ("fsdp", "hsdp")):
+        raise ValueError(f"--no-overlap-grad-reduce is Megatron's DDP/distributed-optimizer option; --stack "
+                         f"{s.stack} --sharding {s.sharding} always overlaps: use --stack megatron with "
+                         "--sharding zero1 or none, or drop the flag")
     if s.deepspeed_pipeline and s.vpp is not None and s.vpp > 1:
         raise ValueError(f"--deepspeed-pipeline with --vpp {s.vpp}: DeepSpeed's PipelineEngine has no interleaved "
                          "schedule, drop --vpp")

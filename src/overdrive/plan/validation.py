@@ -22,7 +22,8 @@ _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "t
                "pure_bf16", "fp8_all_gather", "compile", "async_tp", "inter_gbs", "optimizer_dtype", "stack", "loss", "fp8_activations", "grad_dtype", "recompute_layers",
                "recompute_modules", "offload_activations", "embedding_in_pipeline_split", "attention", "block_code",
                "optimizer", "master_weights", "optimizer_in_backward", "sequence_parallel", "z_loss", "gather_dtype",
-               "fused_kernels", "lora_rank", "deepspeed_pipeline", "partition_activations")
+               "fused_kernels", "lora_rank", "deepspeed_pipeline", "partition_activations",
+               "overlap_grad_reduce")
 
 
 def load_runs() -> list[dict]:
@@ -159,6 +160,8 @@ def plan_flags(r: dict) -> str:
         out.append("--sequence-parallel off")
     if r.get("partition_activations") is False:
         out.append("--no-partition-activations")
+    if r.get("overlap_grad_reduce") is False:
+        out.append("--no-overlap-grad-reduce")
     if r.get("gather_dtype"):
         out.append(f"--gather-dtype {r['gather_dtype']}")
     if r.get("compile") is False:
