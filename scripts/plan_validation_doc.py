@@ -9,7 +9,8 @@ import statistics
 
 from overdrive.plan.memory import FRAGMENTATION, FRAGMENTATION_CAP, GIB, RESERVED_SHARE
 from overdrive.plan.throughput import CALIBRATION, MEGATRON_CE_BYTES, UNFUSED_ATTN_BYTES
-from overdrive.plan.validation import evaluate, expressed_table, markdown_table, memory_table, summary, why_not_fitting
+from overdrive.plan.validation import (evaluate, expressed_table, load_runs, markdown_table, memory_table, predict,
+                                       summary, why_not_fitting)
 from plan_doc_helpers import (_met, _pair_ratio, _recipe_table, _groups, _fitted_by, _span,
                               _ratio, _gap_table, _held_out_groups, _err, _mem_span, _sft_story, _flash_1p7b,
                               _sp_effect)
@@ -19,6 +20,21 @@ from plan_doc_sections import (comm_section, first_sight_rows, is_older_stack, l
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "docs", "plan-validation.md")
+
+
+FMS_SPEEDS = (25, 12.5, 6.25, 4, 3.125)
+"""Per-GPU networks the fms-fsdp rows are replanned at (their network is not published)."""
+
+
+def _fms_network(val: list[dict]) -> dict:
+    """The fms-fsdp rows planned at each of FMS_SPEEDS: the 13b and 7b errors, the most the others move."""
+    runs = {r["id"]: r for r in load_runs() if r["id"].startswith("fms-fsdp")}
+    err = {k: [predict({**r, "inter_gbs": g})["error"] for g in FMS_SPEEDS] for k, r in runs.items()}
+    pick = {size: next(v for k, v in err.items() if f" {size} " in k) for size in ("7b", "13b")}
+    big = [v for k, v in err.items() if " 34b " in k or " 70b " in k]
+    return {"speeds": ", ".join(f"{g:g}" for g in FMS_SPEEDS[:-1]) + f" and {FMS_SPEEDS[-1]:.1f}",
+            **{k: ", ".join(f"{100 * e:+.0f}%" for e in v) for k, v in pick.items()},
+            "big_move": max(100 * (max(v) - min(v)) for v in big)}
 
 
 def main():
@@ -57,6 +73,7 @@ def main():
     # if all of the attention time ran twice as fast: step speed-up 1 / (1 - share/2), per pair
     ceil = [1 / (1 - a / 2) for a in att]
     high = sum(r["error"] > 0 for r in b200)
+    fms = _fms_network(val)
     fit_note = ("every completed run fits" if not nofit else
                 f"every completed run fits but {'one' if len(nofit) == 1 else len(nofit)}, listed in the summary")
     why = "\n".join(f"  - {why_not_fitting(r)}" for r in nofit) or "  - none"
@@ -103,11 +120,11 @@ tables from the data file and fails if they differ.
   the 13b row is what a slower one would give: HSDP all-reduces each GPU's 1/8 of the gradients across the 16
   nodes every step (3.25 GB of bf16, 6.1 GB on the wire by the ring's 2(n−1)/n), which fills the whole published
   step (2.4 s) at 2.5 GB/s per GPU. Until the network is known the row stays as expressed, not fitted. How much
-  of it the network is: planned at 25, 12.5 or 6.25 GB/s per GPU the 13b row reads +35%; at 4 GB/s -1%; at 3.1
-  (200 Gb/s per 8-GPU node, two 100 Gb/s links; IBM's Vela blog describes 100G links passed to its VMs without
-  a count per node, and neither the table nor the repository names the cluster) -19%; the 7b, 34b and 70b rows move by under a point over that whole range
-  (the 7b all-reduce, 1.7 GB, hides under a 2.2 s step; the 34b and 70b rows are full FSDP with full
-  recompute, compute-bound). FSDP1's hybrid sharding all-reduces each block's shard across nodes after its
+  of it the network is: planned at {fms['speeds']} GB/s per GPU (3.1: 200 Gb/s per 8-GPU node, two 100 Gb/s
+  links; IBM's Vela blog describes 100G links passed to its VMs without a count per node, and neither the table
+  nor the repository names the cluster) the 13b row reads {fms['13b']}, the 7b {fms['7b']}; the 34b and 70b rows
+  move by at most {fms['big_move']:.1f} points over that whole range (full FSDP with full recompute, compute-bound).
+  FSDP1's hybrid sharding all-reduces each block's shard across nodes after its
   intra-node reduce-scatter, during the backward only; the planner lets the whole micro-batch hide it, which
   at the assumed 25 GB/s changes nothing (0.3 s of all-reduce against 1.2 s of backward), so no term was added.
 - **The older stacks, unseen when first planned: BLOOM-176B and MT-NLG 530B** (Megatron-DeepSpeed, A100, 48 to
