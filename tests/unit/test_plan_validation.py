@@ -171,7 +171,9 @@ def test_nemo_sft_fit_rests_on_the_remainder_master_and_bf16_grads():
                                  "NeMo 24.07 LLAMA2-13B SFT 8xH100 fp8 TP1 PP4 CP1 (VP not published)",
                                  "NeMo 24.07 Nemotron-8B 64xH100 fp8 TP2 PP1 CP1 VP1",
                                  "torchtune Llama3.2-3B 1xA100 + 8-bit AdamW",
-                                 "Llama 3 405B 16384xH100 bf16 TP8 CP16 PP16 seq 131072"])
+                                 "Llama 3 405B 16384xH100 bf16 TP8 CP16 PP16 seq 131072",
+                                 "FlagPerf Llama3-70B 64xH100 bf16 TP8 PP4 DP2 GBS512",
+                                 "dgxc-benchmarking Llama3.1-405B 96xH100 fp8 TP8 PP3 CP2 VP7 (21 layers)"])
 def test_the_flags_the_doc_prints_plan_what_the_table_says(rid, capsys):
     """"Expressed as" is the truth: the printed command line gives the table's prediction."""
     from overdrive.cli import main
