@@ -312,27 +312,28 @@ def test_rows_added_unseen_keep_their_first_sight_error_and_the_doc_shows_them(v
     assert expressed_table(pytorch) in doc
 
 
-def test_the_megatron_core_sources_added_unseen_are_planned_as_first_seen(validation):
+def test_the_megatron_core_sources_added_unseen_keep_their_first_sight(validation):
     """FlagPerf's Llama 3 rows (Megatron-core 0.6) and dgxc-benchmarking's Llama 3.1 rows (NeMo 24.09) were added
-    after every term and nothing was changed for them: each row's first-sight tokens/s (and FlagPerf's nvidia-smi
-    GiB) is what the planner gives now, each note names the file's commit, and the doc states their figures."""
+    after every term and planned on arrival: each row keeps that first-sight tokens/s (and FlagPerf's nvidia-smi
+    GiB) in its note and its first_planned, each note names the file's commit, and the doc states the first-sight
+    figures beside the ones now."""
     runs = {r["id"]: r for r in load_runs()}
     rows = [p for p in validation if p["source"].startswith(("FlagOpen/FlagPerf", "NVIDIA/dgxc-benchmarking"))]
     assert len(rows) == 40 and all(runs[p["id"]]["held_out"] == "unseen source" for p in rows)
     for p in rows:
         r = runs[p["id"]]
         assert r["stack"] == "megatron" and r["gpu"] == "h100-sxm" and p["fits"], p["id"]
-        assert p["predicted"] == pytest.approx(r["first_planned"], abs=0.006), p["id"]
-        assert r["source"].split(" @ ")[1][:8] in r["note"] and f"{r['first_planned']}" in r["note"]
+        assert r["first_planned"] > 0 and r["source"].split(" @ ")[1][:8] in r["note"]
+        assert f"{r['first_planned']}" in r["note"], p["id"]
     mem = [p for p in rows if "memory_published" in p]
     assert len(mem) == 6 and all(p["id"].startswith("FlagPerf") and p["memory_measure"] == "nvidia-smi" for p in mem)
-    for p in mem:
-        assert p["memory_predicted"] == pytest.approx(runs[p["id"]]["first_memory"], abs=0.051), p["id"]
-    errs = sorted(abs(p["error"]) for p in rows)
-    doc = open(DOC).read()
+    assert all(runs[p["id"]]["first_memory"] > 0 for p in mem)
+    first = sorted(abs(runs[p["id"]]["first_planned"] / runs[p["id"]]["tps"] - 1) for p in rows)
+    now = sorted(abs(p["error"]) for p in rows)
+    doc = " ".join(open(DOC).read().split())
     import statistics
-    assert (f"{100 * statistics.median(errs):.1f}%, worst {100 * errs[-1]:.0f}% ({len(errs)} runs); FlagPerf's "
-            "nvidia-smi memory" in " ".join(doc.split()))
+    assert f"{100 * statistics.median(first):.1f}%, worst {100 * first[-1]:.0f}% ({len(first)} runs); now all " \
+           f"median {100 * statistics.median(now):.1f}%, worst {100 * now[-1]:.0f}% (n={len(now)})" in doc
 
 
 def test_a_run_its_source_flags_as_a_defect_is_shown_not_fitted(validation):
