@@ -46,8 +46,8 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               counted: the first (the most micro-batches in flight, the embedding, with --embed-norm and
               --dropout what the embedding keeps of each), or the last (one micro-batch in flight, the head, the
               loss, and under torch.distributed.pipelining every micro-batch's fp32 output, kept for step()'s
-              merged output), or the first one with the most blocks; under DeepSpeed's PipelineEngine each stage
-              also keeps its outputs in flight: `pipeline.py`.
+              merged output), or a middle one with more blocks (1F1B: every stage compared; interleaved: the two
+              ends); under DeepSpeed's PipelineEngine each stage also keeps its outputs in flight: `pipeline.py`.
               --dropout: the 1-byte masks after the attention projection and the MLP (Korthikanti et al.'s two
               s·b·h mask rows; on every TP rank without sequence parallelism) and, with unfused attention, the
               scores' mask and dropped-out copy.
@@ -363,7 +363,7 @@ def _buffers(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
 
 def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     """Bytes per GPU of each state and of the activation peak on the busiest pipeline rank (see the module docstring):
-    every rank's parameters, optimizer states, buffers and activation peak (`pipeline.stage_params`; the last rank's
+    each rank's parameters, optimizer states, buffers and activation peak (`pipeline.stage_params`; the last rank's
     with the loss and what pipeline_outputs_bytes keeps), gradients beside them (one micro-batch a step: the last
     stage's backward holds gradients and logits at once)."""
     logits, kept = _logits(m, s), pipeline_outputs_bytes(m, s)
