@@ -141,3 +141,11 @@ def test_bloom_prequel_memory_errors_shrink():
         # first sight -46..-52%, -24..-28% with the BF16_Optimizer and partition terms, now within 17%
         assert -0.17 < now["memory_error"] < 0
         assert now["predicted"] == pytest.approx(without["predicted"])   # memory only: the tokens/s do not move
+
+
+def test_explain_names_the_planned_stage_and_lists_the_parameters_by_stage():
+    from overdrive.plan import estimate, explain
+
+    line = next(x for x in explain(estimate(BLOOM, _bloom())) if "pipeline peak" in x)
+    assert "at the first stage" in line
+    assert "parameters by stage (B, before tp): 15.9, " + ", ".join(["14.8"] * 10) + ", 15.9" in line
