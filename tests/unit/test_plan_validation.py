@@ -327,7 +327,13 @@ def test_the_megatron_core_sources_added_unseen_are_planned_as_first_seen(valida
     mem = [p for p in rows if "memory_published" in p]
     assert len(mem) == 6 and all(p["id"].startswith("FlagPerf") and p["memory_measure"] == "nvidia-smi" for p in mem)
     for p in mem:
-        assert p["memory_predicted"] == pytest.approx(runs[p["id"]]["first_memory"], abs=0.051), p["id"]
+        # since first planned, --dropout (their notes' 0.1) and the busiest pipeline stage only add what was missing;
+        # without the flag the single-stage rows plan their first-sight GiB again
+        r = runs[p["id"]]
+        assert r["dropout"] and p["memory_predicted"] > r["first_memory"], p["id"]
+        if r["pp"] == 1:
+            again = predict({k: v for k, v in r.items() if k != "dropout"})
+            assert again["memory_predicted"] == pytest.approx(r["first_memory"], abs=0.051), p["id"]
     errs = sorted(abs(p["error"]) for p in rows)
     doc = open(DOC).read()
     import statistics
