@@ -301,11 +301,14 @@ gradients beside its fp32 ones (`update_hp_grads(clear_lp_grads=False)` under th
 parameter on top of the 4 the planner counted), and BLOOM ran DeepSpeed's activation checkpointing without
 `--partition-activations`, so without sequence parallelism every TP rank keeps each checkpointed block's input
 whole (`--no-partition-activations`; Megatron-LM 2021's `--distribute-checkpointed-activations`, which the
-planner had assumed, splits it). **Memory now {_med_worst(mem_now)}.** What is still missing is not known from
-the source: the first stage holds the tied embedding beside its blocks (the planner spreads the parameters
-evenly over the stages), nvidia-smi counts NCCL's buffers and more CUDA context than the 1 GiB planned (the
-prequel measured 1573 MiB of it on a 40GB A100), and the engine's pipe buffers keep every in-flight
-micro-batch's stage output.
+planner had assumed, splits it). Then the stages stopped being alike: the planner plans the busiest stage's
+states, not the average's (the first holds the word embedding beside five blocks where the others hold six:
+`pipeline.stage_params`), what the embedding keeps of each of the 12 micro-batches in flight (BLOOM's
+`--embed-layernorm` input and its dropout mask: `--embed-norm --dropout`, the Megatron default dropout also
+adding each block's masks), and the PipelineEngine's kept stage outputs (`pipe_buffers['outputs']`, 1/tp each).
+**Memory now {_med_worst(mem_now)}.** What is still missing is not known from the source: nvidia-smi counts
+NCCL's buffers and more CUDA context than the 1 GiB planned (the prequel measured 1573 MiB of it on a 40GB
+A100), and the caching allocator's reserve beyond the planned share.
 
 What the after-figures rest on, and what is still not explained:
 - MT-NLG's dtype is not in the quoted text: planned as bf16 the fp32 accumulation applies and the rows read as

@@ -20,7 +20,6 @@ def _check_writable(path: str) -> None:
     if not os.path.isdir(d):
         raise UserError(f"--png {path}: folder {d} does not exist: create it or pick another path")
     import tempfile
-
     try:  # a real write, as os.access says yes to root on read-only mounts and /proc
         with tempfile.NamedTemporaryFile(dir=d, suffix=".png"):
             pass
@@ -48,7 +47,6 @@ def _check_out(out: str) -> None:
     while not os.path.exists(d):
         d = os.path.dirname(d)
     import tempfile
-
     try:
         with tempfile.NamedTemporaryFile(dir=d):
             pass
@@ -156,9 +154,8 @@ def _setup_kwargs(args: argparse.Namespace) -> dict:
                  attention=args.attention, block_code=args.block_code or "",
                  sequence_parallel=args.sequence_parallel == "on", z_loss=args.z_loss,
                  gather_dtype=args.gather_dtype or "", fused_kernels=args.fused_kernels,
-                 deepspeed_pipeline=args.deepspeed_pipeline,
-                 overlap_grad_reduce=not args.no_overlap_grad_reduce,
-                 partition_activations=not args.no_partition_activations)
+                 deepspeed_pipeline=args.deepspeed_pipeline, overlap_grad_reduce=not args.no_overlap_grad_reduce,
+                 partition_activations=not args.no_partition_activations, embed_norm=args.embed_norm, dropout=args.dropout)
     if args.micro_batch is not None:
         setup["micro_batch"] = args.micro_batch
     return setup
@@ -334,6 +331,8 @@ def _add_stack_args(a) -> None:
            "flush, not under the backward; bf16 through its BF16_Optimizer (fp32 accumulation, fp32 all-reduce)")
     a("--no-overlap-grad-reduce", action="store_true", help="with --stack megatron: gradients reduced after the "
       "backward, parameters gathered after the step, nothing overlapped (Megatron-LM's default)")
+    a("--embed-norm", action="store_true", help="a norm after the embedding (BLOOM's --embed-layernorm)")
+    a("--dropout", action="store_true", help="dropout on (Megatron's default 0.1): its 1-byte masks are kept")
     a("--no-partition-activations", action="store_true",
       help="with --tp and --sequence-parallel off: every TP rank keeps a checkpointed block's input whole "
            "(Megatron-DeepSpeed without --partition-activations)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from overdrive.plan.estimate import Estimate
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors,
                                    state_bytes_per_param, terms)
-from overdrive.plan.pipeline import chunk_slots, pipeline_blocks_in_flight
+from overdrive.plan.pipeline import chunk_slots, pipeline_blocks_in_flight, stage_params
 
 __all__ = ["explain", "NOT_ADDED"]
 
@@ -74,12 +74,14 @@ def _pipeline_line(e: Estimate) -> str:
     sizes, cut = chunk_slots(m, s), 1 if s.embedding_in_pipeline_split else 0
     first = pipeline_blocks_in_flight(m, s) / max(1, sum(sizes[0::s.pp]) - cut)
     last = pipeline_blocks_in_flight(m, s, s.pp - 1) / max(1, sum(sizes[s.pp - 1::s.pp]) - cut)
-    end = "last" if t["logits"] > 0 else "first"   # memory.terms: the end whose peak, gradients included, is larger
+    r = t["pp_rank"]   # memory.terms: the stage whose states and peak, gradients included, are the largest
+    end = "last" if r == s.pp - 1 else "first" if r == 0 else f"rank-{r}"
     kept = (f" + every micro-batch's fp32 output, {t['pp_outputs'] / GIB:.2f} GiB (torch.distributed.pipelining "
             "keeps them for step()'s merged output)" if t["pp_outputs"] else "")
+    params = ", ".join(f"{p / 1e9:.3g}" for p in stage_params(m, s))
     return (f"  pipeline peak at the {end} stage: first {t['pp_first'] / GIB:.2f} GiB ({first:.3g} micro-batches "
             f"of its blocks in flight, no head) vs last {t['pp_last'] / GIB:.2f} GiB ({last:.3g} in flight + the "
-            f"loss{kept})")
+            f"loss{kept}); parameters by stage (B, before tp): {params}")
 
 
 def explain(e: Estimate) -> list[str]:

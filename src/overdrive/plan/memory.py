@@ -1,6 +1,7 @@
 """Memory per GPU for one training configuration. Every term says where its formula comes from.
 
-States (bytes per GPU; P_l = parameters on this GPU after tensor and pipeline parallelism, P / (tp·pp);
+States (bytes per GPU; P_l = parameters on this GPU after tensor and pipeline parallelism: its pipeline stage's
+(`pipeline.stage_params`: the blocks, the embedding on the first stage, the head on the last) / tp;
 S = GPUs sharing the sharded states, `TrainSetup.shards`):
   params      fp32 master weights 4·P_l, /S under FSDP (ZeRO-3). ZeRO-1/2 and DDP keep the compute copy
               on every rank (2·P_l, Megatron's layout; plain DDP under autocast: fp32 4·P_l + the bf16 copies
@@ -16,7 +17,7 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               parameter is stepped, so only the largest tensor's gradient is alive.
               --offload optimizer moves states and the fp32 master to the CPU; --offload params also the
               weights and grads (FSDP CPUOffloadPolicy), leaving the gathered blocks.
-  activations per layer, 16-bit, no dropout, flash attention (no s² scores): Korthikanti et al. 2022
+  activations per layer, 16-bit, flash attention (no s² scores): Korthikanti et al. 2022
               ("Reducing Activation Recomputation in Large Transformer Models", eq. 1 gives 34·s·b·h with
               dropout and materialised scores), recounted tensor by tensor for what autograd saves:
                 s·b·(h [norm1 in] + h [qkv in] + (h + 2·kv) [q, k, v] + h [attention out] + h [norm2 in]
@@ -41,9 +42,15 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               its warm-up runs (pp−1)·2 + (v−1)·pp chunk forwards, then one more, cycling over its v chunks
               pp micro-batches at a time — ×(1 + (pp−1)/(pp·v)) for even chunks (Korthikanti et al.), counted
               chunk by chunk so a first chunk that also holds the embedding (--embedding-in-pipeline-split) is
-              one block short. The peak is the busier end: that first stage (no head), or the last (one
-              micro-batch in flight, the loss, and under torch.distributed.pipelining every micro-batch's fp32
-              output, kept for step()'s merged output): `pipeline.py`.
+              one block short. The plan is the busiest stage's, all of its states and its activation peak
+              counted: the first (the most micro-batches in flight, the embedding, with --embed-norm and
+              --dropout what the embedding keeps of each), or the last (one micro-batch in flight, the head, the
+              loss, and under torch.distributed.pipelining every micro-batch's fp32 output, kept for step()'s
+              merged output), or a middle one with more blocks (1F1B: every stage compared; interleaved: the two
+              ends); under DeepSpeed's PipelineEngine each stage also keeps its outputs in flight: `pipeline.py`.
+              --dropout: the 1-byte masks after the attention projection and the MLP (Korthikanti et al.'s two
+              s·b·h mask rows; on every TP rank without sequence parallelism) and, with unfused attention, the
+              scores' mask and dropped-out copy.
   logits      s·b·V/(tp·cp) × 12 bytes at the start of backward in eager cross-entropy on .float() logits:
               log_softmax's saved fp32 output (4) + the incoming fp32 grad (4) + the grad it produces (4);
               ~12 GB for V = 128K, s = 8192 — why long context on big vocabularies OOMs at the head.
@@ -69,7 +76,9 @@ allocated + reserve + context <= capacity; `--explain` prints each term.
 
 from __future__ import annotations
 
-from overdrive.plan.pipeline import pipeline_blocks_in_flight, pipeline_outputs_bytes
+from overdrive.plan.logits import logits_bytes as _logits
+from overdrive.plan.pipeline import (embedding_bytes, embedding_micro_batches, pipeline_blocks_in_flight,
+                                     pipeline_outputs_bytes, stage_blocks, stage_outputs_bytes, stage_params)
 from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
@@ -91,11 +100,6 @@ RESERVED_SHARE = 0.08
 """What `max_memory_reserved` reads over `max_memory_allocated` on a GPU with room to spare (torchtitan's FSDP
 runs): the caching allocator keeps freed blocks while nothing asks for them. Near capacity it releases them
 and retries before it fails, so the fit rule charges only the bounded reserve above, not this share."""
-LOSS_CHUNK = 1024
-TORCHTUNE_CHUNKS = 8
-"""CEWithChunkedOutputLoss(num_output_chunks=8), torchtune/modules/loss/ce_chunked_output_loss.py."""
-
-
 def master_bytes(s: TrainSetup) -> int:
     """Bytes per parameter of the master weights beside the 16-bit compute copy (0: none kept)."""
     return {"fp32": 4, "remainder": 2, "none": 0}[s.master_weights]
@@ -180,9 +184,15 @@ def act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     if m.qk_norm:
         t["qk_norm_in"] = (qd + kv) * w   # q and k before their norms (the normed ones are "qkv")
     if s.attention == "unfused":
-        # the softmax output (16-bit) and the dropout mask (1 byte) of every score, per token: 3·heads·s
-        # (Korthikanti et al.'s 5as/h, less the pre-softmax scores the fused softmax does not keep)
-        t["scores"] = 3 * m.n_head * s.seq / s.cp
+        # every score's 16-bit softmax output (the fused softmax keeps no pre-softmax scores), and with dropout its
+        # 1-byte mask and the 16-bit dropped-out copy the product with V saves: Korthikanti et al.'s 5as/h per token
+        # (Table 2: softmax 2as²b, dropout mask as²b, attention over values 2as²b); without dropout the product
+        # saves the softmax output itself (torch's dropout at p = 0 returns its input): 2·heads·s
+        t["scores"] = (5 if s.dropout else 2) * m.n_head * s.seq / s.cp
+    if s.dropout:
+        # the 1-byte masks of the dropout after the attention projection and after the MLP (Korthikanti et al.'s
+        # two sbh "dropout mask" rows; Megatron's bias_dropout_add saves its mask)
+        t["dropout_masks"] = 2 * h
     # Megatron selective recompute: what each named module no longer keeps (its inputs stay saved).
     drop = {"core_attn": ("attn_out",) if q != w else (),  # flash attention: q, k, v are the kept inputs
             "mlp": ("mlp_in", "fc_out", "act_out"),         # the MLP reruns from its input (norm2_in, kept)
@@ -202,9 +212,9 @@ def act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     return t
 
 
-REPLICATED_WITHOUT_SP = ("norm1_in", "qkv_in", "norm2_in", "mlp_in", "rstd")
+REPLICATED_WITHOUT_SP = ("norm1_in", "qkv_in", "norm2_in", "mlp_in", "rstd", "dropout_masks")
 """Tensors of a block every TP rank keeps whole without sequence parallelism: the norms' inputs and outputs
-(Korthikanti et al. 2022's 10·s·b·h of "sbh(10 + 24/t + 5as/ht)", less the dropout masks a fused block has not)."""
+(Korthikanti et al. 2022's 10·s·b·h of "sbh(10 + 24/t + 5as/ht)": the norms' 8, the two dropout masks' 2 with --dropout)."""
 
 
 def act_bytes_per_layer(m: ModelSpec, s: TrainSetup) -> float:
@@ -262,35 +272,10 @@ def _activations(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, flo
         buf = per_layer if (s.recompute_layers or s.checkpointing != "none") and acts < L * per_layer else 0.0
         flight = pipeline_blocks_in_flight(m, s, rank)
         acts = min((acts - buf) * flight / L + buf, flight * per_layer)
-    return acts, per_layer
-
-
-def _logits(m: ModelSpec, s: TrainSetup) -> float:
-    tokens = s.seq * s.micro_batch / (s.tp * s.cp)
-    wide = s.precision == "fp32"
-    if s.loss == "fused":
-        return min(tokens, LOSS_CHUNK) * m.vocab * 10
-    if s.loss == "chunked":
-        # torchtune's CEWithChunkedOutputLoss: all 8 chunks' 16-bit logits exist at once (the head runs on every
-        # chunk before the loss) and each chunk's cross-entropy saves its chunk; compiled, it saves the 16-bit chunk
-        # (+ fp32 max and logsumexp per row, measured with torch.compile's partitioner) and its backward writes the
-        # chunk's 16-bit gradient; eager, log_softmax saves an fp32 copy per chunk and the backward of one chunk
-        # holds its fp32 gradients (4 + 4) and the 16-bit cast (2)
-        n = TORCHTUNE_CHUNKS
-        w = 4 if wide else 2
-        return tokens * m.vocab * ((w + w / n) if s.compile else (w + 4 + 10 / n))
-    if s.loss == "compiled-fp32":
-        # the compiled loss saves its fp32 input (the model's `.float()` logits, 4) and writes an fp32 gradient (4)
-        return tokens * m.vocab * 8
-    # hf: the fp32 logits the model output keeps (4) + log_softmax's fp32 output (4) + the two fp32 gradients of
-    # the backward (4 + 4); the 16-bit matmul output is dropped once .float() replaced it
-    per = {"standard": 16 if wide else 12, "hf": 16, "compiled": 8 if wide else 4,
-           "inplace": 4 if wide else 2}[s.loss]
-    if s.loss == "standard" and s.stack == "megatron":
-        # Megatron's vocab-parallel cross-entropy works in place on one fp32 copy (softmax, then its gradient):
-        # the 16-bit logits and that copy in forward, the copy and the 16-bit gradient in backward
-        per = 4 if wide else 6
-    return tokens * m.vocab * per
+    # the embedding's own saved tensors (never recomputed) and DeepSpeed's kept stage outputs: plan/pipeline.py
+    if rank == 0:
+        acts += embedding_micro_batches(m, s) * embedding_bytes(m, s)
+    return acts + stage_outputs_bytes(m, s, rank), per_layer
 
 
 def memory_breakdown(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
@@ -311,16 +296,23 @@ def peak_allocated(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
             "context": CONTEXT_BYTES / GIB}
 
 
-def _states(m: ModelSpec, s: TrainSetup) -> tuple[float, float, float]:
-    """(params, grads, optimizer) bytes per GPU (see the module docstring)."""
-    P = m.n_params() / (s.tp * s.pp)
+def _trained(m: ModelSpec, s: TrainSetup, rank: int) -> tuple[float, float]:
+    """(parameters, LoRA parameters) of pipeline rank `rank` on one GPU (`pipeline.stage_params`, / tp)."""
+    P = stage_params(m, s)[rank] / s.tp
+    T = lora_params(m, s.lora_rank) * stage_blocks(m, s)[rank] / (m.n_layer * s.tp) if s.lora_rank else P
+    return P, T
+
+
+def _states(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, float, float]:
+    """(params, grads, optimizer) bytes per GPU on pipeline rank `rank` (see the module docstring)."""
+    P, T = _trained(m, s, rank)
     S = s.shards
     zero3 = s.sharding in ("fsdp", "hsdp")
     opt_b = OPT_BYTES[s.optimizer_dtype]
     n_states = OPTIMIZER_STATES[s.optimizer]
     master_b = master_bytes(s)
     if s.lora_rank:
-        T = lora_params(m, s.lora_rank) / (s.tp * s.pp) / (S if zero3 else 1)
+        T = T / (S if zero3 else 1)
         params = 2 * P / (S if zero3 else 1) + 4 * T
         grads, opt = 4 * T, n_states * opt_b * T
     elif s.pure_bf16:
@@ -353,7 +345,7 @@ def _states(m: ModelSpec, s: TrainSetup) -> tuple[float, float, float]:
     return params, grads, opt
 
 
-def _buffers(m: ModelSpec, s: TrainSetup) -> float:
+def _buffers(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
     """FSDP's gathered blocks and unsharded gradients (see the module docstring)."""
     if not (s.sharding in ("fsdp", "hsdp") and s.shards > 1 or s.offload == "params"):
         return 0.0
@@ -364,37 +356,33 @@ def _buffers(m: ModelSpec, s: TrainSetup) -> float:
         # the last micro-batch (stage.py: set_reshard_after_backward(False), set_requires_gradient_sync(False)),
         # and torchtitan does not reshard after forward under PP: the stage's parameters stay gathered and its
         # gradients accumulate unsharded, in the reduce dtype (fp32), through the step
-        P = m.n_params() / (s.tp * s.pp)
-        trained = lora_params(m, s.lora_rank) / (s.tp * s.pp) if s.lora_rank else P
+        P, trained = _trained(m, s, rank)
         return P * gather + trained * (2 if s.grad_dtype == "bf16" else 4)
     return 2 * layer * gather + (layer * (2 if s.grad_dtype == "bf16" else 4) if not s.lora_rank else 0)
 
 
-def _pipeline_ends(m: ModelSpec, s: TrainSetup, acts: float, logits: float) -> tuple[list, dict]:
-    """(activations, logits) of each pipeline end, and their sums: the first stage (pp micro-batches in flight, no
-    head), the last (one in flight, the loss, what pipeline_outputs_bytes keeps). `terms` picks the peak with the
-    gradients beside them (one micro-batch a step: the last stage's backward holds gradients and logits at once)."""
-    if s.pp == 1:
-        return [(acts, logits)], {"pp_first": 0.0, "pp_last": 0.0, "pp_outputs": 0.0}
-    kept = pipeline_outputs_bytes(m, s)
-    last = _activations(m, s, s.pp - 1)[0]
-    ends = {"pp_first": acts, "pp_last": last + logits + kept, "pp_outputs": kept}
-    return [(acts, 0.0), (last, logits + kept)], ends
-
-
 def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
-    """Bytes per GPU of each state and of the activation peak (see the module docstring)."""
-    params, grads, opt = _states(m, s)
-    acts, per_layer = _activations(m, s)
-    candidates, ends = _pipeline_ends(m, s, acts, _logits(m, s))
-
-    def peak_of(end: tuple[float, float]) -> float:   # one micro-batch a step: grads are None while activations
-        a, lg = end                                   # peak (set_to_none), then replace them in the backward
-        return a + lg + grads if s.grad_accum > 1 or s.lora_rank else max(a + lg, grads + per_layer + lg)
-
-    acts, logits = max(candidates, key=peak_of)   # the busier pipeline end, gradients included
-    peak = peak_of((acts, logits))
-    buffers = _buffers(m, s)
-    allocated = params + opt + buffers + peak
-    return {"params": params, "grads": grads, "grads_at_peak": max(0.0, peak - acts - logits), "optimizer": opt,
-            "activations": acts, "logits": logits, "buffers": buffers, "allocated": allocated, **ends}
+    """Bytes per GPU of each state and of the activation peak on the busiest pipeline rank (see the module docstring):
+    each rank's parameters, optimizer states, buffers and activation peak (`pipeline.stage_params`; the last rank's
+    with the loss and what pipeline_outputs_bytes keeps), gradients beside them (one micro-batch a step: the last
+    stage's backward holds gradients and logits at once)."""
+    logits, kept = _logits(m, s), pipeline_outputs_bytes(m, s)
+    stages = []
+    # Interleaved: the two ends only. Rank 1 warms up two chunk forwards fewer than rank 0 but, when rank 0's first
+    # chunk is a block short (--embedding-in-pipeline-split), can hold more blocks; counted, Megatron's schedule
+    # leaves Llama 3 405B (8K, no recompute, paper §3.3.2) no interleaving that fits, though it ran interleaved
+    # with a schedule of its own (tunable micro-batches per round): a gap left open, not modelled either way.
+    for rank in (range(s.pp) if s.vpp == 1 else sorted({0, s.pp - 1})):
+        params, grads, opt = _states(m, s, rank)
+        acts, per_layer = _activations(m, s, rank)
+        lg = logits + kept if rank == s.pp - 1 else 0.0
+        # one micro-batch a step: grads are None while activations peak (set_to_none), then replace them in backward
+        peak = acts + lg + grads if s.grad_accum > 1 or s.lora_rank else max(acts + lg, grads + per_layer + lg)
+        buffers = _buffers(m, s, rank)
+        stages.append({"params": params, "grads": grads, "grads_at_peak": max(0.0, peak - acts - lg),
+                       "optimizer": opt, "activations": acts, "logits": lg, "buffers": buffers,
+                       "allocated": params + opt + buffers + peak, "pp_rank": rank})
+    busiest = max(stages, key=lambda d: d["allocated"])
+    ends = ({"pp_first": stages[0]["activations"], "pp_last": stages[-1]["activations"] + stages[-1]["logits"],
+             "pp_outputs": kept} if s.pp > 1 else {"pp_first": 0.0, "pp_last": 0.0, "pp_outputs": 0.0})
+    return {**busiest, **ends}

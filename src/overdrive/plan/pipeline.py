@@ -11,7 +11,24 @@ keeps of every micro-batch until the step ends.
               when `is_last`; cleared at the next step), and torchtitan's model returns fp32 logits
               (`output = self.output(h).float()`), vocab-sharded under TP's loss parallel: micro-batches × tokens ×
               V/tp × 4 bytes beside the loss of the micro-batch in backward. Megatron's last stage returns the loss
-              (a scalar), so `--stack megatron` keeps nothing of the kind.
+              (a scalar), so `--stack megatron` keeps nothing of the kind. DeepSpeed's PipelineEngine keeps each
+              stage's output for its backward (`pipe_buffers['outputs'][buffer_id]`, freed in `_exec_backward_pass`),
+              split over the TP ranks when there are several (`is_pipe_partitioned`: a PartitionedTensor of 1/tp,
+              the whole output's `.data` replaced by `torch.zeros(1)`), deepspeed/runtime/pipe/engine.py @ 3401d25;
+              Megatron frees its outputs' data once sent (`deallocate_output_tensor`).
+  parameters  Stages are not alike: the first holds the word embedding (and a learned position table), the last the
+              final norm and the head, a copy of the embedding when it is tied (Megatron's
+              `setup_embeddings_and_output_layer`; DeepSpeed's `TiedLayerSpec('embed', ...)` on both ends in
+              Megatron-DeepSpeed's GPTModelPipe, its gradient all-reduced between them); each holds its blocks
+              (`chunk_slots`; under --embedding-in-pipeline-split, DeepSpeed's partition_method
+              'type:transformer|embedding' or Megatron's account_for_embedding_in_pipeline_split, the embedding and
+              the loss take a block's slot). `memory.terms` plans the busiest stage, not the average.
+  embedding   What the embedding keeps for the backward on the first stage, per micro-batch in flight (never
+              recomputed: DeepSpeed checkpoints only ParallelTransformerLayerPipe, `PipelineModule._is_checkpointable`
+              @ 3401d25, Megatron only its blocks): with --embed-norm (BLOOM's --embed-layernorm, a LayerNorm after the
+              vocab-parallel lookup's all-reduce, Megatron-DeepSpeed megatron/mpu/layers.py @ 0d0d84c) its 16-bit
+              input and fp32 mean and rstd per token (the fused LayerNorm's saved tensors); with --dropout, the
+              embedding dropout's 1-byte mask. Whole on every TP rank without sequence parallelism.
 """
 
 from __future__ import annotations
@@ -19,7 +36,8 @@ from __future__ import annotations
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
-__all__ = ["pipeline_blocks_in_flight", "pipeline_outputs_bytes", "chunk_slots", "stage_imbalance"]
+__all__ = ["pipeline_blocks_in_flight", "pipeline_outputs_bytes", "chunk_slots", "stage_imbalance", "stage_blocks",
+           "stage_params", "embedding_micro_batches", "embedding_bytes", "stage_outputs_bytes"]
 
 
 def chunk_slots(m: ModelSpec, s: TrainSetup) -> list[int]:
@@ -71,3 +89,49 @@ def pipeline_outputs_bytes(m: ModelSpec, s: TrainSetup) -> float:
         return 0.0
     tokens = s.seq * s.micro_batch / s.cp
     return s.grad_accum * tokens * m.vocab / s.tp * 4
+
+
+def stage_blocks(m: ModelSpec, s: TrainSetup) -> list[int]:
+    """Transformer blocks on each pipeline rank, all its chunks together (the embedding's and the loss's slots out)."""
+    sizes = chunk_slots(m, s)
+    cut = 1 if s.embedding_in_pipeline_split else 0
+    blocks = [sum(sizes[r::s.pp]) for r in range(s.pp)]
+    blocks[0] -= cut
+    blocks[-1] -= cut
+    return blocks
+
+
+def stage_params(m: ModelSpec, s: TrainSetup) -> list[float]:
+    """Parameters of each pipeline rank, before tensor parallelism: its blocks, the embedding on the first, the final
+    norm and the head on the last (a copy of the embedding when tied and pp > 1). They add up to `m.n_params()`, and
+    to one embedding more when a tied embedding sits on both ends."""
+    per_block = m.layer_params()
+    P = [float(b * per_block) for b in stage_blocks(m, s)]
+    P[0] += (m.vocab + m.learned_pos) * m.hidden
+    P[-1] += m.hidden * (2 if m.bias else 1) + (m.vocab * m.hidden if not m.tied or s.pp > 1 else 0)
+    return P
+
+
+def embedding_micro_batches(m: ModelSpec, s: TrainSetup) -> int:
+    """Micro-batches whose embedding forward the first stage holds at its peak: min(pp, micro-batches) under 1F1B;
+    interleaved, the warm-up forwards that fall on rank 0's first chunk (the one with the embedding)."""
+    if s.vpp == 1:
+        return min(s.pp, s.grad_accum)
+    forwards = min((s.pp - 1) * 2 + (s.vpp - 1) * s.pp + 1, s.grad_accum * s.vpp)
+    return sum(1 for k in range(forwards) if (k // s.pp) % s.vpp == 0)
+
+
+def embedding_bytes(m: ModelSpec, s: TrainSetup) -> float:
+    """Bytes the embedding keeps for the backward of one micro-batch (see the module docstring, "embedding")."""
+    tokens = s.seq * s.micro_batch / (s.sp * s.cp)
+    w = 4 if s.precision == "fp32" else 2
+    return tokens * ((m.hidden * w + 8 if s.embed_norm else 0) + (m.hidden if s.dropout else 0))
+
+
+def stage_outputs_bytes(m: ModelSpec, s: TrainSetup, rank: int) -> float:
+    """Bytes of the stage outputs DeepSpeed's PipelineEngine keeps on rank `rank` (not the last) at its peak: one
+    per micro-batch in flight, 1/tp of it with TP (see the module docstring, "outputs")."""
+    if not s.deepspeed_pipeline or rank == s.pp - 1:
+        return 0.0
+    w = 4 if s.precision == "fp32" else 2
+    return min(s.pp - rank, s.grad_accum) * s.seq * s.micro_batch / s.cp * m.hidden * w / s.tp

@@ -146,6 +146,13 @@ class TrainSetup:
     reduced in one bucket after the backward (DistributedDataParallel sets bucket_size None, finish_grad_sync
     calls start_grad_sync synchronously) and the distributed optimizer gathers the parameters after its step,
     so all of the data-parallel communication is exposed."""
+    embed_norm: bool = False
+    """A norm right after the embedding (BLOOM's --embed-layernorm, Megatron-DeepSpeed `VocabParallelEmbedding.norm`):
+    the first stage keeps its 16-bit input and fp32 mean and rstd per token for every micro-batch in flight."""
+    dropout: bool = False
+    """Dropout on (Megatron's --hidden-dropout / --attention-dropout, default 0.1): a 1-byte mask per element at each
+    dropout site (after the embedding, the attention projection and the MLP; and, with --attention unfused, on the
+    scores, whose dropped-out copy the product with V keeps as well). Flash attention regenerates its dropout mask."""
     attention: str = "flash"
     """flash (FlashAttention / cuDNN / TE fused attention: scores never leave the chip) | unfused (the s × s scores
     and probabilities in HBM, with softmax, mask and dropout kernels: Megatron before 2022, eager attention)."""

@@ -23,7 +23,7 @@ _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "t
                "recompute_modules", "offload_activations", "embedding_in_pipeline_split", "attention", "block_code",
                "optimizer", "master_weights", "optimizer_in_backward", "sequence_parallel", "z_loss", "gather_dtype",
                "fused_kernels", "lora_rank", "deepspeed_pipeline", "partition_activations",
-               "overlap_grad_reduce")
+               "overlap_grad_reduce", "embed_norm", "dropout")
 
 
 def load_runs() -> list[dict]:
@@ -122,7 +122,8 @@ _FLAG_DEFAULTS = {"micro_batch": None, "precision": None, "sharding": None, "tp"
 _BOOL_FLAGS = {"pure_bf16": "--pure-bf16", "fp8_all_gather": "--fp8-all-gather", "fp8_activations": "--fp8-activations",
                "embedding_in_pipeline_split": "--embedding-in-pipeline-split",
                "optimizer_in_backward": "--optimizer-in-backward", "z_loss": "--z-loss",
-               "fused_kernels": "--fused-kernels", "deepspeed_pipeline": "--deepspeed-pipeline"}
+               "fused_kernels": "--fused-kernels", "deepspeed_pipeline": "--deepspeed-pipeline",
+               "embed_norm": "--embed-norm", "dropout": "--dropout"}
 
 
 def plan_flags(r: dict) -> str:
