@@ -126,7 +126,9 @@ by one rather than absorbed into its GEMM efficiency. What `--stack megatron` ch
 | pipeline p2p | per micro-batch and virtual stage, latency + b·s·h·2/tp bytes | above |
 
 Where the Megatron rows stand now: {_stack_bias(rows, 'megatron')}; the PyTorch rows: {_stack_bias(rows, 'pytorch')}.
-What is left on the small NeMo 24.07 models (GPT-3 5B/20B, Nemotron-8B, +15-19% after the squared ReLU above
+The account below was written while NeMo 24.07's rows were held out and the megatron Hopper efficiency came from
+Megatron-Bridge's two runs alone (its figures are of that time; NeMo's rows now calibrate that efficiency, the
+summary says why). What was left on the small NeMo 24.07 models (GPT-3 5B/20B, Nemotron-8B, +15-19% after the squared ReLU above
 took Nemotron-8B from +21%) is not a kernel this table misses by its bytes: hidden dropout is ~1%, the optimizer
 and the gradient reduce are hidden or small. The candidates that are not modelled are per-step fixed costs (FP8
 amax reductions and scale updates, the gradient-norm all-reduce, data loading and logging), which weigh most on
