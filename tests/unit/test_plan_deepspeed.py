@@ -5,25 +5,18 @@ import dataclasses
 
 import pytest
 
-from overdrive.env import gpu_by_key
-from overdrive.plan import ModelSpec, TrainSetup, estimate, explain
+from overdrive.plan import TrainSetup, estimate, explain
 from overdrive.plan.collectives import LINK_EFF, choose_allreduce, gather_s
 from overdrive.plan.comm import DS_ALLREDUCE_ELEMENTS, comm_times
 from overdrive.plan.search import plan
 from overdrive.plan.throughput import BF16_ACCUM_BYTES, HBM_EFF
 from overdrive.plan.validation import load_runs, plan_flags, predict
 
-A100 = gpu_by_key("a100-80")
-# BLOOM-176B's shape (bigscience tr11-176B-ml): tied 250880-token embedding, GeLU MLP with biases
-BLOOM = ModelSpec(name="bloom-176b", n_layer=70, hidden=14336, n_head=112, n_kv_head=112, ffn=57344, vocab=250880,
-                  tied=True, gated_mlp=False, bias=True)
+from plan_models import A100, BLOOM, bloom_setup
 
 
 def _setup(**kw) -> TrainSetup:
-    base = dict(gpu=A100, gpus_per_node=8, nodes=48, seq=2048, micro_batch=1, global_batch=192, precision="bf16",
-                sharding="zero1", tp=4, pp=12, vpp=1, checkpointing="full", stack="megatron", async_tp=False,
-                attention="unfused", sequence_parallel=False, inter_gbs=6.25, deepspeed_pipeline=True)
-    return TrainSetup(**{**base, **kw})
+    return bloom_setup(**{"micro_batch": 1, "global_batch": 192, **kw})
 
 
 def test_gradients_reduced_after_the_flush_are_all_exposed():

@@ -14,18 +14,13 @@ from overdrive.plan.pipeline import (embedding_bytes, embedding_micro_batches, s
                                      stage_params)
 from overdrive.plan.validation import load_runs, predict
 
-A100 = gpu_by_key("a100-80")
-BLOOM = ModelSpec(name="bloom-176b", n_layer=70, hidden=14336, n_head=112, n_kv_head=112, ffn=57344, vocab=250880,
-                  tied=True, gated_mlp=False, bias=True)
+from plan_models import A100, BLOOM, bloom_setup
 
 
 def _bloom(**kw) -> TrainSetup:
     """tr11-176B-ml as launched: TP4 PP12 DP8, MBS 2, GBS 2048, DeepSpeed's PipelineEngine and BF16_Optimizer."""
-    base = dict(gpu=A100, gpus_per_node=8, nodes=48, seq=2048, micro_batch=2, global_batch=2048, precision="bf16",
-                sharding="zero1", tp=4, pp=12, vpp=1, checkpointing="full", stack="megatron", async_tp=False,
-                attention="unfused", sequence_parallel=False, partition_activations=False, inter_gbs=6.25,
-                deepspeed_pipeline=True, embedding_in_pipeline_split=True, embed_norm=True, dropout=True)
-    return TrainSetup(**{**base, **kw})
+    return bloom_setup(**{"micro_batch": 2, "global_batch": 2048, "partition_activations": False,
+                          "embedding_in_pipeline_split": True, "embed_norm": True, "dropout": True, **kw})
 
 
 @pytest.mark.parametrize("seed", range(40))
