@@ -10,7 +10,8 @@ import statistics
 from overdrive.plan.collectives import (LINK_EFF, RING_BASE_US, RING_HOP_US, RING_PLATEAU, TREE_HOP_US,
                                         TREE_MAX_GBS)
 from overdrive.plan.comm import ASYNC_TP_EXPOSED, DDP_BUCKET_BYTES
-from overdrive.plan.throughput import CALIBRATION, MEGATRON_CE_BYTES, SRELU_UNFUSED_ELEMS, UNFUSED_ATTN_BYTES, Z_LOSS_BYTES
+from overdrive.plan.throughput import (CALIBRATION, MEGATRON_CE_BYTES, SRELU_UNFUSED_ELEMS, UNFUSED_ATTN_BYTES,
+                                      UNFUSED_DROPOUT_BYTES, Z_LOSS_BYTES)
 from overdrive.plan.validation import load_runs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -117,7 +118,7 @@ by one rather than absorbed into its GEMM efficiency. What `--stack megatron` ch
 |---|---|---|
 | LayerNorm/RMSNorm, residual adds, RoPE, bias + GeLU/SwiGLU | 12h + 2kv + 3F (2F for GeLU) elements × 2 bytes, × 3 forward + backward, per token per block, on tokens/tp with sequence parallelism and on every token of a TP rank without it (`--sequence-parallel off`) | Transformer Engine's and Megatron's fused kernels; Korthikanti et al. 2022 |
 | squared ReLU (Nemotron) | unfused: + {SRELU_UNFUSED_ELEMS:.0f}F elements × 2 bytes per token per block over a fused activation (forward relu and pow; backward pow's copy, scale and multiply, relu's threshold_backward: 14 against 6) | `megatron/core/transformer/mlp.py` fuses only GeLU and SwiGLU ("Only support fusion of gelu and swiglu"); `megatron/core/activations.py` `squared_relu` = `torch.pow(F.relu(x), 2)` |
-| softmax, mask, attention dropout | flash attention: in the attention kernel; `--attention unfused`: the two score GEMMs + {UNFUSED_ATTN_BYTES:.0f} bytes per score | Megatron's fused scale-mask-softmax, counted by kernel |
+| softmax, mask, attention dropout | flash attention: in the attention kernel; `--attention unfused`: the two score GEMMs + {UNFUSED_ATTN_BYTES:.0f} bytes per score (+ {UNFUSED_DROPOUT_BYTES:.0f} with `--dropout`) | Megatron's fused scale-mask-softmax, counted by kernel |
 | hidden dropout | not counted: ~4h bytes per token per block (a 1-byte mask written and read, twice), about 1% of a GPT-3 5B step | Megatron's bias-dropout-add |
 | cross-entropy | {MEGATRON_CE_BYTES:.0f} bytes per logit (vocab-parallel, unfused), 8 with Transformer Engine's (`--loss inplace`); + {Z_LOSS_BYTES:.0f} with an unfused z-loss | `megatron/core/tensor_parallel/cross_entropy.py` |
 | optimizer step | 16 + 8 per state bytes per parameter of the shard (AdamW 32) over HBM | Apex/TE fused Adam |

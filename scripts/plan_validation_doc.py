@@ -8,7 +8,7 @@ import os
 import statistics
 
 from overdrive.plan.memory import FRAGMENTATION, FRAGMENTATION_CAP, GIB, RESERVED_SHARE
-from overdrive.plan.throughput import CALIBRATION, MEGATRON_CE_BYTES, UNFUSED_ATTN_BYTES
+from overdrive.plan.throughput import CALIBRATION, MEGATRON_CE_BYTES, UNFUSED_ATTN_BYTES, UNFUSED_DROPOUT_BYTES
 from overdrive.plan.validation import (evaluate, expressed_table, load_runs, markdown_table, memory_table, predict,
                                        summary, why_not_fitting)
 from plan_doc_helpers import (_met, _pair_ratio, _recipe_table, _groups, _fitted_by, _span,
@@ -212,7 +212,7 @@ Which runs fitted which constant:
 Fixed, not fitted: 80% of HBM and link bandwidth; the GEMM tiles (128×256, 128×128 at 0.92, 64×128 at 0.8)
 and the SM counts of each GPU (`SMS`) for tile and wave quantization; a 0.9 overlap of data-parallel
 communication; 30% of TP communication left exposed when it is overlapped (async TP, or the megatron
-stack's default); {UNFUSED_ATTN_BYTES:.0f} bytes of softmax/mask/dropout traffic per score for unfused attention, counted
+stack's default); {UNFUSED_ATTN_BYTES + UNFUSED_DROPOUT_BYTES:.0f} bytes of softmax/mask/dropout traffic per score (every unfused row here runs dropout 0.1) for unfused attention, counted
 from the kernels (a first count of 39 bytes also charged the traffic the two score GEMMs already pay for);
 {MEGATRON_CE_BYTES:.0f} bytes per logit for Megatron-Core's vocab-parallel cross-entropy (`--stack megatron --loss standard`),
 counted from its kernels (no calibration run uses it), and 36 for PyTorch's `F.cross_entropy(logits.float())`, counted

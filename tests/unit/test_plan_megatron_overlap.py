@@ -74,3 +74,19 @@ def test_vpp_search_keeps_the_flag():
     m = get_model("llama3-8b")
     e = estimate(m, dataclasses.replace(_setup(overlap_grad_reduce=False), vpp=None))
     assert e.setup.overlap_grad_reduce is False
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(sharding="zero2"), "not that: use --stack megatron with --sharding zero1 or none"),
+    (dict(deepspeed_pipeline=True, vpp=1), "reduces after the pipeline flush already"),
+    (dict(sharding="fsdp", offload="params"), "--offload params needs FSDP: drop one"),
+])
+def test_refused_where_it_cannot_apply(kw, match):
+    with pytest.raises(ValueError, match=match):
+        _setup(overlap_grad_reduce=False, **kw)
+
+
+def test_one_data_parallel_rank_says_the_flag_changes_nothing():
+    m = get_model("llama3-8b")
+    e = estimate(m, _setup(nodes=1, gpus_per_node=2, pp=2, global_batch=16, overlap_grad_reduce=False))
+    assert any("changes nothing here: one data-parallel rank" in n for n in e.notes)

@@ -135,7 +135,9 @@ def test_bloom_prequel_memory_errors_shrink():
         assert abs(now["memory_error"]) < abs(without["memory_error"])
         # first sight -46..-52%, -24..-28% with the BF16_Optimizer and partition terms, now within 17%
         assert -0.17 < now["memory_error"] < 0
-        assert now["predicted"] == pytest.approx(without["predicted"])   # memory only: the tokens/s do not move
+        # the embedding norm is memory only; dropout also costs the unfused scores' traffic (throughput.py)
+        no_norm = predict({k: v for k, v in r.items() if k != "embed_norm"})
+        assert now["predicted"] == pytest.approx(no_norm["predicted"]) and now["predicted"] < without["predicted"]
 
 
 def test_explain_names_the_planned_stage_and_lists_the_parameters_by_stage():
@@ -160,3 +162,47 @@ def test_interleaved_plans_compare_the_two_ends_only():
     assert terms(m, s)["pp_rank"] in (0, s.pp - 1)
     one = dataclasses.replace(s, vpp=1)   # 1F1B: every stage compared; rank 1's extra block and states win there
     assert terms(m, one)["pp_rank"] == 1
+
+
+def test_selective_recompute_of_unfused_attention_drops_the_scores():
+    from overdrive.plan import get_model
+    from overdrive.plan.memory import act_tensors
+
+    m = get_model("llama3-8b")
+    s = TrainSetup(gpu=A100, gpus_per_node=8, nodes=1, tp=8, seq=4096, micro_batch=1, global_batch=8,
+                   precision="bf16", sharding="zero1", stack="megatron", attention="unfused", dropout=True,
+                   checkpointing="none")
+    kept = act_tensors(m, s)
+    assert kept["scores"] == 5 * m.n_head * 4096
+    assert act_tensors(m, dataclasses.replace(s, recompute_modules=("core_attn",)))["scores"] == 0
+
+
+def test_dropout_costs_the_unfused_scores_traffic_and_is_refused_on_llama_block_code():
+    from overdrive.plan import estimate, get_model
+    from overdrive.plan.throughput import UNFUSED_DROPOUT_BYTES
+
+    m = get_model("llama3-8b")
+    s = TrainSetup(gpu=A100, gpus_per_node=8, nodes=1, tp=8, seq=4096, micro_batch=1, global_batch=8,
+                   precision="bf16", sharding="zero1", stack="megatron", attention="unfused", checkpointing="none")
+    on, off = estimate(m, dataclasses.replace(s, dropout=True)), estimate(m, s)
+    hbm = A100.hbm_tbs * 1e12 * 0.8
+    extra = m.n_layer * (m.n_head / 8) * 4096 * 4096 * UNFUSED_DROPOUT_BYTES / hbm
+    assert on.times["attention"] - off.times["attention"] == pytest.approx(on.setup.grad_accum * extra, rel=1e-6)
+    with pytest.raises(ValueError, match="--dropout with --block-code hf: .*drop --dropout"):
+        TrainSetup(gpu=A100, gpus_per_node=1, seq=2048, precision="bf16", block_code="hf", compile=False,
+                   dropout=True)
+
+
+def test_a_bloom_config_turns_the_embedding_norm_on(tmp_path):
+    import json
+
+    from overdrive.plan import plan
+    from overdrive.plan.specs import get_model
+
+    cfg = {"model_type": "bloom", "n_layer": 4, "hidden_size": 1024, "n_head": 16, "vocab_size": 250880,
+           "architectures": ["BloomForCausalLM"]}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = get_model(str(tmp_path))
+    assert m.embed_norm
+    r = plan(m, "a100-80", gpus_per_node=1, seq=2048, global_batch=4)
+    assert all(c["embed_norm"] for c in r["candidates"])

@@ -31,7 +31,7 @@ import math
 
 __all__ = ["LINK_EFF", "RING_BASE_US", "RING_HOP_US", "TREE_HOP_US", "TREE_MAX_GBS", "RING_PLATEAU",
            "ring_latency_s", "tree_latency_s", "allreduce_s", "gather_s", "p2p_s", "choose_allreduce",
-           "NCCL_CHANNELS", "nccl_channels"]
+           "NCCL_CHANNELS", "PCIE_CHANNELS", "nccl_channels"]
 
 LINK_EFF = 0.8
 """Share of the wire a large collective reaches (nccl-tests busbw on DGX systems: ~80% of NVLink/NIC rate)."""
@@ -44,9 +44,17 @@ NCCL_CHANNELS = {8: (24, 16), 9: (24, 16), 10: (32, 16)}
 """Ring channels (CTAs) per NCCL communicator by SM major version: (inside a node, across nodes); see above."""
 
 
-def nccl_channels(sm_major: int, nodes: int) -> int:
+PCIE_CHANNELS = 4
+"""Rings over PCIe (no NVLink): the search finds 2 channels at PCIe speed, under the 25 GB/s the duplication needs,
+and the postset doubles them once."""
+
+
+def nccl_channels(sm_major: int, nodes: int, *, nvlink: bool = True) -> int:
     """CTAs a ring collective holds on each GPU: NCCL's channel count for the GPU generation, inside one node
-    or across nodes (older generations than Ampere as Ampere; newer than Blackwell as Blackwell)."""
+    or across nodes (older generations than Ampere as Ampere; newer than Blackwell as Blackwell); PCIe-only
+    GPUs `PCIE_CHANNELS`."""
+    if not nvlink:
+        return PCIE_CHANNELS
     intra, inter = NCCL_CHANNELS[min(10, max(8, sm_major))]
     return inter if nodes > 1 else intra
 

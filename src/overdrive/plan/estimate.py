@@ -63,6 +63,8 @@ class Estimate:
         return p if p == self.requested_precision else f"{self.requested_precision}→{p}"
 
 
+PCIE_GBS = 64
+"""A GPU whose catalog link rate is at most this is PCIe-only (PCIe 5.0 x16: 64 GB/s both ways)."""
 VPP_MAX = 16
 """Largest virtual-stage count searched (Megatron-Bridge's recipes use 2-10; past that the bubble is gone and
 only the extra sends remain)."""
@@ -123,7 +125,8 @@ def nccl_sms(s: TrainSetup, c: dict, exposed: float) -> float:
     hidden = max(0.0, c["dp"] - exposed)
     if hidden <= 0:
         return 0.0
-    share = nccl_channels(s.gpu.sm[0], c["dp_nodes"]) / SMS.get(s.gpu.key, 132)
+    nvlink = s.gpu.nvlink_gbs > PCIE_GBS
+    share = nccl_channels(s.gpu.sm[0], c["dp_nodes"], nvlink=nvlink) / SMS.get(s.gpu.key, 132)
     return max(0.0, hidden * share - max(0.0, exposed - c["dp_edge"]))
 
 
@@ -163,6 +166,8 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
                if cm["dp_latency"] > 0.2 * cm["dp"] else "")
         notes.append(f"communication-bound: {cm['dp'] * 1e3:.0f} ms of data-parallel communication per step{lat} vs "
                      f"{hide * 1e3:.0f} ms of compute to hide it under")
+    if not s.overlap_grad_reduce and cm["dp"] <= 0:
+        notes.append("--no-overlap-grad-reduce changes nothing here: one data-parallel rank, no gradient reduce")
     if cm["tp_nodes"] > 1:
         notes.append(f"tensor parallel {s.tp} spans {cm['tp_nodes']} nodes: its activations cross the "
                      f"{s.inter_gbs:g} GB/s per-GPU network ({n * cm['tp'] * 1e3:.0f} ms per step, not overlapped)")

@@ -194,7 +194,8 @@ def act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
         # two sbh "dropout mask" rows; Megatron's bias_dropout_add saves its mask)
         t["dropout_masks"] = 2 * h
     # Megatron selective recompute: what each named module no longer keeps (its inputs stay saved).
-    drop = {"core_attn": ("attn_out",) if q != w else (),  # flash attention: q, k, v are the kept inputs
+    # core_attn without flash attention: the s × s scores (softmax output, dropout mask) are what it drops
+    drop = {"core_attn": (("attn_out",) if q != w else ()) + (("scores",) if s.attention == "unfused" else ()),
             "mlp": ("mlp_in", "fc_out", "act_out"),         # the MLP reruns from its input (norm2_in, kept)
             # norm outputs rerun from the norm inputs; with FP8 storage the GEMMs keep their own FP8 copies
             "layernorm": ("qkv_in", "mlp_in") if q == w else ()}

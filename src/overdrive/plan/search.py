@@ -223,6 +223,8 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
     margin = round(g.mem_gib * MIN_HEADROOM_SHARE, 1) if min_headroom_gib is None else float(min_headroom_gib)
     # DeepSpeed's PipelineEngine refuses ZeRO-2/3, Megatron's non-overlapped reduce is DDP's or its distributed
     # optimizer's: their base is ZeRO-1 (the searched shardings say the rest)
+    if model.embed_norm:   # the model has it (BLOOM's config): what --embed-norm says
+        setup = {**setup, "embed_norm": True}
     zero1 = setup.get("deepspeed_pipeline") or setup.get("overlap_grad_reduce") is False
     base = TrainSetup(gpu=g, **({"sharding": "zero1", **setup} if zero1 else setup))
     precisions, shardings, ckpts, mbs = _search_space(base, setup, precisions, shardings, checkpointing,

@@ -145,7 +145,8 @@ class TrainSetup:
     off by default in Megatron-LM's own arguments, megatron/training/arguments.py). False: the gradients are
     reduced in one bucket after the backward (DistributedDataParallel sets bucket_size None, finish_grad_sync
     calls start_grad_sync synchronously) and the distributed optimizer gathers the parameters after its step,
-    so all of the data-parallel communication is exposed."""
+    so all of the data-parallel communication is exposed. With little compute to hide under, that one bucket can
+    beat the overlapped many (one call's latency instead of one per bucket), as it does on a GPU."""
     embed_norm: bool = False
     """A norm right after the embedding (BLOOM's --embed-layernorm, Megatron-DeepSpeed `VocabParallelEmbedding.norm`):
     the first stage keeps its 16-bit input and fp32 mean and rstd per token for every micro-batch in flight."""

@@ -131,6 +131,9 @@ def _check_counts(s) -> None:
         v = getattr(s, name)
         if v is not None and v > MAX_COUNT:
             raise ValueError(f"{_flag(name)} {v} is too large (at most {MAX_COUNT:,})")
+    if not s.overlap_grad_reduce and s.offload == "params":
+        raise ValueError("--no-overlap-grad-reduce plans Megatron's DDP/distributed optimizer, --offload params needs "
+                         "FSDP: drop one of them (--offload optimizer goes with the distributed optimizer)")
     if s.offload == "params" and s.sharding not in ("fsdp", "hsdp"):
         raise ValueError(f"--offload params needs FSDP (--zero 3 or --sharding fsdp/hsdp), not {s.sharding}: "
                          "parameters are offloaded per shard; with ZeRO-1/2 or DDP use --offload optimizer")
@@ -176,10 +179,16 @@ def _check_layout(s) -> None:
         # deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
         raise ValueError(f"--deepspeed-pipeline with --sharding {s.sharding}: DeepSpeed's PipelineEngine refuses "
                          "ZeRO-2/3, use --sharding zero1 or none")
-    if not s.overlap_grad_reduce and (s.stack != "megatron" or s.sharding in ("fsdp", "hsdp")):
+    if not s.overlap_grad_reduce and (s.stack != "megatron" or s.sharding not in ("zero1", "none")):
         raise ValueError(f"--no-overlap-grad-reduce is Megatron's DDP/distributed-optimizer option; --stack "
-                         f"{s.stack} --sharding {s.sharding} always overlaps: use --stack megatron with "
+                         f"{s.stack} --sharding {s.sharding} is not that: use --stack megatron with "
                          "--sharding zero1 or none, or drop the flag")
+    if not s.overlap_grad_reduce and s.deepspeed_pipeline:
+        raise ValueError("--no-overlap-grad-reduce with --deepspeed-pipeline: DeepSpeed's PipelineEngine reduces "
+                         "after the pipeline flush already (Megatron's flag is not its): drop --no-overlap-grad-reduce")
+    if s.dropout and s.block_code:
+        raise ValueError(f"--dropout with --block-code {s.block_code}: that Llama block has no hidden dropout "
+                         "(and transformers' attention_dropout is 0 unless set): drop --dropout")
     if s.deepspeed_pipeline and s.vpp is not None and s.vpp > 1:
         raise ValueError(f"--deepspeed-pipeline with --vpp {s.vpp}: DeepSpeed's PipelineEngine has no interleaved "
                          "schedule, drop --vpp")

@@ -34,6 +34,9 @@ class ModelSpec:
     """Width of one attention head when it is not hidden / heads (Qwen3, Gemma: config's head_dim); 0 = hidden / heads."""
     qk_norm: bool = False
     """RMSNorm on q and k per head (OLMo 2, Qwen3, Gemma 3): two more norms per block, their inputs saved."""
+    embed_norm: bool = False
+    """A LayerNorm right after the word embedding (BLOOM's word_embeddings_layernorm): `overdrive plan` turns on
+    --embed-norm for it."""
     squared_relu: bool = False
     """A 2-matrix MLP with a squared-ReLU activation (Nemotron); needs gated_mlp False. Same shapes and saved
     tensors as GELU's, a cheaper elementwise op."""
@@ -207,6 +210,8 @@ def _hf_name(path: str, c: dict) -> str:
 
 GELU_MLP_TYPES = ("gpt2", "gpt_neox", "opt", "gptj", "falcon", "phi", "bloom", "gpt_bigcode", "starcoder2")
 """Hugging Face model types whose MLP is two matrices with a GELU (not SwiGLU's three)."""
+EMBED_NORM_TYPES = ("bloom",)
+"""transformers model types with a LayerNorm on the word embeddings (BloomModel.word_embeddings_layernorm)."""
 QK_NORM_TYPES = ("qwen3", "olmo2", "gemma3", "gemma3_text", "chameleon")
 """Hugging Face model types that normalize q and k per head (their modeling code; the config has no flag)."""
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
@@ -309,6 +314,6 @@ def model_from_hf_config(path: str) -> ModelSpec:
     try:
         return ModelSpec(name=_hf_name(path, c), n_layer=L, hidden=h, n_head=heads, n_kv_head=kv, ffn=ffn,
                          vocab=vocab, tied=tied, gated_mlp=gated, learned_pos=pos, attn_head_dim=head_dim,
-                         squared_relu=relu2, qk_norm=qk_norm)
+                         squared_relu=relu2, qk_norm=qk_norm, embed_norm=model_type in EMBED_NORM_TYPES)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None

@@ -24,7 +24,7 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
               cross-entropy, 52 bytes per logit counted from its kernels (`MEGATRON_CE_BYTES`).
   unfused     --attention unfused (before flash attention: Megatron 2021, eager attention): the scores go
               through HBM: two batched GEMMs per head over the full s × s at their shape's efficiency, plus
-              `UNFUSED_ATTN_BYTES` per score of softmax, mask and dropout traffic.
+              `UNFUSED_ATTN_BYTES` per score of softmax and mask traffic (+ `UNFUSED_DROPOUT_BYTES` with --dropout).
   memory      per token per block (12h + 2kv + 3F [SwiGLU] or 2F) elements × 2 bytes forward, ×3 with
               backward (norms, RoPE, residuals, activation); ×`nocompile` without fusion; low-precision
               casts read 2 and write 1 byte per element of each GEMM operand, forward and backward
@@ -52,7 +52,7 @@ from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["CALIBRATION", "compute_times", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
-           "HOST_GBS", "MEGATRON_CE_BYTES", "BF16_ACCUM_BYTES", "LOSS_BYTES", "loss_bytes_per_logit", "Z_LOSS_BYTES", "SRELU_UNFUSED_ELEMS"]
+           "HOST_GBS", "MEGATRON_CE_BYTES", "UNFUSED_DROPOUT_BYTES", "BF16_ACCUM_BYTES", "LOSS_BYTES", "loss_bytes_per_logit", "Z_LOSS_BYTES", "SRELU_UNFUSED_ELEMS"]
 
 # Fitted by scripts/plan_calibrate.py on the calibration runs of src/overdrive/plan/published_runs.json only
 # (docs/plan-validation.md lists which run fitted which constant); never on the validation runs.
@@ -74,12 +74,14 @@ HBM_EFF = 0.8
 # Host link per GPU, one direction, GB/s, for activation offload: Grace parts reach the CPU over NVLink-C2C
 # (900 GB/s both ways, NVIDIA GB200/GB300 datasheets); others over PCIe at the 25 GB/s used for optimizer offload.
 HOST_GBS = {"gb200": 450.0, "gb300": 450.0, "pcie": 25.0}
-UNFUSED_ATTN_BYTES = 20.0
+UNFUSED_ATTN_BYTES = 10.0
 """HBM bytes per attention score without flash attention beyond what the two GEMMs write and read (their
 short inner dimension already costs them): forward, Megatron's fused causal scale-softmax reads the 16-bit
-scores and writes the probabilities (4), dropout reads them, writes the result and a 1-byte mask (5); backward,
-dropout's read of the gradient and mask and its write (5), softmax's read of probabilities and gradient and its
-write (6)."""
+scores and writes the probabilities (4); backward, softmax's read of probabilities and gradient and its write
+(6). With --dropout, `UNFUSED_DROPOUT_BYTES` more."""
+UNFUSED_DROPOUT_BYTES = 10.0
+"""Attention dropout over the unfused scores: forward, it reads the probabilities and writes the result and a
+1-byte mask (5); backward, it reads the gradient and the mask and writes its result (5)."""
 QUANT_BYTES = {f.preset: f.plan_bytes for f in FORMATS.values() if f.plan_bytes is not None}
 """Per format: `Format.plan_bytes` (FP8 1, MXFP8 1.15 with its E8M0 scales, NVFP4 1.3)."""
 
@@ -212,7 +214,8 @@ def _attention_time(m: ModelSpec, s: TrainSetup, cal: dict, c: dict) -> tuple[fl
         heads = m.n_head / s.tp
         per_head = [(s.seq / s.cp, m.head_dim, s.seq)] * 2
         attn = L * s.micro_batch * heads * _gemm_s(per_head, bf16_peak, e, 3.0, sms, k0)
-        attn += L * s.micro_batch * heads * (s.seq / s.cp) * s.seq * UNFUSED_ATTN_BYTES / c["hbm"]
+        per_score = UNFUSED_ATTN_BYTES + (UNFUSED_DROPOUT_BYTES if s.dropout else 0.0)
+        attn += L * s.micro_batch * heads * (s.seq / s.cp) * s.seq * per_score / c["hbm"]
         return attn, 1 / 3
     attn_fwd = 4 * s.micro_batch * (s.seq / s.cp) * s.seq * (m.n_head * m.head_dim) / s.tp * 0.5
     return L * 3.5 * attn_fwd / (bf16_peak * 1e12 * e * cal["attn_rel"]), 1 / 3.5
