@@ -10,8 +10,8 @@ fastest), so a group's members per node are gpus_per_node / (the degrees inside 
                   the shard across nodes. ZeRO-1/2: a reduce-scatter of gradients + an all-gather of
                   parameters per bucket, once per step; DDP: an all-reduce per bucket, once per step. Buckets:
                   PyTorch DDP's bucket_cap_mb 25 MB; Megatron's max(40M, 1M·dp) parameters
-                  (DistributedDataParallelConfig.bucket_size), one bucket without --overlap-grad-reduce. Every call pays its latency: at hundreds of
-                  nodes with small buckets that term dominates.
+                  (DistributedDataParallelConfig.bucket_size), one bucket without --overlap-grad-reduce. Every
+                  call pays its latency: at hundreds of nodes with small buckets that term dominates.
   overlap         FSDP: the calls hide under the block computing beside them, up to `overlap` of the compute;
                   the first all-gather and the last reduce-scatter have nothing to hide under. DDP/ZeRO: bucket
                   k is ready when the backward has computed k/nb of itself and the calls run one after another
