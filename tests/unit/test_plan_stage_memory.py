@@ -206,3 +206,16 @@ def test_a_bloom_config_turns_the_embedding_norm_on(tmp_path):
     assert m.embed_norm
     r = plan(m, "a100-80", gpus_per_node=1, seq=2048, global_batch=4)
     assert all(c["embed_norm"] for c in r["candidates"])
+
+
+def test_explain_itemises_what_the_embedding_keeps():
+    from overdrive.plan import estimate, explain, get_model
+
+    m = get_model("llama3-8b")
+    s = TrainSetup(gpu=A100, gpus_per_node=8, nodes=1, seq=4096, micro_batch=1, global_batch=8, precision="bf16",
+                   sharding="fsdp", checkpointing="none", embed_norm=True, dropout=True)
+    line = next(x for x in explain(estimate(m, s)) if x.lstrip().startswith("embedding (first stage)"))
+    assert f"1 micro-batch(es) in flight x {embedding_bytes(m, s) / 2**20:,.1f} MiB" in line
+    assert "--embed-norm" in line and "--dropout" in line
+    plain = dataclasses.replace(s, embed_norm=False, dropout=False)
+    assert not any("embedding (first stage)" in x for x in explain(estimate(m, plain)))

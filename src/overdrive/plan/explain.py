@@ -5,7 +5,7 @@ from __future__ import annotations
 from overdrive.plan.estimate import Estimate
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors,
                                    state_bytes_per_param, terms)
-from overdrive.plan.pipeline import chunk_slots, pipeline_blocks_in_flight, stage_params
+from overdrive.plan.pipeline import chunk_slots, embedding_bytes, embedding_micro_batches, pipeline_blocks_in_flight, stage_params
 
 __all__ = ["explain", "NOT_ADDED"]
 
@@ -111,6 +111,11 @@ def explain(e: Estimate) -> list[str]:
                 f"compiled {s.block_code} block" if s.block_code else "fused kernels")
         lines.append(f"  activations saved per token per block, {kind}: {sum(acts.values()):,.0f} B = "
                      + " + ".join(f"{k} {v:,.0f}" for k, v in acts.items() if v))
+    if (s.embed_norm or s.dropout) and acts is not None:
+        lines.append(f"  embedding (first stage): {embedding_micro_batches(e.model, s)} micro-batch(es) in flight x "
+                     f"{embedding_bytes(e.model, s) / 2**20:,.1f} MiB ("
+                     + " + ".join(x for x, on in (("--embed-norm: the norm's input and fp32 statistics", s.embed_norm),
+                                                 ("--dropout: its 1-byte mask", s.dropout)) if on) + ")")
     if s.pp > 1 and acts is not None:
         lines.append(_pipeline_line(e))
     lines.append("time per optimizer step (the terms add up to the step):")
