@@ -217,7 +217,12 @@ from the kernels (a first count of 39 bytes also charged the traffic the two sco
 {MEGATRON_CE_BYTES:.0f} bytes per logit for Megatron-Core's vocab-parallel cross-entropy (`--stack megatron --loss standard`),
 counted from its kernels (no calibration run uses it), and 36 for PyTorch's `F.cross_entropy(logits.float())`, counted
 the same way (a first count of 24 missed three passes; refitting gave the same constants);
-the fit rule's reserve, min({100 * FRAGMENTATION:.0f}% of allocated, {FRAGMENTATION_CAP / GIB:.0f} GiB) + 1 GiB of CUDA context; and, apart
+the fit rule's reserve, min({100 * FRAGMENTATION:.0f}% of allocated, {FRAGMENTATION_CAP / GIB:.0f} GiB) + 1 GiB of CUDA context + NCCL's connection
+buffers (counted from NCCL's own sizes, outside the allocator: in the fit and in nvidia-smi rows, not in
+`max_memory_reserved`: one communicator per process group, each channel × 9.19 MiB × its ring's connection and,
+across nodes, its tree's); Transformer Engine's FP8 weight cache under Megatron (each linear's FP8 weight and, on
+Hopper, its transpose, kept across micro-batches: `is_first_microbatch`; none with `--fp8-all-gather`, Megatron's
+fp8_param_gather, which NeMo's and Megatron-Bridge's presets set and their rows here carry); and, apart
 from the fit rule, what `max_memory_reserved` reads on a GPU with room to spare, allocated × {1 + RESERVED_SHARE:.2f} (the
 caching allocator keeps freed blocks until something needs them; near capacity it releases them and retries,
 which is why the fit rule does not charge this share: a 405B GB200 run with 177 GiB allocated completed on 185).
@@ -230,8 +235,8 @@ which is why the fit rule does not charge this share: a 405B GB200 run with 177 
   (`--no-compile`: eager, × nocompile; `--block-code torchtune|hf`: the activations that model code's block saves, eager or compiled), the loss as `--loss` says, TP collectives exposed unless `--async-tp`.
 - `--stack megatron`: Megatron-Core with Transformer Engine: fused kernels always (`--no-compile` is refused),
   TP communication overlapped with the GEMMs (`--no-async-tp` for Megatron
-  before `tp_comm_overlap`), FP8 GEMM inputs kept in FP8 for backward, and its own GEMM efficiency per GPU
-  generation. On either stack the cross-entropy is `--loss`'s (Transformer Engine's in-place one: `inplace`;
+  before `tp_comm_overlap`), FP8 GEMM inputs kept in FP8 for backward, FP8 weights cached across micro-batches
+  (`--fp8-all-gather`: FP8 parameters instead), and its own GEMM efficiency per GPU generation. On either stack the cross-entropy is `--loss`'s (Transformer Engine's in-place one: `inplace`;
   Megatron's vocab-parallel fp32 one: `standard`).
 - Either: with `--pp > 1` and no `--vpp`, the planner tries the virtual-stage counts up to 16 (to interleave,
   micro-batches in multiples of pp; megatron: only counts that split the blocks evenly, as Megatron needs;
@@ -375,7 +380,7 @@ What the errors say:
   are reduced in bf16 (`grad_reduce_in_fp32=False`), the 405B split counts the embedding and the loss as
   pipeline layers, Transformer Engine keeps FP8 copies of GEMM inputs and its cross-entropy writes the
   gradient over the logits. With those, {fit_note}
-  with its reason (the planner adds a fragmentation reserve of min({100 * FRAGMENTATION:.0f}% of allocated, {FRAGMENTATION_CAP / GIB:.0f} GiB) and 1 GiB of CUDA context to what the allocator counter would read).
+  with its reason (the planner adds a fragmentation reserve of min({100 * FRAGMENTATION:.0f}% of allocated, {FRAGMENTATION_CAP / GIB:.0f} GiB), 1 GiB of CUDA context and NCCL's buffers to what the allocator counter would read).
 
 {_recipe_table(val)}
 
@@ -422,6 +427,14 @@ On a GPU, `tests/gpu/test_plan_gpu.py` compares the planner's `allocated` (what
 activation peak with `set_to_none`) with the counter, and reports the reserved-memory margin
 (`max_memory_reserved − max_memory_allocated`) next to the planner's fragmentation allowance. It runs in
 `scripts/gpu_check.sh`; no GPU has run it yet.
+
+## Known gap: PyTorch's tensor parallelism keeps the gathered GEMM inputs
+torchtitan's TP plan all-gathers the sequence-sharded norm output before `wq/wk/wv` and `w1/w3`
+(`PrepareModuleInput(..., desired_input_layouts=Replicate())`) and `F.linear` saves the whole gathered tensor;
+Megatron saves its shard and gathers again in the backward. The planner counts Megatron's way on both stacks:
+counted torchtitan's way, the 70B FSDP32·TP8 rows read 3 points closer (−23% → −20%), but the Llama 3 405B
+rows (Meta's own stack, TP8 without recompute) would no longer fit, so telling the two apart needs its own
+setting; not done.
 
 ## Known simplifications
 - One GEMM efficiency per stack and GPU generation, scaled per pass by tile and wave quantization and an

@@ -257,8 +257,10 @@ def test_memory_grows_with_what_a_gpu_holds_and_shrinks_with_what_it_shards(case
         # sharding adds those copies; only the states it then halves pay for them (a 340B model at TP4 PP2 with
         # the optimizer offloaded: 249 GiB on one shard, 368 on two).
         if s.sharding in ("fsdp", "zero1") and s.nodes <= 256 and s.offload == "none" and s.shards > 1:
-            wider = dataclasses.replace(s, nodes=2 * s.nodes, global_batch=2 * s.global_batch)
-            assert estimate(m, wider).memory_gib <= e.memory_gib + 1e-9, s
+            # NCCL's buffers aside: a group that leaves its node connects its tree too (collectives.communicator_bytes)
+            wider = estimate(m, dataclasses.replace(s, nodes=2 * s.nodes, global_batch=2 * s.global_batch))
+            assert wider.memory_gib - wider.nccl_gib <= e.memory_gib - e.nccl_gib + 1e-9, s
+            assert wider.nccl_gib <= 3 * max(e.nccl_gib, 0.5), s
         nvlink = dataclasses.replace(s, intra_gbs=2 * s.gpu.nvlink_gbs)
         assert estimate(m, nvlink).tokens_per_s_per_gpu >= e.tokens_per_s_per_gpu * (1 - 1e-9), s
 

@@ -12,6 +12,7 @@ from overdrive.plan import TrainSetup, estimate, get_model, model_from_hf_config
 from overdrive.plan.comm import comm_times
 from overdrive.plan.estimate import vpp_choices
 from overdrive.plan.memory import CONTEXT_BYTES, FRAGMENTATION_CAP, GIB, _logits, act_bytes_per_layer, reserve_bytes, terms
+from overdrive.plan.engine_memory import nccl_buffer_bytes
 from overdrive.plan.throughput import SMS, compute_times, gemm_shape_eff
 
 H100 = gpu_by_key("h100-sxm")
@@ -121,8 +122,10 @@ def test_fit_rule_reserve_is_bounded_and_every_term_adds_up():
 
 def _adds_up(e):
     t = terms(M70, e.setup)
-    need = t["allocated"] + reserve_bytes(t["allocated"]) + CONTEXT_BYTES   # allocated holds the FSDP buffers
+    # allocated holds the FSDP buffers; NCCL's lie outside the allocator
+    need = t["allocated"] + reserve_bytes(t["allocated"]) + CONTEXT_BYTES + nccl_buffer_bytes(e.setup)
     assert e.memory_gib == pytest.approx(need / GIB)
+    assert 0 < e.nccl_gib < 3 and e.nccl_gib == pytest.approx(nccl_buffer_bytes(e.setup) / GIB)
     assert e.fits == (need / GIB <= e.capacity_gib)
     assert (t["buffers"] > 0) == (e.setup.sharding == "fsdp")
 
@@ -133,6 +136,7 @@ def test_explain_prints_the_fit_rule_terms(run):
     assert cp.returncode == 0, cp.stderr
     line = next(x for x in json.loads(cp.stdout)["explain"] if "fit rule:" in x)
     assert "allocated" in line and "fragmentation reserve" in line and "CUDA context" in line and "capacity" in line
+    assert "NCCL buffers" in line
 
 
 def test_hf_loss_keeps_the_fp32_logits_through_the_backward():

@@ -319,7 +319,8 @@ def _add_stack_args(a) -> None:
     a("--embedding-in-pipeline-split", action="store_true",
       help="the embedding and the loss each take a block's place in the pipeline split (Megatron)")
     a("--lora-rank", type=int, default=0, help="> 0: LoRA fine-tuning with a frozen bf16 base")
-    a("--fp8-all-gather", action="store_true", help="all-gather FP8 weights under FSDP")
+    a("--fp8-all-gather", action="store_true", help="all-gather FP8 weights under FSDP; --stack megatron: "
+      "--fp8-param-gather (NeMo's fp8_params): FP8 parameters, no separate TE weight cache")
     a("--gather-dtype", choices=["fp32", "bf16"], default=None,
       help="FSDP all-gather dtype when it is not the compute dtype: fp32 (fp32 parameters gathered, then cast: "
            "Lightning's bf16-mixed FSDP), bf16")

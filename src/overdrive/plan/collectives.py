@@ -31,7 +31,8 @@ import math
 
 __all__ = ["LINK_EFF", "RING_BASE_US", "RING_HOP_US", "TREE_HOP_US", "TREE_MAX_GBS", "RING_PLATEAU",
            "ring_latency_s", "tree_latency_s", "allreduce_s", "gather_s", "p2p_s", "choose_allreduce",
-           "NCCL_CHANNELS", "PCIE_CHANNELS", "nccl_channels"]
+           "NCCL_CHANNELS", "PCIE_CHANNELS", "nccl_channels", "CONNECTION_BYTES", "communicator_bytes",
+           "PCIE_GBS"]
 
 LINK_EFF = 0.8
 """Share of the wire a large collective reaches (nccl-tests busbw on DGX systems: ~80% of NVLink/NIC rate)."""
@@ -44,6 +45,8 @@ NCCL_CHANNELS = {8: (24, 16), 9: (24, 16), 10: (32, 16)}
 """Ring channels (CTAs) per NCCL communicator by SM major version: (inside a node, across nodes); see above."""
 
 
+PCIE_GBS = 64
+"""A GPU whose catalog link rate is at most this is PCIe-only (PCIe 5.0 x16: 64 GB/s both ways)."""
 PCIE_CHANNELS = 4
 """Rings over PCIe (no NVLink): the search finds 2 channels at PCIe speed, under the 25 GB/s the duplication needs,
 and the postset doubles them once."""
@@ -109,3 +112,22 @@ def p2p_s(nbytes: float, bus_bps: float, *, across_nodes: bool) -> float:
         return 0.0
     hop = RING_HOP_US["net" if across_nodes else "nvlink"]
     return (RING_BASE_US + hop) * 1e-6 + nbytes / bus_bps
+
+
+CONNECTION_BYTES = 8 * 512 * 8 * 16 + 120 * 640 * 8 * 8 + (1 << 22)
+"""GPU bytes of one NCCL connection on one channel: a buffer per protocol (src/init.cc, computeBuffSizes):
+LL NCCL_LL_LINES_PER_THREAD·NCCL_LL_MAX_NTHREADS·NCCL_STEPS·16 = 512 KiB, LL128
+NCCL_LL128_ELEMS_PER_THREAD·NCCL_LL128_MAX_NTHREADS·NCCL_STEPS·8 = 4.69 MiB, Simple DEFAULT_BUFFSIZE 4 MiB: 9.19 MiB."""
+
+
+def communicator_bytes(n: int, nodes: int, sm_major: int, *, nvlink: bool = True) -> float:
+    """GPU memory one NCCL communicator of n ranks on `nodes` nodes holds for its connections, CONNECTION_BYTES
+    each per channel: the ring's one receive connection and, across nodes, the tree's (its parent and its child
+    in the chain; a two-rank tree has one). Inside a node NCCL's tuning gives the tree no bandwidth, and since
+    2.22 (NCCL_RUNTIME_CONNECT) it connects an algorithm on first use, so a node's groups hold the ring's alone;
+    earlier versions connect ring and tree at creation, half as much again or more (4 A100s over NVLink, NVIDIA/nccl
+    issue #964: 544 MB per two-rank group, 688 MB per larger one; ring + tree here: 462 and 694)."""
+    if n <= 1:
+        return 0.0
+    connections = 1 + ((1 if n == 2 else 2) if nodes > 1 else 0)
+    return nccl_channels(sm_major, nodes, nvlink=nvlink) * connections * CONNECTION_BYTES

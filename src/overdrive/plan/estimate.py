@@ -17,7 +17,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from overdrive.plan.collectives import nccl_channels
+from overdrive.plan.collectives import PCIE_GBS, nccl_channels
+from overdrive.plan.engine_memory import nccl_buffer_bytes
 from overdrive.plan.comm import comm_times, dp_exposed
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, GIB, lora_params, memory_breakdown,
                                    reserve_bytes, terms)
@@ -33,10 +34,12 @@ class Estimate:
     setup: TrainSetup
     breakdown_gib: dict[str, float]
     memory_gib: float
-    """What the GPU must hold: allocated + fragmentation margin + CUDA context."""
+    """What the GPU must hold: allocated + fragmentation margin + CUDA context + NCCL's buffers."""
     allocated_gib: float
     """What torch.cuda.max_memory_allocated() should read at the peak."""
     reserved_margin_gib: float
+    nccl_gib: float = 0.0
+    """NCCL's connection buffers: outside the allocator (nvidia-smi sees them, max_memory_reserved does not)."""
     capacity_gib: float
     fits: bool
     step_s: float
@@ -63,8 +66,6 @@ class Estimate:
         return p if p == self.requested_precision else f"{self.requested_precision}→{p}"
 
 
-PCIE_GBS = 64
-"""A GPU whose catalog link rate is at most this is PCIe-only (PCIe 5.0 x16: 64 GB/s both ways)."""
 VPP_MAX = 16
 """Largest virtual-stage count searched (Megatron-Bridge's recipes use 2-10; past that the bubble is gone and
 only the extra sends remain)."""
@@ -187,6 +188,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
              "nccl_sms": sms, "embed_allreduce": cm["embed"], "fp32_grad_accum": n * ct["grad_accum"]}
     return Estimate(setup=s, breakdown_gib=bd, memory_gib=total, allocated_gib=t["allocated"] / GIB,
                     reserved_margin_gib=reserve_bytes(t["allocated"]) / GIB, capacity_gib=s.gpu.mem_gib,
+                    nccl_gib=nccl_buffer_bytes(s) / GIB,
                     fits=total <= s.gpu.mem_gib, step_s=step, compute_s=compute, comm_s=cm["dp"] + cm["tp"] + cm["cp"],
                     times=times, tokens_per_s_per_gpu=tps, mfu=mfu, requested_precision=asked, notes=notes, model=m,
                     comm=cm)

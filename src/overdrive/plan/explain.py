@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from overdrive.plan.collectives import CONNECTION_BYTES
+from overdrive.plan.engine_memory import nccl_groups
 from overdrive.plan.estimate import Estimate
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors,
                                    state_bytes_per_param, terms)
@@ -24,8 +26,9 @@ _MEM = {
                    "the eager block's tensors, line below), minus "
                    "what checkpointing/recompute drops and offloaded blocks; + logits (fused loss: one chunk); with "
                    "--pp the busier end of the pipeline (line below)",
-    "other": "FSDP buffers (2 gathered blocks + 1 block of fp32 grads) + 1 GiB CUDA context + the fragmentation "
-             "reserve, min(5% of allocated, 3 GiB)",
+    "other": "FSDP buffers (2 gathered blocks + 1 block of fp32 grads) + Megatron's TE FP8 weight cache (2 bytes "
+             "per linear weight on Hopper) + 1 GiB CUDA context + NCCL buffers (channels x 9.19 MiB x ring + tree "
+             "connections per communicator) + the fragmentation reserve, min(5% of allocated, 3 GiB)",
 }
 _TIME = {
     "gemm": "per linear, forward (M×N over K), input grad (M×K over N), weight grad (K×N over M), each 2·M·K·N / "
@@ -98,8 +101,18 @@ def explain(e: Estimate) -> list[str]:
                  f"{e.allocated_gib:.2f} GiB, reserved margin {e.reserved_margin_gib:.2f} GiB")
     lines.append(f"  fit rule: allocated {e.allocated_gib:.2f} + fragmentation reserve {e.reserved_margin_gib:.2f} "
                  f"(min({100 * FRAGMENTATION:.0f}% of allocated, {FRAGMENTATION_CAP / GIB:.0f} GiB)) + CUDA context "
-                 f"{CONTEXT_BYTES / GIB:.2f} = {e.allocated_gib + e.reserved_margin_gib + CONTEXT_BYTES / GIB:.2f} GiB "
+                 f"{CONTEXT_BYTES / GIB:.2f} + NCCL buffers {e.nccl_gib:.2f} = {e.memory_gib:.2f} GiB "
                  f"{'<=' if e.fits else '>'} {e.capacity_gib:.1f} GiB capacity")
+    groups = ", ".join(f"{k} {n} ranks" + (f" on {nodes} nodes" if nodes > 1 else "")
+                       for k, (n, nodes) in nccl_groups(s).items())
+    if groups:
+        lines.append(f"  NCCL buffers: one communicator per group ({groups}), each channels x "
+                     f"{CONNECTION_BYTES / 2**20:.2f} MiB x (ring + tree connections), outside the allocator")
+    t = terms(e.model, s) if e.model is not None else None
+    if t and t["te_weight_cache"]:
+        lines.append(f"  TE FP8 weight cache {t['te_weight_cache'] / GIB:.2f} GiB (in buffers): Megatron passes "
+                     f"is_first_microbatch, so Transformer Engine keeps each linear's quantised weight (and its "
+                     f"transpose) across micro-batches and steps")
     b = state_bytes_per_param(s)
     lines.append(f"  per trained parameter, before sharding: {s.optimizer} ({s.optimizer_dtype} states) "
                  f"{b['states']:.3g} B states + {b['grad']} B grad + {b['master']} B master ({s.master_weights})"

@@ -62,20 +62,23 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               Megatron-Core's vocab-parallel cross-entropy, in place on one fp32 copy: 6 bytes (16-bit logits + the
               fp32 copy; then the copy as gradient + its 16-bit cast).
   buffers     FSDP: two blocks' parameters all-gathered at once (current + prefetched; compute dtype, 1
-              byte with FP8 all-gather) + one block's fp32 gradients before reduce-scatter.
+              byte with FP8 all-gather) + one block's fp32 gradients before reduce-scatter. --stack megatron in
+              low precision: Transformer Engine's cached quantised weights and transposes (`engine_memory`).
 
 What the allocator counter sees (`torch.cuda.max_memory_allocated`) is `allocated`: the states, the
 activations at their peak and the buffers. Gradients are None at the activation peak when the optimizer
 zeroes with set_to_none (torch's default) and there is one micro-batch per step, so then the peak is
 max(activations, gradients + one block). The GPU needs more: the CUDA context and library workspaces
-(`CONTEXT_BYTES`) and the caching allocator's fragmentation, a reserve of `FRAGMENTATION` of allocated but
-never more than `FRAGMENTATION_CAP` (a fixed share would refuse big-memory runs that completed: 8% of 177 GiB is
-14 GiB, more than the allocator of a 405B run on GB200 ever kept in reserve). A configuration fits when
-allocated + reserve + context <= capacity; `--explain` prints each term.
+(`CONTEXT_BYTES`), NCCL's connection buffers (`engine_memory.nccl_buffer_bytes`) and the caching allocator's
+fragmentation, a reserve of `FRAGMENTATION` of allocated but never more than `FRAGMENTATION_CAP` (a fixed share
+would refuse big-memory runs that completed: 8% of 177 GiB is 14 GiB, more than the allocator of a 405B run on
+GB200 ever kept in reserve). A configuration fits when
+allocated + reserve + context + NCCL <= capacity; `--explain` prints each term.
 """
 
 from __future__ import annotations
 
+from overdrive.plan.engine_memory import nccl_buffer_bytes, te_weight_cache_bytes
 from overdrive.plan.logits import logits_bytes as _logits
 from overdrive.plan.pipeline import (embedding_bytes, embedding_micro_batches, pipeline_blocks_in_flight,
                                      pipeline_outputs_bytes, stage_blocks, stage_outputs_bytes, stage_params)
@@ -282,7 +285,7 @@ def _activations(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, flo
 def memory_breakdown(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     """GiB per GPU: params, grads, optimizer, activations (incl. logits), other (buffers, context, fragmentation)."""
     d = terms(m, s)
-    other = d["buffers"] + CONTEXT_BYTES + reserve_bytes(d["allocated"])
+    other = d["buffers"] + CONTEXT_BYTES + nccl_buffer_bytes(s) + reserve_bytes(d["allocated"])
     # Gradients count only as far as they sit on top of the activations at the peak (see above), so
     # the terms add up to what the GPU needs.
     out = {"params": d["params"], "grads": d["grads_at_peak"], "optimizer": d["optimizer"],
@@ -291,10 +294,11 @@ def memory_breakdown(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
 
 
 def peak_allocated(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
-    """GiB: what `max_memory_allocated` should read (`allocated`) and the reserved margin on top of it."""
+    """GiB: what `max_memory_allocated` should read (`allocated`), the reserved margin on top of it and what
+    lies outside the allocator (the CUDA context, NCCL's buffers)."""
     d = terms(m, s)
     return {"allocated": d["allocated"] / GIB, "reserved_margin": reserve_bytes(d["allocated"]) / GIB,
-            "context": CONTEXT_BYTES / GIB}
+            "context": CONTEXT_BYTES / GIB, "nccl": nccl_buffer_bytes(s) / GIB}
 
 
 def _trained(m: ModelSpec, s: TrainSetup, rank: int) -> tuple[float, float]:
@@ -379,10 +383,12 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
         lg = logits + kept if rank == s.pp - 1 else 0.0
         # one micro-batch a step: grads are None while activations peak (set_to_none), then replace them in backward
         peak = acts + lg + grads if s.grad_accum > 1 or s.lora_rank else max(acts + lg, grads + per_layer + lg)
-        buffers = _buffers(m, s, rank)
+        te_cache = te_weight_cache_bytes(m, s, rank)
+        buffers = _buffers(m, s, rank) + te_cache
         stages.append({"params": params, "grads": grads, "grads_at_peak": max(0.0, peak - acts - lg),
                        "optimizer": opt, "activations": acts, "logits": lg, "buffers": buffers,
-                       "allocated": params + opt + buffers + peak, "pp_rank": rank})
+                       "allocated": params + opt + buffers + peak, "pp_rank": rank,
+                       "te_weight_cache": te_cache})
     busiest = max(stages, key=lambda d: d["allocated"])
     ends = ({"pp_first": stages[0]["activations"], "pp_last": stages[-1]["activations"] + stages[-1]["logits"],
              "pp_outputs": kept} if s.pp > 1 else {"pp_first": 0.0, "pp_last": 0.0, "pp_outputs": 0.0})

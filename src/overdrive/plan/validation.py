@@ -59,8 +59,8 @@ def predict(r: dict, cal: dict | None = None) -> dict:
         # torchtitan logs max_reserved: the allocator's view on a GPU with room (allocated + its cache), no CUDA
         # context; torchtune's "peak memory active" is the allocator's active bytes, what allocated models
         planned = e.allocated_gib if r.get("memory_measure") == "active" else e.allocated_gib * (1 + RESERVED_SHARE)
-        if r.get("memory_measure") == "nvidia-smi":   # the process's whole footprint: the cache and the CUDA context
-            planned += CONTEXT_BYTES / GIB
+        if r.get("memory_measure") == "nvidia-smi":   # the process's whole footprint: the cache, the CUDA context
+            planned += CONTEXT_BYTES / GIB + e.nccl_gib  # and NCCL's buffers
         out.update(memory_published=r["memory_gib"], memory_predicted=planned,
                    memory_error=planned / r["memory_gib"] - 1, memory_measure=r.get("memory_measure", "reserved"),
                    # FSDP alone: with TP and PP beside it torchtitan keeps more than the planner models (the doc's

@@ -68,8 +68,8 @@ def render_plan(r: dict, console: Console, *, limit: int = 15) -> None:
         console.print("[bold red]Nothing fits.[/] What would:")
         for s in r["suggestions"]:
             console.print(f"  - {escape(s)}")
-    console.print("[dim]Memory = params + grads + optimizer + activations (incl. logits) + other (FSDP buffers, CUDA "
-                  "context, fragmentation); time = per-op roofline + communication (--explain shows each term). "
+    console.print("[dim]Memory = params + grads + optimizer + activations (incl. logits) + other (FSDP buffers, TE "
+                  "weight cache, CUDA context, NCCL buffers, fragmentation); time = per-op roofline + communication (--explain shows each term). "
                   "Errors against published runs: docs/plan-validation.md.[/]")
 
 

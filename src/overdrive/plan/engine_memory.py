@@ -1,0 +1,83 @@
+"""What the engines keep on the GPU beyond the model's own count: Transformer Engine's cached FP8 weights and
+NCCL's communicator buffers.
+
+Megatron-Core's Transformer Engine layers pass `is_first_microbatch` to every TE module (`TELinear.forward`:
+`None if self.disable_parameter_transpose_cache else self.is_first_microbatch`; the schedule sets it True on a
+step's first micro-batch). With it TE caches each quantised weight under the key "weight"
+(`TransformerEngineBaseModule.get_fp8_workspace(cache_name="weight")` stores the workspace in
+`self._fp8_workspaces`, TE 1.x; TE 2.x keeps the quantizer's output the same way) and, while gradients are on,
+its transpose for the backward's data-gradient GEMM (`with_transpose`/columnwise usage). The cache is allocated
+once and kept across steps: bytes of the quantised weight, per copy, for every linear of the stage's blocks (the
+output layer is Megatron's own ColumnParallelLinear, not a TE module, so not quantised). PyTorch stacks (torchao
+Float8Linear, te.Linear without `is_first_microbatch`) cast every call and keep nothing between them. With
+Megatron's --fp8-param-gather (`--fp8-all-gather` here) the parameter itself is the quantised tensor: its copies
+take the place of the 16-bit weight, and nothing is cached beside them.
+
+NCCL allocates its connection buffers with cudaMalloc/cuMem, outside PyTorch's caching allocator: they are not in
+`max_memory_allocated` or `max_memory_reserved`, but they are in nvidia-smi and they take room a run needs. One
+communicator per process group (`collectives.communicator_bytes`): the default group every launcher's start-up
+barrier uses, the data-parallel group the gradients go over (data × context ranks), the tensor-parallel and the
+context-parallel group; a group as large as the world is the default one. Pipeline send/receive buffers (4 MiB a
+peer and channel) are left out.
+"""
+
+from __future__ import annotations
+
+from overdrive.formats import planned_format
+from overdrive.plan.collectives import PCIE_GBS, communicator_bytes
+from overdrive.plan.comm import group_layout
+from overdrive.plan.pipeline import stage_blocks
+from overdrive.plan.setup import TrainSetup
+from overdrive.plan.specs import ModelSpec
+
+__all__ = ["STORAGE_BYTES", "te_weight_cache_bytes", "weight_copies", "linear_params", "nccl_groups",
+           "nccl_buffer_bytes"]
+
+STORAGE_BYTES = {"fp8": 1.0, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
+"""Bytes each quantised weight element is stored in, scales included: FP8 one byte (a per-tensor scale); MXFP8 one
+byte + an E8M0 scale per 32; NVFP4 half a byte + an E4M3 scale per 16 (the per-tensor fp32 scale is negligible)."""
+
+
+def linear_params(m: ModelSpec) -> int:
+    """Weights of one block's linears (Q, K, V, O and the MLP), norms and biases aside."""
+    h = m.hidden
+    return 2 * h * m.q_dim + 2 * h * m.kv_dim + (3 if m.gated_mlp else 2) * h * m.ffn
+
+
+def weight_copies(s: TrainSetup) -> int:
+    """Quantised copies of each weight TE keeps while training: the rowwise one for the forward and a columnwise one
+    for the data gradient. Per-tensor FP8 on Blackwell needs no transpose (its tensor cores take the other layouts:
+    TE's `is_non_tn_fp8_gemm_supported`); MXFP8 and NVFP4 scale along the reduction dimension, so the columnwise copy
+    has scales of its own everywhere."""
+    f = planned_format(s.precision)
+    return 1 if (f.kind == "fp8" and s.gpu.sm[0] >= 10) else 2
+
+
+def te_weight_cache_bytes(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
+    """Bytes of Transformer Engine's cached quantised weights on pipeline rank `rank` (module docstring); 0 where
+    nothing caches them (not Megatron, not low precision, LoRA's frozen base)."""
+    if s.stack != "megatron" or not s.low_precision or s.lora_rank:
+        return 0.0
+    per_element = STORAGE_BYTES[planned_format(s.precision).kind] * weight_copies(s)
+    if s.fp8_all_gather:
+        # --fp8-param-gather (NeMo's fp8_params, Megatron-Bridge's perf recipes): the weight itself is quantised, so
+        # its copies replace the 16-bit compute weight the states count (2 bytes); never below 0 (NVFP4 saves a
+        # little more, not counted)
+        per_element = max(0.0, per_element - 2)
+    return per_element * linear_params(m) * stage_blocks(m, s)[rank] / s.tp
+
+
+
+def nccl_groups(s: TrainSetup) -> dict[str, tuple[int, int]]:
+    """The process groups with an NCCL communicator on each GPU: name → (ranks, nodes spanned)."""
+    groups = {"world": (s.world, s.nodes)}
+    for name, size, inner in (("data", s.dp * s.cp, s.tp), ("tensor", s.tp, 1), ("context", s.cp, s.tp)):
+        if 1 < size < s.world:
+            groups[name] = (size, group_layout(s, size, inner)[0])
+    return {k: v for k, v in groups.items() if v[0] > 1}
+
+
+def nccl_buffer_bytes(s: TrainSetup) -> float:
+    """Bytes of NCCL connection buffers on one GPU, all its communicators together (module docstring)."""
+    nvlink = s.gpu.nvlink_gbs > PCIE_GBS
+    return sum(communicator_bytes(n, nodes, s.gpu.sm[0], nvlink=nvlink) for n, nodes in nccl_groups(s).values())

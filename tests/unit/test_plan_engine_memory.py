@@ -1,0 +1,118 @@
+"""What the engines keep beyond the model's own tensors: Transformer Engine's cached FP8 weights under Megatron and
+NCCL's communicator buffers, each against the engine's own numbers, and where the plan shows them."""
+
+import dataclasses
+import json
+
+import pytest
+
+from plan_cli import run  # noqa: F401 (a fixture)
+from overdrive.env import gpu_by_key
+from overdrive.plan import TrainSetup, estimate, get_model
+from overdrive.plan.collectives import CONNECTION_BYTES, communicator_bytes, nccl_channels
+from overdrive.plan.engine_memory import (STORAGE_BYTES, linear_params, nccl_buffer_bytes, nccl_groups,
+                                          te_weight_cache_bytes, weight_copies)
+from overdrive.plan.memory import GIB, terms
+from overdrive.plan.pipeline import stage_blocks
+from overdrive.plan.validation import evaluate, load_runs
+
+H100, B200 = gpu_by_key("h100-sxm"), gpu_by_key("b200")
+M8 = get_model("llama3-8b")
+
+
+def _mega(**kw) -> TrainSetup:
+    base = dict(gpu=H100, tp=2, seq=8192, sharding="zero1", precision="fp8", stack="megatron", global_batch=64)
+    return TrainSetup(**{**base, **kw})
+
+
+def test_nccl_connection_is_the_three_protocol_buffers():
+    # src/init.cc: LL 8 lines x 512 threads x 8 steps x 16 B, LL128 120 x 640 x 8 x 8 B, Simple 4 MiB
+    assert CONNECTION_BYTES == 524_288 + 4_915_200 + 4_194_304
+    ch = nccl_channels(8, 1)
+    # one node: the ring's connection alone; across nodes the tree's chain adds one (two ranks) or two
+    assert communicator_bytes(4, 1, 8) == ch * CONNECTION_BYTES
+    assert communicator_bytes(1, 1, 8) == 0 and communicator_bytes(1, 2, 8) == 0
+    inter = nccl_channels(9, 2)
+    assert communicator_bytes(2, 2, 9) == inter * 2 * CONNECTION_BYTES
+    assert communicator_bytes(16, 2, 9) == inter * 3 * CONNECTION_BYTES
+    # ring + tree on 24 channels is what NVIDIA/nccl #964 measured on 4 A100s (544 MB two ranks, 688 MB four)
+    assert ch * 3 * CONNECTION_BYTES / 1e6 == pytest.approx(688, rel=0.02)
+    assert ch * 2 * CONNECTION_BYTES / 1e6 == pytest.approx(544, rel=0.2)
+    assert communicator_bytes(4, 1, 8, nvlink=False) < communicator_bytes(4, 1, 8)   # PCIe: 4 channels
+
+
+@pytest.mark.parametrize("kw, groups", [
+    (dict(nodes=1, gpus_per_node=1, tp=1), {}),
+    (dict(nodes=1, tp=1), {"world": (8, 1)}),                                    # DDP/FSDP over the default group
+    (dict(nodes=2, tp=2), {"world": (16, 2), "data": (8, 2), "tensor": (2, 1)}),
+    # dp 1: the gradients go over the data x context group, the attention's ring over the context group
+    (dict(nodes=4, tp=8, pp=2, cp=2), {"world": (32, 4), "data": (2, 2), "tensor": (8, 1), "context": (2, 2)}),
+    (dict(nodes=1, tp=8), {"world": (8, 1)}),                                    # the tensor group is the world
+])
+def test_nccl_groups_follow_the_layout(kw, groups):
+    s = TrainSetup(gpu=H100, **kw)
+    assert nccl_groups(s) == groups
+    assert nccl_buffer_bytes(s) == sum(communicator_bytes(n, nodes, 9) for n, nodes in groups.values())
+
+
+def test_nccl_buffers_sit_outside_the_allocator_but_in_the_fit():
+    s = _mega(nodes=2)
+    e = estimate(M8, s)
+    assert e.nccl_gib == pytest.approx(nccl_buffer_bytes(s) / GIB) and 0.5 < e.nccl_gib < 2
+    t = terms(M8, s)
+    assert e.allocated_gib == pytest.approx(t["allocated"] / GIB)          # not in max_memory_allocated
+    assert e.memory_gib == pytest.approx(sum(e.breakdown_gib.values()))    # but in what the GPU must hold
+    one = estimate(M8, dataclasses.replace(s, nodes=1, gpus_per_node=1, tp=1))
+    assert one.nccl_gib == 0
+
+
+def test_te_caches_every_linear_weight_and_its_transpose_under_megatron():
+    s = _mega()
+    per_gpu = linear_params(M8) * stage_blocks(M8, s)[0] / s.tp
+    assert te_weight_cache_bytes(M8, s) == pytest.approx(2 * per_gpu)           # FP8 weight + transpose (Hopper)
+    assert terms(M8, s)["te_weight_cache"] == te_weight_cache_bytes(M8, s)
+    without = estimate(M8, dataclasses.replace(s, stack="pytorch"))
+    assert terms(M8, without.setup)["te_weight_cache"] == 0                      # torchao/te.Linear: cast per call
+    assert te_weight_cache_bytes(M8, dataclasses.replace(s, precision="bf16")) == 0
+    # --fp8-all-gather (Megatron's --fp8-param-gather): the FP8 parameter and its transpose replace the bf16 one
+    assert te_weight_cache_bytes(M8, dataclasses.replace(s, fp8_all_gather=True)) == 0
+    # Blackwell needs no transpose for per-tensor FP8; MXFP8 keeps a columnwise copy with its own scales
+    bw = dataclasses.replace(s, gpu=B200)
+    assert weight_copies(bw) == 1 and te_weight_cache_bytes(M8, bw) == pytest.approx(per_gpu)
+    mx = dataclasses.replace(bw, precision="mxfp8")
+    assert te_weight_cache_bytes(M8, mx) == pytest.approx(2 * STORAGE_BYTES["mxfp8"] * per_gpu)
+    pp = dataclasses.replace(s, pp=4, tp=1, global_batch=64)   # the busiest stage's blocks only
+    assert te_weight_cache_bytes(M8, pp) == pytest.approx(2 * linear_params(M8) * stage_blocks(M8, pp)[0])
+    assert estimate(M8, s).memory_gib > estimate(M8, dataclasses.replace(s, fp8_all_gather=True)).memory_gib
+
+
+def test_flagperf_fp8_over_bf16_memory_follows_the_cache():
+    # FlagPerf's Megatron-LM runs (no --fp8-param-gather) read more in FP8 than in bf16 on nvidia-smi (+3 GiB on
+    # one node, +2 on two) although FP8 keeps smaller activations: the cache is the difference
+    rows = {r["id"]: r for r in evaluate() if r["id"].startswith("FlagPerf Llama3-8B") and "memory_published" in r}
+    for n in (8, 16):
+        bf16 = rows[next(k for k in rows if f" {n}xH100 bf16" in k)]
+        fp8 = rows[next(k for k in rows if f" {n}xH100 fp8" in k)]
+        assert fp8["memory_published"] > bf16["memory_published"]
+        assert fp8["memory_predicted"] > bf16["memory_predicted"]
+
+
+def test_nemo_family_rows_say_they_gather_fp8_params():
+    # NeMo's fp8_params and Megatron-Bridge's mixed-precision presets (fp8_param_gather=True): the rows say so
+    for r in load_runs():
+        if r.get("stack") == "megatron" and r["precision"] not in ("bf16", "fp16", "fp32"):
+            nemo = any(k in r["source"] for k in ("Megatron-Bridge", "NVIDIA/NeMo", "dgxc-benchmarking"))
+            assert bool(r.get("fp8_all_gather")) == nemo, r["id"]
+
+
+def test_explain_shows_the_groups_and_the_cache(run):
+    cp = run("--model", "llama3-8b", "--gpu", "h100-sxm", "--nodes", "2", "--tp", "2", "--stack", "megatron",
+             "--precision", "fp8", "--sharding", "zero1", "--checkpointing", "none", "--micro-batch", "1",
+             "--explain", "--json")
+    assert cp.returncode == 0, cp.stderr
+    lines = json.loads(cp.stdout)["explain"]
+    nccl = next(x for x in lines if x.strip().startswith("NCCL buffers"))
+    assert "world 16 ranks on 2 nodes" in nccl and "tensor 2 ranks" in nccl
+    assert any("TE FP8 weight cache" in x for x in lines)
+    fit = next(x for x in lines if "fit rule:" in x)
+    assert "NCCL buffers" in fit
