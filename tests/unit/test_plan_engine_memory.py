@@ -84,6 +84,8 @@ def test_te_caches_every_linear_weight_and_its_transpose_under_megatron():
     pp = dataclasses.replace(s, pp=4, tp=1, global_batch=64)   # the busiest stage's blocks only
     assert te_weight_cache_bytes(M8, pp) == pytest.approx(2 * linear_params(M8) * stage_blocks(M8, pp)[0])
     assert estimate(M8, s).memory_gib > estimate(M8, dataclasses.replace(s, fp8_all_gather=True)).memory_gib
+    # a LoRA's frozen base runs its forward and input gradient through the cached FP8 weight too
+    assert te_weight_cache_bytes(M8, dataclasses.replace(s, lora_rank=16)) == te_weight_cache_bytes(M8, s)
 
 
 def test_flagperf_fp8_over_bf16_memory_follows_the_cache():

@@ -55,8 +55,9 @@ def weight_copies(s: TrainSetup) -> int:
 
 def te_weight_cache_bytes(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
     """Bytes of Transformer Engine's cached quantised weights on pipeline rank `rank` (module docstring); 0 where
-    nothing caches them (not Megatron, not low precision, LoRA's frozen base)."""
-    if s.stack != "megatron" or not s.low_precision or s.lora_rank:
+    nothing caches them (not Megatron, not low precision). A LoRA's frozen base is cached too: its forward and
+    the input gradient through it use the FP8 weight and transpose all the same."""
+    if s.stack != "megatron" or not s.low_precision:
         return 0.0
     per_element = STORAGE_BYTES[planned_format(s.precision).kind] * weight_copies(s)
     if s.fp8_all_gather:
