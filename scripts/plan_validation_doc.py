@@ -232,7 +232,9 @@ which is why the fit rule does not charge this share: a 405B GB200 run with 177 
 ## What each stack implies
 
 - `--stack pytorch` (default): FSDP2/DDP as PyTorch runs them; memory-bound ops fused by torch.compile
-  (`--no-compile`: eager, × nocompile; `--block-code torchtune|hf`: the activations that model code's block saves, eager or compiled), the loss as `--loss` says, TP collectives exposed unless `--async-tp`.
+  (`--no-compile`: eager, × nocompile; `--block-code torchtune|hf`: the activations that model code's block saves, eager or compiled), the loss as `--loss` says, TP collectives exposed unless `--async-tp`;
+  with `--tp` DTensor's sequence parallelism keeps each gathered GEMM input whole (torchtitan's plan; in float8
+  with float8 tensor parallelism), `--sequence-parallel regather` Megatron's way (the Llama 3 paper's rows).
 - `--stack megatron`: Megatron-Core with Transformer Engine: fused kernels always (`--no-compile` is refused),
   TP communication overlapped with the GEMMs (`--no-async-tp` for Megatron
   before `tp_comm_overlap`), FP8 GEMM inputs kept in FP8 for backward, FP8 weights cached across micro-batches
@@ -427,14 +429,6 @@ On a GPU, `tests/gpu/test_plan_gpu.py` compares the planner's `allocated` (what
 activation peak with `set_to_none`) with the counter, and reports the reserved-memory margin
 (`max_memory_reserved − max_memory_allocated`) next to the planner's fragmentation allowance. It runs in
 `scripts/gpu_check.sh`; no GPU has run it yet.
-
-## Known gap: PyTorch's tensor parallelism keeps the gathered GEMM inputs
-torchtitan's TP plan all-gathers the sequence-sharded norm output before `wq/wk/wv` and `w1/w3`
-(`PrepareModuleInput(..., desired_input_layouts=Replicate())`) and `F.linear` saves the whole gathered tensor;
-Megatron saves its shard and gathers again in the backward. The planner counts Megatron's way on both stacks:
-counted torchtitan's way, the 70B FSDP32·TP8 rows read 3 points closer (−23% → −20%), but the Llama 3 405B
-rows (Meta's own stack, TP8 without recompute) would no longer fit, so telling the two apart needs its own
-setting; not done.
 
 ## Known simplifications
 - One GEMM efficiency per stack and GPU generation, scaled per pass by tile and wave quantization and an

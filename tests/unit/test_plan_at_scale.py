@@ -91,12 +91,19 @@ def test_without_sequence_parallelism_the_norm_tensors_stay_whole_on_every_tp_ra
     """Korthikanti et al. 2022: TP alone keeps sbh·(10 + 24/t + 5as/ht) bytes; with SP all of it is /t. Here the
     replicated part is the norms' inputs and outputs, 8h bytes per token in bf16 (no dropout masks)."""
     m = get_model("llama3-8b")
-    s = TrainSetup(gpu=H100, tp=4, seq=4096, micro_batch=2, precision="bf16")
+    s = TrainSetup(gpu=H100, tp=4, seq=4096, micro_batch=2, precision="bf16", sp_regather=True)   # Megatron's SP
     off = dataclasses.replace(s, sequence_parallel=False)
     tokens = 4096 * 2
     rep = sum(v for k, v in act_tensors(m, s).items() if k in ("norm1_in", "qkv_in", "norm2_in", "mlp_in"))
     assert rep == 8 * m.hidden
     assert act_bytes_per_layer(m, off) - act_bytes_per_layer(m, s) == pytest.approx(tokens * rep * (1 - 1 / 4))
+    # PyTorch's DTensor TP (the pytorch stack's way) saves the gathered GEMM inputs whole: between the two
+    dtensor = dataclasses.replace(s, sp_regather=None)
+    gathered = sum(v for k, v in act_tensors(m, s).items() if k in ("qkv_in", "mlp_in"))
+    assert dtensor.keeps_gathered and not s.keeps_gathered and not off.keeps_gathered
+    assert act_bytes_per_layer(m, dtensor) - act_bytes_per_layer(m, s) == pytest.approx(tokens * gathered * 3 / 4)
+    assert act_bytes_per_layer(m, s) < act_bytes_per_layer(m, dtensor) < act_bytes_per_layer(m, off)
+    assert not dataclasses.replace(dtensor, stack="megatron").keeps_gathered   # Megatron regathers by default
     e_on, e_off = estimate(m, s), estimate(m, off)
     assert e_off.breakdown_gib["activations"] > e_on.breakdown_gib["activations"]
     assert e_off.comm["tp"] == pytest.approx(e_on.comm["tp"])        # 4 all-reduces = 8 gathers/scatters of bytes

@@ -19,13 +19,14 @@ import pytest
 from overdrive.env.catalog import gpu_by_key
 from overdrive.plan import ModelSpec, TrainSetup, estimate, explain, get_model, plan
 from overdrive.plan.explain import NOT_ADDED
+from overdrive.plan.memory import _states
 from overdrive.plan.pipeline import chunk_slots, stage_imbalance
 
 GPUS = ("a100-40", "a100-80", "h100-sxm", "h200", "b200", "gb200")
 MODELS = ("llama3-1b", "llama3-8b", "llama2-13b", "gpt3-5b", "gpt-64b", "llama3-70b", "gpt3-175b",
           "nemotron4-340b", "llama3-405b")
 DRAWS = 300
-EXTRA = dict(sequence_parallel=(True, False), attention=("flash", "unfused"), z_loss=(False, True),
+EXTRA = dict(sequence_parallel=(True, False), sp_regather=(None, True), attention=("flash", "unfused"), z_loss=(False, True),
              gather_dtype=("", "fp32", "bf16"), fused_kernels=(False, True), loss=("standard", "fused", "hf", "chunked"),
              offload=("none", "optimizer"), lora_rank=(0, 16), grad_dtype=("fp32", "bf16"),
              optimizer=("adamw", "adamw-8bit", "lion"), deepspeed_pipeline=(False, True),
@@ -132,10 +133,13 @@ def test_more_checkpointing_never_raises_memory_or_speed(cases):
 
 
 def test_fp8_never_holds_more_weight_memory_than_bf16(cases):
+    """Stage by stage: the busiest stage itself may change (Transformer Engine's FP8 weight cache under Megatron
+    grows with a stage's blocks, not its embedding), the weights of each stage never grow."""
     for m, s, e in cases:
         if s.precision == "bf16" and s.gpu.fp8_tflops:
-            assert estimate(m, dataclasses.replace(s, precision="fp8")).breakdown_gib["params"] <= \
-                e.breakdown_gib["params"] + 1e-9
+            fp8 = estimate(m, dataclasses.replace(s, precision="fp8")).setup
+            for rank in range(s.pp):
+                assert _states(m, fp8, rank)[0] <= _states(m, dataclasses.replace(fp8, precision="bf16"), rank)[0] + 1, s
 
 
 def test_doubling_nodes_at_the_same_per_gpu_batch_never_speeds_the_step_up(cases):

@@ -114,10 +114,8 @@ def _run_sweep(args: argparse.Namespace, console) -> int:
     from overdrive.report.plan_view import render_sweep, sweep_markdown, write_sweep_png
 
     rows = sweep()
-    if args.json:
-        print(json.dumps({"sweep": rows}, indent=1))
-    elif args.markdown:
-        print(sweep_markdown(rows))
+    if args.json or args.markdown:
+        print(json.dumps({"sweep": rows}, indent=1) if args.json else sweep_markdown(rows))
     else:
         render_sweep(rows, console)
     if args.png:
@@ -152,7 +150,8 @@ def _setup_kwargs(args: argparse.Namespace) -> dict:
                  offload_activations=args.offload_activations, grad_dtype=args.grad_dtype,
                  embedding_in_pipeline_split=args.embedding_in_pipeline_split, stack=args.stack,
                  attention=args.attention, block_code=args.block_code or "",
-                 sequence_parallel=args.sequence_parallel == "on", z_loss=args.z_loss,
+                 sequence_parallel=args.sequence_parallel != "off", z_loss=args.z_loss,
+                 sp_regather=True if args.sequence_parallel == "regather" else None,
                  gather_dtype=args.gather_dtype or "", fused_kernels=args.fused_kernels,
                  deepspeed_pipeline=args.deepspeed_pipeline, overlap_grad_reduce=not args.no_overlap_grad_reduce,
                  partition_activations=not args.no_partition_activations, embed_norm=args.embed_norm, dropout=args.dropout)
@@ -314,19 +313,19 @@ def _add_stack_args(a) -> None:
     a("--recompute-modules", metavar="LIST", help="Megatron selective recompute, comma list of core_attn,mlp,layernorm")
     a("--offload-activations", type=int, default=0, metavar="N",
       help="move the activations of N blocks to host memory (Megatron cpu_offloading_num_layers; needs --pp 1)")
-    a("--grad-dtype", default="fp32", choices=["fp32", "bf16"],
-      help="gradient buffer dtype (bf16: Megatron's grad_reduce_in_fp32=False)")
+    a("--grad-dtype", default="fp32", choices=["fp32", "bf16"], help="gradient buffer dtype (bf16: Megatron's "
+      "grad_reduce_in_fp32=False)")
     a("--embedding-in-pipeline-split", action="store_true",
       help="the embedding and the loss each take a block's place in the pipeline split (Megatron)")
     a("--lora-rank", type=int, default=0, help="> 0: LoRA fine-tuning with a frozen bf16 base")
     a("--fp8-all-gather", action="store_true", help="all-gather FP8 weights under FSDP; --stack megatron: "
-      "--fp8-param-gather (NeMo's fp8_params): FP8 parameters, no separate TE weight cache")
+      "Megatron's fp8_param_gather (NeMo's fp8_params): FP8 parameters, no separate TE weight cache")
     a("--gather-dtype", choices=["fp32", "bf16"], default=None,
       help="FSDP all-gather dtype when it is not the compute dtype: fp32 (fp32 parameters gathered, then cast: "
            "Lightning's bf16-mixed FSDP), bf16")
-    a("--sequence-parallel", choices=["on", "off"], default="on",
-      help="with --tp: off keeps the norms, residuals and their activations on every token of each TP rank "
-           "(Megatron before 2022)")
+    a("--sequence-parallel", choices=["on", "off", "regather"], default="on", help="with --tp: off keeps the norms, "
+      "residuals and their activations on every token of each TP rank (Megatron before 2022); regather: the GEMMs "
+      "save their shard and gather it again in the backward (Megatron's; on --stack pytorch DTensor saves it whole)")
     a("--deepspeed-pipeline", action="store_true",
       help="DeepSpeed's PipelineEngine (Megatron-DeepSpeed, GPT-NeoX): gradients reduced after the pipeline "
            "flush, not under the backward; bf16 through its BF16_Optimizer (fp32 accumulation, fp32 all-reduce)")

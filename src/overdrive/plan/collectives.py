@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import math
 
+from overdrive.plan.setup import TrainSetup
+
 __all__ = ["LINK_EFF", "RING_BASE_US", "RING_HOP_US", "TREE_HOP_US", "TREE_MAX_GBS", "RING_PLATEAU",
            "ring_latency_s", "tree_latency_s", "allreduce_s", "gather_s", "p2p_s", "choose_allreduce",
            "NCCL_CHANNELS", "PCIE_CHANNELS", "nccl_channels", "CONNECTION_BYTES", "communicator_bytes",
-           "PCIE_GBS"]
+           "PCIE_GBS", "group_layout"]
 
 LINK_EFF = 0.8
 """Share of the wire a large collective reaches (nccl-tests busbw on DGX systems: ~80% of NVLink/NIC rate)."""
@@ -131,3 +133,15 @@ def communicator_bytes(n: int, nodes: int, sm_major: int, *, nvlink: bool = True
         return 0.0
     connections = 1 + ((1 if n == 2 else 2) if nodes > 1 else 0)
     return nccl_channels(sm_major, nodes, nvlink=nvlink) * connections * CONNECTION_BYTES
+
+
+def group_layout(s: TrainSetup, size: int, inner: int) -> tuple[int, float]:
+    """(nodes the group spans, bytes/s per GPU) for a group of `size` ranks whose neighbours are `inner` ranks
+    apart. Across nodes NCCL runs one ring per rail (GPU i of every node through NIC i), so k members per node
+    move their traffic over k NICs at once: min(NVLink, k × NIC)."""
+    intra = (s.intra_gbs or s.gpu.nvlink_gbs) * 1e9
+    if size * inner <= s.gpus_per_node:
+        return 1, LINK_EFF * intra
+    per_node = max(1, s.gpus_per_node // inner)
+    nodes = math.ceil(size / per_node)
+    return nodes, LINK_EFF * min(intra, per_node * s.inter_gbs * 1e9)

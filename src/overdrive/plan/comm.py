@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 
-from overdrive.plan.collectives import LINK_EFF, choose_allreduce, gather_s, p2p_s, ring_latency_s
+from overdrive.plan.collectives import LINK_EFF, choose_allreduce, gather_s, group_layout, p2p_s, ring_latency_s
 from overdrive.plan.pipeline import stage_imbalance
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
@@ -58,18 +58,6 @@ DS_ALLREDUCE_ELEMENTS = 500_000_000
 (deepspeed/runtime/engine.py)."""
 DDP_BUCKET_BYTES = 25 * 2**20
 """torch.nn.parallel.DistributedDataParallel's bucket_cap_mb default."""
-
-
-def group_layout(s: TrainSetup, size: int, inner: int) -> tuple[int, float]:
-    """(nodes the group spans, bytes/s per GPU) for a group of `size` ranks whose neighbours are `inner` ranks
-    apart. Across nodes NCCL runs one ring per rail (GPU i of every node through NIC i), so k members per node
-    move their traffic over k NICs at once: min(NVLink, k × NIC)."""
-    intra = (s.intra_gbs or s.gpu.nvlink_gbs) * 1e9
-    if size * inner <= s.gpus_per_node:
-        return 1, LINK_EFF * intra
-    per_node = max(1, s.gpus_per_node // inner)
-    nodes = math.ceil(size / per_node)
-    return nodes, LINK_EFF * min(intra, per_node * s.inter_gbs * 1e9)
 
 
 def _buckets(s: TrainSetup, grad_bytes: float, trained: float, blocks: float) -> int:

@@ -1,5 +1,5 @@
-"""What the engines keep on the GPU beyond the model's own count: Transformer Engine's cached FP8 weights and
-NCCL's communicator buffers.
+"""What the engines keep on the GPU beyond the model's own count: Transformer Engine's cached FP8 weights, the
+gathered GEMM inputs PyTorch's tensor parallelism saves, and NCCL's communicator buffers.
 
 Megatron-Core's Transformer Engine layers pass `is_first_microbatch` to every TE module (`TELinear.forward`:
 `None if self.disable_parameter_transpose_cache else self.is_first_microbatch`; the schedule sets it True on a
@@ -13,6 +13,14 @@ Float8Linear, te.Linear without `is_first_microbatch`) cast every call and keep 
 Megatron's --fp8-param-gather (`--fp8-all-gather` here) the parameter itself is the quantised tensor: its copies
 take the place of the 16-bit weight, and nothing is cached beside them.
 
+PyTorch's tensor parallelism (DTensor, torchtitan's plan: `PrepareModuleInput(input_layouts=Shard(1),
+desired_input_layouts=Replicate())` ahead of `attention` and `feed_forward`) all-gathers the sequence-sharded norm
+output before wq/wk/wv and w1/w3, and `F.linear` saves that whole tensor for its weight gradient: every TP rank
+keeps those GEMM inputs for all the sequence. Megatron's sequence parallelism saves the shard and gathers again
+in the backward (Korthikanti et al. 2022, §4.2.2; `--sequence-parallel regather`, what the megatron stack does).
+With torchao's float8 tensor parallelism (tensorwise scaling: `Float8ColwiseParallel`, `PrepareFloat8ModuleInput`)
+the input is cast before the gather, so the saved whole tensor is one byte an element.
+
 NCCL allocates its connection buffers with cudaMalloc/cuMem, outside PyTorch's caching allocator: they are not in
 `max_memory_allocated` or `max_memory_reserved`, but they are in nvidia-smi and they take room a run needs. One
 communicator per process group (`collectives.communicator_bytes`): the default group every launcher's start-up
@@ -24,14 +32,13 @@ peer and channel) are left out.
 from __future__ import annotations
 
 from overdrive.formats import planned_format
-from overdrive.plan.collectives import PCIE_GBS, communicator_bytes
-from overdrive.plan.comm import group_layout
+from overdrive.plan.collectives import PCIE_GBS, communicator_bytes, group_layout
 from overdrive.plan.pipeline import stage_blocks
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["STORAGE_BYTES", "te_weight_cache_bytes", "weight_copies", "linear_params", "nccl_groups",
-           "nccl_buffer_bytes"]
+           "nccl_buffer_bytes", "GATHERED", "gathered_tp_bytes"]
 
 STORAGE_BYTES = {"fp8": 1.0, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
 """Bytes each quantised weight element is stored in, scales included: FP8 one byte (a per-tensor scale); MXFP8 one
@@ -67,6 +74,23 @@ def te_weight_cache_bytes(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
         per_element = max(0.0, per_element - 2)
     return per_element * linear_params(m) * stage_blocks(m, s)[rank] / s.tp
 
+
+
+GATHERED = ("qkv_in", "mlp_in", "norm1_out", "norm2_out")
+"""The saved tensors (`memory.act_tensors` / `eager_act_tensors` names) that are a norm's output and a GEMM's
+input: the ones DTensor TP gathers before the GEMM saves them."""
+
+
+def gathered_tp_bytes(m: ModelSpec, s: TrainSetup, t: dict[str, float]) -> float:
+    """Bytes per local token that the whole gathered GEMM inputs add to a block's saved tensors `t` in place of
+    their sequence shards (module docstring); 0 unless `s.keeps_gathered`."""
+    if not s.keeps_gathered:
+        return 0.0
+    kept = [t[k] for k in GATHERED if t.get(k)]
+    f = planned_format(s.precision)
+    if f is not None and f.fsdp_float8_all_gather:   # float8 TP: cast, then gathered (and saved) in float8
+        return sum(s.tp * m.hidden * 1.0 - shard for shard in kept)
+    return sum((s.tp - 1) * shard for shard in kept)
 
 
 def nccl_groups(s: TrainSetup) -> dict[str, tuple[int, int]]:

@@ -22,7 +22,8 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               dropout and materialised scores), recounted tensor by tensor for what autograd saves:
                 s·b·(h [norm1 in] + h [qkv in] + (h + 2·kv) [q, k, v] + h [attention out] + h [norm2 in]
                      + h [mlp in] + F·(2 if gated else 1) [fc outs] + F [activation out])
-              / (tp·cp) (sequence parallel, context parallel); FP8 activation storage (Transformer Engine)
+              / (tp·cp) (sequence parallel, context parallel; PyTorch's DTensor TP keeps the gathered GEMM
+              inputs whole: `engine_memory.gathered_tp_bytes`); FP8 activation storage (Transformer Engine)
               keeps 1-byte copies of the GEMM inputs (qkv in, mlp in, activation out) and of the projection's
               input beside the 16-bit attention output flash attention keeps (`act_tensors`).
               --block-code torchtune|hf (eager PyTorch, --no-compile): what torchtune's or transformers' eager
@@ -78,7 +79,7 @@ allocated + reserve + context + NCCL <= capacity; `--explain` prints each term.
 
 from __future__ import annotations
 
-from overdrive.plan.engine_memory import nccl_buffer_bytes, te_weight_cache_bytes
+from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_buffer_bytes, te_weight_cache_bytes
 from overdrive.plan.logits import logits_bytes as _logits
 from overdrive.plan.pipeline import (embedding_bytes, embedding_micro_batches, pipeline_blocks_in_flight,
                                      pipeline_outputs_bytes, stage_blocks, stage_outputs_bytes, stage_params)
@@ -228,7 +229,7 @@ def act_bytes_per_layer(m: ModelSpec, s: TrainSetup) -> float:
     if s.tp > 1 and not s.sequence_parallel:
         rep = sum(v for k, v in t.items() if k in REPLICATED_WITHOUT_SP)
         return tokens * (sum(t.values()) - rep) + tokens * s.tp * rep
-    return tokens * sum(t.values())
+    return tokens * (sum(t.values()) + gathered_tp_bytes(m, s, t))
 
 
 def recomputed_blocks(m: ModelSpec, s: TrainSetup) -> float:

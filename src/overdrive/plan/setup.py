@@ -124,6 +124,10 @@ class TrainSetup:
     sequence_parallel: bool = True
     """With tp > 1: norms, dropout and residuals on tokens/tp (Megatron's sequence parallelism, Korthikanti et al.
     2022); False: those run and are saved on every token by each TP rank (Megatron before 2022, tp without SP)."""
+    sp_regather: bool | None = None
+    """With sequence parallelism: the GEMMs save their sequence shard and all-gather it again in the backward
+    (Megatron's way, Korthikanti et al. §4.2.2) — True; or save the gathered input whole (PyTorch's DTensor TP,
+    torchtitan's plan: `engine_memory.gathered_tp_bytes`) — False. None: the stack's way."""
     z_loss: bool = False
     """PaLM's z-loss, 1e-4·log²Z per token: another pass over the logits unless the loss kernel fuses it."""
     gather_dtype: str = ""
@@ -210,6 +214,12 @@ class TrainSetup:
         if self.gather_dtype:
             return 4 if self.gather_dtype == "fp32" else 2
         return 4 if self.precision == "fp32" else 2
+
+    @property
+    def keeps_gathered(self) -> bool:
+        """Whether each TP rank saves the all-gathered GEMM inputs whole (DTensor TP with sequence parallelism)."""
+        regather = self.stack == "megatron" if self.sp_regather is None else self.sp_regather
+        return self.tp > 1 and self.sequence_parallel and not regather
 
     @property
     def sp(self) -> int:

@@ -23,7 +23,7 @@ _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "t
                "recompute_modules", "offload_activations", "embedding_in_pipeline_split", "attention", "block_code",
                "optimizer", "master_weights", "optimizer_in_backward", "sequence_parallel", "z_loss", "gather_dtype",
                "fused_kernels", "lora_rank", "deepspeed_pipeline", "partition_activations",
-               "overlap_grad_reduce", "embed_norm", "dropout")
+               "overlap_grad_reduce", "embed_norm", "dropout", "sp_regather")
 
 
 def load_runs() -> list[dict]:
@@ -159,6 +159,8 @@ def plan_flags(r: dict) -> str:
     out += [flag for k, flag in _BOOL_FLAGS.items() if r.get(k)]
     if r.get("sequence_parallel") is False:
         out.append("--sequence-parallel off")
+    elif r.get("sp_regather") and r.get("tp", 1) > 1:
+        out.append("--sequence-parallel regather")
     if r.get("partition_activations") is False:
         out.append("--no-partition-activations")
     if r.get("overlap_grad_reduce") is False:
