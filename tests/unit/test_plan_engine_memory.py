@@ -118,3 +118,17 @@ def test_explain_shows_the_groups_and_the_cache(run):
     assert any("TE FP8 weight cache" in x for x in lines)
     fit = next(x for x in lines if "fit rule:" in x)
     assert "NCCL buffers" in fit
+
+
+def test_explain_itemises_dtensor_gathered_inputs(run):
+    args = ("--model", "llama3-8b", "--gpu", "h100-sxm", "--tp", "2", "--precision", "bf16", "--sharding", "fsdp",
+            "--checkpointing", "none", "--micro-batch", "1", "--explain", "--json")
+    cp = run(*args)
+    assert cp.returncode == 0, cp.stderr
+    line = next(x for x in json.loads(cp.stdout)["explain"] if "DTensor TP saves" in x)
+    m, s = M8, TrainSetup(gpu=H100, tp=2, seq=4096, precision="bf16")
+    from overdrive.plan.memory import act_tensors
+    from overdrive.plan.engine_memory import gathered_tp_bytes
+    assert f"{gathered_tp_bytes(m, s, act_tensors(m, s)):,.0f} B" in line
+    cp = run(*args, "--sequence-parallel", "regather")
+    assert cp.returncode == 0 and not any("DTensor TP saves" in x for x in json.loads(cp.stdout)["explain"])

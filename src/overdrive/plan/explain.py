@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from overdrive.plan.collectives import CONNECTION_BYTES
-from overdrive.plan.engine_memory import nccl_groups
+from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_groups
 from overdrive.plan.estimate import Estimate
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors,
                                    state_bytes_per_param, terms)
@@ -124,6 +124,9 @@ def explain(e: Estimate) -> list[str]:
                 f"compiled {s.block_code} block" if s.block_code else "fused kernels")
         lines.append(f"  activations saved per token per block, {kind}: {sum(acts.values()):,.0f} B = "
                      + " + ".join(f"{k} {v:,.0f}" for k, v in acts.items() if v))
+        if s.keeps_gathered:
+            lines.append(f"  + {gathered_tp_bytes(e.model, s, acts):,.0f} B per local token: DTensor TP saves the "
+                         f"gathered GEMM inputs whole (x{s.tp}; --sequence-parallel regather keeps the shard)")
     if (s.embed_norm or s.dropout) and acts is not None:
         lines.append(f"  embedding (first stage): {embedding_micro_batches(e.model, s)} micro-batch(es) in flight x "
                      f"{embedding_bytes(e.model, s) / 2**20:,.1f} MiB ("
