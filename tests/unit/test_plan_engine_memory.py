@@ -132,3 +132,12 @@ def test_explain_itemises_dtensor_gathered_inputs(run):
     assert f"{gathered_tp_bytes(m, s, act_tensors(m, s)):,.0f} B" in line
     cp = run(*args, "--sequence-parallel", "regather")
     assert cp.returncode == 0 and not any("DTensor TP saves" in x for x in json.loads(cp.stdout)["explain"])
+
+
+@pytest.mark.parametrize("kw, why", [(dict(tp=1), "no tensor parallelism"),
+                                     (dict(tp=2, stack="megatron", sharding="zero1"), "regathers already")])
+def test_regather_where_it_changes_nothing_says_so(kw, why):
+    s = TrainSetup(gpu=H100, sp_regather=True, **kw)
+    e = estimate(M8, s)
+    assert any("--sequence-parallel regather changes nothing here" in n and why in n for n in e.notes)
+    assert e.memory_gib == pytest.approx(estimate(M8, dataclasses.replace(s, sp_regather=None)).memory_gib)

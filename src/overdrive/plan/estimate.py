@@ -169,6 +169,9 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
                      f"{hide * 1e3:.0f} ms of compute to hide it under")
     if not s.overlap_grad_reduce and cm["dp"] <= 0:
         notes.append("--no-overlap-grad-reduce changes nothing here: one data-parallel rank, no gradient reduce")
+    if s.sp_regather and (s.tp == 1 or s.stack == "megatron"):
+        notes.append("--sequence-parallel regather changes nothing here: " + (
+            "no tensor parallelism" if s.tp == 1 else "Megatron's sequence parallelism regathers already"))
     if cm["tp_nodes"] > 1:
         notes.append(f"tensor parallel {s.tp} spans {cm['tp_nodes']} nodes: its activations cross the "
                      f"{s.inter_gbs:g} GB/s per-GPU network ({n * cm['tp'] * 1e3:.0f} ms per step, not overlapped)")

@@ -23,7 +23,7 @@ _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "t
                "recompute_modules", "offload_activations", "embedding_in_pipeline_split", "attention", "block_code",
                "optimizer", "master_weights", "optimizer_in_backward", "sequence_parallel", "z_loss", "gather_dtype",
                "fused_kernels", "lora_rank", "deepspeed_pipeline", "partition_activations",
-               "overlap_grad_reduce", "embed_norm", "dropout", "sp_regather")
+               "overlap_grad_reduce", "embed_norm", "dropout", "sp_regather", "intra_gbs")
 
 
 def load_runs() -> list[dict]:
@@ -103,21 +103,21 @@ def markdown_table(rows: list[dict]) -> str:
 
 def why_not_fitting(r: dict) -> str:
     """One line for a run planned not to fit: by how much, which terms, and whether `allocated` (what the
-    allocator counter would read) fits without the fragmentation allowance and the CUDA context."""
+    allocator counter would read) fits without the fragmentation allowance, the CUDA context and NCCL's buffers."""
     b = r["breakdown_gib"]
     over = r["memory_gib"] - r["capacity_gib"]
-    names = {"activations": "activations+logits", "other": "buffers+context+fragmentation"}
+    names = {"activations": "activations+logits", "other": "buffers+context+NCCL+fragmentation"}
     terms = ", ".join(f"{names.get(k, k)} {v:.1f}" for k, v in sorted(b.items(), key=lambda kv: -kv[1]))
     alloc = r["allocated_gib"]
-    verdict = (f"allocated {alloc:.1f} GiB fits; the {r['reserved_margin_gib']:.1f} GiB fragmentation allowance "
-               f"and 1 GiB CUDA context put it {over:.1f} GiB over" if alloc <= r["capacity_gib"]
+    verdict = (f"allocated {alloc:.1f} GiB fits; the {r['reserved_margin_gib']:.1f} GiB fragmentation allowance, "
+               f"1 GiB CUDA context and NCCL's buffers put it {over:.1f} GiB over" if alloc <= r["capacity_gib"]
                else f"allocated alone {alloc:.1f} GiB is {alloc - r['capacity_gib']:.1f} GiB over")
     return f"{r['id']}: needs {r['memory_gib']:.1f} of {r['capacity_gib']:.1f} GiB ({terms}); {verdict}"
 
 
 _FLAG_DEFAULTS = {"micro_batch": None, "precision": None, "sharding": None, "tp": 1, "pp": 1, "cp": 1, "vpp": None,
                   "checkpointing": None, "stack": "pytorch", "loss": "standard", "grad_dtype": "fp32",
-                  "optimizer_dtype": "fp32", "inter_gbs": 50, "recompute_layers": 0, "offload_activations": 0,
+                  "optimizer_dtype": "fp32", "intra_gbs": None, "inter_gbs": 50, "recompute_layers": 0, "offload_activations": 0,
                   "attention": "flash", "optimizer": "adamw", "master_weights": "fp32", "block_code": "", "lora_rank": 0}
 _BOOL_FLAGS = {"pure_bf16": "--pure-bf16", "fp8_all_gather": "--fp8-all-gather", "fp8_activations": "--fp8-activations",
                "embedding_in_pipeline_split": "--embedding-in-pipeline-split",
