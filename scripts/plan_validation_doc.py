@@ -16,6 +16,7 @@ from plan_doc_helpers import (_met, _pair_ratio, _recipe_table, _groups, _fitted
                               _sp_effect)
 from plan_doc_sections import (MCORE_UNSEEN, comm_section, first_sight_rows, is_older_stack, loso_section, loso_summary,
                                megatron_section, older_stacks_section, pytorch_unseen_section)
+from plan_doc_internlm import internlm_section
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -185,7 +186,7 @@ The same targets on the unseen sources ({', '.join(unseen_src)}; {su['n']} runs)
 ({100 * su['median_abs_error']:.1f}%); worst ≤ 25% — {_met(su['worst_abs_error'], 0.25)} ({100 * su['worst_abs_error']:.0f}%); every run planned to fit —
 {"met" if not su['not_fitting'] else "**not met**"}.
 Every source first planned unseen ({sfirst['n']} runs: fms-fsdp, OLMo-core, TinyLlama, BLOOM-176B, MT-NLG, FlagPerf,
-dgxc-benchmarking), each run's error as first
+dgxc-benchmarking, InternLM), each run's error as first
 planned: median {100 * sfirst['median']:.1f}% — {_met(sfirst['median'], 0.10)}; worst {100 * sfirst['worst']:.0f}% — {_met(sfirst['worst'], 0.25)}; memory as first planned (BLOOM's
 prequel and FlagPerf, nvidia-smi, {len(mem_first)} runs): median {100 * statistics.median(mem_first):.1f}% — {_met(statistics.median(mem_first), 0.08)}.
 
@@ -249,7 +250,7 @@ which is why the fit rule does not charge this share: a 405B GB200 run with 177 
 
 {expressed_table(new)}
 
-The unseen sources: fms-fsdp, OLMo-core and TinyLlama (fitted on nothing, no term added for them) and the older
+The unseen sources: fms-fsdp, OLMo-core, TinyLlama and InternLM (fitted on nothing, no term added for them) and the older
 stacks' runs (planned now; as first planned in their section above); the assumptions in each run's note in the
 data file:
 
@@ -299,6 +300,7 @@ What the held-out errors say:
   expressed with `--master-weights remainder` (memory only; the tokens/s do not change). {_sft_story(nemo)}
 
 {pytorch_unseen_section(val)}
+{internlm_section(val)}
 ## Held-out memory: a single-GPU full fine-tune, one memory saver at a time (torchtune)
 
 torchtune's README (commit in the source column of `published_runs.json`) publishes the peak memory of a Llama 3.2
