@@ -48,6 +48,9 @@ def test_nccl_connection_is_the_three_protocol_buffers():
     # dp 1: the gradients go over the data x context group, the attention's ring over the context group
     (dict(nodes=4, tp=8, pp=2, cp=2), {"world": (32, 4), "data": (2, 2), "tensor": (8, 1), "context": (2, 2)}),
     (dict(nodes=1, tp=8), {"world": (8, 1)}),                                    # the tensor group is the world
+    # HSDP: FSDP over the 4 data ranks of a node, the shards' gradients all-reduced between the 2 nodes
+    (dict(nodes=2, tp=2, sharding="hsdp"), {"world": (16, 2), "shard": (4, 1), "replicate": (2, 2), "tensor": (2, 1)}),
+    (dict(nodes=2, tp=8, sharding="hsdp"), {"world": (16, 2), "data": (2, 2), "tensor": (8, 1)}),  # 1 shard/node
 ])
 def test_nccl_groups_follow_the_layout(kw, groups):
     s = TrainSetup(gpu=H100, **kw)
