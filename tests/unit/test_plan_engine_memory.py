@@ -144,3 +144,19 @@ def test_regather_where_it_changes_nothing_says_so(kw, why):
     e = estimate(M8, s)
     assert any("--sequence-parallel regather changes nothing here" in n and why in n for n in e.notes)
     assert e.memory_gib == pytest.approx(estimate(M8, dataclasses.replace(s, sp_regather=None)).memory_gib)
+
+
+@pytest.mark.parametrize("gpu, extra, says", [
+    (H100, {}, "1 B per linear weight x 2 (rowwise + columnwise copy)"),
+    (B200, {}, "1 B per linear weight x 1 (no transpose"),
+    (B200, dict(precision="nvfp4"), "0.562 B per linear weight x 2"),
+    (B200, dict(precision="mxfp8", fp8_all_gather=True), "less the 2 B bf16 weight it replaces"),
+])
+def test_explain_cache_line_states_the_bytes_and_copies_it_counts(gpu, extra, says):
+    from overdrive.plan import explain
+    e = estimate(M8, _mega(gpu=gpu, **extra))
+    line = next(x for x in explain(e) if "TE FP8 weight cache" in x and "GiB (in buffers)" in x)
+    assert says in line
+    assert f"{terms(M8, e.setup)['te_weight_cache'] / GIB:.2f} GiB" in line
+    other = next(x for x in explain(e) if x.strip().startswith("other"))
+    assert "2 bytes per linear weight" not in other      # the per-weight bytes differ by format and GPU
