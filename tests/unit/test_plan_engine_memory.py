@@ -160,3 +160,11 @@ def test_explain_cache_line_states_the_bytes_and_copies_it_counts(gpu, extra, sa
     assert f"{terms(M8, e.setup)['te_weight_cache'] / GIB:.2f} GiB" in line
     other = next(x for x in explain(e) if x.strip().startswith("other"))
     assert "2 bytes per linear weight" not in other      # the per-weight bytes differ by format and GPU
+
+
+def test_explain_says_when_float8_tp_gathers_in_one_byte():
+    from overdrive.plan import explain
+    for precision, float8 in (("fp8", True), ("bf16", False), ("fp8-rowwise", False)):
+        s = TrainSetup(gpu=H100, tp=2, seq=8192, sharding="fsdp", precision=precision)
+        line = next(x for x in explain(estimate(M8, s)) if "DTensor TP saves" in x)
+        assert ("in float8" in line) == float8, (precision, line)

@@ -136,8 +136,11 @@ def explain(e: Estimate) -> list[str]:
         lines.append(f"  activations saved per token per block, {kind}: {sum(acts.values()):,.0f} B = "
                      + " + ".join(f"{k} {v:,.0f}" for k, v in acts.items() if v))
         if s.keeps_gathered:
+            f8 = planned_format(s.precision)
+            f8 = " in float8 (torchao's float8 TP casts before the gather), in place of the 16-bit shards" if (
+                f8 is not None and f8.fsdp_float8_all_gather) else ""
             lines.append(f"  + {gathered_tp_bytes(e.model, s, acts):,.0f} B per local token: DTensor TP saves the "
-                         f"gathered GEMM inputs whole (x{s.tp}; --sequence-parallel regather keeps the shard)")
+                         f"gathered GEMM inputs whole (x{s.tp}{f8}; --sequence-parallel regather keeps the shard)")
     if (s.embed_norm or s.dropout) and acts is not None:
         lines.append(f"  embedding (first stage): {embedding_micro_batches(e.model, s)} micro-batch(es) in flight x "
                      f"{embedding_bytes(e.model, s) / 2**20:,.1f} MiB ("
