@@ -162,6 +162,13 @@ def test_explain_cache_line_states_the_bytes_and_copies_it_counts(gpu, extra, sa
     assert "2 bytes per linear weight" not in other      # the per-weight bytes differ by format and GPU
 
 
+def test_rowwise_fp8_keeps_a_columnwise_copy_on_blackwell_too():
+    # per-row scales lie along the reduction dimension: the transpose needs its own, unlike one per-tensor scale
+    assert weight_copies(_mega(gpu=B200)) == 1
+    assert weight_copies(_mega(gpu=B200, precision="fp8-rowwise")) == 2
+    assert weight_copies(_mega(gpu=H100, precision="fp8-rowwise")) == 2
+
+
 def test_explain_says_when_float8_tp_gathers_in_one_byte():
     from overdrive.plan import explain
     for precision, float8 in (("fp8", True), ("bf16", False), ("fp8-rowwise", False)):

@@ -54,10 +54,10 @@ def linear_params(m: ModelSpec) -> int:
 def weight_copies(s: TrainSetup) -> int:
     """Quantised copies of each weight TE keeps while training: the rowwise one for the forward and a columnwise one
     for the data gradient. Per-tensor FP8 on Blackwell needs no transpose (its tensor cores take the other layouts:
-    TE's `is_non_tn_fp8_gemm_supported`); MXFP8 and NVFP4 scale along the reduction dimension, so the columnwise copy
-    has scales of its own everywhere."""
+    TE's `is_non_tn_fp8_gemm_supported`); MXFP8, NVFP4 and row-wise FP8 scale along the reduction dimension, so the
+    columnwise copy has scales of its own everywhere (one scale per tensor is the only kind a transpose shares)."""
     f = planned_format(s.precision)
-    return 1 if (f.kind == "fp8" and s.gpu.sm[0] >= 10) else 2
+    return 1 if (f.kind == "fp8" and f.scaling in ("tensorwise", "delayed") and s.gpu.sm[0] >= 10) else 2
 
 
 def te_weight_cache_bytes(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
