@@ -175,3 +175,16 @@ def test_explain_says_when_float8_tp_gathers_in_one_byte():
         s = TrainSetup(gpu=H100, tp=2, seq=8192, sharding="fsdp", precision=precision)
         line = next(x for x in explain(estimate(M8, s)) if "DTensor TP saves" in x)
         assert ("in float8" in line) == float8, (precision, line)
+
+
+def test_megatron_fp8_param_gather_needs_a_sharded_optimizer():
+    # Megatron's validate_args: "--fp8-param-gather only supported with distributed optimizer, torch fsdp2, ..."
+    with pytest.raises(ValueError, match="distributed optimizer"):
+        _mega(sharding="none", fp8_all_gather=True)
+    assert _mega(sharding="zero1", fp8_all_gather=True).fp8_all_gather
+    assert TrainSetup(gpu=H100, tp=2, precision="fp8", sharding="none", fp8_all_gather=True)   # torchao: no check
+    from overdrive.plan.search import plan
+    r = plan(M8, H100, tp=2, stack="megatron", precisions=["fp8"], fp8_all_gather=True, micro_batches=[1],
+             checkpointing=["full"])
+    searched = {c["sharding"] for c in r["candidates"]}
+    assert "zero1" in searched and "none" not in searched          # searched: the DDP candidate is left out

@@ -49,8 +49,8 @@ def _candidates(model: ModelSpec, base: TrainSetup, precisions, shardings, ckpts
         if fallback_precision(prec, base.gpu) and len(precisions) > 1:
             continue  # searching: only what this GPU runs (asked alone, the fallback is planned and labelled)
         for sh in shardings:
-            if sh == "hsdp" and base.nodes == 1:
-                continue
+            if sh == "hsdp" and base.nodes == 1 or sh == "none" and base.stack == "megatron" and base.fp8_all_gather:
+                continue  # HSDP on one node is FSDP; Megatron's --fp8-param-gather needs a sharded optimizer
             for ac in ckpts:
                 for mb in micro_batches:
                     if base.global_batch and base.global_batch % (mb * base.dp):
