@@ -188,3 +188,15 @@ def test_megatron_fp8_param_gather_needs_a_sharded_optimizer():
              checkpointing=["full"])
     searched = {c["sharding"] for c in r["candidates"]}
     assert "zero1" in searched and "none" not in searched          # searched: the DDP candidate is left out
+
+
+def test_fp8_all_gather_takes_effect_only_where_an_engine_gathers_fp8():
+    # torchao's float8 all-gather is for per-tensor scaling under FSDP2; Megatron's fp8_param_gather for all formats
+    on = dict(tp=1, sharding="fsdp", fp8_all_gather=True)
+    assert TrainSetup(gpu=H100, precision="fp8", **on).gather_bytes == 1
+    assert TrainSetup(gpu=H100, precision="fp8-rowwise", **on).gather_bytes == 2
+    assert TrainSetup(gpu=B200, precision="mxfp8", **on).gather_bytes == 2
+    assert _mega(gpu=B200, precision="mxfp8", fp8_all_gather=True).gathers_fp8
+    e = estimate(M8, TrainSetup(gpu=H100, precision="fp8-rowwise", **on))
+    assert any("--fp8-all-gather changes nothing" in n for n in e.notes)
+    assert not any("--fp8-all-gather" in n for n in estimate(M8, TrainSetup(gpu=H100, precision="fp8", **on)).notes)
