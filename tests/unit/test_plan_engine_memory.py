@@ -48,6 +48,9 @@ def test_nccl_connection_is_the_three_protocol_buffers():
     # dp 1: the gradients go over the data x context group, the attention's ring over the context group
     (dict(nodes=4, tp=8, pp=2, cp=2), {"world": (32, 4), "data": (2, 2), "tensor": (8, 1), "context": (2, 2)}),
     (dict(nodes=1, tp=8), {"world": (8, 1)}),                                    # the tensor group is the world
+    # HSDP: FSDP over the 4 data ranks of a node, the shards' gradients all-reduced between the 2 nodes
+    (dict(nodes=2, tp=2, sharding="hsdp"), {"world": (16, 2), "shard": (4, 1), "replicate": (2, 2), "tensor": (2, 1)}),
+    (dict(nodes=2, tp=8, sharding="hsdp"), {"world": (16, 2), "data": (2, 2), "tensor": (8, 1)}),  # 1 shard/node
 ])
 def test_nccl_groups_follow_the_layout(kw, groups):
     s = TrainSetup(gpu=H100, **kw)
@@ -141,3 +144,59 @@ def test_regather_where_it_changes_nothing_says_so(kw, why):
     e = estimate(M8, s)
     assert any("--sequence-parallel regather changes nothing here" in n and why in n for n in e.notes)
     assert e.memory_gib == pytest.approx(estimate(M8, dataclasses.replace(s, sp_regather=None)).memory_gib)
+
+
+@pytest.mark.parametrize("gpu, extra, says", [
+    (H100, {}, "1 B per linear weight x 2 (rowwise + columnwise copy)"),
+    (B200, {}, "1 B per linear weight x 1 (no transpose"),
+    (B200, dict(precision="nvfp4"), "0.562 B per linear weight x 2"),
+    (B200, dict(precision="mxfp8", fp8_all_gather=True), "less the 2 B bf16 weight it replaces"),
+])
+def test_explain_cache_line_states_the_bytes_and_copies_it_counts(gpu, extra, says):
+    from overdrive.plan import explain
+    e = estimate(M8, _mega(gpu=gpu, **extra))
+    line = next(x for x in explain(e) if "TE FP8 weight cache" in x and "GiB (in buffers)" in x)
+    assert says in line
+    assert f"{terms(M8, e.setup)['te_weight_cache'] / GIB:.2f} GiB" in line
+    other = next(x for x in explain(e) if x.strip().startswith("other"))
+    assert "2 bytes per linear weight" not in other      # the per-weight bytes differ by format and GPU
+
+
+def test_rowwise_fp8_keeps_a_columnwise_copy_on_blackwell_too():
+    # per-row scales lie along the reduction dimension: the transpose needs its own, unlike one per-tensor scale
+    assert weight_copies(_mega(gpu=B200)) == 1
+    assert weight_copies(_mega(gpu=B200, precision="fp8-rowwise")) == 2
+    assert weight_copies(_mega(gpu=H100, precision="fp8-rowwise")) == 2
+
+
+def test_explain_says_when_float8_tp_gathers_in_one_byte():
+    from overdrive.plan import explain
+    for precision, float8 in (("fp8", True), ("bf16", False), ("fp8-rowwise", False)):
+        s = TrainSetup(gpu=H100, tp=2, seq=8192, sharding="fsdp", precision=precision)
+        line = next(x for x in explain(estimate(M8, s)) if "DTensor TP saves" in x)
+        assert ("in float8" in line) == float8, (precision, line)
+
+
+def test_megatron_fp8_param_gather_needs_a_sharded_optimizer():
+    # Megatron's validate_args: "--fp8-param-gather only supported with distributed optimizer, torch fsdp2, ..."
+    with pytest.raises(ValueError, match="distributed optimizer"):
+        _mega(sharding="none", fp8_all_gather=True)
+    assert _mega(sharding="zero1", fp8_all_gather=True).fp8_all_gather
+    assert TrainSetup(gpu=H100, tp=2, precision="fp8", sharding="none", fp8_all_gather=True)   # torchao: no check
+    from overdrive.plan.search import plan
+    r = plan(M8, H100, tp=2, stack="megatron", precisions=["fp8"], fp8_all_gather=True, micro_batches=[1],
+             checkpointing=["full"])
+    searched = {c["sharding"] for c in r["candidates"]}
+    assert "zero1" in searched and "none" not in searched          # searched: the DDP candidate is left out
+
+
+def test_fp8_all_gather_takes_effect_only_where_an_engine_gathers_fp8():
+    # torchao's float8 all-gather is for per-tensor scaling under FSDP2; Megatron's fp8_param_gather for all formats
+    on = dict(tp=1, sharding="fsdp", fp8_all_gather=True)
+    assert TrainSetup(gpu=H100, precision="fp8", **on).gather_bytes == 1
+    assert TrainSetup(gpu=H100, precision="fp8-rowwise", **on).gather_bytes == 2
+    assert TrainSetup(gpu=B200, precision="mxfp8", **on).gather_bytes == 2
+    assert _mega(gpu=B200, precision="mxfp8", fp8_all_gather=True).gathers_fp8
+    e = estimate(M8, TrainSetup(gpu=H100, precision="fp8-rowwise", **on))
+    assert any("--fp8-all-gather changes nothing" in n for n in e.notes)
+    assert not any("--fp8-all-gather" in n for n in estimate(M8, TrainSetup(gpu=H100, precision="fp8", **on)).notes)

@@ -24,9 +24,9 @@ the input is cast before the gather, so the saved whole tensor is one byte an el
 NCCL allocates its connection buffers with cudaMalloc/cuMem, outside PyTorch's caching allocator: they are not in
 `max_memory_allocated` or `max_memory_reserved`, but they are in nvidia-smi and they take room a run needs. One
 communicator per process group (`collectives.communicator_bytes`): the default group every launcher's start-up
-barrier uses, the data-parallel group the gradients go over (data × context ranks), the tensor-parallel and the
-context-parallel group; a group as large as the world is the default one. Pipeline send/receive buffers (4 MiB a
-peer and channel) are left out.
+barrier uses, the data-parallel group the gradients go over (data × context ranks; under HSDP its shard group and
+its replicate group), the tensor-parallel and the context-parallel group; a group as large as the world is the
+default one. Pipeline send/receive buffers (4 MiB a peer and channel) are left out.
 """
 
 from __future__ import annotations
@@ -54,10 +54,10 @@ def linear_params(m: ModelSpec) -> int:
 def weight_copies(s: TrainSetup) -> int:
     """Quantised copies of each weight TE keeps while training: the rowwise one for the forward and a columnwise one
     for the data gradient. Per-tensor FP8 on Blackwell needs no transpose (its tensor cores take the other layouts:
-    TE's `is_non_tn_fp8_gemm_supported`); MXFP8 and NVFP4 scale along the reduction dimension, so the columnwise copy
-    has scales of its own everywhere."""
+    TE's `is_non_tn_fp8_gemm_supported`); MXFP8, NVFP4 and row-wise FP8 scale along the reduction dimension, so the
+    columnwise copy has scales of its own everywhere (one scale per tensor is the only kind a transpose shares)."""
     f = planned_format(s.precision)
-    return 1 if (f.kind == "fp8" and s.gpu.sm[0] >= 10) else 2
+    return 1 if (f.kind == "fp8" and f.scaling in ("tensorwise", "delayed") and s.gpu.sm[0] >= 10) else 2
 
 
 def te_weight_cache_bytes(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
@@ -96,7 +96,12 @@ def gathered_tp_bytes(m: ModelSpec, s: TrainSetup, t: dict[str, float]) -> float
 def nccl_groups(s: TrainSetup) -> dict[str, tuple[int, int]]:
     """The process groups with an NCCL communicator on each GPU: name → (ranks, nodes spanned)."""
     groups = {"world": (s.world, s.nodes)}
-    for name, size, inner in (("data", s.dp * s.cp, s.tp), ("tensor", s.tp, 1), ("context", s.cp, s.tp)):
+    data = [("data", s.dp * s.cp, s.tp)]
+    if s.sharding == "hsdp" and 1 < s.shards < s.dp * s.cp:
+        # HSDP's 2-D mesh: the gathers and reduce-scatters go over the shard group, the all-reduce of the shards'
+        # gradients over the replicate group (comm.py), each a communicator of its own
+        data = [("shard", s.shards, s.tp), ("replicate", s.dp * s.cp // s.shards, s.tp * s.shards)]
+    for name, size, inner in (*data, ("tensor", s.tp, 1), ("context", s.cp, s.tp)):
         if 1 < size < s.world:
             groups[name] = (size, group_layout(s, size, inner)[0])
     return {k: v for k, v in groups.items() if v[0] > 1}

@@ -169,6 +169,9 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
                      f"{hide * 1e3:.0f} ms of compute to hide it under")
     if not s.overlap_grad_reduce and cm["dp"] <= 0:
         notes.append("--no-overlap-grad-reduce changes nothing here: one data-parallel rank, no gradient reduce")
+    if s.fp8_all_gather and s.stack == "pytorch" and (not s.gathers_fp8 or s.sharding not in ("fsdp", "hsdp")):
+        notes.append("--fp8-all-gather changes nothing here: torchao's float8 all-gather is FSDP2's (--sharding "
+                     "fsdp/hsdp), for per-tensor scaling (--precision fp8) only")
     if s.sp_regather and (s.tp == 1 or s.stack == "megatron"):
         notes.append("--sequence-parallel regather changes nothing here: " + (
             "no tensor parallelism" if s.tp == 1 else "Megatron's sequence parallelism regathers already"))

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from overdrive.plan.collectives import CONNECTION_BYTES
-from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_groups
+from overdrive.formats import planned_format
+from overdrive.plan.engine_memory import STORAGE_BYTES, gathered_tp_bytes, nccl_groups, weight_copies
 from overdrive.plan.estimate import Estimate
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors,
                                    state_bytes_per_param, terms)
@@ -26,8 +27,8 @@ _MEM = {
                    "the eager block's tensors, line below), minus "
                    "what checkpointing/recompute drops and offloaded blocks; + logits (fused loss: one chunk); with "
                    "--pp the busier end of the pipeline (line below)",
-    "other": "FSDP buffers (2 gathered blocks + 1 block of fp32 grads) + Megatron's TE FP8 weight cache (2 bytes "
-             "per linear weight on Hopper) + 1 GiB CUDA context + NCCL buffers (channels x 9.19 MiB x ring + tree "
+    "other": "FSDP buffers (2 gathered blocks + 1 block of fp32 grads) + Megatron's TE FP8 weight cache (line "
+             "below) + 1 GiB CUDA context + NCCL buffers (channels x 9.19 MiB x ring + tree "
              "connections per communicator) + the fragmentation reserve, min(5% of allocated, 3 GiB)",
 }
 _TIME = {
@@ -87,6 +88,18 @@ def _pipeline_line(e: Estimate) -> str:
             f"loss{kept}); parameters by stage (B, before tp): {params}")
 
 
+def _te_cache_line(s, nbytes: float) -> str:
+    """Transformer Engine's cached quantised weights: the bytes per weight, and the copies (engine_memory)."""
+    copies = weight_copies(s)
+    held = (f"{STORAGE_BYTES[planned_format(s.precision).kind]:.3g} B per linear weight x {copies} "
+            + ("(rowwise + columnwise copy)" if copies == 2 else "(no transpose: Blackwell takes the other layouts)"))
+    if s.fp8_all_gather:
+        return (f"  TE FP8 weight cache {nbytes / GIB:.2f} GiB (in buffers): --fp8-all-gather makes the parameter "
+                f"itself quantised, {held}, less the 2 B bf16 weight it replaces (in params)")
+    return (f"  TE FP8 weight cache {nbytes / GIB:.2f} GiB (in buffers): Megatron passes is_first_microbatch, so "
+            f"Transformer Engine keeps each linear's quantised weight across micro-batches and steps, {held}")
+
+
 def explain(e: Estimate) -> list[str]:
     """Lines describing every memory term (GiB) and time term (ms) of one estimate, with formulas."""
     s = e.setup
@@ -110,9 +123,7 @@ def explain(e: Estimate) -> list[str]:
                      f"{CONNECTION_BYTES / 2**20:.2f} MiB x (ring + tree connections), outside the allocator")
     t = terms(e.model, s) if e.model is not None else None
     if t and t["te_weight_cache"]:
-        lines.append(f"  TE FP8 weight cache {t['te_weight_cache'] / GIB:.2f} GiB (in buffers): Megatron passes "
-                     f"is_first_microbatch, so Transformer Engine keeps each linear's quantised weight (and its "
-                     f"transpose) across micro-batches and steps")
+        lines.append(_te_cache_line(s, t["te_weight_cache"]))
     b = state_bytes_per_param(s)
     lines.append(f"  per trained parameter, before sharding: {s.optimizer} ({s.optimizer_dtype} states) "
                  f"{b['states']:.3g} B states + {b['grad']} B grad + {b['master']} B master ({s.master_weights})"
@@ -125,8 +136,11 @@ def explain(e: Estimate) -> list[str]:
         lines.append(f"  activations saved per token per block, {kind}: {sum(acts.values()):,.0f} B = "
                      + " + ".join(f"{k} {v:,.0f}" for k, v in acts.items() if v))
         if s.keeps_gathered:
+            f8 = planned_format(s.precision)
+            f8 = " in float8 (torchao's float8 TP casts before the gather), in place of the 16-bit shards" if (
+                f8 is not None and f8.fsdp_float8_all_gather) else ""
             lines.append(f"  + {gathered_tp_bytes(e.model, s, acts):,.0f} B per local token: DTensor TP saves the "
-                         f"gathered GEMM inputs whole (x{s.tp}; --sequence-parallel regather keeps the shard)")
+                         f"gathered GEMM inputs whole (x{s.tp}{f8}; --sequence-parallel regather keeps the shard)")
     if (s.embed_norm or s.dropout) and acts is not None:
         lines.append(f"  embedding (first stage): {embedding_micro_batches(e.model, s)} micro-batch(es) in flight x "
                      f"{embedding_bytes(e.model, s) / 2**20:,.1f} MiB ("

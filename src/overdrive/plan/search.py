@@ -49,8 +49,8 @@ def _candidates(model: ModelSpec, base: TrainSetup, precisions, shardings, ckpts
         if fallback_precision(prec, base.gpu) and len(precisions) > 1:
             continue  # searching: only what this GPU runs (asked alone, the fallback is planned and labelled)
         for sh in shardings:
-            if sh == "hsdp" and base.nodes == 1:
-                continue
+            if sh == "hsdp" and base.nodes == 1 or sh == "none" and base.stack == "megatron" and base.fp8_all_gather:
+                continue  # HSDP on one node is FSDP; Megatron's --fp8-param-gather needs a sharded optimizer
             for ac in ckpts:
                 for mb in micro_batches:
                     if base.global_batch and base.global_batch % (mb * base.dp):
@@ -119,8 +119,9 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
          f"tensor parallel {min(n, 8)} within the node + FSDP"),
         (alt(lora_rank=16, sharding="fsdp"), "LoRA rank 16 (frozen bf16 base, fine-tuning only)"),
     ]
-    if s.low_precision and not s.fp8_all_gather:
-        tries.insert(0, (alt(fp8_all_gather=True), "FP8 all-gather"))
+    fp8_gather = None if s.fp8_all_gather else alt(fp8_all_gather=True)
+    if fp8_gather is not None and fp8_gather.gathers_fp8:   # only where it changes what is gathered
+        tries.insert(0, (fp8_gather, "FP8 all-gather"))
     for nodes in (2, 4, 8, 16, 32, 64):
         if nodes > s.nodes:
             more = alt(nodes=nodes, sharding="fsdp")

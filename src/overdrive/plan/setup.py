@@ -207,9 +207,17 @@ class TrainSetup:
         return planned_format(self.precision) is not None
 
     @property
+    def gathers_fp8(self) -> bool:
+        """Whether --fp8-all-gather takes effect: Megatron's --fp8-param-gather, or torchao's float8 all-gather,
+        which FSDP2 runs for per-tensor scaling only (`enable_fsdp_float8_all_gather`; `Format.fsdp_float8_all_gather`,
+        convert/apply.py); row-wise and MX formats gather the 16-bit weights."""
+        f = planned_format(self.precision)
+        return self.fp8_all_gather and f is not None and (self.stack == "megatron" or f.fsdp_float8_all_gather)
+
+    @property
     def gather_bytes(self) -> int:
         """Bytes per parameter FSDP all-gathers (and holds gathered): fp8 1, the compute dtype, or as asked."""
-        if self.fp8_all_gather and self.low_precision:
+        if self.gathers_fp8:
             return 1
         if self.gather_dtype:
             return 4 if self.gather_dtype == "fp32" else 2

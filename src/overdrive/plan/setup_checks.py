@@ -170,6 +170,12 @@ def _check_layout(s) -> None:
     if s.gather_dtype and s.fp8_all_gather:
         raise ValueError(f"--gather-dtype {s.gather_dtype} and --fp8-all-gather both set the all-gather "
                          "dtype: keep one")
+    if s.fp8_all_gather and s.stack == "megatron" and s.sharding == "none":
+        # megatron/training/arguments.py validate_args: "--fp8-param-gather only supported with distributed
+        # optimizer, torch fsdp2, megatron fsdp, or inference mode" (the quantised parameters are refreshed from
+        # the distributed optimizer's master shards)
+        raise ValueError("--fp8-all-gather on --stack megatron is Megatron's --fp8-param-gather, which needs the "
+                         "distributed optimizer or FSDP: use --sharding zero1 or fsdp, or drop the flag")
     if s.cp > 1 and s.seq % (2 * s.cp):
         # Transformer Engine's ring attention splits each rank's share in two halves for causal load balance
         # ("Sequence length per GPU needs to be divisible by 2!"), so the sequence divides by 2·cp
