@@ -165,8 +165,9 @@ def test_explain_cache_line_states_the_bytes_and_copies_it_counts(gpu, extra, sa
 def test_rowwise_fp8_keeps_a_columnwise_copy_on_blackwell_too():
     # per-row scales lie along the reduction dimension: the transpose needs its own, unlike one per-tensor scale
     assert weight_copies(_mega(gpu=B200)) == 1
-    assert weight_copies(_mega(gpu=B200, precision="fp8-rowwise")) == 2
-    assert weight_copies(_mega(gpu=H100, precision="fp8-rowwise")) == 2
+    # (the megatron stack refuses rowwise, which TE lacks: the count is the format's, on any stack's setup)
+    assert weight_copies(TrainSetup(gpu=B200, precision="fp8-rowwise")) == 2
+    assert weight_copies(TrainSetup(gpu=H100, precision="fp8-rowwise")) == 2
 
 
 def test_explain_says_when_float8_tp_gathers_in_one_byte():
@@ -200,3 +201,17 @@ def test_fp8_all_gather_takes_effect_only_where_an_engine_gathers_fp8():
     e = estimate(M8, TrainSetup(gpu=H100, precision="fp8-rowwise", **on))
     assert any("--fp8-all-gather changes nothing" in n for n in e.notes)
     assert not any("--fp8-all-gather" in n for n in estimate(M8, TrainSetup(gpu=H100, precision="fp8", **on)).notes)
+
+
+def test_megatron_refuses_a_precision_transformer_engine_lacks_and_the_search_skips_it(run):
+    # the format registry says Transformer Engine has no rowwise scaling; the megatron stack runs TE
+    with pytest.raises(ValueError, match=r"fp8-rowwise with --stack megatron: Transformer Engine has no rowwise"):
+        TrainSetup(gpu=H100, stack="megatron", sharding="zero1", precision="fp8-rowwise")
+    TrainSetup(gpu=H100, stack="pytorch", precision="fp8-rowwise")   # torchao runs it
+    cp = run("--model", "llama3-8b", "--gpu", "h100-sxm", "--stack", "megatron", "--json")
+    assert cp.returncode == 0, cp.stderr
+    out = json.loads(cp.stdout)
+    assert any(n.startswith("fp8-rowwise skipped: Transformer Engine has no rowwise") for n in out["notes"])
+    assert all(c["precision"] != "fp8-rowwise" for c in out["candidates"])
+    cp = run("--model", "llama3-8b", "--gpu", "h100-sxm", "--stack", "megatron", "--precision", "fp8-rowwise")
+    assert cp.returncode == 2 and "use --stack pytorch" in cp.stderr

@@ -12,6 +12,7 @@ from overdrive.plan.runnable import how_to_run, not_in_overdrive
 from overdrive.plan.setup import (CHECKPOINTING, LOW_PRECISION, MIN_EFFICIENCY, SHARDING_ALIASES, TrainSetup,
                                   check_layout, fallback_precision)
 from overdrive.plan.specs import ModelSpec, get_model
+from overdrive.plan.setup_checks import stack_lacks
 
 __all__ = ["plan", "sweep", "longest_seq", "calibrate_from_bench", "SWEEP_MODELS", "label", "MIN_HEADROOM_SHARE"]
 
@@ -46,8 +47,8 @@ def _named(e: Estimate) -> str:
 def _candidates(model: ModelSpec, base: TrainSetup, precisions, shardings, ckpts, micro_batches) -> list[Estimate]:
     out, seen = [], set()
     for prec in precisions:
-        if fallback_precision(prec, base.gpu) and len(precisions) > 1:
-            continue  # searching: only what this GPU runs (asked alone, the fallback is planned and labelled)
+        if (fallback_precision(prec, base.gpu) or stack_lacks(base.stack, prec)) and len(precisions) > 1:
+            continue  # searching: only what this GPU and stack run (asked alone: planned and labelled, or refused)
         for sh in shardings:
             if sh == "hsdp" and base.nodes == 1 or sh == "none" and base.stack == "megatron" and base.fp8_all_gather:
                 continue  # HSDP on one node is FSDP; Megatron's --fp8-param-gather needs a sharded optimizer
@@ -175,8 +176,9 @@ def _why(model: ModelSpec, top: Estimate, ranked: list[Estimate], margin: float)
 def _search_space(base: TrainSetup, setup: dict, precisions, shardings, checkpointing, micro_batches):
     """(precisions, shardings, checkpointings, micro-batches) to search, each name validated first."""
     precisions = list(precisions or DEFAULT_PRECISIONS)
-    for p in precisions:  # validate every name before the search
-        dataclasses.replace(base, precision=p)
+    for p in precisions:  # validate every name before the search (the stack's gaps are skipped when searching)
+        if not (len(precisions) > 1 and stack_lacks(base.stack, p)):
+            dataclasses.replace(base, precision=p)
     for sh in shardings or ():
         dataclasses.replace(base, sharding=sh)
     for ac in checkpointing or ():
@@ -243,6 +245,8 @@ def _result(model: ModelSpec, g: GpuSpec, base: TrainSetup, cands: list, precisi
     """What plan() returns: the candidates ranked (a safety margin first, then speed), the pick and why."""
     skipped = [f"{p} skipped: not supported on {g.key} (would run as {fallback_precision(p, g)})"
                for p in precisions if len(precisions) > 1 and fallback_precision(p, g)]
+    skipped += [f"{p} skipped: {stack_lacks(base.stack, p)}" for p in precisions
+                if len(precisions) > 1 and stack_lacks(base.stack, p) and not fallback_precision(p, g)]
     # a safety margin first (the user's to set), then speed: a pick 5% faster with 2 GiB free is no pick
     ranked = sorted([e for e in cands if e.fits],
                     key=lambda e: (e.headroom_gib < margin, -e.tokens_per_s_per_gpu, e.memory_gib))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from overdrive.formats import planned_format, planned_presets
+from overdrive.formats import TE, planned_format, planned_presets
 from overdrive.plan.choices import (ATTENTIONS, BANDWIDTH_GBS, BLOCK_CODES, CHECKPOINTING, GATHER_DTYPES,
                                     GRAD_DTYPES, LOSSES, MASTER_WEIGHTS, MAX_COUNT, MIN_EFFICIENCY, OFFLOADS,
                                     OPTIMIZER_ALIASES, OPTIMIZER_DTYPES, OPTIMIZERS, PRECISIONS, RECOMPUTE_MODULES,
@@ -30,6 +30,14 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
 
 def _set(s, field: str, value) -> None:
     object.__setattr__(s, field, value)
+
+
+def stack_lacks(stack: str, precision: str) -> str:
+    """Why `stack` cannot run `precision` ('' if it can): the megatron stack runs low precision in Transformer
+    Engine, and the format registry says what TE lacks (fp8-rowwise: no rowwise scaling)."""
+    fmt = planned_format(precision)
+    te = next((e for e in fmt.engines if e.backend == TE), None) if fmt and stack == "megatron" else None
+    return te.unsupported if te is not None else ""
 
 
 def validate(s) -> None:
@@ -212,6 +220,9 @@ def _check_precision_and_steps(s) -> None:
     if s.master_weights == "remainder" and s.precision in ("fp32", "fp16"):
         raise ValueError(f"--master-weights remainder rebuilds fp32 from bf16 weights, not {s.precision} ones: "
                          "use --precision bf16 (or fp8 and the like, whose weights are bf16)")
+    if stack_lacks(s.stack, s.precision):
+        raise ValueError(f"--precision {s.precision} with --stack megatron: {stack_lacks(s.stack, s.precision)}; "
+                         f"use --stack pytorch or a precision Transformer Engine runs")
     if s.optimizer_in_backward:
         if s.global_batch is not None and s.grad_accum > 1:
             raise ValueError(f"--optimizer-in-backward steps each parameter in its backward, so it needs one "
