@@ -10,8 +10,9 @@ from plan_cli import run  # noqa: F401 (a fixture)
 from overdrive.env import gpu_by_key
 from overdrive.plan import TrainSetup, estimate, get_model
 from overdrive.plan.collectives import CONNECTION_BYTES, communicator_bytes, nccl_channels
-from overdrive.plan.engine_memory import (STORAGE_BYTES, linear_params, nccl_buffer_bytes, nccl_groups,
-                                          te_weight_cache_bytes, weight_copies)
+from overdrive.formats import planned_format
+from overdrive.plan.engine_memory import (linear_params, nccl_buffer_bytes, nccl_groups, te_weight_cache_bytes,
+                                          weight_copies)
 from overdrive.plan.memory import GIB, terms
 from overdrive.plan.pipeline import stage_blocks
 from overdrive.plan.validation import evaluate, load_runs
@@ -83,7 +84,8 @@ def test_te_caches_every_linear_weight_and_its_transpose_under_megatron():
     bw = dataclasses.replace(s, gpu=B200)
     assert weight_copies(bw) == 1 and te_weight_cache_bytes(M8, bw) == pytest.approx(per_gpu)
     mx = dataclasses.replace(bw, precision="mxfp8")
-    assert te_weight_cache_bytes(M8, mx) == pytest.approx(2 * STORAGE_BYTES["mxfp8"] * per_gpu)
+    assert planned_format("mxfp8").stored_bytes == 1 + 1 / 32 and planned_format("nvfp4").stored_bytes == 0.5 + 1 / 16
+    assert te_weight_cache_bytes(M8, mx) == pytest.approx(2 * (1 + 1 / 32) * per_gpu)
     pp = dataclasses.replace(s, pp=4, tp=1, global_batch=64)   # the busiest stage's blocks only
     assert te_weight_cache_bytes(M8, pp) == pytest.approx(2 * linear_params(M8) * stage_blocks(M8, pp)[0])
     assert estimate(M8, s).memory_gib > estimate(M8, dataclasses.replace(s, fp8_all_gather=True)).memory_gib

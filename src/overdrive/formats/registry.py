@@ -102,6 +102,12 @@ class Format:
     """The planner's HBM bytes per quantised GEMM operand element (scales included); None: not planned."""
     plan_rel: str | None = None
     """Calibration key scaling its GEMM efficiency in the planner (row-wise scales cost more), if any."""
+    stored_bytes: float = 1.0
+    """Bytes one quantised element is kept in, its scales included (the planner's count of a cached weight): FP8 1,
+    MXFP8 1 + an E8M0 scale per 32, NVFP4 half a byte + an E4M3 scale per 16."""
+    tensor_scale: bool = False
+    """One scale for the whole tensor, so its transpose can share it (on GPUs whose FP8 GEMMs take every layout, SM
+    10.x, no columnwise copy is kept); per-row or per-block scales lie along one dimension and need their own."""
     emulation: str = ""
     """What its emulated engine computes (said in the decision log)."""
     torchtitan_mx: str | None = None
@@ -146,6 +152,7 @@ _ALL = (
                            since=(2, 2), older="fp8-delayed"),
                     Engine(**_AO_FP8, api="tensorwise"), _EMU_FP8),
            compile_engines=(TORCHAO, TE), loss_tolerance=0.05, fsdp_float8_all_gather=True, plan_bytes=1.0,
+           tensor_scale=True,
            emulation="torchao emulation",
            description="FP8 linears, per-tensor scaling (TE or torchao; emulated without FP8 hardware)"),
     Format(name="fp8-rowwise", preset="fp8-rowwise", aliases=("rowwise",), bits="fp8", scaling="rowwise", kind="fp8",
@@ -164,7 +171,7 @@ _ALL = (
                                        "(current) scaling in torchao"),
                     Engine(backend=EMULATED, converter="torchao-float8", rules=_r("emulated/fp8"), api="emulate_ok",
                            instead="fp8-tensorwise")),
-           compile_engines=(TORCHAO, TE), loss_tolerance=0.05, emulation="torchao emulation",
+           compile_engines=(TORCHAO, TE), loss_tolerance=0.05, emulation="torchao emulation", tensor_scale=True,
            description="FP8 linears, delayed scaling (Transformer Engine)"),
     # MXFP8: E4M3 values, one E8M0 scale per 32 along the reduction dim (OCP MX 1.0). TE 2.0's API lists
     # MXFP8BlockScaling. torchtitan's MXFP8 runs keep the attention K/V projections in bf16: small in GQA
@@ -180,7 +187,8 @@ _ALL = (
            keep_leaves=("wk", "wv", "k_proj", "v_proj"),
            keep_why="attention K/V projection stays in bf16 (torchtitan's MXFP8 runs skip wk/wv: small in GQA models "
                     "and sensitive)",
-           loss_tolerance=0.05, plan_bytes=1.15, emulation="torchao's MXFP8_EMULATED_RCEIL recipe",
+           loss_tolerance=0.05, plan_bytes=1.15, stored_bytes=1 + 1 / 32,
+           emulation="torchao's MXFP8_EMULATED_RCEIL recipe",
            torchtitan_mx="mxfp8_cublas", accelerate_te_flag="use_mxfp8_block_scaling",
            description="MXFP8 linears (TE or torchao on SM 10.x; emulated without FP8 hardware: quality only)"),
     # NVFP4: E2M1 values, one E4M3 scale per 16 and an fp32 scale per tensor; TE 2.7's recipe.Format has no E2M1,
@@ -193,7 +201,7 @@ _ALL = (
                            api="NVFP4TrainingConfig"),
                     Engine(backend=EMULATED, converter="nvfp4-emulated", rules=_r("emulated/nvfp4"))),
            min_cc=(10, 0), probed=True, fallback="fp8-tensorwise", keep_last_fraction=0.16, loss_tolerance=0.10,
-           plan_bytes=1.3,
+           plan_bytes=1.3, stored_bytes=0.5 + 1 / 16,
            emulation="E2M1 values, 16-element blocks, E4M3 block scales, round-to-nearest (no Hadamard transform or "
                      "stochastic rounding)",
            description="NVFP4 linears, last blocks in bf16 (TE or torchao on SM 10.x; emulated elsewhere: quality only)"),

@@ -37,12 +37,9 @@ from overdrive.plan.pipeline import stage_blocks
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
-__all__ = ["STORAGE_BYTES", "te_weight_cache_bytes", "weight_copies", "linear_params", "nccl_groups",
+__all__ = ["te_weight_cache_bytes", "weight_copies", "linear_params", "nccl_groups",
            "nccl_buffer_bytes", "GATHERED", "gathered_tp_bytes"]
 
-STORAGE_BYTES = {"fp8": 1.0, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
-"""Bytes each quantised weight element is stored in, scales included: FP8 one byte (a per-tensor scale); MXFP8 one
-byte + an E8M0 scale per 32; NVFP4 half a byte + an E4M3 scale per 16 (the per-tensor fp32 scale is negligible)."""
 
 
 def linear_params(m: ModelSpec) -> int:
@@ -57,7 +54,7 @@ def weight_copies(s: TrainSetup) -> int:
     TE's `is_non_tn_fp8_gemm_supported`); MXFP8, NVFP4 and row-wise FP8 scale along the reduction dimension, so the
     columnwise copy has scales of its own everywhere (one scale per tensor is the only kind a transpose shares)."""
     f = planned_format(s.precision)
-    return 1 if (f.kind == "fp8" and f.scaling in ("tensorwise", "delayed") and s.gpu.sm[0] >= 10) else 2
+    return 1 if (f.tensor_scale and s.gpu.sm[0] >= 10) else 2
 
 
 def te_weight_cache_bytes(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
@@ -66,7 +63,7 @@ def te_weight_cache_bytes(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
     the input gradient through it use the FP8 weight and transpose all the same."""
     if s.stack != "megatron" or not s.low_precision:
         return 0.0
-    per_element = STORAGE_BYTES[planned_format(s.precision).kind] * weight_copies(s)
+    per_element = planned_format(s.precision).stored_bytes * weight_copies(s)   # `Format.stored_bytes`
     if s.fp8_all_gather:
         # --fp8-param-gather (NeMo's fp8_params, Megatron-Bridge's perf recipes): the weight itself is quantised, so
         # its copies replace the 16-bit compute weight the states count (2 bytes); never below 0 (NVFP4 saves a

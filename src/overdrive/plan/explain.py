@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from overdrive.plan.collectives import CONNECTION_BYTES
 from overdrive.formats import planned_format
-from overdrive.plan.engine_memory import STORAGE_BYTES, gathered_tp_bytes, nccl_groups, weight_copies
+from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_groups, weight_copies
 from overdrive.plan.estimate import Estimate
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors,
                                    state_bytes_per_param, terms)
@@ -91,7 +91,7 @@ def _pipeline_line(e: Estimate) -> str:
 def _te_cache_line(s, nbytes: float) -> str:
     """Transformer Engine's cached quantised weights: the bytes per weight, and the copies (engine_memory)."""
     copies = weight_copies(s)
-    held = (f"{STORAGE_BYTES[planned_format(s.precision).kind]:.3g} B per linear weight x {copies} "
+    held = (f"{planned_format(s.precision).stored_bytes:.3g} B per linear weight x {copies} "
             + ("(rowwise + columnwise copy)" if copies == 2 else "(no transpose: Blackwell takes the other layouts)"))
     if s.fp8_all_gather:
         return (f"  TE FP8 weight cache {nbytes / GIB:.2f} GiB (in buffers): --fp8-all-gather makes the parameter "
