@@ -41,7 +41,6 @@ __all__ = ["te_weight_cache_bytes", "weight_copies", "linear_params", "nccl_grou
            "nccl_buffer_bytes", "GATHERED", "gathered_tp_bytes"]
 
 
-
 def linear_params(m: ModelSpec) -> int:
     """Weights of one block's linears (Q, K, V, O and the MLP), norms and biases aside."""
     h = m.hidden
@@ -70,7 +69,6 @@ def te_weight_cache_bytes(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
         # little more, not counted)
         per_element = max(0.0, per_element - 2)
     return per_element * linear_params(m) * stage_blocks(m, s)[rank] / s.tp
-
 
 
 GATHERED = ("qkv_in", "mlp_in", "norm1_out", "norm2_out")
