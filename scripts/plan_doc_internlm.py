@@ -1,9 +1,10 @@
 """docs/plan-validation.md's section on InternLM's 7B throughput table, an unseen trainer (its own Hybrid ZeRO,
-flash-attn, A100 over 4 x 100 Gb RoCE per node): each row's first-sight error kept beside the error now, and
-how far each run's step falls behind the planned step as the data-parallel group grows, from the data."""
+flash-attn, A100 over 4 x 100 Gb RoCE per node): each row's first-sight error kept beside the error now, the
+step each run lost beyond the planned step as first planned, and what `--zero-broadcast` now plans for it."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
 from overdrive.plan.estimate import estimate
@@ -12,64 +13,120 @@ from overdrive.plan.validation import _setup, expressed_table, load_runs, run_mo
 INTERNLM = "InternLM/InternLM doc/en/train_performance.md"
 
 
-def _step_gap(p: dict, r: dict) -> tuple[float, float]:
-    """Published and planned seconds per optimizer step for one run (tokens per GPU per step / tokens/s/GPU)."""
-    tokens = r["global_batch"] * r["seq"] / r["gpus"]
-    return tokens / p["published"], tokens / p["predicted"]
+def _tokens(r: dict) -> float:
+    """Tokens per GPU per optimizer step."""
+    return r["global_batch"] * r["seq"] / r["gpus"]
 
 
 def internlm_rows(val: list[dict]) -> list[dict]:
     return [p for p in val if p["source"].startswith(INTERNLM)]
 
 
-def internlm_section(val: list[dict]) -> str:
+def _facts(val: list[dict]) -> dict:
+    """Per row: published and planned step, the step lost beyond the plan as first planned less what the same TP
+    loses on one node, and the broadcast terms planned now."""
     runs = {r["id"]: r for r in load_runs()}
-    rows = internlm_rows(val)
-    if not rows:
+    out = {}
+    for p in internlm_rows(val):
+        r = runs[p["id"]]
+        e = estimate(run_model(r), _setup(r))
+        plain = estimate(run_model(r), dataclasses.replace(_setup(r), zero_broadcast=False))
+        out[p["id"]] = dict(r=r, p=p, e=e, pub_s=_tokens(r) / p["published"], first_s=_tokens(r) / r["first_planned"],
+                            plain_s=plain.step_s, first=r["first_planned"] / r["tps"] - 1)
+    for f in out.values():
+        base = next(g for g in out.values() if g["r"]["gpus"] == 8 and g["r"].get("tp", 1) == f["r"].get("tp", 1)
+                    and g["r"]["checkpointing"] == "none")
+        f["lost"] = (f["pub_s"] - f["first_s"]) - (base["pub_s"] - base["first_s"])
+        f["bcast_new"] = f["e"].times["zero_bcast_exposed"] + f["e"].times["dp_exposed"] - (
+            base["e"].times["zero_bcast_exposed"] + base["e"].times["dp_exposed"])
+    return out
+
+
+def _one_hop_errors(val: list[dict]) -> list[float]:
+    """The 1,024-GPU rows' errors had NCCL's broadcast cost one hop of latency (its branch for rings that share
+    their channels: base 8.4 + 14 µs) instead of nRanks hops."""
+    from unittest import mock
+
+    from overdrive.plan import comm
+    from overdrive.plan.collectives import RING_BASE_US
+
+    def one_hop(nbytes, n, nodes, bus_bps):
+        lat = (RING_BASE_US + 14.0) * 1e-6 if n > 1 and nbytes > 0 else 0.0
+        return lat + (nbytes / bus_bps if n > 1 else 0.0), lat
+
+    runs = {r["id"]: r for r in load_runs()}
+    out = []
+    with mock.patch.object(comm, "broadcast_s", one_hop):
+        for p in internlm_rows(val):
+            r = runs[p["id"]]
+            if r["gpus"] >= 1024:
+                out.append(estimate(run_model(r), _setup(r)).tokens_per_s_per_gpu / r["tps"] - 1)
+    return out
+
+
+def internlm_bullet(val: list[dict]) -> str:
+    f = _facts(val)
+    if not f:
+        return ""
+    first = [abs(x["first"]) for x in f.values()]
+    now = [abs(x["p"]["error"]) for x in f.values()]
+    return (f"- **InternLM's 7B table, unseen when first planned** (its own trainer, Hybrid ZeRO on 8 to 1,024 A100s): "
+            f"first sight median {100 * statistics.median(first):.1f}%, worst {100 * max(first):.0f}%; now median "
+            f"{100 * statistics.median(now):.1f}%, worst {100 * max(now):.0f}% ({len(now)} runs), since it sent us to "
+            "`--zero-broadcast` (its section below).")
+
+
+def internlm_section(val: list[dict]) -> str:
+    f = _facts(val)
+    if not f:
         return ""
     lines = ["| run | GPUs | TP | published | first planned | first error | now | published step s | planned step s "
-             "| planned dp_comm ms (latency ms, calls) | planned step, dp_comm all exposed |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
-    gap, short = {}, []
-    for p in rows:
-        r = runs[p["id"]]
-        pub_s, plan_s = _step_gap(p, r)
-        e = estimate(run_model(r), _setup(r))
-        first = r["first_planned"] / r["tps"] - 1
-        lines.append(f"| {p['id']} | {r['gpus']} | {r.get('tp', 1)} | {p['published']:,.0f} | {r['first_planned']:,.1f} | "
-                     f"{100 * first:+.0f}% | {100 * p['error']:+.0f}% | {pub_s:.2f} | {plan_s:.2f} | "
-                     f"{1000 * e.comm['dp']:.0f} ({1000 * e.comm['dp_latency']:.0f}, {e.comm['dp_calls']:.0f}) | "
-                     f"{e.step_s - e.times['dp_exposed'] + e.comm['dp']:.2f} |")
-        gap[p["id"]] = pub_s - plan_s
-        if r["gpus"] >= 1024:
-            short.append(f"{pub_s - (e.step_s - e.times['dp_exposed'] + e.comm['dp']):.1f} s at TP {r.get('tp', 1)}")
-    base = {tp: next(gap[p["id"]] for p in rows if runs[p["id"]]["gpus"] == 8 and runs[p["id"]].get("tp", 1) == tp
-                     and runs[p["id"]]["checkpointing"] == "none") for tp in (1, 2)}
-    extra = ", ".join(f"{p['id'].split()[2]} TP{runs[p['id']].get('tp', 1)} {gap[p['id']] - base[runs[p['id']].get('tp', 1)]:+.2f} s"
-                      for p in rows if runs[p["id"]]["gpus"] > 8)
-    first = [abs(runs[p["id"]]["first_planned"] / runs[p["id"]]["tps"] - 1) for p in rows]
-    single = [abs(p["error"]) for p in rows if runs[p["id"]]["gpus"] == 8]
+             "| step lost as first planned (beyond one node) | weight broadcasts: calls, ms (latency ms) "
+             "| data-parallel time exposed now (beyond one node) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for k, x in f.items():
+        r, p, c = x["r"], x["p"], x["e"].comm
+        lines.append(f"| {k} | {r['gpus']} | {r.get('tp', 1)} | {p['published']:,.0f} | {r['first_planned']:,.1f} | "
+                     f"{100 * x['first']:+.0f}% | {100 * p['error']:+.0f}% | {x['pub_s']:.2f} | {x['e'].step_s:.2f} | "
+                     f"{x['lost']:+.2f} s | {c['dp_bcast_calls']}, {1e3 * c['dp_bcast']:,.0f} "
+                     f"({1e3 * c['dp_bcast_latency']:,.0f}) | {x['bcast_new']:+.2f} s |")
+    big = {x["r"].get("tp", 1): x for x in f.values() if x["r"]["gpus"] >= 1024}
+    first = [abs(x["first"]) for x in f.values()]
+    single = [abs(x["first"]) for x in f.values() if x["r"]["gpus"] == 8]
+    now = [abs(x["p"]["error"]) for x in f.values()]
+    per_rank = {tp: x["lost"] / x["e"].comm["dp_bcast_calls"] / x["e"].setup.shards * 1e6 for tp, x in big.items()}
+    mb = {tp: x["e"].model.n_params() / tp * 2 / x["e"].comm["dp_bcast_calls"] / 1e6 for tp, x in big.items()}
     table = "\n".join(lines)
     return f"""## An unseen trainer: InternLM's 7B table (A100 80GB, Hybrid ZeRO)
 
-{len(rows)} runs from InternLM's training-performance page ({INTERNLM} @ 20fe5ac2), added after every term on this
-page and fitted on nothing; the trainer is neither Megatron nor FSDP (its own ZeRO-1, flash-attn kernels, eager),
+{len(f)} runs from InternLM's training-performance page ({INTERNLM} @ 20fe5ac2), added after every other term on this
+page and planned on arrival; the trainer is neither Megatron nor FSDP (its own ZeRO-1, flash-attn kernels, eager),
 expressed as the PyTorch stack in eager mode with ZeRO-1 (each run's note says every setting and where it comes
-from). First sight: median {100 * statistics.median(first):.1f}%, worst {100 * max(first):.0f}% ({len(first)} runs);
-on one node ({len(single)} runs) median {100 * statistics.median(single):.1f}%, all planned fast.
+from). First sight: median {100 * statistics.median(first):.1f}%, worst {100 * max(first):.0f}% ({len(first)} runs); on one
+node ({len(single)} runs) median {100 * statistics.median(single):.1f}%, all planned fast. Then it sent us to
+`--zero-broadcast`; now median {100 * statistics.median(now):.1f}%, worst {100 * max(now):.0f}%. It shaped that term, so it is not
+counted among the sources that shaped nothing.
 
 {table}
 
-The step each run loses beyond the planned step, less what the same layout loses on one node: {extra}. At 128
-GPUs the published step is about what the plan gives with every data-parallel collective exposed (last column):
-the overlap the planner credits (dp_exposed) is not seen there. At 1024 GPUs the published step is longer still, by {' and '.join(short)}. The
-planner's data-parallel term for ZeRO-1 is a ring reduce-scatter and all-gather per bucket, whose call count does
-not grow with the group; InternLM's `HybridZeroOptimizer.broadcast_params`
-(internlm/solver/optimizer/hybrid_zero_optim.py @ c7884462) gathers the updated weights with one `dist.broadcast`
-per ZeRO rank and parameter group, so with zero1=-1 a step issues as many broadcasts as there are data-parallel
-ranks, each spanning every node. That pattern is not modelled (the same table's zero1=8 rows, which keep the
-broadcasts inside a node, lose far less at 1024 GPUs: 3625 against 2271 tokens/s per GPU; a ZeRO group smaller than
-the data-parallel group is not expressible with `--sharding zero1`).
+Why the first plan fell behind as the data-parallel group grew, from InternLM's source
+(internlm/solver/optimizer/hybrid_zero_optim.py and utils.py @ c7884462): its ZeRO-1 is not a bucketed
+reduce-scatter + all-gather. The gradients are all-reduced whole (`reduce_tensor` with no destination rank:
+`dist.all_reduce` per `reduce_bucket_size`, 512M elements in configs/7B_sft.py) under the last micro-batch's
+backward; after the step `broadcast_params` sends each rank's updated 16-bit tensors to the whole ZeRO group with
+one `dist.broadcast` per rank that owns any, and the next forward waits for them block by block
+(`ParamBcastSyncHandler`'s pre-forward hooks). That handler gives each rank whole tensors in module order until it
+holds 1.01x its share, so at 1,024 ranks every matrix has a rank of its own: {big[1]['e'].comm['dp_bcast_calls']} broadcasts a step at
+TP 1 and TP 2 alike, the same time on the wire ({mb[1]:.0f} MB a call at TP 1, whose group has 8 members a node sharing its network,
+{mb[2]:.0f} MB at TP 2 with 4). NCCL runs a broadcast as a ring of nRanks steps and its cost
+model charges it nRanks x 14 µs of latency across nodes (src/graph/tuning.cc, the branch for rings whose channels
+differ), {big[1]['e'].comm['dp_bcast_latency'] / big[1]['e'].comm['dp_bcast_calls'] * 1e3:.1f} ms a call over 1,024 ranks. The data say the same: at TP 1 (1,024 ranks) the step lost
+{big[1]['lost']:.2f} s beyond the first plan, at TP 2 (512 ranks) {big[2]['lost']:.2f} s, {per_rank[1]:.0f} and {per_rank[2]:.0f} µs per broadcast per rank.
+NCCL's model has a second branch, one hop (22 µs a call) when the rings share their channels; with it the two
+1,024-GPU rows would read {' and '.join(f'{100 * e:+.0f}%' for e in _one_hop_errors(val))}. Which branch runs is the data's pick, which is why InternLM now counts as a source
+that shaped a term. Left: the same table's zero1=8 rows (a ZeRO group smaller than the data-parallel group, whose
+broadcasts stay inside a node: 3625 against 2271 tokens/s per GPU at 1,024 GPUs), which `--sharding zero1` cannot
+express.
 
-{expressed_table(rows)}
+{expressed_table(internlm_rows(val))}
 """

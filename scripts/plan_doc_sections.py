@@ -197,6 +197,16 @@ def is_older_stack(r: dict) -> bool:
     return r["source"].startswith(OLDER_STACK_SOURCES)
 
 
+SHAPED_AFTER_FIRST_SIGHT = OLDER_STACK_SOURCES + ("InternLM/InternLM",)
+"""Sources first planned unseen that then sent us to a term: the older stacks (--deepspeed-pipeline and the rest)
+and InternLM's table (--zero-broadcast). Their first-sight errors are kept; they are not "sources that shaped
+nothing"."""
+
+
+def shaped_after_first_sight(r: dict) -> bool:
+    return r["source"].startswith(SHAPED_AFTER_FIRST_SIGHT)
+
+
 def _med_worst(errs: list[float]) -> str:
     worst = max(errs, key=abs)
     return f"median {100 * statistics.median(abs(e) for e in errs):.1f}%, worst {100 * worst:+.0f}%"

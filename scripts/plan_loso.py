@@ -104,6 +104,7 @@ if __name__ == "__main__":
         print(key, stats([r for s in res["sources"].values() for r in s[key] if _rated(r)]))
 
 
+NOTHING_SHAPED = "none: added after every term, fitted on nothing, no term added for it"
 DESIGN = {
     "mosaicml/llm-foundry scripts/train/benchmarking/README.md":
         "fitted gemm_eff[pytorch] (A100, H100) and the shared constants; its MPT shapes set the presets",
@@ -129,6 +130,13 @@ DESIGN = {
         "BF16_Optimizer keeps",
     "Smith et al. 2022": "unseen when first planned (its first-sight errors: the older-stacks section); then sent us "
                          "to --deepspeed-pipeline",
+    "InternLM/InternLM doc/en/train_performance.md": "unseen when first planned (its first-sight errors: its own "
+                                                     "section); then sent us to --zero-broadcast",
+    "FlagOpen/FlagPerf training/nvidia/llama3_70B-megatron/README.md": NOTHING_SHAPED,
+    "FlagOpen/FlagPerf training/nvidia/llama3_8B-megatron/README.md": NOTHING_SHAPED,
+    "NVIDIA/dgxc-benchmarking llama3.1/README_405b.md": NOTHING_SHAPED,
+    "NVIDIA/dgxc-benchmarking llama3.1/README_70b.md": NOTHING_SHAPED,
+    "NVIDIA/dgxc-benchmarking llama3.1/README_8b.md": NOTHING_SHAPED,
     "allenai/OLMo-core README.md": "none: added after every term, fitted on nothing, no term added for it",
     "jzhang38/TinyLlama README.md": "none: added after every term, fitted on nothing, no term added for it",
     "pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md":

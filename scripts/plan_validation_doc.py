@@ -15,8 +15,9 @@ from plan_doc_helpers import (_met, _pair_ratio, _recipe_table, _groups, _fitted
                               _ratio, _gap_table, _held_out_groups, _err, _mem_span, _sft_story, _flash_1p7b,
                               _sp_effect)
 from plan_doc_sections import (MCORE_UNSEEN, comm_section, first_sight_rows, is_older_stack, loso_section, loso_summary,
+                               shaped_after_first_sight,
                                megatron_section, older_stacks_section, pytorch_unseen_section)
-from plan_doc_internlm import internlm_section
+from plan_doc_internlm import internlm_bullet, internlm_section
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,7 +57,7 @@ def main():
     # sent us to model nothing) and the older stacks (BLOOM, MT-NLG: their first-sight errors kept, then they
     # shaped a term)
     unseen = [r for r in val if r["held_out"] == "unseen source"]
-    untouched = [r for r in unseen if not is_older_stack(r)]
+    untouched = [r for r in unseen if not shaped_after_first_sight(r)]
     unseen_src = sorted({r["source"].split(" (")[0].split(" @")[0] for r in untouched})
     su = summary(untouched)
     fs = first_sight_rows(val)
@@ -117,8 +118,8 @@ tables from the data file and fails if they differ.
   with nothing held out: {100 * lo['in_sample']['median']:.1f}%, worst {100 * lo['in_sample']['worst']:.0f}%; the shipped constants:
   {100 * lo['shipped']['median']:.1f}%, worst {100 * lo['shipped']['worst']:.0f}%. Memory (no fitted constant): median
   {100 * lo['loso']['memory_median']:.1f}%, worst {100 * lo['loso']['memory_worst']:.0f}% ({lo['loso']['n_memory']} runs). Every source here but {', '.join(unseen_src)} also shaped
-  the model (below), so only their rows, and the older stacks' rows as first planned, give the error on
-  an unseen source (their bullets below).
+  the model (below), so only their rows, and the older stacks' and InternLM's rows as first planned, give the
+  error on an unseen source (their bullets below).
 - **First held out: sources no constant was fitted on, though each then pointed at a term to model (the
   leave-one-source-out table says which), so this is not an unseen-source figure ({sn['n']} runs for throughput: the Megatron-LM A100 weak-scaling table of Narayanan et al. 2021 and the Llama 3 paper's 405B H100 table;
   {sn['n_memory_held_out']} for memory: torchtune's single-A100 optimization table; no run of any of them fitted
@@ -161,6 +162,7 @@ tables from the data file and fails if they differ.
   embedding's all-reduce): first sight median {100 * statistics.median(abs(first[r['id']]) for r in older):.1f}%, worst {100 * max(abs(first[r['id']]) for r in older):.0f}%;
   now median {100 * so_now['median_abs_error']:.1f}%, worst {100 * so_now['worst_abs_error']:.0f}% ({so_now['worst']}); peak memory (BLOOM's prequel, {len(mem_first_old)} runs, nvidia-smi):
   first sight median {100 * statistics.median(mem_first_old):.1f}%, worst {100 * max(mem_first_old):.0f}%, now median {100 * statistics.median(mem_now_old):.1f}%, worst {100 * max(mem_now_old):.0f}%; the section on the older stacks below.
+{internlm_bullet(val)}
 - **Validation ({sv['n']} published runs, never used to fit, the held-out ones included):** median |throughput error| {100 * sv['median_abs_error']:.1f}%, worst {100 * sv['worst_abs_error']:.0f}%
   ({sv['worst']}); {sv['under']} of {sv['n']} predicted low.
   Without the three power-limited B200 runs (hardware not as rated, the cap unpublished; below) and the
@@ -250,9 +252,9 @@ which is why the fit rule does not charge this share: a 405B GB200 run with 177 
 
 {expressed_table(new)}
 
-The unseen sources: fms-fsdp, OLMo-core, TinyLlama and InternLM (fitted on nothing, no term added for them) and the older
-stacks' runs (planned now; as first planned in their section above); the assumptions in each run's note in the
-data file:
+The unseen sources: fms-fsdp, OLMo-core, TinyLlama, FlagPerf and dgxc-benchmarking (fitted on nothing, no term added
+for them), InternLM and the older stacks' runs (planned now; as first planned in their sections); the assumptions in
+each run's note in the data file:
 
 {expressed_table(unseen)}
 

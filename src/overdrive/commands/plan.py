@@ -123,6 +123,14 @@ def _run_sweep(args: argparse.Namespace, console) -> int:
     return 0
 
 
+_SAME_NAME = ("nodes", "seq", "tp", "pp", "vpp", "cp", "optimizer_dtype", "optimizer", "master_weights",
+              "optimizer_in_backward", "fp8_all_gather", "intra_gbs", "inter_gbs", "offload", "loss", "lora_rank",
+              "pure_bf16", "fp8_activations", "recompute_layers", "offload_activations", "grad_dtype",
+              "embedding_in_pipeline_split", "stack", "attention", "z_loss", "fused_kernels", "deepspeed_pipeline",
+              "embed_norm", "dropout", "zero_broadcast")
+"""Flags whose value is the TrainSetup field of the same name."""
+
+
 def _setup_kwargs(args: argparse.Namespace) -> dict:
     """The TrainSetup fields the flags give (ValueError for a contradiction)."""
     from overdrive.plan import calibrate_from_bench
@@ -138,23 +146,14 @@ def _setup_kwargs(args: argparse.Namespace) -> dict:
             raise ValueError(f"--global-batch-tokens {args.global_batch_tokens} is not a multiple of "
                              f"--seq {args.seq} (or not positive)")
         gb = args.global_batch_tokens // args.seq
-    setup = dict(gpus_per_node=args.gpus, nodes=args.nodes, seq=args.seq, global_batch=gb, tp=args.tp, pp=args.pp,
-                 vpp=args.vpp, cp=args.cp, optimizer_dtype=args.optimizer_dtype,
-                 optimizer=args.optimizer, master_weights=args.master_weights,
-                 optimizer_in_backward=args.optimizer_in_backward, fp8_all_gather=args.fp8_all_gather,
-                 efficiency=eff, intra_gbs=args.intra_gbs, inter_gbs=args.inter_gbs, offload=args.offload,
-                 loss=args.loss, lora_rank=args.lora_rank, pure_bf16=args.pure_bf16,
-                 fp8_activations=args.fp8_activations, compile=not args.no_compile,
+    setup = dict(**{k: getattr(args, k) for k in _SAME_NAME}, gpus_per_node=args.gpus, global_batch=gb,
+                 efficiency=eff, compile=not args.no_compile, recompute_modules=args.recompute_modules or (),
                  async_tp=True if args.async_tp else (False if args.no_async_tp else None),
-                 recompute_layers=args.recompute_layers, recompute_modules=args.recompute_modules or (),
-                 offload_activations=args.offload_activations, grad_dtype=args.grad_dtype,
-                 embedding_in_pipeline_split=args.embedding_in_pipeline_split, stack=args.stack,
-                 attention=args.attention, block_code=args.block_code or "",
-                 sequence_parallel=args.sequence_parallel != "off", z_loss=args.z_loss,
+                 block_code=args.block_code or "", gather_dtype=args.gather_dtype or "",
+                 sequence_parallel=args.sequence_parallel != "off",
                  sp_regather=True if args.sequence_parallel == "regather" else None,
-                 gather_dtype=args.gather_dtype or "", fused_kernels=args.fused_kernels,
-                 deepspeed_pipeline=args.deepspeed_pipeline, overlap_grad_reduce=not args.no_overlap_grad_reduce,
-                 partition_activations=not args.no_partition_activations, embed_norm=args.embed_norm, dropout=args.dropout)
+                 overlap_grad_reduce=not args.no_overlap_grad_reduce,
+                 partition_activations=not args.no_partition_activations)
     if args.micro_batch is not None:
         setup["micro_batch"] = args.micro_batch
     return setup
@@ -331,6 +330,8 @@ def _add_stack_args(a) -> None:
            "flush, not under the backward; bf16 through its BF16_Optimizer (fp32 accumulation, fp32 all-reduce)")
     a("--no-overlap-grad-reduce", action="store_true", help="with --stack megatron: gradients reduced after the "
       "backward, parameters gathered after the step, nothing overlapped (Megatron-LM's default)")
+    a("--zero-broadcast", action="store_true", help="ZeRO-1 as InternLM's Hybrid ZeRO runs it: gradients "
+      "all-reduced, then one broadcast of the updated weights per rank that owns any (latency grows with the group)")
     a("--embed-norm", action="store_true", help="a norm after the embedding (BLOOM's --embed-layernorm)")
     a("--dropout", action="store_true", help="dropout on (Megatron's default 0.1): its 1-byte masks are kept")
     a("--no-partition-activations", action="store_true",

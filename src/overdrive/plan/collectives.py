@@ -32,7 +32,7 @@ import math
 from overdrive.plan.setup import TrainSetup
 
 __all__ = ["LINK_EFF", "RING_BASE_US", "RING_HOP_US", "TREE_HOP_US", "TREE_MAX_GBS", "RING_PLATEAU",
-           "ring_latency_s", "tree_latency_s", "allreduce_s", "gather_s", "p2p_s", "choose_allreduce",
+           "ring_latency_s", "tree_latency_s", "allreduce_s", "gather_s", "p2p_s", "broadcast_s", "BCAST_HOP_US", "choose_allreduce",
            "NCCL_CHANNELS", "PCIE_CHANNELS", "nccl_channels", "CONNECTION_BYTES", "communicator_bytes",
            "PCIE_GBS", "group_layout"]
 
@@ -106,6 +106,22 @@ def gather_s(nbytes: float, n: int, nodes: int, bus_bps: float) -> float:
     if n <= 1 or nbytes <= 0:
         return 0.0
     return ring_latency_s(n, nodes, allreduce=False) + (n - 1) / n * nbytes / bus_bps
+
+
+BCAST_HOP_US = {"nvlink": 4.0, "net": 14.0}
+"""NCCL's per-rank latency of a ring broadcast (tuning.cc, Simple protocol): the tree's hardware latency."""
+
+
+def broadcast_s(nbytes: float, n: int, nodes: int, bus_bps: float) -> tuple[float, float]:
+    """(seconds, of which latency) of one broadcast of `nbytes` from one rank to n. NCCL runs a broadcast as a
+    ring of nRanks steps, so its bus bandwidth is its algorithm bandwidth (tuning.cc: ratio nRanks/nsteps = 1)
+    and the bytes cost B/busBW; its latency is the base 8.4 µs plus, for rings whose channels are not the same,
+    "some chunk latency": nRanks × the tree's hop latency (4.0 µs over NVLink, 14 µs across nodes). A broadcast
+    over a thousand ranks is latency-bound well past 10 MB."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0, 0.0
+    lat = (RING_BASE_US + n * BCAST_HOP_US["net" if nodes > 1 else "nvlink"]) * 1e-6
+    return lat + nbytes / bus_bps, lat
 
 
 def p2p_s(nbytes: float, bus_bps: float, *, across_nodes: bool) -> float:

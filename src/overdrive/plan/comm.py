@@ -31,6 +31,13 @@ fastest), so a group's members per node are gpus_per_node / (the degrees inside 
                   virtual stage a send of activations forward and of their gradients back (p2p latency + bytes,
                   across nodes when the stages are); a tied embedding's gradient all-reduced between the first and
                   the last stage once a step, after the data-parallel reduction (`_embed_comm`), exposed.
+  Hybrid ZeRO     --zero-broadcast (InternLM's HybridZeroOptimizer, internlm/solver/optimizer/hybrid_zero_optim.py
+                  and utils.py ParamBcastSyncHandler @ c7884462): each rank owns whole tensors, taken in module order
+                  until it holds 1.01x its share (`zero_owners`); the gradients are all-reduced (not reduce-scattered)
+                  in buckets of reduce_bucket_size 512M elements under the last micro-batch's backward; after the
+                  step every owner broadcasts its updated 16-bit tensors to the whole ZeRO group, one call each
+                  (collectives.broadcast_s: nRanks hops of latency per call), and the next step's first forward waits
+                  for them block by block: what its forward cannot cover shows (`zero_broadcast_exposed`).
   DeepSpeed       --deepspeed-pipeline (Megatron-DeepSpeed, GPT-NeoX; microsoft/DeepSpeed
                   deepspeed/runtime/pipe/engine.py @ 0050fdad and schedule.py @ af8f2596): the engine sets
                   `enable_backward_allreduce = False` and its TrainSchedule appends ReduceTiedGrads, ReduceGrads,
@@ -44,13 +51,14 @@ from __future__ import annotations
 
 import math
 
-from overdrive.plan.collectives import LINK_EFF, choose_allreduce, gather_s, group_layout, p2p_s, ring_latency_s
+from overdrive.plan.collectives import (LINK_EFF, broadcast_s, choose_allreduce, gather_s, group_layout, p2p_s,
+                                       ring_latency_s)
 from overdrive.plan.pipeline import stage_imbalance
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["comm_times", "dp_exposed", "LINK_EFF", "ASYNC_TP_EXPOSED", "DDP_BUCKET_BYTES", "DS_ALLREDUCE_ELEMENTS",
-           "group_layout"]
+           "group_layout", "ZERO_BUCKET_ELEMENTS", "zero_owners", "zero_broadcast_exposed"]
 
 ASYNC_TP_EXPOSED = 0.3
 DS_ALLREDUCE_ELEMENTS = 500_000_000
@@ -58,6 +66,9 @@ DS_ALLREDUCE_ELEMENTS = 500_000_000
 (deepspeed/runtime/engine.py)."""
 DDP_BUCKET_BYTES = 25 * 2**20
 """torch.nn.parallel.DistributedDataParallel's bucket_cap_mb default."""
+ZERO_BUCKET_ELEMENTS = 512 * 1024 * 1024
+"""InternLM's hybrid_zero_optimizer reduce_bucket_size (configs/7B_sft.py @ 00478761): gradient elements per
+all-reduce."""
 
 
 def _buckets(s: TrainSetup, grad_bytes: float, trained: float, blocks: float) -> int:
@@ -132,6 +143,55 @@ def _ddp_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
                dp_nodes=nodes)
 
 
+def _tensors(m: ModelSpec, s: TrainSetup) -> list[int]:
+    """One TP rank's parameter tensors in module order (embedding, each block's fused QKV, output, norms and MLP
+    matrices, the final norm, the head), elements each: what the ZeRO owners are cut from."""
+    h, tp = m.hidden, s.tp
+    block = [h * (m.q_dim + 2 * m.kv_dim) // tp, m.q_dim * h // tp, h, h]
+    block += [h * m.ffn // tp] * (3 if m.gated_mlp else 2)
+    head = [] if m.tied else [m.vocab * h // tp]
+    pos = [m.learned_pos * h] if m.learned_pos else []
+    return [m.vocab * h // tp] + pos + block * round(m.n_layer / s.pp) + [h] + head
+
+
+def zero_owners(m: ModelSpec, s: TrainSetup, n: int) -> int:
+    """Ranks of a ZeRO group of n that own parameters, as InternLM's ParamBcastSyncHandler assigns them: tensors
+    in module order, the next rank taken once the current one holds more than 1.01x the average share (its count
+    restarting at zero), so with shares smaller than a matrix each matrix gets a rank of its own."""
+    sizes = _tensors(m, s)
+    share, alloc, rank, used = sum(sizes) // n, 0, 0, set()
+    for size in sizes:
+        alloc += size
+        if alloc > share * 1.01 and rank < n - 1:
+            rank, alloc = rank + 1, 0
+        used.add(rank)
+    return len(used)
+
+
+def _zero_broadcast_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
+    """InternLM's Hybrid ZeRO: an all-reduce of the gradients per 512M-element bucket (`dp`, overlapped as DDP's),
+    then one broadcast of the updated 16-bit weights per owning rank (`dp_bcast`, hidden only under the next
+    forward: `zero_broadcast_exposed`)."""
+    n, trained = s.shards, _trained(m, s)
+    nodes, bw = group_layout(s, n, s.tp)
+    nb = max(1, math.ceil(trained / ZERO_BUCKET_ELEMENTS))
+    algo, t, lat = choose_allreduce(trained * grad_b / nb, n, nodes, bw)
+    owners = zero_owners(m, s, n)
+    b_t, b_lat = broadcast_s(m.n_params() / (s.tp * s.pp) * 2 / owners, n, nodes, bw)
+    out.update(dp=nb * t, dp_calls=nb, dp_latency=nb * lat, dp_algo=algo, dp_edge=t, dp_buckets=nb, dp_nodes=nodes,
+               dp_bcast=owners * b_t, dp_bcast_calls=owners, dp_bcast_latency=owners * b_lat)
+
+
+def zero_broadcast_exposed(c: dict, fwd_s: float, overlap: float) -> float:
+    """Seconds of the owners' broadcasts the next forward (`fwd_s`, its first micro-batch) does not cover: the
+    broadcasts go out in rank order, which is module order, and each block waits for its owners' calls, so the
+    forward keeps pace with them and what is left is max(one call, all − overlap × forward)."""
+    total, calls = c.get("dp_bcast", 0.0), c.get("dp_bcast_calls", 0)
+    if total <= 0:
+        return 0.0
+    return max(total / calls, total - overlap * fwd_s)
+
+
 def _tp_comm(m: ModelSpec, s: TrainSetup, out: dict) -> None:
     """Sequence-parallel all-gathers/reduce-scatters: 8 per block (+ those of the recomputed forward), on the
     busiest pipeline rank's blocks."""
@@ -178,9 +238,12 @@ def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict:
     and how the data-parallel time splits (calls, latency, algorithm, the call nothing hides)."""
     grad_b = 2 if (s.pure_bf16 or s.grad_dtype == "bf16") else 4
     out = {"dp": 0.0, "dp_calls": 0.0, "dp_latency": 0.0, "dp_algo": "", "dp_edge": 0.0, "dp_buckets": 0,
-           "dp_nodes": 1, "tp": 0.0, "tp_latency": 0.0, "tp_nodes": 1, "cp": 0.0, "pp": 0.0, "embed": 0.0}
+           "dp_nodes": 1, "dp_bcast": 0.0, "dp_bcast_calls": 0, "dp_bcast_latency": 0.0, "tp": 0.0, "tp_latency": 0.0,
+           "tp_nodes": 1, "cp": 0.0, "pp": 0.0, "embed": 0.0}
     if s.sharding in ("fsdp", "hsdp") and s.shards > 1:
         _fsdp_comm(m, s, out, grad_b)
+    elif s.zero_broadcast and s.shards > 1:
+        _zero_broadcast_comm(m, s, out, grad_b)
     elif s.sharding != "none" and s.shards > 1 or s.sharding == "none" and s.dp * s.cp > 1:
         _ddp_comm(m, s, out, grad_b)
     if s.tp > 1:

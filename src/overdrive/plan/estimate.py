@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from overdrive.plan.collectives import PCIE_GBS, nccl_channels
 from overdrive.plan.engine_memory import nccl_buffer_bytes
-from overdrive.plan.comm import comm_times, dp_exposed
+from overdrive.plan.comm import comm_times, dp_exposed, zero_broadcast_exposed
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, GIB, lora_params, memory_breakdown,
                                    reserve_bytes, terms)
 from overdrive.plan.setup import TrainSetup, check_layout, fallback_precision, needs_blackwell
@@ -183,7 +183,13 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     # the tied embedding's gradient, all-reduced between the first and the last stage after the data-parallel
     # reduction, on the stage that finishes last (comm.py: nothing left to hide it under)
     sms = nccl_sms(s, cm, exposed)
-    step = compute + exposed + sms + cm["embed"]
+    # --zero-broadcast: the owners' broadcasts after the step, under the next step's first forward only
+    bcast = zero_broadcast_exposed(cm, (t_mb - ct["recompute"]) / 3, s.overlap)
+    if bcast > 0.05 * (n * t_mb):
+        notes.append(f"{cm['dp_bcast_calls']} broadcasts of the updated weights per step ({cm['dp_bcast'] * 1e3:.0f} ms"
+                     f", {cm['dp_bcast_latency'] * 1e3:.0f} ms of it latency): {bcast * 1e3:.0f} ms the next forward "
+                     "does not cover (fewer ZeRO ranks, or a ZeRO that all-gathers, would cut it)")
+    step = compute + exposed + sms + cm["embed"] + bcast
     tokens = n * s.micro_batch * s.seq / (s.tp * s.pp * s.cp)
     tps = tokens / step
     mfu = tps * model_flops_per_token(m, s) / (s.gpu.bf16_tflops * 1e12)
@@ -191,7 +197,8 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
              "recompute": n * ct["recompute"], "optimizer": ct["optimizer"], "bubble": n * t_mb * bubble,
              "offload_exposed": n * offload_exposed, "tp_exposed": n * cm["tp"], "cp_exposed": n * cm["cp"],
              "pp_p2p": n * cm["pp"], "dp_comm": cm["dp"], "dp_latency": cm["dp_latency"], "dp_exposed": exposed,
-             "nccl_sms": sms, "embed_allreduce": cm["embed"], "fp32_grad_accum": n * ct["grad_accum"]}
+             "nccl_sms": sms, "embed_allreduce": cm["embed"], "fp32_grad_accum": n * ct["grad_accum"],
+             "zero_bcast": cm["dp_bcast"], "zero_bcast_exposed": bcast}
     return Estimate(setup=s, breakdown_gib=bd, memory_gib=total, allocated_gib=t["allocated"] / GIB,
                     reserved_margin_gib=reserve_bytes(t["allocated"]) / GIB, capacity_gib=s.gpu.mem_gib,
                     nccl_gib=nccl_buffer_bytes(s) / GIB,

@@ -189,9 +189,10 @@ def _search_space(base: TrainSetup, setup: dict, precisions, shardings, checkpoi
     # parameter offload is FSDP's (CPUOffloadPolicy): search only the shardings that have it
     asked_shardings = shardings
     shardings = shardings or (("fsdp", "hsdp") if base.offload == "params" else
+                              ("zero1",) if base.zero_broadcast else
                               ("zero1", "none") if base.deepspeed_pipeline or not base.overlap_grad_reduce else
                               ("fsdp", "hsdp", "zero1", "none"))
-    if base.dp * base.cp == 1 and not asked_shardings:
+    if base.dp * base.cp == 1 and not asked_shardings and not base.zero_broadcast:
         # one data-parallel rank: every sharding holds the same bytes and runs the same step; rank one, not three
         shardings = ("fsdp",) if base.offload == "params" else ("none",)
     return precisions, shardings, ckpts, mbs
@@ -225,10 +226,10 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
                          "memory): give the GiB to keep free, 0 to rank by speed alone")
     margin = round(g.mem_gib * MIN_HEADROOM_SHARE, 1) if min_headroom_gib is None else float(min_headroom_gib)
     # DeepSpeed's PipelineEngine refuses ZeRO-2/3, Megatron's non-overlapped reduce is DDP's or its distributed
-    # optimizer's: their base is ZeRO-1 (the searched shardings say the rest)
+    # optimizer's, --zero-broadcast is InternLM's ZeRO-1: their base is ZeRO-1 (the searched shardings say the rest)
     if model.embed_norm:   # the model has it (BLOOM's config): what --embed-norm says
         setup = {**setup, "embed_norm": True}
-    zero1 = setup.get("deepspeed_pipeline") or setup.get("overlap_grad_reduce") is False
+    zero1 = setup.get("deepspeed_pipeline") or setup.get("overlap_grad_reduce") is False or setup.get("zero_broadcast")
     base = TrainSetup(gpu=g, **({"sharding": "zero1", **setup} if zero1 else setup))
     precisions, shardings, ckpts, mbs = _search_space(base, setup, precisions, shardings, checkpointing,
                                                       micro_batches)

@@ -193,6 +193,11 @@ def _check_layout(s) -> None:
         # deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
         raise ValueError(f"--deepspeed-pipeline with --sharding {s.sharding}: DeepSpeed's PipelineEngine refuses "
                          "ZeRO-2/3, use --sharding zero1 or none")
+    if s.zero_broadcast and (s.sharding != "zero1" or s.stack != "pytorch" or s.deepspeed_pipeline):
+        raise ValueError(f"--zero-broadcast is InternLM's Hybrid ZeRO-1 (gradients all-reduced, weights broadcast "
+                         f"by their owners), not --stack {s.stack} --sharding {s.sharding}"
+                         f"{' --deepspeed-pipeline' if s.deepspeed_pipeline else ''}: use --stack pytorch "
+                         "--sharding zero1, or drop the flag")
     if not s.overlap_grad_reduce and (s.stack != "megatron" or s.sharding not in ("zero1", "none")):
         raise ValueError(f"--no-overlap-grad-reduce is Megatron's DDP/distributed-optimizer option; --stack "
                          f"{s.stack} --sharding {s.sharding} is not that: use --stack megatron with "
