@@ -1,6 +1,7 @@
 """docs/plan-validation.md's section on InternLM's 7B throughput table, an unseen trainer (its own Hybrid ZeRO,
 flash-attn, A100 over 4 x 100 Gb RoCE per node): each row's first-sight error kept beside the error now, the
-step each run lost beyond the planned step as first planned, and what `--zero-broadcast` now plans for it."""
+step each run lost beyond the planned step as first planned, what `--zero-broadcast` now plans for it, and what
+the choices it made would read otherwise."""
 
 from __future__ import annotations
 
@@ -42,26 +43,37 @@ def _facts(val: list[dict]) -> dict:
     return out
 
 
-def _one_hop_errors(val: list[dict]) -> list[float]:
-    """The 1,024-GPU rows' errors had NCCL's broadcast cost one hop of latency (its branch for rings that share
-    their channels: base 8.4 + 14 µs) instead of nRanks hops."""
+def _big_errors(val: list[dict], **patches) -> list[float]:
+    """The 1,024-GPU rows' errors with parts of comm.py replaced (unittest.mock): what another choice would read."""
     from unittest import mock
 
     from overdrive.plan import comm
-    from overdrive.plan.collectives import RING_BASE_US
-
-    def one_hop(nbytes, n, nodes, bus_bps):
-        lat = (RING_BASE_US + 14.0) * 1e-6 if n > 1 and nbytes > 0 else 0.0
-        return lat + (nbytes / bus_bps if n > 1 else 0.0), lat
 
     runs = {r["id"]: r for r in load_runs()}
     out = []
-    with mock.patch.object(comm, "broadcast_s", one_hop):
+    with mock.patch.multiple(comm, **patches):
         for p in internlm_rows(val):
             r = runs[p["id"]]
             if r["gpus"] >= 1024:
                 out.append(estimate(run_model(r), _setup(r)).tokens_per_s_per_gpu / r["tps"] - 1)
     return out
+
+
+def _one_hop(nbytes, n, nodes, bus_bps):
+    """NCCL's broadcast latency for rings that share their channels: base 8.4 + one 14 µs hop."""
+    from overdrive.plan.collectives import RING_BASE_US
+
+    if n <= 1 or nbytes <= 0:
+        return 0.0, 0.0
+    lat = (RING_BASE_US + 14.0) * 1e-6
+    return lat + nbytes / bus_bps, lat
+
+
+def _with_biases(m, s, n):
+    """The owners had the model its attention's QKV and output biases, two more tensors per block."""
+    from overdrive.plan.comm import _tensors
+
+    return min(n, len(_tensors(m, s)) + 2 * m.n_layer)
 
 
 def internlm_bullet(val: list[dict]) -> str:
@@ -109,24 +121,33 @@ counted among the sources that shaped nothing.
 
 {table}
 
-Why the first plan fell behind as the data-parallel group grew, from InternLM's source
-(internlm/solver/optimizer/hybrid_zero_optim.py and utils.py @ c7884462): its ZeRO-1 is not a bucketed
-reduce-scatter + all-gather. The gradients are all-reduced whole (`reduce_tensor` with no destination rank:
-`dist.all_reduce` per `reduce_bucket_size`, 512M elements in configs/7B_sft.py) under the last micro-batch's
-backward; after the step `broadcast_params` sends each rank's updated 16-bit tensors to the whole ZeRO group with
-one `dist.broadcast` per rank that owns any, and the next forward waits for them block by block
-(`ParamBcastSyncHandler`'s pre-forward hooks). That handler gives each rank whole tensors in module order until it
-holds 1.01x its share, so at 1,024 ranks every matrix has a rank of its own: {big[1]['e'].comm['dp_bcast_calls']} broadcasts a step at
-TP 1 and TP 2 alike, the same time on the wire ({mb[1]:.0f} MB a call at TP 1, whose group has 8 members a node sharing its network,
-{mb[2]:.0f} MB at TP 2 with 4). NCCL runs a broadcast as a ring of nRanks steps and its cost
-model charges it nRanks x 14 µs of latency across nodes (src/graph/tuning.cc, the branch for rings whose channels
-differ), {big[1]['e'].comm['dp_bcast_latency'] / big[1]['e'].comm['dp_bcast_calls'] * 1e3:.1f} ms a call over 1,024 ranks. The data say the same: at TP 1 (1,024 ranks) the step lost
-{big[1]['lost']:.2f} s beyond the first plan, at TP 2 (512 ranks) {big[2]['lost']:.2f} s, {per_rank[1]:.0f} and {per_rank[2]:.0f} µs per broadcast per rank.
-NCCL's model has a second branch, one hop (22 µs a call) when the rings share their channels; with it the two
-1,024-GPU rows would read {' and '.join(f'{100 * e:+.0f}%' for e in _one_hop_errors(val))}. Which branch runs is the data's pick, which is why InternLM now counts as a source
-that shaped a term. Left: the same table's zero1=8 rows (a ZeRO group smaller than the data-parallel group, whose
-broadcasts stay inside a node: 3625 against 2271 tokens/s per GPU at 1,024 GPUs), which `--sharding zero1` cannot
-express.
+Why the first plan fell behind as the data-parallel group grew, from the trainer's source as it stood when the
+table was written (the page dates from c18bec9, 2023-07-08; internlm/solver/optimizer/hybrid_zero_optim.py @
+20fe5ac2, the page's commit): its ZeRO-1 is not a bucketed reduce-scatter + all-gather. The gradients are
+all-reduced whole in the model's dtype (`reduce_tensor` with no destination rank: `dist.all_reduce` per
+`reduce_bucket_size`, 512M elements in configs/7B_sft.py) under the last micro-batch's backward; after the step
+`broadcast_params(overlap=False)` sends each rank's updated weights to the whole ZeRO group with one
+`dist.broadcast` per rank that owns any, and waits for every one ("TODO: support broadcast overlap").
+`_partition_param_list` gives the tensors, largest first, to the least-loaded rank, so at 1,024 ranks every tensor
+has a rank of its own: {big[1]['e'].comm['dp_bcast_calls']} broadcasts a step at TP 1 and TP 2 alike, the same time on the wire
+({mb[1]:.0f} MB a call at TP 1, whose group has 8 members a node sharing its network, {mb[2]:.0f} MB at TP 2 with 4). NCCL runs
+a broadcast as a ring of nRanks steps and its cost model charges it nRanks x 14 µs of latency across nodes
+(src/graph/tuning.cc, the branch for rings whose channels differ), {big[1]['e'].comm['dp_bcast_latency'] / big[1]['e'].comm['dp_bcast_calls'] * 1e3:.1f} ms a call over 1,024 ranks. The data
+say the latency grows with the ranks: at TP 1 (1,024 ranks) the step lost {big[1]['lost']:.2f} s beyond the first plan, at
+TP 2 (512 ranks) {big[2]['lost']:.2f} s, for the same calls of the same time on the wire.
+
+What was chosen, and what the other choices would read on the two 1,024-GPU rows:
+- NCCL's model has a second branch, one hop (22 µs a call) when the rings share their channels (search.cc tries
+  that first): {' and '.join(f'{100 * e:+.0f}%' for e in _big_errors(val, broadcast_s=_one_hop))}. The data picked the nRanks branch, which is why InternLM now counts as a source that
+  shaped a term.
+- The real model also has biases on its attention's QKV and output projections (64 more tensors, 64 more
+  broadcasts at 1,024 ranks), which the rows cannot express without adding biases to every linear:
+  {' and '.join(f'{100 * e:+.0f}%' for e in _big_errors(val, zero_owners=_with_biases))} with them.
+- InternLM's later code (August 2023 on: `ParamBcastSyncHandler` assigns tensors in module order and the next
+  forward waits for its blocks' broadcasts) is not what ran the table, and is not planned.
+
+Left: the same table's zero1=8 rows (a ZeRO group smaller than the data-parallel group, whose broadcasts stay inside
+a node: 3625 against 2271 tokens/s per GPU at 1,024 GPUs), which `--sharding zero1` cannot express.
 
 {expressed_table(internlm_rows(val))}
 """

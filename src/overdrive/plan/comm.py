@@ -31,13 +31,13 @@ fastest), so a group's members per node are gpus_per_node / (the degrees inside 
                   virtual stage a send of activations forward and of their gradients back (p2p latency + bytes,
                   across nodes when the stages are); a tied embedding's gradient all-reduced between the first and
                   the last stage once a step, after the data-parallel reduction (`_embed_comm`), exposed.
-  Hybrid ZeRO     --zero-broadcast (InternLM's HybridZeroOptimizer, internlm/solver/optimizer/hybrid_zero_optim.py
-                  and utils.py ParamBcastSyncHandler @ c7884462): each rank owns whole tensors, taken in module order
-                  until it holds 1.01x its share (`zero_owners`); the gradients are all-reduced (not reduce-scattered)
-                  in buckets of reduce_bucket_size 512M elements under the last micro-batch's backward; after the
-                  step every owner broadcasts its updated 16-bit tensors to the whole ZeRO group, one call each
-                  (collectives.broadcast_s: nRanks hops of latency per call), and the next step's first forward waits
-                  for them block by block: what its forward cannot cover shows (`zero_broadcast_exposed`).
+  Hybrid ZeRO     --zero-broadcast (InternLM's HybridZeroOptimizer as its July 2023 performance table ran it,
+                  internlm/solver/optimizer/hybrid_zero_optim.py @ 20fe5ac2): each rank owns whole tensors, the
+                  largest first to the least-loaded rank (`zero_owners`); the gradients are all-reduced (not
+                  reduce-scattered) in the model's dtype, in buckets of reduce_bucket_size 512M elements, under the
+                  last micro-batch's backward; after the step every owner broadcasts its updated weights to the whole
+                  ZeRO group, one call each (collectives.broadcast_s: nRanks hops of latency per call), and
+                  `broadcast_params(overlap=False)` waits for every call before the step ends: all of it exposed.
   DeepSpeed       --deepspeed-pipeline (Megatron-DeepSpeed, GPT-NeoX; microsoft/DeepSpeed
                   deepspeed/runtime/pipe/engine.py @ 0050fdad and schedule.py @ af8f2596): the engine sets
                   `enable_backward_allreduce = False` and its TrainSchedule appends ReduceTiedGrads, ReduceGrads,
@@ -58,7 +58,7 @@ from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["comm_times", "dp_exposed", "LINK_EFF", "ASYNC_TP_EXPOSED", "DDP_BUCKET_BYTES", "DS_ALLREDUCE_ELEMENTS",
-           "group_layout", "ZERO_BUCKET_ELEMENTS", "zero_owners", "zero_broadcast_exposed"]
+           "group_layout", "ZERO_BUCKET_ELEMENTS", "zero_owners"]
 
 ASYNC_TP_EXPOSED = 0.3
 DS_ALLREDUCE_ELEMENTS = 500_000_000
@@ -144,52 +144,35 @@ def _ddp_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
 
 
 def _tensors(m: ModelSpec, s: TrainSetup) -> list[int]:
-    """One TP rank's parameter tensors in module order (embedding, each block's fused QKV, output, norms and MLP
-    matrices, the final norm, the head), elements each: what the ZeRO owners are cut from."""
+    """The parameter tensors of one TP rank's first pipeline stage, elements each: the embedding, each block's
+    fused QKV, output, two norms and MLP matrices; with one stage, the final norm and the head as well."""
     h, tp = m.hidden, s.tp
     block = [h * (m.q_dim + 2 * m.kv_dim) // tp, m.q_dim * h // tp, h, h]
     block += [h * m.ffn // tp] * (3 if m.gated_mlp else 2)
-    head = [] if m.tied else [m.vocab * h // tp]
+    last = ([h] + ([] if m.tied else [m.vocab * h // tp])) if s.pp == 1 else []
     pos = [m.learned_pos * h] if m.learned_pos else []
-    return [m.vocab * h // tp] + pos + block * round(m.n_layer / s.pp) + [h] + head
+    return [m.vocab * h // tp] + pos + block * math.ceil(m.n_layer / s.pp) + last
 
 
 def zero_owners(m: ModelSpec, s: TrainSetup, n: int) -> int:
-    """Ranks of a ZeRO group of n that own parameters, as InternLM's ParamBcastSyncHandler assigns them: tensors
-    in module order, the next rank taken once the current one holds more than 1.01x the average share (its count
-    restarting at zero), so with shares smaller than a matrix each matrix gets a rank of its own."""
-    sizes = _tensors(m, s)
-    share, alloc, rank, used = sum(sizes) // n, 0, 0, set()
-    for size in sizes:
-        alloc += size
-        if alloc > share * 1.01 and rank < n - 1:
-            rank, alloc = rank + 1, 0
-        used.add(rank)
-    return len(used)
+    """Ranks of a ZeRO group of n that own parameters. InternLM's `_partition_param_list` (@ 20fe5ac2) sorts the
+    tensors by size and gives each to the least-loaded rank, so every rank gets one before any gets a second:
+    min(n, tensors)."""
+    return min(n, len(_tensors(m, s)))
 
 
 def _zero_broadcast_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
     """InternLM's Hybrid ZeRO: an all-reduce of the gradients per 512M-element bucket (`dp`, overlapped as DDP's),
-    then one broadcast of the updated 16-bit weights per owning rank (`dp_bcast`, hidden only under the next
-    forward: `zero_broadcast_exposed`)."""
+    then one broadcast of the updated weights per owning rank (`dp_bcast`, all of it exposed)."""
     n, trained = s.shards, _trained(m, s)
     nodes, bw = group_layout(s, n, s.tp)
     nb = max(1, math.ceil(trained / ZERO_BUCKET_ELEMENTS))
     algo, t, lat = choose_allreduce(trained * grad_b / nb, n, nodes, bw)
     owners = zero_owners(m, s, n)
-    b_t, b_lat = broadcast_s(m.n_params() / (s.tp * s.pp) * 2 / owners, n, nodes, bw)
+    weight_b = 4 if s.precision == "fp32" else 2
+    b_t, b_lat = broadcast_s(m.n_params() / (s.tp * s.pp) * weight_b / owners, n, nodes, bw)
     out.update(dp=nb * t, dp_calls=nb, dp_latency=nb * lat, dp_algo=algo, dp_edge=t, dp_buckets=nb, dp_nodes=nodes,
                dp_bcast=owners * b_t, dp_bcast_calls=owners, dp_bcast_latency=owners * b_lat)
-
-
-def zero_broadcast_exposed(c: dict, fwd_s: float, overlap: float) -> float:
-    """Seconds of the owners' broadcasts the next forward (`fwd_s`, its first micro-batch) does not cover: the
-    broadcasts go out in rank order, which is module order, and each block waits for its owners' calls, so the
-    forward keeps pace with them and what is left is max(one call, all − overlap × forward)."""
-    total, calls = c.get("dp_bcast", 0.0), c.get("dp_bcast_calls", 0)
-    if total <= 0:
-        return 0.0
-    return max(total / calls, total - overlap * fwd_s)
 
 
 def _tp_comm(m: ModelSpec, s: TrainSetup, out: dict) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from overdrive.plan.collectives import PCIE_GBS, nccl_channels
 from overdrive.plan.engine_memory import nccl_buffer_bytes
-from overdrive.plan.comm import comm_times, dp_exposed, zero_broadcast_exposed
+from overdrive.plan.comm import comm_times, dp_exposed
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, GIB, lora_params, memory_breakdown,
                                    reserve_bytes, terms)
 from overdrive.plan.setup import TrainSetup, check_layout, fallback_precision, needs_blackwell
@@ -183,12 +183,12 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     # the tied embedding's gradient, all-reduced between the first and the last stage after the data-parallel
     # reduction, on the stage that finishes last (comm.py: nothing left to hide it under)
     sms = nccl_sms(s, cm, exposed)
-    # --zero-broadcast: the owners' broadcasts after the step, under the next step's first forward only
-    bcast = zero_broadcast_exposed(cm, (t_mb - ct["recompute"]) / 3, s.overlap)
+    # --zero-broadcast: the owners' broadcasts after the step, waited for before the step ends (comm.py)
+    bcast = cm["dp_bcast"]
     if bcast > 0.05 * (n * t_mb):
-        notes.append(f"{cm['dp_bcast_calls']} broadcasts of the updated weights per step ({cm['dp_bcast'] * 1e3:.0f} ms"
-                     f", {cm['dp_bcast_latency'] * 1e3:.0f} ms of it latency): {bcast * 1e3:.0f} ms the next forward "
-                     "does not cover (fewer ZeRO ranks, or a ZeRO that all-gathers, would cut it)")
+        notes.append(f"{cm['dp_bcast_calls']} broadcasts of the updated weights per step, all exposed: "
+                     f"{bcast * 1e3:.0f} ms, {cm['dp_bcast_latency'] * 1e3:.0f} ms of it latency (without "
+                     "--zero-broadcast, a ZeRO-1 that all-gathers pays one call per bucket)")
     step = compute + exposed + sms + cm["embed"] + bcast
     tokens = n * s.micro_batch * s.seq / (s.tp * s.pp * s.cp)
     tps = tokens / step
@@ -198,10 +198,10 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
              "offload_exposed": n * offload_exposed, "tp_exposed": n * cm["tp"], "cp_exposed": n * cm["cp"],
              "pp_p2p": n * cm["pp"], "dp_comm": cm["dp"], "dp_latency": cm["dp_latency"], "dp_exposed": exposed,
              "nccl_sms": sms, "embed_allreduce": cm["embed"], "fp32_grad_accum": n * ct["grad_accum"],
-             "zero_bcast": cm["dp_bcast"], "zero_bcast_exposed": bcast}
+             "zero_bcast_exposed": bcast}
     return Estimate(setup=s, breakdown_gib=bd, memory_gib=total, allocated_gib=t["allocated"] / GIB,
                     reserved_margin_gib=reserve_bytes(t["allocated"]) / GIB, capacity_gib=s.gpu.mem_gib,
                     nccl_gib=nccl_buffer_bytes(s) / GIB,
-                    fits=total <= s.gpu.mem_gib, step_s=step, compute_s=compute, comm_s=cm["dp"] + cm["tp"] + cm["cp"],
+                    fits=total <= s.gpu.mem_gib, step_s=step, compute_s=compute, comm_s=cm["dp"] + cm["dp_bcast"] + cm["tp"] + cm["cp"],
                     times=times, tokens_per_s_per_gpu=tps, mfu=mfu, requested_precision=asked, notes=notes, model=m,
                     comm=cm)

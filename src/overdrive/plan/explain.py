@@ -12,9 +12,9 @@ from overdrive.plan.pipeline import chunk_slots, embedding_bytes, embedding_micr
 
 __all__ = ["explain", "NOT_ADDED"]
 
-NOT_ADDED = ("dp_comm", "dp_latency", "zero_bcast")
-"""Time terms that are not part of the step sum: the data-parallel communication before overlap (dp_exposed and
-zero_bcast_exposed are what compute does not hide of it) and its latency share."""
+NOT_ADDED = ("dp_comm", "dp_latency")
+"""Time terms that are not part of the step sum: the data-parallel communication before overlap (dp_exposed is
+what compute does not hide of it) and its latency share."""
 
 _MEM = {
     "params": "weights: fp32 master 4·P/S under FSDP; ZeRO-1/2: 2·P + 4·P/S; DDP: 4·P + 2·P autocast copies "
@@ -66,12 +66,10 @@ _TIME = {
     "embed_allreduce": "tied embedding under --pp: its V·h/tp gradient all-reduced between the first and the last "
                        "stage after the data-parallel reduction (Megatron finalize_model_grads, DeepSpeed "
                        "ReduceTiedGrads), exposed",
-    "zero_bcast": "--zero-broadcast: after the step each rank owning parameters broadcasts its updated 16-bit "
-                  "tensors to the ZeRO group, one call each: B/busBW + (8.4 + n·14 µs across nodes, n·4 µs in a "
-                  "node) latency (NCCL tuning.cc's ring broadcast); dp_comm is then an all-reduce per 512M "
-                  "gradient elements",
-    "zero_bcast_exposed": "the owners' broadcasts the next step's first forward does not cover, block by block: "
-                          "max(one call, zero_bcast − overlap × forward)",
+    "zero_bcast_exposed": "--zero-broadcast: after the step each rank owning parameters broadcasts its updated "
+                          "weights to the ZeRO group, one call each, all waited for: B/busBW + (8.4 + n·14 µs "
+                          "across nodes, n·4 µs in a node) latency (NCCL tuning.cc's ring broadcast); dp_comm is "
+                          "then an all-reduce per 512M gradient elements",
     "fp32_grad_accum": "DeepSpeed's BF16_Optimizer: every micro-batch the bf16 gradients cast and added into fp32 "
                        "ones, 18 bytes per parameter of the stage over HBM (in the micro-batch time)",
 }
@@ -160,8 +158,7 @@ def explain(e: Estimate) -> list[str]:
             lines.append(f"  {k:<12} {1e3 * v:9.1f} ms  {_TIME[k]}")
     for k in NOT_ADDED:
         if e.times.get(k):
-            paid = "zero_bcast_exposed" if k == "zero_bcast" else "dp_exposed"
-            lines.append(f"  ({k} {1e3 * e.times[k]:.1f} ms: not added, {paid} is what the step pays of it) "
+            lines.append(f"  ({k} {1e3 * e.times[k]:.1f} ms: not added, dp_exposed is what the step pays of it) "
                          f"{_TIME[k]}")
     c = getattr(e, "comm", None) or {}
     if c.get("dp"):
@@ -171,8 +168,8 @@ def explain(e: Estimate) -> list[str]:
                      "doc/PERFORMANCE.md; latency: NCCL src/graph/tuning.cc)")
     if c.get("dp_bcast"):
         lines.append(f"  weight broadcasts: {c['dp_bcast_calls']} calls per step, {1e3 * c['dp_bcast']:.1f} ms of which "
-                     f"{1e3 * c['dp_bcast_latency']:.1f} ms latency (one per rank owning parameters, as InternLM's "
-                     "ParamBcastSyncHandler assigns them)")
+                     f"{1e3 * c['dp_bcast_latency']:.1f} ms latency (one per rank owning parameters: min(ranks, "
+                     "tensors), InternLM's partition)")
     lines.append(f"  {'step':<12} {1e3 * e.step_s:9.1f} ms -> {e.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
                  f"{100 * e.mfu:.0f}% MFU vs the bf16 peak")
     lines.extend(f"note: {n}" for n in e.notes)

@@ -28,8 +28,10 @@ def not_in_overdrive(c: dict) -> list[str]:
     if c.get("deepspeed_pipeline"):
         out.append("--deepspeed-pipeline plans DeepSpeed's PipelineEngine (Megatron-DeepSpeed), another stack: run "
                    "it there")
+    if c.get("zero_broadcast"):
+        out.append("--zero-broadcast plans InternLM's Hybrid ZeRO trainer, another stack: run it there")
     sh = c.get("sharding", "fsdp")
-    if sh in ("zero1", "zero2"):
+    if sh in ("zero1", "zero2") and not c.get("zero_broadcast"):
         out.append(f"{sh} (a sharded optimizer without sharded weights) is Megatron-Core's distributed optimizer "
                    "or DeepSpeed's ZeRO, not Overdrive's: distributed=\"fsdp\" is the nearest (it also shards "
                    "the weights)")

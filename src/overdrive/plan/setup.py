@@ -145,9 +145,10 @@ class TrainSetup:
     --distribute-checkpointed-activations, DeepSpeed checkpointing's partition_activations); False: every TP rank
     keeps it whole (Megatron-DeepSpeed without --partition-activations, as BLOOM ran)."""
     zero_broadcast: bool = False
-    """ZeRO-1 as InternLM's HybridZeroOptimizer runs it (internlm/solver/optimizer/hybrid_zero_optim.py): whole
-    tensors assigned to ranks, the gradients all-reduced in buckets of 512M elements, the updated 16-bit weights
-    sent back by one broadcast per rank that owns any, which the next forward waits for block by block (comm.py)."""
+    """ZeRO-1 as InternLM's HybridZeroOptimizer ran its 2023 performance table (internlm/solver/optimizer/
+    hybrid_zero_optim.py @ 20fe5ac2): whole tensors assigned to ranks, the model-dtype gradients all-reduced in
+    buckets of 512M elements, the updated weights sent back by one broadcast per rank that owns any, all waited for
+    before the step ends (comm.py)."""
     overlap_grad_reduce: bool = True
     """Megatron's --overlap-grad-reduce and --overlap-param-gather (on in NeMo's and Megatron-Bridge's recipes;
     off by default in Megatron-LM's own arguments, megatron/training/arguments.py). False: the gradients are

@@ -198,6 +198,12 @@ def _check_layout(s) -> None:
                          f"by their owners), not --stack {s.stack} --sharding {s.sharding}"
                          f"{' --deepspeed-pipeline' if s.deepspeed_pipeline else ''}: use --stack pytorch "
                          "--sharding zero1, or drop the flag")
+    if s.zero_broadcast and (s.lora_rank or s.optimizer_in_backward):
+        raise ValueError("--zero-broadcast plans InternLM's full-model ZeRO-1 step, not "
+                         f"{'--lora-rank' if s.lora_rank else '--optimizer-in-backward'}: drop one")
+    if s.zero_broadcast and s.precision != "fp32" and s.grad_dtype == "fp32":
+        raise ValueError("--zero-broadcast all-reduces the model's own 16-bit gradients (InternLM's reduce_tensor "
+                         "in the model dtype): add --grad-dtype bf16")
     if not s.overlap_grad_reduce and (s.stack != "megatron" or s.sharding not in ("zero1", "none")):
         raise ValueError(f"--no-overlap-grad-reduce is Megatron's DDP/distributed-optimizer option; --stack "
                          f"{s.stack} --sharding {s.sharding} is not that: use --stack megatron with "
