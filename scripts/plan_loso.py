@@ -105,6 +105,10 @@ if __name__ == "__main__":
 
 
 NOTHING_SHAPED = "none: added after every term, fitted on nothing, no term added for it"
+POINTED_BF16 = ("added after every term, fitted on nothing; its bf16 rows, planned fast beside FP8 twins planned "
+                "right, sent dgxc-benchmarking's bf16 runs into the calibration")
+DGXC = ("unseen when first planned (its first-sight errors: the megatron-in-bf16 section); then calibration: the first "
+        "megatron runs in bf16 the fit sees (gemm_eff[megatron] H100, lowp_rel)")
 DESIGN = {
     "mosaicml/llm-foundry scripts/train/benchmarking/README.md":
         "fitted gemm_eff[pytorch] (A100, H100) and the shared constants; its MPT shapes set the presets",
@@ -132,11 +136,13 @@ DESIGN = {
                          "to --deepspeed-pipeline",
     "InternLM/InternLM doc/en/train_performance.md": "unseen when first planned (its first-sight errors: its own "
                                                      "section); then sent us to --zero-broadcast",
-    "FlagOpen/FlagPerf training/nvidia/llama3_70B-megatron/README.md": NOTHING_SHAPED,
-    "FlagOpen/FlagPerf training/nvidia/llama3_8B-megatron/README.md": NOTHING_SHAPED,
-    "NVIDIA/dgxc-benchmarking llama3.1/README_405b.md": NOTHING_SHAPED,
-    "NVIDIA/dgxc-benchmarking llama3.1/README_70b.md": NOTHING_SHAPED,
-    "NVIDIA/dgxc-benchmarking llama3.1/README_8b.md": NOTHING_SHAPED,
+    "FlagOpen/FlagPerf training/nvidia/llama3_70B-megatron/README.md": POINTED_BF16,
+    "FlagOpen/FlagPerf training/nvidia/llama3_8B-megatron/README.md": POINTED_BF16,
+    "NVIDIA/dgxc-benchmarking llama3.1/README_405b.md": DGXC,
+    "NVIDIA/dgxc-benchmarking llama3.1/README_70b.md": DGXC,
+    "NVIDIA/dgxc-benchmarking llama3.1/README_8b.md": DGXC,
+    "NVIDIA/Megatron-LM README.md": "unseen when first planned (its first-sight errors: the megatron-in-bf16 section), "
+                                    "fitted on nothing; " + POINTED_BF16.split("; ", 1)[1],
     "allenai/OLMo-core README.md": "none: added after every term, fitted on nothing, no term added for it",
     "jzhang38/TinyLlama README.md": "none: added after every term, fitted on nothing, no term added for it",
     "pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md":

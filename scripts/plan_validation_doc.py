@@ -18,6 +18,7 @@ from plan_doc_sections import (MCORE_UNSEEN, comm_section, first_sight_rows, is_
                                shaped_after_first_sight,
                                megatron_section, older_stacks_section, pytorch_unseen_section)
 from plan_doc_internlm import internlm_bullet, internlm_section
+from plan_doc_megatron import megatron_bf16_section, megatron_lm_rows
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,10 +58,12 @@ def main():
     # sent us to model nothing) and the older stacks (BLOOM, MT-NLG: their first-sight errors kept, then they
     # shaped a term)
     unseen = [r for r in val if r["held_out"] == "unseen source"]
+    # first planned unseen, calibration since (dgxc-benchmarking's bf16/FP8 pairs): in the first-sight figure
+    unseen_cal = [r for r in cal if r["held_out"] == "unseen source"]
     untouched = [r for r in unseen if not shaped_after_first_sight(r)]
     unseen_src = sorted({r["source"].split(" (")[0].split(" @")[0] for r in untouched})
     su = summary(untouched)
-    fs = first_sight_rows(val)
+    fs = first_sight_rows(val + unseen_cal)
     first = {r["id"]: r["first_error"] for r in fs if r["first_error"] is not None}
     later = {r["id"] for r in fs if r["first_error"] is None}   # added after a term their source shaped
     mem_first = [abs(r["first_memory_error"]) for r in fs if r["first_memory_error"] is not None]
@@ -68,16 +71,18 @@ def main():
     mem_first_old = [abs(r["first_memory_error"]) for r in fs if r["first_memory_error"] is not None and is_older_stack(r)]
     mem_now_old = [abs(r["memory_error"]) for r in fs if r["first_memory_error"] is not None and is_older_stack(r)]
     # Megatron-core/NeMo sources added unseen (FlagPerf, dgxc-benchmarking): first sight, and FlagPerf's memory
-    mcore = [r for r in untouched if r["source"].startswith(MCORE_UNSEEN)]
+    mcore = [r for r in unseen + unseen_cal if r["source"].startswith(MCORE_UNSEEN)]
     mcore_first = [abs(first[r["id"]]) for r in mcore if r["id"] in first]
     mcore_mem = [abs(r["first_memory_error"]) for r in fs if r["first_memory_error"] is not None
                  and r["source"].startswith(MCORE_UNSEEN)]
     mcore_mem_now = [abs(r["memory_error"]) for r in fs if r["first_memory_error"] is not None
                      and r["source"].startswith(MCORE_UNSEEN)]
-    unseen_first = sorted(abs(first.get(r["id"], r["error"])) for r in unseen
+    unseen_first = sorted(abs(first.get(r["id"], r["error"])) for r in unseen + unseen_cal
                           if not r["memory_only"] and r["id"] not in later)
     sfirst = {"n": len(unseen_first), "median": statistics.median(unseen_first), "worst": unseen_first[-1]}
     older = [r for r in unseen if r["id"] in first and is_older_stack(r)]
+    mlm = megatron_lm_rows(unseen)
+    mlm_first = [abs(first[r["id"]]) for r in mlm]
     so_now = summary(older)
     nofit_new = [r for r in new if not r["fits"]]
     nemo = [r for r in cal if r["source"].startswith("NVIDIA/NeMo docs/source/performance")]
@@ -118,7 +123,7 @@ tables from the data file and fails if they differ.
   with nothing held out: {100 * lo['in_sample']['median']:.1f}%, worst {100 * lo['in_sample']['worst']:.0f}%; the shipped constants:
   {100 * lo['shipped']['median']:.1f}%, worst {100 * lo['shipped']['worst']:.0f}%. Memory (no fitted constant): median
   {100 * lo['loso']['memory_median']:.1f}%, worst {100 * lo['loso']['memory_worst']:.0f}% ({lo['loso']['n_memory']} runs). Every source here but {', '.join(unseen_src)} also shaped
-  the model (below), so only their rows, and the older stacks' and InternLM's rows as first planned, give the
+  the model (below), so only their rows, and the older stacks', InternLM's and the Megatron-core sources' rows as first planned, give the
   error on an unseen source (their bullets below).
 - **First held out: sources no constant was fitted on, though each then pointed at a term to model (the
   leave-one-source-out table says which), so this is not an unseen-source figure ({sn['n']} runs for throughput: the Megatron-LM A100 weak-scaling table of Narayanan et al. 2021 and the Llama 3 paper's 405B H100 table;
@@ -136,15 +141,6 @@ tables from the data file and fails if they differ.
   {su['n']} predicted low; {len(su['not_fitting'])} planned not to fit.
   - by source: {_held_out_groups(untouched)}
   - OLMo-core's and TinyLlama's PyTorch-stack rows: their own section below.
-  - FlagPerf's Megatron-core 0.6 rows (Llama 3 8B/70B on H100, `FlagOpen/FlagPerf` training/nvidia/llama3_*-megatron)
-    and dgxc-benchmarking's NeMo 24.09 rows (Llama 3.1 8B/70B/405B on 8 to 2304 H100s, bf16 and fp8,
-    `NVIDIA/dgxc-benchmarking` llama3.1): first sight (planned on arrival, before the NCCL SM term): median
-    {100 * statistics.median(mcore_first):.1f}%, worst {100 * max(mcore_first):.0f}% ({len(mcore_first)} runs); now {_mcore_now(mcore)}; FlagPerf's nvidia-smi memory, first sight:
-    median {100 * statistics.median(mcore_mem):.1f}%, worst {100 * max(mcore_mem):.0f}% ({len(mcore_mem)} runs), now median {100 * statistics.median(mcore_mem_now):.1f}%, worst
-    {100 * max(mcore_mem_now):.0f}% (their notes' dropout 0.1 expressed with `--dropout` once the planner had the term, and the
-    70B's busiest pipeline stage). Each run's note in the data file says what its script sets and what the planner
-    cannot say (FlagPerf: Megatron's default of no gradient/parameter overlap, now `--no-overlap-grad-reduce`, left
-    off the rows as first planned; dgxc: document-masked attention, FP8 parameters).
   - IBM's fms-fsdp table (Llama 2 7B-70B on 128 A100s, FSDP1/HSDP, eager); how each run is expressed: below the
   held-out runs' table. Its network is not published (25 GB/s per GPU assumed, as for the other A100 rows);
   the 13b row is what a slower one would give: HSDP all-reduces each GPU's 1/8 of the gradients across the 16
@@ -162,6 +158,23 @@ tables from the data file and fails if they differ.
   embedding's all-reduce): first sight median {100 * statistics.median(abs(first[r['id']]) for r in older):.1f}%, worst {100 * max(abs(first[r['id']]) for r in older):.0f}%;
   now median {100 * so_now['median_abs_error']:.1f}%, worst {100 * so_now['worst_abs_error']:.0f}% ({so_now['worst']}); peak memory (BLOOM's prequel, {len(mem_first_old)} runs, nvidia-smi):
   first sight median {100 * statistics.median(mem_first_old):.1f}%, worst {100 * max(mem_first_old):.0f}%, now median {100 * statistics.median(mem_now_old):.1f}%, worst {100 * max(mem_now_old):.0f}%; the section on the older stacks below.
+- **The Megatron-core sources first planned unseen, then pointing at a constant: FlagPerf's Megatron-core 0.6 rows**
+  (Llama 3 8B/70B on H100, `FlagOpen/FlagPerf` training/nvidia/llama3_*-megatron)
+  and dgxc-benchmarking's NeMo 24.09 rows (Llama 3.1 8B/70B/405B on 8 to 2304 H100s, bf16 and fp8,
+  `NVIDIA/dgxc-benchmarking` llama3.1): first sight (planned on arrival, before the NCCL SM term): median
+  {100 * statistics.median(mcore_first):.1f}%, worst {100 * max(mcore_first):.0f}% ({len(mcore_first)} runs); now {_mcore_now(mcore)}; FlagPerf's nvidia-smi memory, first sight:
+  median {100 * statistics.median(mcore_mem):.1f}%, worst {100 * max(mcore_mem):.0f}% ({len(mcore_mem)} runs), now median {100 * statistics.median(mcore_mem_now):.1f}%, worst
+  {100 * max(mcore_mem_now):.0f}% (their notes' dropout 0.1 expressed with `--dropout` once the planner had the term, and the
+  70B's busiest pipeline stage). Each run's note in the data file says what its script sets and what the planner
+  cannot say (FlagPerf: Megatron's default of no gradient/parameter overlap, now `--no-overlap-grad-reduce`, left
+  off the rows as first planned; dgxc: document-masked attention, FP8 parameters). Their bf16 rows, planned fast
+  beside FP8 twins planned right, showed that no megatron run in bf16 was in the calibration (the megatron-in-bf16
+  section below): dgxc-benchmarking's rows are calibration since, FlagPerf's still fitted on nothing; both are out
+  of the figure above.
+- **Megatron-LM's H100 weak-scaling table, unseen when first planned, fitted on nothing** ({len(mlm_first)} runs, 48 to 6,144 GPUs,
+  1.7B to 462B, bf16): first sight median {100 * statistics.median(mlm_first):.1f}%, worst {100 * max(mlm_first):.0f}%, every run planned fast; now
+  median {100 * summary(mlm)['median_abs_error']:.1f}%, worst {100 * summary(mlm)['worst_abs_error']:.0f}%. With FlagPerf's and dgxc's bf16 rows it pointed at the missing calibration (the section below).
+
 {internlm_bullet(val)}
 - **Validation ({sv['n']} published runs, never used to fit, the held-out ones included):** median |throughput error| {100 * sv['median_abs_error']:.1f}%, worst {100 * sv['worst_abs_error']:.0f}%
   ({sv['worst']}); {sv['under']} of {sv['n']} predicted low.
@@ -188,7 +201,7 @@ The same targets on the unseen sources ({', '.join(unseen_src)}; {su['n']} runs)
 ({100 * su['median_abs_error']:.1f}%); worst ≤ 25% — {_met(su['worst_abs_error'], 0.25)} ({100 * su['worst_abs_error']:.0f}%); every run planned to fit —
 {"met" if not su['not_fitting'] else "**not met**"}.
 Every source first planned unseen ({sfirst['n']} runs: fms-fsdp, OLMo-core, TinyLlama, BLOOM-176B, MT-NLG, FlagPerf,
-dgxc-benchmarking, InternLM), each run's error as first
+dgxc-benchmarking, InternLM, Megatron-LM's weak-scaling table), each run's error as first
 planned: median {100 * sfirst['median']:.1f}% — {_met(sfirst['median'], 0.10)}; worst {100 * sfirst['worst']:.0f}% — {_met(sfirst['worst'], 0.25)}; memory as first planned (BLOOM's
 prequel and FlagPerf, nvidia-smi, {len(mem_first)} runs): median {100 * statistics.median(mem_first):.1f}% — {_met(statistics.median(mem_first), 0.08)}.
 
@@ -252,8 +265,9 @@ which is why the fit rule does not charge this share: a 405B GB200 run with 177 
 
 {expressed_table(new)}
 
-The unseen sources: fms-fsdp, OLMo-core, TinyLlama, FlagPerf and dgxc-benchmarking (fitted on nothing, no term added
-for them), InternLM and the older stacks' runs (planned now; as first planned in their sections); the assumptions in
+The unseen sources: fms-fsdp, OLMo-core, TinyLlama (fitted on nothing, no term added for them), FlagPerf and
+Megatron-LM's weak-scaling table (fitted on nothing; their bf16 rows pointed at the missing megatron bf16
+calibration, dgxc-benchmarking's runs, calibration since), InternLM and the older stacks' runs (planned now; as first planned in their sections); the assumptions in
 each run's note in the data file:
 
 {expressed_table(unseen)}
@@ -303,6 +317,7 @@ What the held-out errors say:
 
 {pytorch_unseen_section(val)}
 {internlm_section(val)}
+{megatron_bf16_section(val, cal, loso_summary())}
 ## Held-out memory: a single-GPU full fine-tune, one memory saver at a time (torchtune)
 
 torchtune's README (commit in the source column of `published_runs.json`) publishes the peak memory of a Llama 3.2

@@ -5,6 +5,7 @@ docs/plan-validation.md is rendered from here, and tests/unit/test_plan_validati
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from importlib import resources
@@ -12,6 +13,7 @@ from importlib import resources
 from overdrive.env.catalog import gpu_by_key
 from overdrive.plan.estimate import estimate
 from overdrive.plan.memory import CONTEXT_BYTES, GIB, RESERVED_SHARE
+from overdrive.plan.search import MICRO_BATCHES, MIN_HEADROOM_SHARE
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import MPT_SIZES, ModelSpec, get_model, mpt
 
@@ -43,16 +45,33 @@ def run_model(r: dict) -> ModelSpec:
     return mpt(r["model"], r["seq"]) if r["model"] in MPT_SIZES else get_model(r["model"])
 
 
+def _estimate_searching_micro_batch(m: ModelSpec, s: TrainSetup, cal: dict | None):
+    """A run whose source does not publish its micro-batch: the micro-batches that divide each data-parallel
+    rank's share of the global batch are tried and ranked as `overdrive plan` ranks them (its "expressed as" line
+    omits --micro-batch): the fastest that leaves the safety margin free, else the fastest that fits."""
+    share = s.global_batch // s.dp if s.global_batch else 1
+    tried = [estimate(m, dataclasses.replace(s, micro_batch=mb), cal=cal) for mb in MICRO_BATCHES if share % mb == 0]
+    margin = round(s.gpu.mem_gib * MIN_HEADROOM_SHARE, 1)
+    fit = [e for e in tried if e.fits]
+    roomy = [e for e in fit if e.headroom_gib >= margin]
+    best = max(roomy or fit or tried, key=lambda e: e.tokens_per_s_per_gpu)
+    why = (f"the fastest leaving the {margin:g} GiB safety margin" if roomy else
+           "the fastest that fits" if fit else "the fastest tried")
+    best.notes.insert(0, f"micro-batch not published: {best.setup.micro_batch} chosen, {why}, of "
+                         f"{[e.setup.micro_batch for e in tried]}")
+    return best
+
+
 def predict(r: dict, cal: dict | None = None) -> dict:
     """The planner's prediction for one published run, with the relative errors."""
     m = run_model(r)
-    e = estimate(m, _setup(r), cal=cal)
+    e = _estimate_searching_micro_batch(m, _setup(r), cal) if "micro_batch" not in r else estimate(m, _setup(r), cal=cal)
     out = {"id": r["id"], "role": r["role"], "gpu": r["gpu"], "precision": r["precision"], "published": r["tps"],
            "predicted": e.tokens_per_s_per_gpu, "error": e.tokens_per_s_per_gpu / r["tps"] - 1, "fits": e.fits,
            "source": r["source"], "memory_gib": e.memory_gib, "capacity_gib": e.capacity_gib,
            "allocated_gib": e.allocated_gib, "reserved_margin_gib": e.reserved_margin_gib,
            "breakdown_gib": e.breakdown_gib, "attention_share": e.times["attention"] / e.step_s,
-           "vpp": e.setup.vpp, "held_out": r.get("held_out", "")}
+           "vpp": e.setup.vpp, "micro_batch": e.setup.micro_batch, "held_out": r.get("held_out", "")}
     out["memory_only"] = bool(r.get("memory_only"))
     out["stack_bug"] = r.get("stack_bug", "")   # a defect the run's own source flags: shown, kept out of fits and bounds
     if r.get("memory_gib"):
