@@ -14,7 +14,8 @@ from overdrive.plan.setup import (CHECKPOINTING, LOW_PRECISION, MIN_EFFICIENCY, 
 from overdrive.plan.specs import ModelSpec, get_model
 from overdrive.plan.setup_checks import stack_lacks
 
-__all__ = ["plan", "sweep", "longest_seq", "calibrate_from_bench", "SWEEP_MODELS", "label", "MIN_HEADROOM_SHARE"]
+__all__ = ["plan", "sweep", "longest_seq", "calibrate_from_bench", "SWEEP_MODELS", "label", "MIN_HEADROOM_SHARE",
+           "default_margin_gib", "rank"]
 
 DEFAULT_PRECISIONS = ("bf16", *LOW_PRECISION)
 MICRO_BATCHES = (1, 2, 4, 8, 16)
@@ -215,6 +216,17 @@ def _check_asked(g: GpuSpec, base: TrainSetup, precisions: list, shardings) -> N
                          "use fsdp on one node")
 
 
+def default_margin_gib(g: GpuSpec) -> float:
+    """The GiB `plan` wants left free when --min-headroom is not given: MIN_HEADROOM_SHARE of the GPU."""
+    return round(g.mem_gib * MIN_HEADROOM_SHARE, 1)
+
+
+def rank(cands: list, margin: float) -> list:
+    """The candidates that fit, best first: those leaving `margin` GiB free before the rest, then by speed."""
+    return sorted([e for e in cands if e.fits],
+                  key=lambda e: (e.headroom_gib < margin, -e.tokens_per_s_per_gpu, e.memory_gib))
+
+
 def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=None, checkpointing=None,
          micro_batches=None, min_headroom_gib: float | None = None, **setup) -> dict:
     """Rank every precision x sharding x checkpointing x micro-batch for `model` on `gpu`; `setup` holds the
@@ -224,7 +236,7 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
     if min_headroom_gib is not None and not 0 <= min_headroom_gib < g.mem_gib:
         raise ValueError(f"--min-headroom {min_headroom_gib:g} GiB is outside 0-{g.mem_gib:.0f} (the {g.key}'s "
                          "memory): give the GiB to keep free, 0 to rank by speed alone")
-    margin = round(g.mem_gib * MIN_HEADROOM_SHARE, 1) if min_headroom_gib is None else float(min_headroom_gib)
+    margin = default_margin_gib(g) if min_headroom_gib is None else float(min_headroom_gib)
     # DeepSpeed's PipelineEngine refuses ZeRO-2/3, Megatron's non-overlapped reduce is DDP's or its distributed
     # optimizer's, --zero-broadcast is InternLM's ZeRO-1: their base is ZeRO-1 (the searched shardings say the rest)
     if model.embed_norm:   # the model has it (BLOOM's config): what --embed-norm says
@@ -249,8 +261,7 @@ def _result(model: ModelSpec, g: GpuSpec, base: TrainSetup, cands: list, precisi
     skipped += [f"{p} skipped: {stack_lacks(base.stack, p)}" for p in precisions
                 if len(precisions) > 1 and stack_lacks(base.stack, p) and not fallback_precision(p, g)]
     # a safety margin first (the user's to set), then speed: a pick 5% faster with 2 GiB free is no pick
-    ranked = sorted([e for e in cands if e.fits],
-                    key=lambda e: (e.headroom_gib < margin, -e.tokens_per_s_per_gpu, e.memory_gib))
+    ranked = rank(cands, margin)
     rest = sorted((e for e in cands if not e.fits), key=lambda e: e.memory_gib)
     result = {"model": dataclasses.asdict(model), "params_b": model.n_params() / 1e9, "gpu": g.key,
               "capacity_gib": g.mem_gib, "gpus_per_node": base.gpus_per_node, "nodes": base.nodes, "seq": base.seq,

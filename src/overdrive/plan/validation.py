@@ -13,7 +13,7 @@ from importlib import resources
 from overdrive.env.catalog import gpu_by_key
 from overdrive.plan.estimate import estimate
 from overdrive.plan.memory import CONTEXT_BYTES, GIB, RESERVED_SHARE
-from overdrive.plan.search import MICRO_BATCHES, MIN_HEADROOM_SHARE
+from overdrive.plan.search import MICRO_BATCHES, default_margin_gib, rank
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import MPT_SIZES, ModelSpec, get_model, mpt
 
@@ -51,12 +51,11 @@ def _estimate_searching_micro_batch(m: ModelSpec, s: TrainSetup, cal: dict | Non
     omits --micro-batch): the fastest that leaves the safety margin free, else the fastest that fits."""
     share = s.global_batch // s.dp if s.global_batch else 1
     tried = [estimate(m, dataclasses.replace(s, micro_batch=mb), cal=cal) for mb in MICRO_BATCHES if share % mb == 0]
-    margin = round(s.gpu.mem_gib * MIN_HEADROOM_SHARE, 1)
-    fit = [e for e in tried if e.fits]
-    roomy = [e for e in fit if e.headroom_gib >= margin]
-    best = max(roomy or fit or tried, key=lambda e: e.tokens_per_s_per_gpu)
-    why = (f"the fastest leaving the {margin:g} GiB safety margin" if roomy else
-           "the fastest that fits" if fit else "the fastest tried")
+    margin = default_margin_gib(s.gpu)
+    ranked = rank(tried, margin)
+    best = ranked[0] if ranked else max(tried, key=lambda e: e.tokens_per_s_per_gpu)
+    why = (f"the fastest leaving the {margin:g} GiB safety margin" if best.fits and best.headroom_gib >= margin else
+           "the fastest that fits" if best.fits else "the fastest tried")
     best.notes.insert(0, f"micro-batch not published: {best.setup.micro_batch} chosen, {why}, of "
                          f"{[e.setup.micro_batch for e in tried]}")
     return best
