@@ -75,13 +75,18 @@ def megatron_bf16_section(val: list[dict], cal_rows: list[dict], loso: dict) -> 
         sel = [p for p in pairs if p[0]["source"].startswith(name)]
         lines.append(f"| {name} | {len(sel)} | {sel[0][0]['role']} | {_span([_ratio(p)[0] for p in sel])} | "
                      f"{_span([_ratio(p, BEFORE)[1] for p in sel])} | {_span([_ratio(p)[1] for p in sel])} |")
-    paired = [p for p in val + cal_rows if p["source"].startswith(PAIRED)]
+    paired = [p for p in val + cal_rows if p["source"].startswith(PAIRED) and p["gpu"].startswith("h100")]
     bf16 = [p for p in paired if p["precision"] == "bf16"]
     fp8 = [p for p in paired if p["precision"] == "fp8"]
     first_of = lambda rows: [runs[p["id"]]["first_planned"] / p["published"] - 1 for p in rows]
     flag = [p for p in bf16 if p["role"] == "validation"]
     flag_before = [predict(runs[p["id"]], BEFORE)["error"] for p in flag]
     b = BEFORE
+    pt_fp8 = [p for p in val + cal_rows if p["precision"] == "fp8" and runs[p["id"]].get("stack", "pytorch") == "pytorch"
+              and p["gpu"].startswith(("h100", "h200")) and not p.get("stack_bug")]
+    pt_before = [predict(runs[p["id"]], BEFORE)["error"] for p in pt_fp8]
+    bridge = [p for p in val + cal_rows if p["source"].startswith("NVIDIA-NeMo/Megatron-Bridge") and p["gpu"].startswith("h100")]
+    bridge_txt = ", ".join(f"{100 * p['error']:+.0f}% ({p['role']})" for p in sorted(bridge, key=lambda p: p["error"]))
     return f"""## The megatron stack in bf16: Megatron-LM's weak-scaling table and the bf16/FP8 pairs
 
 Megatron-LM's README (the table `images/model_table.png`, commit in each row's source; the plot's legend:
@@ -91,8 +96,8 @@ Megatron's own FLOP count per token, and its note says what the README states an
 in (the micro-batch is not published: searched, like the interleaving). First planned on arrival, before any
 change: **{_pct(first)}, {sum(e > 0 for e in first)} of {len(first)} runs planned fast** (signed median {_signed(first)}).
 
-The same direction was already on this page: the Megatron-core runs published in bf16 (dgxc-benchmarking's NeMo
-24.09, FlagPerf's Megatron-core 0.6) were planned {_signed(first_of(bf16))} (median) on first sight, their FP8 twins
+The same direction was already on this page: the Megatron-core runs published in bf16 on H100 (dgxc-benchmarking's
+NeMo 24.09, FlagPerf's Megatron-core 0.6) were planned {_signed(first_of(bf16))} (median) on first sight, their FP8 twins
 {_signed(first_of(fp8))}. Where a file publishes one configuration in both precisions, the published FP8 gain was
 larger than the one planned:
 
@@ -101,25 +106,29 @@ larger than the one planned:
 {chr(10).join(lines)}
 
 Why: no calibration run was a megatron run in bf16. `gemm_eff[megatron][9]` ({b['gemm_eff']['megatron'][9]}) was fitted on FP8
-runs alone, at the FP8 gain torchao's three runs set (`lowp_rel` {b['lowp_rel']}), so the megatron bf16 efficiency was
-whatever made those FP8 runs right at torchao's gain. dgxc-benchmarking's {sum(p['role'] == 'calibration' for p in paired)} runs, which publish each
-configuration in both precisions, are now calibration: `gemm_eff[megatron][9]` {CALIBRATION['gemm_eff']['megatron'][9]}, the shared `lowp_rel`
-{CALIBRATION['lowp_rel']} (the other constants moved with it: the fitted constants' table). No term was added.
+runs alone, at the FP8 gain the PyTorch stacks' FP8 calibration runs set (`lowp_rel` {b['lowp_rel']}, shared), so the
+megatron bf16 efficiency was whatever made those FP8 runs right at that gain. dgxc-benchmarking's
+{sum(p['role'] == 'calibration' for p in paired)} runs, which publish each configuration in both precisions, are now calibration: `gemm_eff[megatron][9]`
+{CALIBRATION['gemm_eff']['megatron'][9]}, the shared `lowp_rel` {CALIBRATION['lowp_rel']}, i.e. an FP8 GEMM at the same fraction of its (twice higher) peak as a bf16
+GEMM of its shape. No term was added. The shared constant moved the PyTorch stacks' FP8 runs on Hopper too
+({len(pt_fp8)} runs): signed median {_signed(pt_before)} before, {_signed([p['error'] for p in pt_fp8])} now; {_pct(pt_before)} before, {_pct([p['error'] for p in pt_fp8])} now.
 
 A constant of its own for Transformer Engine's FP8 gain (fitted apart from torchao's, on Hopper) was tried and
-not kept: with the shipped constants it planned the sources that check this better ({PER_STACK_TRIED['shipped']}
-median with one constant), but left out of the fit every source together read {PER_STACK_TRIED['loso']} median, and
-in-sample {PER_STACK_TRIED['in_sample']}: a constant the data cannot pin from one source's pairs (measured once
-when tried, before the micro-batch ranking below changed; one constant now reads {100 * loso['loso']['median']:.1f}% left out, {100 * loso['in_sample']['median']:.1f}% in-sample).
+not kept. Measured when tried, against one shared constant under the same code (both before the unpublished
+micro-batch was ranked as `overdrive plan` ranks it, which moved Megatron-LM's 70B): the shipped constants planned
+the checking sources better ({PER_STACK_TRIED['shipped']} median), but left out of the fit every source together
+read {PER_STACK_TRIED['loso']} median, and in-sample {PER_STACK_TRIED['in_sample']}: a constant the data cannot pin from one
+source's pairs. One shared constant now reads {100 * loso['loso']['median']:.1f}% left out and {100 * loso['in_sample']['median']:.1f}% in-sample.
 
-The checks, fitted on nothing: Megatron-LM's table, before this {_pct(before)}, now
-**{_pct([p['error'] for p in mlm])}** (signed {_signed([p['error'] for p in mlm])}), {_pct(_loso_errors())} with every constant refitted
-without it; FlagPerf's bf16 rows before {_pct(flag_before)}, now {_pct([p['error'] for p in flag])}. All paired FP8 rows now
-{_pct([p['error'] for p in fp8])}. These sources pointed at the missing calibration, so none of them counts among the
-sources that shaped nothing. What is left on Megatron-LM's rows is not known from the README: it names no dropout
+The checks, no shipped constant fitted on them: Megatron-LM's table, with the constants before {_pct(before)}, now
+**{_pct([p['error'] for p in mlm])}** (signed {_signed([p['error'] for p in mlm])}); FlagPerf's H100 bf16 rows before {_pct(flag_before)}, now
+{_pct([p['error'] for p in flag])}. With every constant refitted without it, Megatron-LM's table reads {_pct(_loso_errors())}: that refit
+(leave-one-source-out) fits on every other source's rows, validation ones included (FlagPerf's bf16 among them),
+where the shipped constants fit on the calibration runs only. All paired FP8 rows now {_pct([p['error'] for p in fp8])}. These
+sources pointed at the missing calibration, so none of them counts among the sources that shaped nothing. What is left on Megatron-LM's rows is not known from the README: it names no dropout
 (Megatron's default is 0.1 on attention and hidden states, which the plan counts in memory, not in time) and no
 micro-batch; one constant per stack and generation cannot tell a 2024 container from a 2026 one either
-(Megatron-Bridge's H100 FP8 runs, 2025-26, plan {_pct([p['error'] for p in cal_rows if p['source'].startswith('NVIDIA-NeMo/Megatron-Bridge') and p['gpu'].startswith('h100')])}).
+(Megatron-Bridge's H100 FP8 runs, 2025-26, plan slow: {bridge_txt}).
 
 How each Megatron-LM run is expressed:
 

@@ -105,8 +105,8 @@ if __name__ == "__main__":
 
 
 NOTHING_SHAPED = "none: added after every term, fitted on nothing, no term added for it"
-POINTED_BF16 = ("added after every term, fitted on nothing; its bf16 rows, planned fast beside FP8 twins planned "
-                "right, sent dgxc-benchmarking's bf16 runs into the calibration")
+POINTED_BF16 = ("added after every term, fitted on nothing; its H100 bf16 rows, all planned fast, sent "
+                "dgxc-benchmarking's bf16 runs into the calibration")
 DGXC = ("unseen when first planned (its first-sight errors: the megatron-in-bf16 section); then calibration: the first "
         "megatron runs in bf16 the fit sees (gemm_eff[megatron] H100, lowp_rel)")
 DESIGN = {
@@ -119,7 +119,7 @@ DESIGN = {
         "fitted 3 runs; its 405B PP/CP rows shaped the FSDP-under-pipelining memory, the recompute buffer and "
         "the last stage's kept outputs",
     "pytorch/torchtitan benchmarks/llama3_8b_h200_2025-06_torchtitan.md": "fitted 1 run",
-    "pytorch/ao torchao/float8/README.md": "fitted lowp_rel and rowwise_rel",
+    "pytorch/ao torchao/float8/README.md": "fitted rowwise_rel, and lowp_rel with the other FP8 runs",
     "pytorch/torchtitan docs/performance.md": "FSDP memory checks (max_reserved × 1.08)",
     "pytorch/torchtitan docs/mxfp8.md": "none (power-limited hardware, read as such)",
     "NVIDIA/NeMo docs/source/performance/performance_summary.md":
