@@ -8,7 +8,7 @@ import os
 import statistics
 
 from overdrive.plan.memory import FRAGMENTATION, FRAGMENTATION_CAP, GIB, RESERVED_SHARE
-from overdrive.plan.throughput import CALIBRATION, MEGATRON_CE_BYTES, UNFUSED_ATTN_BYTES, UNFUSED_DROPOUT_BYTES
+from overdrive.plan.throughput import ATTN_PEAK_SHARE, CALIBRATION, MEGATRON_CE_BYTES, UNFUSED_ATTN_BYTES, UNFUSED_DROPOUT_BYTES
 from overdrive.plan.validation import (evaluate, expressed_table, load_runs, markdown_table, memory_table, predict,
                                        summary, why_not_fitting)
 from plan_doc_helpers import (_met, _pair_ratio, _recipe_table, _groups, _fitted_by, _span,
@@ -93,6 +93,9 @@ def main():
     so = summary(others)
     b200 = [r for r in others if r["gpu"] == "b200"]
     sb = summary(b200)
+    throttled = [r["error"] for r in val if "power-limited" in r["source"]]
+    cp_rows = sorted((r for r in val if r["id"].startswith("torchtitan 8B 8xH100 fp8 CP")), key=lambda r: r["id"])
+    lf_long = [r["error"] for r in cal if r["id"].startswith("llm-foundry H100") and int(r["id"].split(" s")[1].split()[0]) >= 32768]
     nofit = [r for r in val + cal if not r["fits"]]
     pairs = _pair_ratio(val, "gb300", "gb200")
     gap = [p[0]["published"] / p[1]["published"] for p in pairs]
@@ -218,7 +221,7 @@ prequel and FlagPerf, nvidia-smi, {len(mem_first)} runs): median {100 * statisti
 | gemm_k0 | {CALIBRATION['gemm_k0']} | inner-dimension roll-off: a GEMM over K runs at K/(K + k0) of its tile rate (fixed, no longer fitted) |
 | lowp_rel | {CALIBRATION['lowp_rel']} | FP8/MXFP8/NVFP4 GEMM efficiency relative to bf16 |
 | rowwise_rel | {CALIBRATION['rowwise_rel']} | rowwise-scaled FP8 GEMMs relative to tensorwise |
-| attn_rel | {CALIBRATION['attn_rel']} | flash attention's fraction relative to the GEMMs |
+| attn_rel | {CALIBRATION['attn_rel']} | fused attention's fraction of its kernel's published rate (FlashAttention-2: {ATTN_PEAK_SHARE['fa2'][8]:g} / {ATTN_PEAK_SHARE['fa2'][9]:g} / {ATTN_PEAK_SHARE['fa2'][10]:g} of the bf16 peak on SM 8.x / 9.x / 10.x; cuDNN's: {ATTN_PEAK_SHARE['cudnn'][8]:g} / {ATTN_PEAK_SHARE['cudnn'][9]:g} / {ATTN_PEAK_SHARE['cudnn'][10]:g}; from the FlashAttention-2/3/4 papers, not fitted) |
 | nocompile | {CALIBRATION['nocompile']} | memory-bound traffic without torch.compile (pytorch stack only) |
 
 Which runs fitted which constant:
@@ -380,7 +383,7 @@ What the errors say:
   predicts the rated part; for throttled cards, `--efficiency` or `--calibrate` with a bench run.
 - **B200 at rated power.** NVIDIA's own DGX-B200 rows (Megatron-Bridge, 8B and 405B) are predicted within
   {100 * sb['worst_abs_error']:.0f}% ({sb['n']} validation runs, {high} of them predicted high; plus the 8B FP8-CS row used for calibration):
-  the planner errs there by what it errs on GB200, not by the 80-98% of the torchtitan rows above, which is
+  the planner errs there by what it errs on GB200, not by the {100 * min(throttled):.0f}-{100 * max(throttled):.0f}% of the torchtitan rows above, which is
   why those are read as throttled hardware rather than as a planner error.
 - **GB200 vs GB300.** NVIDIA's NVL72 datasheets give both the same dense BF16/FP8 peaks, yet on the same
   configuration the published GB300 runs are {min(gap):.2f}-{max(gap):.2f}x faster. Two published differences, both in the
@@ -391,8 +394,11 @@ What the errors say:
   largest, and only if GB200's attention were wholly bound by the exponentials, which is not published; nor
   are sustained clocks at each power limit. So the planner keeps one set of peaks, unfitted: it is close on
   GB300 and high on GB200.
-- **Long context with CP on 96 GB H100s** (-17%/-25% at 32K/64K, ~0 at 128K/256K): the attention term is one
-  constant; its real efficiency varies with sequence length.
+- **Long context with CP on 96 GB H100s** ({", ".join(f"{100 * r['error']:+.0f}%" for r in cp_rows)} at 32K, 64K, 128K, 256K over CP 1, 2, 4, 8):
+  attention is timed at FlashAttention-2's published H100 rate (torchtitan's SDPA picked it before 2025-10) with
+  its sequence roll-off, flat past 16K tokens per rank. llm-foundry's H100 runs at 32K-64K tokens, the same kernel
+  family, plan {100 * min(lf_long):+.0f}% to {100 * max(lf_long):+.0f}%: the two sources disagree on the kernel's long-sequence rate, and one
+  constant cannot follow both.
 - **Megatron-Bridge memory.** Each 70B/405B run now carries what its recipe preset ran (the `recipe` field of
   `published_runs.json`: file, commit, preset name): Megatron-Bridge's `scripts/performance` presets set no
   recompute for these rows (`recompute_num_layers` and `recompute_modules` unset), the two Megatron-FSDP rows

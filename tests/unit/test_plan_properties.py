@@ -26,7 +26,7 @@ GPUS = ("a100-40", "a100-80", "h100-sxm", "h200", "b200", "gb200")
 MODELS = ("llama3-1b", "llama3-8b", "llama2-13b", "gpt3-5b", "gpt-64b", "llama3-70b", "gpt3-175b",
           "nemotron4-340b", "llama3-405b")
 DRAWS = 300
-EXTRA = dict(sequence_parallel=(True, False), sp_regather=(None, True), attention=("flash", "unfused"), z_loss=(False, True),
+EXTRA = dict(sequence_parallel=(True, False), sp_regather=(None, True), attention=("flash", "fa2", "cudnn", "unfused"), z_loss=(False, True),
              gather_dtype=("", "fp32", "bf16"), fused_kernels=(False, True), loss=("standard", "fused", "hf", "chunked"),
              offload=("none", "optimizer"), lora_rank=(0, 16), grad_dtype=("fp32", "bf16"),
              optimizer=("adamw", "adamw-8bit", "lion"), deepspeed_pipeline=(False, True),

@@ -457,7 +457,7 @@ def test_megatron_bf16_runs_are_in_the_calibration_and_the_pairs_show_why(valida
     import sys
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
-    from plan_doc_megatron import BEFORE, _ratio, megatron_bf16_section, precision_pairs
+    from plan_doc_megatron import BEFORE_FIGURES, _ratio, megatron_bf16_section, precision_pairs
     from plan_doc_sections import loso_summary
 
     pairs = precision_pairs()
@@ -466,11 +466,11 @@ def test_megatron_bf16_runs_are_in_the_calibration_and_the_pairs_show_why(valida
     assert any(p["source"].startswith("NVIDIA/dgxc") and p["precision"] == "bf16" for p in cal)
     flag = [p for p in pairs if p[0]["role"] == "validation"]
     assert flag and all(p[0]["source"].startswith("FlagOpen/FlagPerf") for p in flag)
-    miss = lambda cal_: sum(abs(_ratio(p, cal_)[1] / _ratio(p)[0] - 1) for p in flag)
-    assert miss(None) < miss(BEFORE)
-    runs = {r["id"]: r for r in load_runs()}
+    # the figures before are quoted (computed with the code they shipped with): FlagPerf's pairs were planned at
+    # 1.20, published 1.29-1.30; Megatron-LM's table at 20.9% median
+    planned_before = float(BEFORE_FIGURES["pairs_planned"][flag[0][0]["source"].split(" @")[0]].split("-")[0])
+    assert all(abs(_ratio(p)[1] / _ratio(p)[0] - 1) < abs(planned_before / _ratio(p)[0] - 1) for p in flag)
     mlm = [p for p in validation if p["source"].startswith("NVIDIA/Megatron-LM")]
     now = statistics.median(abs(p["error"]) for p in mlm)
-    before = statistics.median(abs(predict(runs[p["id"]], BEFORE)["error"]) for p in mlm)
-    assert now < before
+    assert now < float(BEFORE_FIGURES["megatron_lm"].split("median ")[1].split("%")[0]) / 100
     assert megatron_bf16_section(validation, cal, loso_summary()) in open(DOC).read()

@@ -300,8 +300,8 @@ def _add_stack_args(a) -> None:
       help="cross-entropy: eager on fp32 logits, Hugging Face's (the fp32 logits kept in the output), "
            "torch.compile'd, Transformer Engine's (gradient written over the logits), or chunked/fused with the head; compiled-fp32: compiled on the model's fp32 logits (torchtune), chunked: "
            "torchtune's CEWithChunkedOutputLoss")
-    a("--attention", default="flash", help="flash (fused attention: FlashAttention, cuDNN, TE) or unfused (scores "
-                                           "in HBM: Megatron before 2022, eager attention)")
+    a("--attention", default="flash", help="flash (the stack's kernel: cuDNN's on megatron/Blackwell, else FA2), fa2 "
+      "(flash-attn 2, PyTorch SDPA <= 2.10), cudnn (cuDNN, FA3/4; PyTorch >= 2.11 on H100) or unfused (scores in HBM)")
     a("--stack", default="pytorch",
       help="software stack: pytorch (FSDP2/torchtitan/Hugging Face; --no-compile for eager) or megatron "
            "(Megatron-Core/NeMo + Transformer Engine: fused kernels, TP comm overlap); each has its own "

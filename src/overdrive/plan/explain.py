@@ -8,6 +8,7 @@ from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_groups, weight_
 from overdrive.plan.estimate import Estimate
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors,
                                    state_bytes_per_param, terms)
+from overdrive.plan.throughput import CALIBRATION, attention_kernel, attention_share
 from overdrive.plan.pipeline import chunk_slots, embedding_bytes, embedding_micro_batches, pipeline_blocks_in_flight, stage_params
 
 __all__ = ["explain", "NOT_ADDED"]
@@ -35,7 +36,8 @@ _TIME = {
     "gemm": "per linear, forward (M×N over K), input grad (M×K over N), weight grad (K×N over M), each 2·M·K·N / "
             "(peak × e[stack][GPU generation] × tile/wave quantization over the SMs × inner/(inner + k0)); low "
             "precision at its peak × lowp_rel, head in bf16",
-    "attention": "causal flash attention 3.5 × 2·b·s²·h/(tp·cp) / (bf16 peak × e × attn_rel); --attention unfused: "
+    "attention": "causal flash attention 3.5 × 2·b·s²·h/(tp·cp) / (bf16 peak × the kernel's share at this sequence × "
+                 "attn_rel: line below); --attention unfused: "
                  "the two score GEMMs over the full s × s at their shape's rate + 20 bytes per score over HBM",
     "memory_bound": "(12h + 2kv + 3F)·2 bytes ×3 per token per block (10h of it on every token of a TP rank "
                     "without SP; + 2(q+kv) with QK-norm; + 8F unfused squared ReLU on megatron) + FP8 casts + loss (+12 B/logit z-loss unfused), at 80% of HBM",
@@ -73,6 +75,9 @@ _TIME = {
     "fp32_grad_accum": "DeepSpeed's BF16_Optimizer: every micro-batch the bf16 gradients cast and added into fp32 "
                        "ones, 18 bytes per parameter of the stage over HBM (in the micro-batch time)",
 }
+
+
+_KERNEL_NAMES = {"fa2": "FlashAttention-2", "cudnn": "cuDNN fused attention (FlashAttention-3 class)"}
 
 
 def _pipeline_line(e: Estimate) -> str:
@@ -160,6 +165,15 @@ def explain(e: Estimate) -> list[str]:
         if e.times.get(k):
             lines.append(f"  ({k} {1e3 * e.times[k]:.1f} ms: not added, dp_exposed is what the step pays of it) "
                          f"{_TIME[k]}")
+    if e.times.get("attention") and s.attention != "unfused":
+        kernel = attention_kernel(s)
+        share = attention_share(s, s.seq / s.cp)
+        why = "--attention" if s.attention != "flash" else f"the {s.stack} stack's on {s.gpu.key}"
+        lines.append(f"  attention kernel: {_KERNEL_NAMES[kernel]} ({why}): {share:.2f} of the bf16 peak at "
+                     f"{s.seq // s.cp} tokens (the FlashAttention-2/3/4 papers' benchmarks) x attn_rel "
+                     f"{CALIBRATION['attn_rel']:g}"
+                     + ("; PyTorch >= 2.11 and torchtitan since 2025-10 pick cuDNN's on H100: --attention cudnn"
+                        if kernel == "fa2" and s.attention == "flash" and s.gpu.sm[0] == 9 else ""))
     c = getattr(e, "comm", None) or {}
     if c.get("dp"):
         lines.append(f"  data-parallel collectives: {c['dp_calls']:.0f} calls per step ({c['dp_algo']}"

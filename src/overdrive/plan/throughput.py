@@ -15,7 +15,11 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
               FP8/MXFP8/NVFP4 run the block GEMMs at their own peak × `lowp_rel`; the output head stays bf16
               (torchtitan's and NVIDIA's recipes); NVFP4 keeps the last 16% of blocks in bf16 (NVIDIA's recipe).
   attention   causal flash attention: forward 4·b·s_q·s·h/tp FLOPs × 1/2 (causal), backward 2.5× forward
-              (FlashAttention-2 recomputes the scores), in bf16 at e × `attn_rel` of the bf16 peak.
+              (FlashAttention-2 recomputes the scores), in bf16 at the kernel's published share of the bf16 peak
+              on this GPU generation (`ATTN_PEAK_SHARE`: FlashAttention-2 reaches a third of an H100, cuDNN's and
+              FlashAttention-3's Hopper-native kernels half), × its sequence roll-off (`ATTN_SEQ_RATE`, from the
+              same benchmarks) × `attn_rel`, what a model's attention keeps of the kernel benchmark. The kernel is
+              `attention_kernel`'s: --attention, or the stack's own.
   stack       pytorch: memory-bound ops fused by torch.compile (× `nocompile` in eager), the loss as --loss
               says; megatron (Megatron-Core + Transformer Engine): fused kernels always, TP communication
               overlapped with the GEMMs (comm.py), and GEMM efficiencies of its own per generation. The loss
@@ -45,23 +49,25 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
 
 from __future__ import annotations
 
+import math
+
 from overdrive.formats import FORMATS, planned_format
 from overdrive.plan.memory import act_bytes_per_layer, recomputed_blocks
 from overdrive.plan.pipeline import stage_imbalance
 from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
-__all__ = ["CALIBRATION", "compute_times", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
+__all__ = ["CALIBRATION", "compute_times", "attention_kernel", "attention_share", "ATTN_PEAK_SHARE", "ATTN_SEQ_RATE", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
            "HOST_GBS", "MEGATRON_CE_BYTES", "UNFUSED_DROPOUT_BYTES", "BF16_ACCUM_BYTES", "LOSS_BYTES", "loss_bytes_per_logit", "Z_LOSS_BYTES", "SRELU_UNFUSED_ELEMS"]
 
 # Fitted by scripts/plan_calibrate.py on the calibration runs of src/overdrive/plan/published_runs.json only
 # (docs/plan-validation.md lists which run fitted which constant); never on the validation runs.
 CALIBRATION = {
-    "gemm_eff": {"pytorch": {8: 0.796, 9: 0.569, 10: 0.569}, "megatron": {8: 0.796, 9: 0.755, 10: 0.742}},
+    "gemm_eff": {"pytorch": {8: 0.752, 9: 0.58, 10: 0.58}, "megatron": {8: 0.752, 9: 0.717, 10: 0.668}},
     "gemm_k0": 128.0,
-    "lowp_rel": 1.003,
+    "lowp_rel": 1.023,
     "rowwise_rel": 0.718,
-    "attn_rel": 0.345,
+    "attn_rel": 0.559,
     "nocompile": 1.54,
 }
 # Streaming multiprocessors per GPU (NVIDIA's architecture whitepapers and datasheets), for wave quantization.
@@ -82,6 +88,20 @@ scores and writes the probabilities (4); backward, softmax's read of probabiliti
 UNFUSED_DROPOUT_BYTES = 10.0
 """Attention dropout over the unfused scores: forward, it reads the probabilities and writes the result and a
 1-byte mask (5); backward, it reads the gradient and the mask and writes its result (5)."""
+ATTN_PEAK_SHARE = {"fa2": {8: 0.60, 9: 0.33, 10: 0.26}, "cudnn": {8: 0.60, 9: 0.53, 10: 0.50}}
+"""Share of the dense bf16 peak a fused attention kernel reaches, causal, head dim 128, forward + backward weighted
+1 : 2.5 by FLOPs, at 16K tokens. Hopper: FlashAttention-3 paper (Shah et al. 2024), H100 SXM5 figures: FlashAttention-2
+forward (causal) 335 and backward 322 TFLOP/s (0.33 of 989; the paper's "35% utilization"), cuDNN 539 and 516
+(0.53; FlashAttention-3 616 and 561 would be 0.59). Ampere: FlashAttention-2 paper (Dao 2023), "50-73% of the
+theoretical maximum FLOPs/s on A100": 0.60 (cuDNN's fused attention on sm80 is in the same class). Blackwell:
+FlashAttention-4 (Zadouri et al. 2026) reaches 71% of a B200 forward, "1.3x faster than cuDNN 9.13" (55%), with a
+backward bound by shared memory: cuDNN 0.50; FlashAttention-2 has no Blackwell-native path (sm80 MMA, as Triton's
+kernels, which FlashAttention-4 outruns 2.7x): 0.26."""
+ATTN_SEQ_RATE = ((512, 0.61), (1024, 0.79), (2048, 0.90), (4096, 0.96), (8192, 0.99), (16384, 1.0))
+"""The kernels' rate at a sequence length, relative to 16K tokens (FlashAttention-3 paper, H100, head dim 128, the
+same tokens per launch: FlashAttention-2 and cuDNN alike, forward causal 0.57-0.58 at 512, 0.89-0.90 at 2K, 0.95-0.96
+at 4K; backward 0.59-0.66, 0.90, 0.96-0.97): short sequences spend more of each query tile on its prologue and
+the causal diagonal. Log-linear between the points; flat past 16K."""
 QUANT_BYTES = {f.preset: f.plan_bytes for f in FORMATS.values() if f.plan_bytes is not None}
 """Per format: `Format.plan_bytes` (FP8 1, MXFP8 1.15 with its E8M0 scales, NVFP4 1.3)."""
 
@@ -204,6 +224,33 @@ def _gemm_terms(m: ModelSpec, s: TrainSetup, cal: dict, c: dict, block, passes: 
     return c["L"] * t_block, head, lowp_share, quant_b
 
 
+def attention_kernel(s: TrainSetup) -> str:
+    """The attention kernel planned: --attention's, or with flash the stack's own. Megatron-Core calls Transformer
+    Engine's fused attention (cuDNN's kernels); PyTorch's SDPA and torchtitan pick cuDNN's on Blackwell (torchtitan
+    since 2025-05, PyTorch's default on sm100 since 2.9) and FlashAttention-2's on Ampere and Hopper (flash-attn 2,
+    PyTorch 2.5.1-2.10's SDPA; PyTorch >= 2.11 and torchtitan since 2025-10 pick cuDNN on H100 too: --attention
+    cudnn)."""
+    if s.attention != "flash":
+        return s.attention
+    return "cudnn" if s.stack == "megatron" or s.gpu.sm[0] >= 10 else "fa2"
+
+
+def attention_share(s: TrainSetup, seq: float) -> float:
+    """The kernel's share of the bf16 peak at `seq` tokens per rank (`ATTN_PEAK_SHARE` × `ATTN_SEQ_RATE`)."""
+    table = ATTN_PEAK_SHARE[attention_kernel(s)]
+    share = table.get(s.gpu.sm[0], table[9])
+    pts = ATTN_SEQ_RATE
+    if seq >= pts[-1][0]:
+        return share
+    if seq <= pts[0][0]:   # the first segment's slope carried below 512, floored at a tenth
+        (s0, r0), (s1, r1) = pts[0], pts[1]
+        return share * max(0.1, r0 - (r1 - r0) * math.log2(s0 / max(seq, 1.0)))
+    for (s0, r0), (s1, r1) in zip(pts, pts[1:]):
+        if s0 <= seq <= s1:
+            return share * (r0 + (r1 - r0) * math.log2(seq / s0) / math.log2(s1 / s0))
+    return share
+
+
 def _attention_time(m: ModelSpec, s: TrainSetup, cal: dict, c: dict) -> tuple[float, float]:
     """Attention seconds per micro-batch, and the share of it the forward takes (what a recompute repeats)."""
     L, e, sms, k0, bf16_peak = c["L"], c["e"], c["sms"], c["k0"], c["bf16_peak"]
@@ -218,7 +265,8 @@ def _attention_time(m: ModelSpec, s: TrainSetup, cal: dict, c: dict) -> tuple[fl
         attn += L * s.micro_batch * heads * (s.seq / s.cp) * s.seq * per_score / c["hbm"]
         return attn, 1 / 3
     attn_fwd = 4 * s.micro_batch * (s.seq / s.cp) * s.seq * (m.n_head * m.head_dim) / s.tp * 0.5
-    return L * 3.5 * attn_fwd / (bf16_peak * 1e12 * e * cal["attn_rel"]), 1 / 3.5
+    rate = bf16_peak * 1e12 * attention_share(s, s.seq / s.cp) * cal["attn_rel"]
+    return L * 3.5 * attn_fwd / rate, 1 / 3.5
 
 
 def _elementwise_bytes(m: ModelSpec, s: TrainSetup, cal: dict, L: float) -> float:

@@ -1,0 +1,101 @@
+"""The attention kernel the planner times: which one each stack and GPU generation runs, its published share of the
+peak, the sequence roll-off, and --attention's choices end to end."""
+
+import dataclasses
+import json
+
+import pytest
+
+from plan_cli import run  # noqa: F401 (run is a fixture)
+from overdrive.env import gpu_by_key
+from overdrive.plan import TrainSetup, estimate, get_model
+from overdrive.plan.explain import explain
+from overdrive.plan.throughput import (ATTN_PEAK_SHARE, ATTN_SEQ_RATE, CALIBRATION, attention_kernel,
+                                       attention_share, compute_times)
+
+M8 = get_model("llama3-8b")
+
+
+def _setup(gpu="h100-sxm", **kw):
+    kw = {"seq": 8192, "micro_batch": 1, "precision": "bf16", "sharding": "fsdp", **kw}
+    return TrainSetup(gpu=gpu_by_key(gpu), gpus_per_node=8, nodes=1, **kw)
+
+
+@pytest.mark.parametrize("gpu, stack, want", [
+    ("a100-80", "pytorch", "fa2"), ("h100-sxm", "pytorch", "fa2"), ("h200", "pytorch", "fa2"),
+    ("b200", "pytorch", "cudnn"), ("gb200", "pytorch", "cudnn"),
+    ("a100-80", "megatron", "cudnn"), ("h100-sxm", "megatron", "cudnn"), ("b200", "megatron", "cudnn"),
+])
+def test_each_stack_and_generation_gets_its_own_kernel(gpu, stack, want):
+    assert attention_kernel(_setup(gpu, stack=stack)) == want
+
+
+@pytest.mark.parametrize("asked", ["fa2", "cudnn"])
+def test_an_asked_kernel_overrides_the_stack(asked):
+    for stack in ("pytorch", "megatron"):
+        assert attention_kernel(_setup(stack=stack, attention=asked)) == asked
+
+
+def test_hopper_native_kernel_runs_attention_faster_by_the_published_ratio():
+    fa2, cudnn = (compute_times(M8, _setup(attention=k))["attention"] for k in ("fa2", "cudnn"))
+    assert fa2 / cudnn == pytest.approx(ATTN_PEAK_SHARE["cudnn"][9] / ATTN_PEAK_SHARE["fa2"][9])
+    # on Ampere the two are the same class of kernel
+    a = [compute_times(M8, _setup("a100-80", attention=k))["attention"] for k in ("fa2", "cudnn")]
+    assert a[0] == pytest.approx(a[1])
+
+
+def test_attention_rate_is_the_kernels_not_the_gemms():
+    """Changing the stack's GEMM efficiency leaves the fused attention's time alone (it has its own rate)."""
+    s = _setup()
+    slow = dict(CALIBRATION, gemm_eff={k: {g: 0.3 for g in v} for k, v in CALIBRATION["gemm_eff"].items()})
+    assert compute_times(M8, s, slow)["attention"] == pytest.approx(compute_times(M8, s)["attention"])
+    assert compute_times(M8, s, slow)["gemm"] > 1.5 * compute_times(M8, s)["gemm"]
+
+
+def test_sequence_roll_off_follows_the_benchmark_points_and_is_monotone():
+    s = _setup()
+    top = ATTN_PEAK_SHARE["fa2"][9]
+    for seq, rate in ATTN_SEQ_RATE:
+        assert attention_share(s, seq) == pytest.approx(top * rate)
+    assert attention_share(s, 1 << 20) == pytest.approx(top)
+    seqs = [64, 128, 256, 512, 700, 1024, 3000, 4096, 6000, 8192, 12000, 16384, 65536]
+    shares = [attention_share(s, q) for q in seqs]
+    assert all(a <= b for a, b in zip(shares, shares[1:])) and shares[0] > 0
+    # attention per token at 2K runs below its 16K rate: FLOPs per token halve, time falls by less
+    t2k = compute_times(M8, dataclasses.replace(s, seq=2048))["attention"] / 2048
+    t4k = compute_times(M8, dataclasses.replace(s, seq=4096))["attention"] / 4096
+    assert 0.5 * t4k < t2k < t4k
+
+
+def test_context_parallel_chunks_run_at_their_own_length():
+    s = _setup(seq=65536, cp=8)
+    assert attention_share(s, s.seq / s.cp) == pytest.approx(ATTN_PEAK_SHARE["fa2"][9] * 0.99)
+
+
+def test_explain_names_the_kernel_and_the_alternative_on_hopper():
+    e = estimate(M8, _setup())
+    text = "\n".join(explain(e))
+    assert "attention kernel: FlashAttention-2 (the pytorch stack's on h100-sxm)" in text
+    assert "--attention cudnn" in text
+    text = "\n".join(explain(estimate(M8, _setup(attention="cudnn"))))
+    assert "cuDNN fused attention" in text and "(--attention)" in text and "PyTorch >= 2.11" not in text
+
+
+def test_cli_attention_cudnn_plans_faster_than_fa2(run):
+    out = {}
+    for k in ("fa2", "cudnn"):
+        r = run("--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--precision", "bf16", "--micro-batch",
+                "1", "--seq", "8192", "--attention", k, "--json")
+        assert r.returncode == 0, r.stderr
+        out[k] = json.loads(r.stdout)
+    assert [out[k]["top"]["attention_kernel"] for k in ("fa2", "cudnn")] == ["fa2", "cudnn"]
+    tps = [out[k]["top"]["tokens_per_s_per_gpu"] for k in ("fa2", "cudnn")]
+    assert tps[1] > 1.05 * tps[0]
+
+
+def test_plan_json_says_which_kernel_the_default_was(run):
+    for gpu, want in (("h100-sxm", "fa2"), ("b200", "cudnn")):
+        r = run("--model", "llama3-8b", "--gpu", gpu, "--gpus", "8", "--precision", "bf16", "--micro-batch", "1",
+                "--json")
+        top = json.loads(r.stdout)["top"]
+        assert (top["attention"], top["attention_kernel"]) == ("flash", want)
