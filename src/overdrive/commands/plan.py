@@ -301,7 +301,7 @@ def _add_stack_args(a) -> None:
            "torch.compile'd, Transformer Engine's (gradient written over the logits), or chunked/fused with the head; compiled-fp32: compiled on the model's fp32 logits (torchtune), chunked: "
            "torchtune's CEWithChunkedOutputLoss")
     a("--attention", default="flash", help="flash (the stack's kernel: cuDNN's on megatron/Blackwell, else FA2), fa2 "
-      "(flash-attn 2, PyTorch SDPA <= 2.10), cudnn (cuDNN, FA3/4; PyTorch >= 2.11 on H100) or unfused (scores in HBM)")
+      "(flash-attn 2, PyTorch SDPA <= 2.10), cudnn (cuDNN, FA3/4; PyTorch >= 2.11 on H100), unfused (scores in HBM)")
     a("--stack", default="pytorch",
       help="software stack: pytorch (FSDP2/torchtitan/Hugging Face; --no-compile for eager) or megatron "
            "(Megatron-Core/NeMo + Transformer Engine: fused kernels, TP comm overlap); each has its own "

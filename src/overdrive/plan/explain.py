@@ -172,7 +172,8 @@ def explain(e: Estimate) -> list[str]:
         lines.append(f"  attention kernel: {_KERNEL_NAMES[kernel]} ({why}): {share:.2f} of the bf16 peak at "
                      f"{s.seq // s.cp} tokens (the FlashAttention-2/3/4 papers' benchmarks) x attn_rel "
                      f"{CALIBRATION['attn_rel']:g}"
-                     + ("; PyTorch >= 2.11 and torchtitan since 2025-10 pick cuDNN's on H100: --attention cudnn"
+                     + ("; PyTorch >= 2.11 (2.10 with CUDA 13) and torchtitan since 2025-10 pick cuDNN's on H100: "
+                        "--attention cudnn"
                         if kernel == "fa2" and s.attention == "flash" and s.gpu.sm[0] == 9 else ""))
     c = getattr(e, "comm", None) or {}
     if c.get("dp"):

@@ -89,18 +89,19 @@ UNFUSED_DROPOUT_BYTES = 10.0
 """Attention dropout over the unfused scores: forward, it reads the probabilities and writes the result and a
 1-byte mask (5); backward, it reads the gradient and the mask and writes its result (5)."""
 ATTN_PEAK_SHARE = {"fa2": {8: 0.60, 9: 0.33, 10: 0.26}, "cudnn": {8: 0.60, 9: 0.53, 10: 0.50}}
-"""Share of the dense bf16 peak a fused attention kernel reaches, causal, head dim 128, forward + backward weighted
+"""Share of the dense bf16 peak a fused attention kernel reaches, head dim 128, forward (causal) + backward weighted
 1 : 2.5 by FLOPs, at 16K tokens. Hopper: FlashAttention-3 paper (Shah et al. 2024), H100 SXM5 figures: FlashAttention-2
-forward (causal) 335 and backward 322 TFLOP/s (0.33 of 989; the paper's "35% utilization"), cuDNN 539 and 516
-(0.53; FlashAttention-3 616 and 561 would be 0.59). Ampere: FlashAttention-2 paper (Dao 2023), "50-73% of the
-theoretical maximum FLOPs/s on A100": 0.60 (cuDNN's fused attention on sm80 is in the same class). Blackwell:
-FlashAttention-4 (Zadouri et al. 2026) reaches 71% of a B200 forward, "1.3x faster than cuDNN 9.13" (55%), with a
-backward bound by shared memory: cuDNN 0.50; FlashAttention-2 has no Blackwell-native path (sm80 MMA, as Triton's
-kernels, which FlashAttention-4 outruns 2.7x): 0.26."""
+forward 335 and backward 322 TFLOP/s (0.33 of 989; the paper's "35% utilization"), cuDNN 539 and 516 (0.53;
+FlashAttention-3 616 and 561 would be 0.58); the paper plots the backward without the causal mask. Ampere:
+FlashAttention-2 paper (Dao 2023), "50-73% of the theoretical maximum FLOPs/s on A100": 0.60 assumed inside that
+range (its A100 forward+backward figure is a plot only); cuDNN's fused attention on sm80 taken as the same class.
+Blackwell, assumed: FlashAttention-4 (Zadouri et al. 2026) reaches up to 71% of a B200 forward and "up to 1.3x" cuDNN
+9.13, with a backward bound by shared-memory traffic and no backward rate published: cuDNN 0.50; FlashAttention-2
+has no Blackwell-native path (sm80 MMA, as Triton's kernels, which FlashAttention-4 outruns up to 2.7x): 0.26."""
 ATTN_SEQ_RATE = ((512, 0.61), (1024, 0.79), (2048, 0.90), (4096, 0.96), (8192, 0.99), (16384, 1.0))
 """The kernels' rate at a sequence length, relative to 16K tokens (FlashAttention-3 paper, H100, head dim 128, the
 same tokens per launch: FlashAttention-2 and cuDNN alike, forward causal 0.57-0.58 at 512, 0.89-0.90 at 2K, 0.95-0.96
-at 4K; backward 0.59-0.66, 0.90, 0.96-0.97): short sequences spend more of each query tile on its prologue and
+at 4K; backward, plotted without the mask, 0.59-0.66, 0.90, 0.96-0.97): short sequences spend more of each query tile on its prologue and
 the causal diagonal. Log-linear between the points; flat past 16K."""
 QUANT_BYTES = {f.preset: f.plan_bytes for f in FORMATS.values() if f.plan_bytes is not None}
 """Per format: `Format.plan_bytes` (FP8 1, MXFP8 1.15 with its E8M0 scales, NVFP4 1.3)."""
@@ -226,10 +227,10 @@ def _gemm_terms(m: ModelSpec, s: TrainSetup, cal: dict, c: dict, block, passes: 
 
 def attention_kernel(s: TrainSetup) -> str:
     """The attention kernel planned: --attention's, or with flash the stack's own. Megatron-Core calls Transformer
-    Engine's fused attention (cuDNN's kernels); PyTorch's SDPA and torchtitan pick cuDNN's on Blackwell (torchtitan
-    since 2025-05, PyTorch's default on sm100 since 2.9) and FlashAttention-2's on Ampere and Hopper (flash-attn 2,
-    PyTorch 2.5.1-2.10's SDPA; PyTorch >= 2.11 and torchtitan since 2025-10 pick cuDNN on H100 too: --attention
-    cudnn)."""
+    Engine's fused attention (cuDNN's kernels). PyTorch: cuDNN's on Blackwell (torchtitan since 2025-05 puts it first
+    on sm100), FlashAttention-2's on Ampere and Hopper (flash-attn 2; SDPA's flash backend, first in PyTorch
+    2.5.1-2.10's CUDA 12 wheels; torchtitan before 2025-10). PyTorch >= 2.11 (2.10 with CUDA 13: a cuDNN newer than
+    9.15) and torchtitan since 2025-10 pick cuDNN's on H100 too: --attention cudnn."""
     if s.attention != "flash":
         return s.attention
     return "cudnn" if s.stack == "megatron" or s.gpu.sm[0] >= 10 else "fa2"
