@@ -143,7 +143,10 @@ tables from the data file and fails if they differ.
   tokens/s error: median {100 * su['median_abs_error']:.1f}%, worst {100 * su['worst_abs_error']:.0f}% ({su['worst']}), {su['under']} of
   {su['n']} predicted low; {len(su['not_fitting'])} planned not to fit.
   - by source: {_held_out_groups(untouched)}
-  - OLMo-core's and TinyLlama's PyTorch-stack rows: their own section below.
+  - OLMo-core's and TinyLlama's PyTorch-stack rows: their own section below. OLMo-core's rows are expressed with
+    `--attention cudnn` since the attention kernels got their own rates: read from its source after first sight (the
+    PyTorch nightly its scripts ran put cuDNN's SDPA first on H100), no term or constant; as first planned, with
+    FlashAttention-2, they read as the first-sight figure below counts them.
   - IBM's fms-fsdp table (Llama 2 7B-70B on 128 A100s, FSDP1/HSDP, eager); how each run is expressed: below the
   held-out runs' table. Its network is not published (25 GB/s per GPU assumed, as for the other A100 rows);
   the 13b row is what a slower one would give: HSDP all-reduces each GPU's 1/8 of the gradients across the 16

@@ -99,3 +99,15 @@ def test_plan_json_says_which_kernel_the_default_was(run):
                 "--json")
         top = json.loads(r.stdout)["top"]
         assert (top["attention"], top["attention_kernel"]) == ("flash", want)
+
+
+def test_published_rows_that_name_a_kernel_say_why_from_their_source():
+    """A run expressed with another kernel than its stack's must say, in its note, what in its source ran it:
+    OLMo-core's scripts ran on a PyTorch nightly that put cuDNN's SDPA first on H100."""
+    from overdrive.plan.validation import load_runs, plan_flags
+
+    named = [r for r in load_runs() if r.get("attention") in ("fa2", "cudnn")]
+    assert {r["id"].split()[0] for r in named} == {"OLMo-core"} and len(named) == 8
+    for r in named:
+        assert "2.6.0.dev20241009" in r["note"] and "pytorch/pytorch#138522" in r["note"]
+        assert "--attention cudnn" in plan_flags(r)
