@@ -143,7 +143,9 @@ DESIGN = {
     "NVIDIA/dgxc-benchmarking llama3.1/README_8b.md": DGXC,
     "NVIDIA/Megatron-LM README.md": "unseen when first planned (its first-sight errors: the megatron-in-bf16 section), "
                                     "fitted on nothing; " + POINTED_BF16.split("; ", 1)[1],
-    "allenai/OLMo-core README.md": "none: added after every term, fitted on nothing, no term added for it",
+    "allenai/OLMo-core README.md": "none: added after every term, fitted on nothing, no term added for it; its rows "
+                                   "re-expressed with the cuDNN attention its PyTorch nightly ran, read from its source "
+                                   "after first sight",
     "jzhang38/TinyLlama README.md": "none: added after every term, fitted on nothing, no term added for it",
     "pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md":
         "none: a file added after every term, fitted on nothing (torchtitan's other files fitted constants)",

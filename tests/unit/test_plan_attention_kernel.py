@@ -78,7 +78,7 @@ def test_explain_names_the_kernel_and_the_alternative_on_hopper():
     assert "attention kernel: FlashAttention-2 (the pytorch stack's on h100-sxm)" in text
     assert "--attention cudnn" in text
     text = "\n".join(explain(estimate(M8, _setup(attention="cudnn"))))
-    assert "cuDNN fused attention" in text and "(--attention)" in text and "PyTorch >= 2.11" not in text
+    assert "cuDNN's fused attention" in text and "(--attention)" in text and "PyTorch >= 2.11" not in text
 
 
 def test_cli_attention_cudnn_plans_faster_than_fa2(run):
@@ -111,3 +111,32 @@ def test_published_rows_that_name_a_kernel_say_why_from_their_source():
     for r in named:
         assert "2.6.0.dev20241009" in r["note"] and "pytorch/pytorch#138522" in r["note"]
         assert "--attention cudnn" in plan_flags(r)
+
+
+def test_efficiency_override_slows_attention_in_proportion():
+    """--efficiency / --calibrate (a measured or throttled rate) scale attention with the GEMMs."""
+    s = _setup()
+    base = compute_times(M8, s)
+    cal = CALIBRATION["gemm_eff"]["pytorch"][9]
+    half = compute_times(M8, dataclasses.replace(s, efficiency=cal / 2))
+    assert half["attention"] == pytest.approx(2 * base["attention"])
+    assert half["gemm"] == pytest.approx(2 * base["gemm"])
+
+
+def test_explain_marks_assumed_shares_and_odd_head_dims():
+    text = "\n".join(explain(estimate(M8, _setup("a100-80"))))
+    assert "assumed" in text and "FlashAttention-3 paper's H100 figures" not in text
+    from overdrive.plan import ModelSpec
+
+    wide = ModelSpec(name="wide", n_layer=2, hidden=4096, n_head=8, n_kv_head=8, ffn=8192, vocab=32000)
+    text = "\n".join(explain(estimate(wide, _setup())))
+    assert "head dim 512" in text and "stop at 256" in text
+
+
+@pytest.mark.parametrize("asked, hint", [("FA2", "did you mean --attention fa2"), (" cudnn", "did you mean --attention cudnn"),
+                                         ("flash3", r"is not one of flash, fa2, cudnn, unfused$")])
+def test_attention_typos_get_the_near_value(run, asked, hint):
+    from plan_cli import refused
+
+    refused(run("--model", "llama3-8b", "--gpu", "h100-sxm", "--precision", "bf16", "--micro-batch", "1",
+                "--attention", asked), hint)

@@ -8,7 +8,7 @@ from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_groups, weight_
 from overdrive.plan.estimate import Estimate
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors,
                                    state_bytes_per_param, terms)
-from overdrive.plan.throughput import CALIBRATION, attention_kernel, attention_share
+from overdrive.plan.throughput import CALIBRATION, attention_kernel, attention_override, attention_share, peak_tflops
 from overdrive.plan.pipeline import chunk_slots, embedding_bytes, embedding_micro_batches, pipeline_blocks_in_flight, stage_params
 
 __all__ = ["explain", "NOT_ADDED"]
@@ -37,7 +37,7 @@ _TIME = {
             "(peak × e[stack][GPU generation] × tile/wave quantization over the SMs × inner/(inner + k0)); low "
             "precision at its peak × lowp_rel, head in bf16",
     "attention": "causal flash attention 3.5 × 2·b·s²·h/(tp·cp) / (bf16 peak × the kernel's share at this sequence × "
-                 "attn_rel: line below); --attention unfused: "
+                 "attn_rel: the attention kernel line below); --attention unfused: "
                  "the two score GEMMs over the full s × s at their shape's rate + 20 bytes per score over HBM",
     "memory_bound": "(12h + 2kv + 3F)·2 bytes ×3 per token per block (10h of it on every token of a TP rank "
                     "without SP; + 2(q+kv) with QK-norm; + 8F unfused squared ReLU on megatron) + FP8 casts + loss (+12 B/logit z-loss unfused), at 80% of HBM",
@@ -77,7 +77,28 @@ _TIME = {
 }
 
 
-_KERNEL_NAMES = {"fa2": "FlashAttention-2", "cudnn": "cuDNN fused attention (FlashAttention-3 class)"}
+_KERNEL_NAMES = {"fa2": "FlashAttention-2", "cudnn": "cuDNN's fused attention"}
+
+
+def _attention_line(e: Estimate) -> str:
+    """Which kernel attention is planned with, at what share of the peak, and where that share comes from."""
+    s = e.setup
+    kernel, tokens = attention_kernel(s), s.seq // s.cp
+    share, rel = attention_share(s, s.seq / s.cp), CALIBRATION["attn_rel"] * attention_override(s, CALIBRATION)
+    peak = peak_tflops(s, "fp32" if s.precision == "fp32" else "bf16")
+    why = "--attention" if s.attention != "flash" else f"the {s.stack} stack's on {s.gpu.key}"
+    src = ("the FlashAttention-3 paper's H100 figures" if s.gpu.sm[0] == 9 and tokens >= 512 else
+           "assumed: the papers publish H100 figures from 512 tokens up")
+    line = (f"  attention kernel: {_KERNEL_NAMES[kernel]} ({why}): {share:.2f} of the bf16 peak at {tokens} tokens "
+            f"({src}) x attn_rel {rel:.3g} (fitted{', x --efficiency' if s.efficiency is not None else ''}) = "
+            f"{share * rel:.2f}, {share * rel * peak:,.0f} TFLOP/s")
+    if kernel == "fa2" and s.attention == "flash" and s.gpu.sm[0] == 9:
+        line += "; PyTorch >= 2.11 (2.10 with CUDA 13) and torchtitan since 2025-10 run cuDNN's on Hopper: --attention cudnn"
+    hd = e.model.head_dim if e.model is not None else 128
+    if hd != 128:
+        line += (f"; head dim {hd}: the rates are head dim 128's" + (" (FlashAttention-2 and cuDNN's kernels stop at "
+                 "256: PyTorch would fall back to a slower kernel)" if hd > 256 else ""))
+    return line
 
 
 def _pipeline_line(e: Estimate) -> str:
@@ -166,15 +187,7 @@ def explain(e: Estimate) -> list[str]:
             lines.append(f"  ({k} {1e3 * e.times[k]:.1f} ms: not added, dp_exposed is what the step pays of it) "
                          f"{_TIME[k]}")
     if e.times.get("attention") and s.attention != "unfused":
-        kernel = attention_kernel(s)
-        share = attention_share(s, s.seq / s.cp)
-        why = "--attention" if s.attention != "flash" else f"the {s.stack} stack's on {s.gpu.key}"
-        lines.append(f"  attention kernel: {_KERNEL_NAMES[kernel]} ({why}): {share:.2f} of the bf16 peak at "
-                     f"{s.seq // s.cp} tokens (the FlashAttention-2/3/4 papers' benchmarks) x attn_rel "
-                     f"{CALIBRATION['attn_rel']:g}"
-                     + ("; PyTorch >= 2.11 (2.10 with CUDA 13) and torchtitan since 2025-10 pick cuDNN's on H100: "
-                        "--attention cudnn"
-                        if kernel == "fa2" and s.attention == "flash" and s.gpu.sm[0] == 9 else ""))
+        lines.append(_attention_line(e))
     c = getattr(e, "comm", None) or {}
     if c.get("dp"):
         lines.append(f"  data-parallel collectives: {c['dp_calls']:.0f} calls per step ({c['dp_algo']}"

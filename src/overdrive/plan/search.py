@@ -171,6 +171,9 @@ def _why(model: ModelSpec, top: Estimate, ranked: list[Estimate], margin: float)
         parts.append("no recomputation is needed: the activations fit")
     else:
         parts.append(f"{s.checkpointing} checkpointing is the least recomputation that fits at this micro-batch")
+    if s.attention == "flash" and attention_kernel(s) == "fa2" and s.gpu.sm[0] == 9:
+        parts.append("attention is planned as FlashAttention-2 (PyTorch <= 2.10, flash-attn 2); PyTorch >= 2.11 runs "
+                     "cuDNN's on Hopper: --attention cudnn")
     parts.extend(top.notes)
     return "; ".join(parts)
 

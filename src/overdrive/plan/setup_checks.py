@@ -25,7 +25,9 @@ def _flag(field: str) -> str:
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ValueError(f"--{name} {value!r} is not one of {', '.join(allowed)}")
+        near = next((a for a in allowed if a == str(value).strip().lower()), None)
+        raise ValueError(f"--{name} {value!r} is not one of {', '.join(allowed)}"
+                         + (f": did you mean --{name} {near}?" if near else ""))
 
 
 def _set(s, field: str, value) -> None:

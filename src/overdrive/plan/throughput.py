@@ -57,7 +57,7 @@ from overdrive.plan.pipeline import stage_imbalance
 from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
-__all__ = ["CALIBRATION", "compute_times", "attention_kernel", "attention_share", "ATTN_PEAK_SHARE", "ATTN_SEQ_RATE", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
+__all__ = ["CALIBRATION", "compute_times", "attention_kernel", "attention_share", "attention_override", "ATTN_PEAK_SHARE", "ATTN_SEQ_RATE", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
            "HOST_GBS", "MEGATRON_CE_BYTES", "UNFUSED_DROPOUT_BYTES", "BF16_ACCUM_BYTES", "LOSS_BYTES", "loss_bytes_per_logit", "Z_LOSS_BYTES", "SRELU_UNFUSED_ELEMS"]
 
 # Fitted by scripts/plan_calibrate.py on the calibration runs of src/overdrive/plan/published_runs.json only
@@ -266,8 +266,17 @@ def _attention_time(m: ModelSpec, s: TrainSetup, cal: dict, c: dict) -> tuple[fl
         attn += L * s.micro_batch * heads * (s.seq / s.cp) * s.seq * per_score / c["hbm"]
         return attn, 1 / 3
     attn_fwd = 4 * s.micro_batch * (s.seq / s.cp) * s.seq * (m.n_head * m.head_dim) / s.tp * 0.5
-    rate = bf16_peak * 1e12 * attention_share(s, s.seq / s.cp) * cal["attn_rel"]
+    rate = bf16_peak * 1e12 * attention_share(s, s.seq / s.cp) * cal["attn_rel"] * attention_override(s, cal)
     return L * 3.5 * attn_fwd / rate, 1 / 3.5
+
+
+def attention_override(s: TrainSetup, cal: dict) -> float:
+    """--efficiency / --calibrate over the calibrated GEMM efficiency: a measured whole-model rate (or a throttled
+    card) slows attention in the same proportion as the GEMMs."""
+    if s.efficiency is None:
+        return 1.0
+    table = cal["gemm_eff"][s.stack]
+    return s.efficiency / table.get(s.gpu.sm[0], table[9])
 
 
 def _elementwise_bytes(m: ModelSpec, s: TrainSetup, cal: dict, L: float) -> float:
