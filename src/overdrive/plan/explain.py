@@ -8,7 +8,8 @@ from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_groups, weight_
 from overdrive.plan.estimate import Estimate
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors,
                                    state_bytes_per_param, terms)
-from overdrive.plan.throughput import CALIBRATION, attention_kernel, attention_override, attention_share, peak_tflops
+from overdrive.plan.throughput import (CALIBRATION, CUDNN_HINT, attention_kernel, attention_override, attention_share,
+                                       fa2_by_default, peak_tflops)
 from overdrive.plan.pipeline import chunk_slots, embedding_bytes, embedding_micro_batches, pipeline_blocks_in_flight, stage_params
 
 __all__ = ["explain", "NOT_ADDED"]
@@ -92,8 +93,8 @@ def _attention_line(e: Estimate) -> str:
     line = (f"  attention kernel: {_KERNEL_NAMES[kernel]} ({why}): {share:.2f} of the bf16 peak at {tokens} tokens "
             f"({src}) x attn_rel {rel:.3g} (fitted{', x --efficiency' if s.efficiency is not None else ''}) = "
             f"{share * rel:.2f}, {share * rel * peak:,.0f} TFLOP/s")
-    if kernel == "fa2" and s.attention == "flash" and s.gpu.sm[0] == 9:
-        line += "; PyTorch >= 2.11 (2.10 with CUDA 13) and torchtitan since 2025-10 run cuDNN's on Hopper: --attention cudnn"
+    if fa2_by_default(s):
+        line += "; " + CUDNN_HINT
     hd = e.model.head_dim if e.model is not None else 128
     if hd != 128:
         line += (f"; head dim {hd}: the rates are head dim 128's" + (" (FlashAttention-2 and cuDNN's kernels stop at "

@@ -13,7 +13,7 @@ from overdrive.plan.setup import (CHECKPOINTING, LOW_PRECISION, MIN_EFFICIENCY, 
                                   check_layout, fallback_precision)
 from overdrive.plan.specs import ModelSpec, get_model
 from overdrive.plan.setup_checks import stack_lacks
-from overdrive.plan.throughput import attention_kernel
+from overdrive.plan.throughput import CUDNN_HINT, attention_kernel, fa2_by_default
 
 __all__ = ["plan", "sweep", "longest_seq", "calibrate_from_bench", "SWEEP_MODELS", "label", "MIN_HEADROOM_SHARE",
            "default_margin_gib", "rank"]
@@ -171,9 +171,8 @@ def _why(model: ModelSpec, top: Estimate, ranked: list[Estimate], margin: float)
         parts.append("no recomputation is needed: the activations fit")
     else:
         parts.append(f"{s.checkpointing} checkpointing is the least recomputation that fits at this micro-batch")
-    if s.attention == "flash" and attention_kernel(s) == "fa2" and s.gpu.sm[0] == 9:
-        parts.append("attention is planned as FlashAttention-2 (PyTorch <= 2.10, flash-attn 2); PyTorch >= 2.11 runs "
-                     "cuDNN's on Hopper: --attention cudnn")
+    if fa2_by_default(s):
+        parts.append("attention is planned as FlashAttention-2 (PyTorch <= 2.10, flash-attn 2); " + CUDNN_HINT)
     parts.extend(top.notes)
     return "; ".join(parts)
 

@@ -57,7 +57,8 @@ from overdrive.plan.pipeline import stage_imbalance
 from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
-__all__ = ["CALIBRATION", "compute_times", "attention_kernel", "attention_share", "attention_override", "ATTN_PEAK_SHARE", "ATTN_SEQ_RATE", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
+__all__ = ["CALIBRATION", "compute_times", "attention_kernel", "attention_share", "attention_override", "CUDNN_HINT",
+           "fa2_by_default", "ATTN_PEAK_SHARE", "ATTN_SEQ_RATE", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
            "HOST_GBS", "MEGATRON_CE_BYTES", "UNFUSED_DROPOUT_BYTES", "BF16_ACCUM_BYTES", "LOSS_BYTES", "loss_bytes_per_logit", "Z_LOSS_BYTES", "SRELU_UNFUSED_ELEMS"]
 
 # Fitted by scripts/plan_calibrate.py on the calibration runs of src/overdrive/plan/published_runs.json only
@@ -234,6 +235,15 @@ def attention_kernel(s: TrainSetup) -> str:
     if s.attention != "flash":
         return s.attention
     return "cudnn" if s.stack == "megatron" or s.gpu.sm[0] >= 10 else "fa2"
+
+
+CUDNN_HINT = "PyTorch >= 2.11 (2.10 with CUDA 13) and torchtitan since 2025-10 run cuDNN's on Hopper: --attention cudnn"
+"""Said wherever the PyTorch stack on Hopper is planned with FlashAttention-2 by default (`fa2_by_default`)."""
+
+
+def fa2_by_default(s: TrainSetup) -> bool:
+    """PyTorch on Hopper, --attention left to the stack: planned as FlashAttention-2, which newer PyTorch is not."""
+    return s.attention == "flash" and attention_kernel(s) == "fa2" and s.gpu.sm[0] == 9
 
 
 def attention_share(s: TrainSetup, seq: float) -> float:
