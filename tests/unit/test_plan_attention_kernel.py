@@ -130,7 +130,7 @@ def test_explain_marks_assumed_shares_and_odd_head_dims():
 
     wide = ModelSpec(name="wide", n_layer=2, hidden=4096, n_head=8, n_kv_head=8, ffn=8192, vocab=32000)
     text = "\n".join(explain(estimate(wide, _setup())))
-    assert "head dim 512" in text and "stop at 256" in text
+    assert "head dim 512" in text and "past 256" in text
 
 
 @pytest.mark.parametrize("asked, hint", [("FA2", "did you mean --attention fa2"), (" cudnn", "did you mean --attention cudnn"),
@@ -140,3 +140,22 @@ def test_attention_typos_get_the_near_value(run, asked, hint):
 
     refused(run("--model", "llama3-8b", "--gpu", "h100-sxm", "--precision", "bf16", "--micro-batch", "1",
                 "--attention", asked), hint)
+
+
+def test_head_dims_other_than_128_are_shown_at_the_published_ratios_not_planned():
+    from overdrive.plan import ModelSpec
+    from overdrive.plan.attention import ATTN_HEAD_DIM, head_dim_ratio
+
+    s = _setup()
+    for kernel in ("fa2", "cudnn"):
+        k = dataclasses.replace(s, attention=kernel)
+        for hd, ratio in ATTN_HEAD_DIM[kernel]:
+            assert head_dim_ratio(k, hd) == pytest.approx(ratio)
+        assert head_dim_ratio(k, 32) == pytest.approx(head_dim_ratio(k, 64))   # flat outside the points
+        assert ATTN_HEAD_DIM[kernel][0][1] <= head_dim_ratio(k, 96) <= 1.0
+    # planned at head dim 128's rate: attention time follows the FLOPs alone
+    m64 = ModelSpec(name="hd64", n_layer=2, hidden=2048, n_head=32, n_kv_head=32, ffn=8192, vocab=32000)
+    m128 = ModelSpec(name="hd128", n_layer=2, hidden=2048, n_head=16, n_kv_head=16, ffn=8192, vocab=32000)
+    assert compute_times(m64, s)["attention"] == pytest.approx(compute_times(m128, s)["attention"])
+    text = "\n".join(explain(estimate(m64, s)))
+    assert "head dim 64 planned at 128's rate" in text and "0.89 of that" in text

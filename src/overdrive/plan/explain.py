@@ -8,8 +8,9 @@ from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_groups, weight_
 from overdrive.plan.estimate import Estimate
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors,
                                    state_bytes_per_param, terms)
-from overdrive.plan.throughput import (CALIBRATION, CUDNN_HINT, attention_kernel, attention_override, attention_share,
-                                       fa2_by_default, peak_tflops)
+from overdrive.plan.attention import (CUDNN_HINT, attention_kernel, attention_override, attention_share, fa2_by_default,
+                                      head_dim_ratio)
+from overdrive.plan.throughput import CALIBRATION, peak_tflops
 from overdrive.plan.pipeline import chunk_slots, embedding_bytes, embedding_micro_batches, pipeline_blocks_in_flight, stage_params
 
 __all__ = ["explain", "NOT_ADDED"]
@@ -85,6 +86,7 @@ def _attention_line(e: Estimate) -> str:
     """Which kernel attention is planned with, at what share of the peak, and where that share comes from."""
     s = e.setup
     kernel, tokens = attention_kernel(s), s.seq // s.cp
+    hd = e.model.head_dim if e.model is not None else 128
     share, rel = attention_share(s, s.seq / s.cp), CALIBRATION["attn_rel"] * attention_override(s, CALIBRATION)
     peak = peak_tflops(s, "fp32" if s.precision == "fp32" else "bf16")
     why = "--attention" if s.attention != "flash" else f"the {s.stack} stack's on {s.gpu.key}"
@@ -95,10 +97,10 @@ def _attention_line(e: Estimate) -> str:
             f"{share * rel:.2f}, {share * rel * peak:,.0f} TFLOP/s")
     if fa2_by_default(s):
         line += "; " + CUDNN_HINT
-    hd = e.model.head_dim if e.model is not None else 128
     if hd != 128:
-        line += (f"; head dim {hd}: the rates are head dim 128's" + (" (FlashAttention-2 and cuDNN's kernels stop at "
-                 "256: PyTorch would fall back to a slower kernel)" if hd > 256 else ""))
+        line += (f"; head dim {hd} planned at 128's rate (the FlashAttention-3 paper's H100 forward puts it at "
+                 f"{head_dim_ratio(s, hd):.2f} of that)" + ("; past 256 FlashAttention-2's and cuDNN's kernels do not run, "
+                 "PyTorch would fall back to a slower kernel" if hd > 256 else ""))
     return line
 
 

@@ -13,7 +13,7 @@ from overdrive.plan.setup import (CHECKPOINTING, LOW_PRECISION, MIN_EFFICIENCY, 
                                   check_layout, fallback_precision)
 from overdrive.plan.specs import ModelSpec, get_model
 from overdrive.plan.setup_checks import stack_lacks
-from overdrive.plan.throughput import CUDNN_HINT, attention_kernel, fa2_by_default
+from overdrive.plan.attention import CUDNN_HINT, attention_kernel, fa2_by_default
 
 __all__ = ["plan", "sweep", "longest_seq", "calibrate_from_bench", "SWEEP_MODELS", "label", "MIN_HEADROOM_SHARE",
            "default_margin_gib", "rank"]

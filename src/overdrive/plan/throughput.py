@@ -49,15 +49,15 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
 
 from __future__ import annotations
 
-import math
-
 from overdrive.formats import FORMATS, planned_format
+from overdrive.plan.attention import (ATTN_HEAD_DIM, ATTN_PEAK_SHARE, ATTN_SEQ_RATE, CUDNN_HINT, attention_kernel,
+                                      attention_override, attention_share, fa2_by_default)
 from overdrive.plan.memory import act_bytes_per_layer, recomputed_blocks
 from overdrive.plan.pipeline import stage_imbalance
 from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
-__all__ = ["CALIBRATION", "compute_times", "attention_kernel", "attention_share", "attention_override", "CUDNN_HINT",
+__all__ = ["CALIBRATION", "compute_times", "attention_kernel", "attention_share", "attention_override", "CUDNN_HINT", "ATTN_HEAD_DIM",
            "fa2_by_default", "ATTN_PEAK_SHARE", "ATTN_SEQ_RATE", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
            "HOST_GBS", "MEGATRON_CE_BYTES", "UNFUSED_DROPOUT_BYTES", "BF16_ACCUM_BYTES", "LOSS_BYTES", "loss_bytes_per_logit", "Z_LOSS_BYTES", "SRELU_UNFUSED_ELEMS"]
 
@@ -89,21 +89,6 @@ scores and writes the probabilities (4); backward, softmax's read of probabiliti
 UNFUSED_DROPOUT_BYTES = 10.0
 """Attention dropout over the unfused scores: forward, it reads the probabilities and writes the result and a
 1-byte mask (5); backward, it reads the gradient and the mask and writes its result (5)."""
-ATTN_PEAK_SHARE = {"fa2": {8: 0.60, 9: 0.33, 10: 0.26}, "cudnn": {8: 0.60, 9: 0.53, 10: 0.50}}
-"""Share of the dense bf16 peak a fused attention kernel reaches, head dim 128, forward (causal) + backward weighted
-1 : 2.5 by FLOPs, at 16K tokens. Hopper: FlashAttention-3 paper (Shah et al. 2024), H100 SXM5 figures: FlashAttention-2
-forward 335 and backward 322 TFLOP/s (0.33 of 989; the paper's "35% utilization"), cuDNN 539 and 516 (0.53;
-FlashAttention-3 616 and 561 would be 0.58); the paper plots the backward without the causal mask. Ampere:
-FlashAttention-2 paper (Dao 2023), "50-73% of the theoretical maximum FLOPs/s on A100": 0.60 assumed inside that
-range (its A100 forward+backward figure is a plot only); cuDNN's fused attention on sm80 taken as the same class.
-Blackwell, assumed: FlashAttention-4 (Zadouri et al. 2026) reaches up to 71% of a B200 forward and "up to 1.3x" cuDNN
-9.13, with a backward bound by shared-memory traffic and no backward rate published: cuDNN 0.50; FlashAttention-2
-has no Blackwell-native path (sm80 MMA, as Triton's kernels, which FlashAttention-4 outruns up to 2.7x): 0.26."""
-ATTN_SEQ_RATE = ((512, 0.61), (1024, 0.79), (2048, 0.90), (4096, 0.96), (8192, 0.99), (16384, 1.0))
-"""The kernels' rate at a sequence length, relative to 16K tokens (FlashAttention-3 paper, H100, head dim 128, the
-same tokens per launch: FlashAttention-2 and cuDNN alike, forward causal 0.57-0.58 at 512, 0.89-0.90 at 2K, 0.95-0.96
-at 4K; backward, plotted without the mask, 0.59-0.66, 0.90, 0.96-0.97): short sequences spend more of each query tile on its prologue and
-the causal diagonal. Log-linear between the points; flat past 16K."""
 QUANT_BYTES = {f.preset: f.plan_bytes for f in FORMATS.values() if f.plan_bytes is not None}
 """Per format: `Format.plan_bytes` (FP8 1, MXFP8 1.15 with its E8M0 scales, NVFP4 1.3)."""
 
@@ -226,42 +211,6 @@ def _gemm_terms(m: ModelSpec, s: TrainSetup, cal: dict, c: dict, block, passes: 
     return c["L"] * t_block, head, lowp_share, quant_b
 
 
-def attention_kernel(s: TrainSetup) -> str:
-    """The attention kernel planned: --attention's, or with flash the stack's own. Megatron-Core calls Transformer
-    Engine's fused attention (cuDNN's kernels). PyTorch: cuDNN's on Blackwell (torchtitan since 2025-05 puts it first
-    on sm100), FlashAttention-2's on Ampere and Hopper (flash-attn 2; SDPA's flash backend, first in PyTorch
-    2.5.1-2.10's CUDA 12 wheels; torchtitan before 2025-10). PyTorch >= 2.11 (2.10 with CUDA 13: a cuDNN newer than
-    9.15) and torchtitan since 2025-10 pick cuDNN's on H100 too: --attention cudnn."""
-    if s.attention != "flash":
-        return s.attention
-    return "cudnn" if s.stack == "megatron" or s.gpu.sm[0] >= 10 else "fa2"
-
-
-CUDNN_HINT = "PyTorch >= 2.11 (2.10 with CUDA 13) and torchtitan since 2025-10 run cuDNN's on Hopper: --attention cudnn"
-"""Said wherever the PyTorch stack on Hopper is planned with FlashAttention-2 by default (`fa2_by_default`)."""
-
-
-def fa2_by_default(s: TrainSetup) -> bool:
-    """PyTorch on Hopper, --attention left to the stack: planned as FlashAttention-2, which newer PyTorch is not."""
-    return s.attention == "flash" and attention_kernel(s) == "fa2" and s.gpu.sm[0] == 9
-
-
-def attention_share(s: TrainSetup, seq: float) -> float:
-    """The kernel's share of the bf16 peak at `seq` tokens per rank (`ATTN_PEAK_SHARE` × `ATTN_SEQ_RATE`)."""
-    table = ATTN_PEAK_SHARE[attention_kernel(s)]
-    share = table.get(s.gpu.sm[0], table[9])
-    pts = ATTN_SEQ_RATE
-    if seq >= pts[-1][0]:
-        return share
-    if seq <= pts[0][0]:   # the first segment's slope carried below 512, floored at a tenth
-        (s0, r0), (s1, r1) = pts[0], pts[1]
-        return share * max(0.1, r0 - (r1 - r0) * math.log2(s0 / max(seq, 1.0)))
-    for (s0, r0), (s1, r1) in zip(pts, pts[1:]):
-        if s0 <= seq <= s1:
-            return share * (r0 + (r1 - r0) * math.log2(seq / s0) / math.log2(s1 / s0))
-    return share
-
-
 def _attention_time(m: ModelSpec, s: TrainSetup, cal: dict, c: dict) -> tuple[float, float]:
     """Attention seconds per micro-batch, and the share of it the forward takes (what a recompute repeats)."""
     L, e, sms, k0, bf16_peak = c["L"], c["e"], c["sms"], c["k0"], c["bf16_peak"]
@@ -278,15 +227,6 @@ def _attention_time(m: ModelSpec, s: TrainSetup, cal: dict, c: dict) -> tuple[fl
     attn_fwd = 4 * s.micro_batch * (s.seq / s.cp) * s.seq * (m.n_head * m.head_dim) / s.tp * 0.5
     rate = bf16_peak * 1e12 * attention_share(s, s.seq / s.cp) * cal["attn_rel"] * attention_override(s, cal)
     return L * 3.5 * attn_fwd / rate, 1 / 3.5
-
-
-def attention_override(s: TrainSetup, cal: dict) -> float:
-    """--efficiency / --calibrate over the calibrated GEMM efficiency: a measured whole-model rate (or a throttled
-    card) slows attention in the same proportion as the GEMMs."""
-    if s.efficiency is None:
-        return 1.0
-    table = cal["gemm_eff"][s.stack]
-    return s.efficiency / table.get(s.gpu.sm[0], table[9])
 
 
 def _elementwise_bytes(m: ModelSpec, s: TrainSetup, cal: dict, L: float) -> float:

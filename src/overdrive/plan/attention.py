@@ -1,0 +1,88 @@
+"""The fused attention kernel the planner times: which one a stack runs on a GPU generation (`attention_kernel`),
+the share of the bf16 peak its published benchmarks reach (`ATTN_PEAK_SHARE`), and how that share falls at short
+sequences (`ATTN_SEQ_RATE`); what head dims other than 128 would do (`ATTN_HEAD_DIM`) is shown, not planned. throughput.py times attention's FLOPs at
+that share × the fitted `attn_rel`."""
+
+from __future__ import annotations
+
+import math
+
+from overdrive.plan.setup import TrainSetup
+
+__all__ = ["ATTN_PEAK_SHARE", "ATTN_SEQ_RATE", "ATTN_HEAD_DIM", "CUDNN_HINT", "attention_kernel", "fa2_by_default",
+           "attention_share", "attention_override", "head_dim_ratio"]
+
+ATTN_PEAK_SHARE = {"fa2": {8: 0.60, 9: 0.33, 10: 0.26}, "cudnn": {8: 0.60, 9: 0.53, 10: 0.50}}
+"""Share of the dense bf16 peak a fused attention kernel reaches, head dim 128, forward (causal) + backward weighted
+1 : 2.5 by FLOPs, at 16K tokens. Hopper: FlashAttention-3 paper (Shah et al. 2024), H100 SXM5 figures: FlashAttention-2
+forward 335 and backward 322 TFLOP/s (0.33 of 989; the paper's "35% utilization"), cuDNN 539 and 516 (0.53;
+FlashAttention-3 616 and 561 would be 0.58); the paper plots the backward without the causal mask. Ampere:
+FlashAttention-2 paper (Dao 2023), "50-73% of the theoretical maximum FLOPs/s on A100": 0.60 assumed inside that
+range (its A100 forward+backward figure is a plot only); cuDNN's fused attention on sm80 taken as the same class.
+Blackwell, assumed: FlashAttention-4 (Zadouri et al. 2026) reaches up to 71% of a B200 forward and "up to 1.3x" cuDNN
+9.13, with a backward bound by shared-memory traffic and no backward rate published: cuDNN 0.50; FlashAttention-2
+has no Blackwell-native path (sm80 MMA, as Triton's kernels, which FlashAttention-4 outruns up to 2.7x): 0.26."""
+ATTN_SEQ_RATE = ((512, 0.61), (1024, 0.79), (2048, 0.90), (4096, 0.96), (8192, 0.99), (16384, 1.0))
+"""The kernels' rate at a sequence length, relative to 16K tokens (FlashAttention-3 paper, H100, head dim 128, the
+same tokens per launch: FlashAttention-2 and cuDNN alike, forward causal 0.57-0.58 at 512, 0.89-0.90 at 2K, 0.95-0.96
+at 4K; backward, plotted without the mask, 0.59-0.66, 0.90, 0.96-0.97): short sequences spend more of each query tile on its prologue and
+the causal diagonal. Log-linear between the points; flat past 16K."""
+ATTN_HEAD_DIM = {"fa2": ((64, 0.89), (128, 1.0), (256, 0.89)), "cudnn": ((64, 0.72), (128, 1.0), (256, 0.94))}
+"""A kernel's rate at a head dim relative to 128 (FlashAttention-3 paper, H100 SXM5, causal forward at 16K:
+FlashAttention-2 299 / 335 / 298 TFLOP/s at head dim 64 / 128 / 256, cuDNN 388 / 539 / 509). Shown by `--explain`,
+not planned: timing attention at these ratios was tried (2026-12-03) and left leave-one-source-out's worst 1.5 points
+higher and TinyLlama's head-dim-64 A100 row 2 points further off (the ratios are H100's forward alone), so a head
+dim other than 128 is planned at 128's rate and said to be."""
+def attention_kernel(s: TrainSetup) -> str:
+    """The attention kernel planned: --attention's, or with flash the stack's own. Megatron-Core calls Transformer
+    Engine's fused attention (cuDNN's kernels). PyTorch: cuDNN's on Blackwell (torchtitan since 2025-05 puts it first
+    on sm100), FlashAttention-2's on Ampere and Hopper (flash-attn 2; SDPA's flash backend, first in PyTorch
+    2.5.1-2.10's CUDA 12 wheels; torchtitan before 2025-10). PyTorch >= 2.11 (2.10 with CUDA 13: a cuDNN newer than
+    9.15) and torchtitan since 2025-10 pick cuDNN's on H100 too: --attention cudnn."""
+    if s.attention != "flash":
+        return s.attention
+    return "cudnn" if s.stack == "megatron" or s.gpu.sm[0] >= 10 else "fa2"
+
+
+CUDNN_HINT = "PyTorch >= 2.11 (2.10 with CUDA 13) and torchtitan since 2025-10 run cuDNN's on Hopper: --attention cudnn"
+"""Said wherever the PyTorch stack on Hopper is planned with FlashAttention-2 by default (`fa2_by_default`)."""
+
+
+def fa2_by_default(s: TrainSetup) -> bool:
+    """PyTorch on Hopper, --attention left to the stack: planned as FlashAttention-2, which newer PyTorch is not."""
+    return s.attention == "flash" and attention_kernel(s) == "fa2" and s.gpu.sm[0] == 9
+
+
+def _loglinear(pts, x: float) -> float:
+    """Piecewise log-linear through (x, y) points, flat outside them."""
+    if x <= pts[0][0]:
+        return pts[0][1]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * math.log2(x / x0) / math.log2(x1 / x0)
+    return pts[-1][1]
+
+
+def head_dim_ratio(s: TrainSetup, head_dim: int) -> float:
+    """The kernel's published rate at `head_dim` relative to 128 (`ATTN_HEAD_DIM`; shown, not planned)."""
+    return _loglinear(ATTN_HEAD_DIM[attention_kernel(s)], max(head_dim, 1))
+
+
+def attention_share(s: TrainSetup, seq: float) -> float:
+    """The kernel's share of the bf16 peak at `seq` tokens per rank (`ATTN_PEAK_SHARE` × `ATTN_SEQ_RATE`)."""
+    table = ATTN_PEAK_SHARE[attention_kernel(s)]
+    share = table.get(s.gpu.sm[0], table[9])
+    pts = ATTN_SEQ_RATE
+    if seq < pts[0][0]:   # the first segment's slope carried below 512, floored at a tenth
+        (s0, r0), (s1, r1) = pts[0], pts[1]
+        return share * max(0.1, r0 - (r1 - r0) * math.log2(s0 / max(seq, 1.0)))
+    return share * _loglinear(pts, seq)
+
+
+def attention_override(s: TrainSetup, cal: dict) -> float:
+    """--efficiency / --calibrate over the calibrated GEMM efficiency: a measured whole-model rate (or a throttled
+    card) slows attention in the same proportion as the GEMMs."""
+    if s.efficiency is None:
+        return 1.0
+    table = cal["gemm_eff"][s.stack]
+    return s.efficiency / table.get(s.gpu.sm[0], table[9])
