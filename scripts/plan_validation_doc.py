@@ -8,7 +8,8 @@ import os
 import statistics
 
 from overdrive.plan.memory import FRAGMENTATION, FRAGMENTATION_CAP, GIB, RESERVED_SHARE
-from overdrive.plan.throughput import ATTN_PEAK_SHARE, CALIBRATION, MEGATRON_CE_BYTES, UNFUSED_ATTN_BYTES, UNFUSED_DROPOUT_BYTES
+from overdrive.plan.attention import ATTN_PEAK_SHARE
+from overdrive.plan.throughput import CALIBRATION, MEGATRON_CE_BYTES, UNFUSED_ATTN_BYTES, UNFUSED_DROPOUT_BYTES
 from overdrive.plan.validation import (evaluate, expressed_table, load_runs, markdown_table, memory_table, predict,
                                        summary, why_not_fitting)
 from plan_doc_helpers import (_met, _pair_ratio, _recipe_table, _groups, _fitted_by, _span,

@@ -10,8 +10,8 @@ from plan_cli import run  # noqa: F401 (run is a fixture)
 from overdrive.env import gpu_by_key
 from overdrive.plan import TrainSetup, estimate, get_model
 from overdrive.plan.explain import explain
-from overdrive.plan.throughput import (ATTN_PEAK_SHARE, ATTN_SEQ_RATE, CALIBRATION, attention_kernel,
-                                       attention_share, compute_times)
+from overdrive.plan.attention import ATTN_PEAK_SHARE, ATTN_SEQ_RATE, attention_kernel, attention_share
+from overdrive.plan.throughput import CALIBRATION, compute_times
 
 M8 = get_model("llama3-8b")
 

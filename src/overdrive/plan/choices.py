@@ -25,7 +25,7 @@ mlp = the whole MLP from its input, layernorm = the norm outputs. MoE modules (m
 have nothing to act on in the dense models the planner knows."""
 GRAD_DTYPES = ("fp32", "bf16")
 ATTENTIONS = ("flash", "fa2", "cudnn", "unfused")
-"""flash = the kernel the stack picks (`throughput.attention_kernel`); fa2 = FlashAttention-2 (flash-attn 2, PyTorch
+"""flash = the kernel the stack picks (`attention.attention_kernel`); fa2 = FlashAttention-2 (flash-attn 2, PyTorch
 SDPA's flash backend); cudnn = the Hopper/Blackwell-native fused kernels (cuDNN's, which Transformer Engine and
 PyTorch >= 2.11 on sm90/sm100 call; FlashAttention-3/4); unfused = the scores in HBM."""
 MIN_EFFICIENCY = 0.01

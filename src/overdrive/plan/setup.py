@@ -164,7 +164,7 @@ class TrainSetup:
     dropout site (after the embedding, the attention projection and the MLP; and, with --attention unfused, on the
     scores, whose dropped-out copy the product with V keeps as well). Flash attention regenerates its dropout mask."""
     attention: str = "flash"
-    """flash (fused attention, the kernel the stack picks: `throughput.attention_kernel`) | fa2 (FlashAttention-2) |
+    """flash (fused attention, the kernel the stack picks: `attention.attention_kernel`) | fa2 (FlashAttention-2) |
     cudnn (cuDNN / FlashAttention-3/4, Hopper- and Blackwell-native) | unfused (the s × s scores and probabilities
     in HBM, with softmax, mask and dropout kernels: Megatron before 2022, eager attention)."""
     efficiency: float | None = None

@@ -16,7 +16,7 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
               (torchtitan's and NVIDIA's recipes); NVFP4 keeps the last 16% of blocks in bf16 (NVIDIA's recipe).
   attention   causal flash attention: forward 4·b·s_q·s·h/tp FLOPs × 1/2 (causal), backward 2.5× forward
               (FlashAttention-2 recomputes the scores), in bf16 at the kernel's published share of the bf16 peak
-              on this GPU generation (`ATTN_PEAK_SHARE`: FlashAttention-2 reaches a third of an H100, cuDNN's and
+              on this GPU generation (attention.py's `ATTN_PEAK_SHARE`: FlashAttention-2 reaches a third of an H100, cuDNN's and
               FlashAttention-3's Hopper-native kernels half), × its sequence roll-off (`ATTN_SEQ_RATE`, from the
               same benchmarks) × `attn_rel`, what a model's attention keeps of the kernel benchmark. The kernel is
               `attention_kernel`'s: --attention, or the stack's own.
@@ -50,15 +50,13 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
 from __future__ import annotations
 
 from overdrive.formats import FORMATS, planned_format
-from overdrive.plan.attention import (ATTN_HEAD_DIM, ATTN_PEAK_SHARE, ATTN_SEQ_RATE, CUDNN_HINT, attention_kernel,
-                                      attention_override, attention_share, fa2_by_default)
+from overdrive.plan.attention import attention_override, attention_share
 from overdrive.plan.memory import act_bytes_per_layer, recomputed_blocks
 from overdrive.plan.pipeline import stage_imbalance
 from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
-__all__ = ["CALIBRATION", "compute_times", "attention_kernel", "attention_share", "attention_override", "CUDNN_HINT", "ATTN_HEAD_DIM",
-           "fa2_by_default", "ATTN_PEAK_SHARE", "ATTN_SEQ_RATE", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
+__all__ = ["CALIBRATION", "compute_times", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
            "HOST_GBS", "MEGATRON_CE_BYTES", "UNFUSED_DROPOUT_BYTES", "BF16_ACCUM_BYTES", "LOSS_BYTES", "loss_bytes_per_logit", "Z_LOSS_BYTES", "SRELU_UNFUSED_ELEMS"]
 
 # Fitted by scripts/plan_calibrate.py on the calibration runs of src/overdrive/plan/published_runs.json only
