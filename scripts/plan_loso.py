@@ -109,6 +109,8 @@ POINTED_BF16 = ("added after every term, fitted on nothing; its H100 bf16 rows, 
                 "dgxc-benchmarking's bf16 runs into the calibration")
 DGXC = ("unseen when first planned (its first-sight errors: the megatron-in-bf16 section); then calibration: the first "
         "megatron runs in bf16 the fit sees (gemm_eff[megatron] H100, lowp_rel)")
+NEMOTRON_FILE = ("none: a file added after every term, fitted on nothing (dgxc-benchmarking's llama3.1 files are "
+                 "calibration)")
 DESIGN = {
     "mosaicml/llm-foundry scripts/train/benchmarking/README.md":
         "fitted gemm_eff[pytorch] (A100, H100) and the shared constants; its MPT shapes set the presets",
@@ -149,6 +151,9 @@ DESIGN = {
     "jzhang38/TinyLlama README.md": "none: added after every term, fitted on nothing, no term added for it",
     "pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md":
         "none: a file added after every term, fitted on nothing (torchtitan's other files fitted constants)",
+    "NVIDIA/dgxc-benchmarking nemotron/README_15b.md": NEMOTRON_FILE,
+    "NVIDIA/dgxc-benchmarking nemotron/README_340b.md": NEMOTRON_FILE + "; NeMo 24.07's calibration has the same "
+                                                        "model, parallelism and batch on 128 GPUs in FP8",
 }
 """What each source did to the model beyond its rows' errors: a source that shaped a term is not unseen, even
 where no constant was fitted on it (leave-one-source-out removes the fitting, not the design)."""

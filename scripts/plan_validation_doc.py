@@ -19,7 +19,7 @@ from plan_doc_sections import (MCORE_UNSEEN, comm_section, first_sight_rows, is_
                                shaped_after_first_sight,
                                megatron_section, older_stacks_section, pytorch_unseen_section)
 from plan_doc_internlm import internlm_bullet, internlm_section
-from plan_doc_megatron import megatron_bf16_section, megatron_lm_rows
+from plan_doc_megatron import megatron_bf16_section, megatron_lm_rows, nemotron_bullet
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -203,6 +203,7 @@ tables from the data file and fails if they differ.
   1.7B to 462B, bf16): first sight median {100 * statistics.median(mlm_first):.1f}%, worst {100 * max(mlm_first):.0f}%, every run planned fast; now
   median {100 * summary(mlm)['median_abs_error']:.1f}%, worst {100 * summary(mlm)['worst_abs_error']:.0f}% (not an unseen-source figure: with FlagPerf's and dgxc's bf16 rows it pointed at the missing calibration, the section below).
 {internlm_bullet(val)}
+{nemotron_bullet(val)}
 - **Validation ({sv['n']} published runs, never used to fit, the held-out ones included):** median |throughput error| {100 * sv['median_abs_error']:.1f}%, worst {100 * sv['worst_abs_error']:.0f}%
   ({sv['worst']}); {sv['under']} of {sv['n']} predicted low.
   Without the three power-limited B200 runs (hardware not as rated, the cap unpublished; below) and the

@@ -103,14 +103,20 @@ def test_plan_json_says_which_kernel_the_default_was(run):
 
 def test_published_rows_that_name_a_kernel_say_why_from_their_source():
     """A run expressed with another kernel than its stack's must say, in its note, what in its source ran it:
-    OLMo-core's scripts ran on a PyTorch nightly that put cuDNN's SDPA first on H100."""
+    OLMo-core's scripts ran on a PyTorch nightly that put cuDNN's SDPA first on H100; dgxc-benchmarking's
+    Nemotron-4 340B configure.sh turns Transformer Engine's cuDNN attention off (NVTE_FUSED_ATTN=0)."""
     from overdrive.plan.validation import load_runs, plan_flags
 
     named = [r for r in load_runs() if r.get("attention") in ("fa2", "cudnn")]
-    assert {r["id"].split()[0] for r in named} == {"OLMo-core"} and len(named) == 8
-    for r in named:
+    assert {r["id"].split()[0] for r in named} == {"OLMo-core", "dgxc-benchmarking"}
+    olmo = [r for r in named if r["id"].startswith("OLMo-core")]
+    assert len(olmo) == 8
+    for r in olmo:
         assert "2.6.0.dev20241009" in r["note"] and "pytorch/pytorch#138522" in r["note"]
         assert "--attention cudnn" in plan_flags(r)
+    for r in (r for r in named if r not in olmo):
+        assert r["stack"] == "megatron" and "NVTE_FUSED_ATTN=0" in r["note"]
+        assert "--attention fa2" in plan_flags(r)
 
 
 def test_efficiency_override_slows_attention_in_proportion():

@@ -4,6 +4,7 @@ from src/overdrive/plan/published_runs.json, so the doc cannot drift from the co
 import json
 import os
 import re
+import statistics
 
 import pytest
 
@@ -317,7 +318,7 @@ def test_rows_added_unseen_keep_their_first_sight_error_and_the_doc_shows_them(v
     runs = {r["id"]: r for r in load_runs()}
     added = [p for p in validation if "first_planned" in runs[p["id"]] and not p["source"].startswith(
         ("bigscience-workshop", "Smith et al.", "InternLM/"))]   # InternLM: its own test below
-    assert len(added) == 37   # dgxc-benchmarking's 34 are calibration since
+    assert len(added) == 63   # dgxc-benchmarking's llama3.1 34 are calibration since; its Nemotron-4 26 are here
     assert all(0.5 < runs[p["id"]]["first_planned"] / runs[p["id"]]["tps"] < 1.5 for p in added)
     doc = open(DOC).read()
     assert "## PyTorch-stack sources added unseen" in doc
@@ -333,7 +334,7 @@ def test_the_megatron_core_sources_added_unseen_keep_their_first_sight(validatio
     figures beside the ones now."""
     runs = {r["id"]: r for r in load_runs()}
     rows = [p for p in validation + evaluate("calibration")   # dgxc-benchmarking's: calibration since
-            if p["source"].startswith(("FlagOpen/FlagPerf", "NVIDIA/dgxc-benchmarking"))]
+            if p["source"].startswith(("FlagOpen/FlagPerf", "NVIDIA/dgxc-benchmarking llama3.1/"))]
     assert len(rows) == 41 and all(runs[p["id"]]["held_out"] == "unseen source" for p in rows)
     assert {p["role"] for p in rows if p["source"].startswith("NVIDIA/dgxc")} == {"calibration"}
     for p in rows:
@@ -480,3 +481,29 @@ def test_megatron_bf16_runs_are_in_the_calibration_and_the_pairs_show_why(valida
     now = statistics.median(abs(p["error"]) for p in mlm)
     assert now < float(BEFORE_FIGURES["megatron_lm"].split("median ")[1].split("%")[0]) / 100
     assert megatron_bf16_section(validation, cal, loso_summary()) in open(DOC).read()
+
+
+def test_the_nemotron_files_are_planned_as_first_seen_and_stated_apart(validation):
+    """dgxc-benchmarking's Nemotron-4 15B/340B files (added after every term, fitted on nothing): 26 validation rows,
+    each with the tokens/s it was planned at on arrival and a note naming the commit and the launch settings it
+    was expressed from; the doc's summary states their first sight apart, and the validation figure without them
+    (26 near-identical rows of one family must not carry the headline)."""
+    mod = _load_script("plan_doc_megatron")
+    NEMOTRON, nemotron_bullet = mod.NEMOTRON, mod.nemotron_bullet
+    runs = {r["id"]: r for r in load_runs()}
+    rows = [p for p in validation if p["source"].startswith(NEMOTRON)]
+    assert len(rows) == 26 and {runs[p["id"]]["held_out"] for p in rows} == {"new file"}
+    for p in rows:
+        r = runs[p["id"]]
+        assert r["stack"] == "megatron" and r["tp"] in (4, 8) and p["fits"], p["id"]
+        assert r["first_planned"] > 0 and "35a9aecc" in r["note"] and "configure.sh" in r["note"]
+        total = re.search(r"Table: [0-9.]+ s per step, ([0-9,]+) tokens/s over (\d+) GPUs", r["note"])
+        assert int(total.group(2)) == r["gpus"]
+        assert int(total.group(1).replace(",", "")) / r["gpus"] == pytest.approx(r["tps"], abs=0.01)
+    big = [runs[p["id"]] for p in rows if "340B" in p["id"]]
+    assert all(r["attention"] == "fa2" and r["recompute_modules"] == ["core_attn"] and r["optimizer_dtype"] == "bf16"
+               for r in big)
+    bullet = nemotron_bullet(validation)
+    first = sorted(abs(runs[p["id"]]["first_planned"] / p["published"] - 1) for p in rows)
+    assert f"first sight median {100 * statistics.median(first):.1f}%" in bullet
+    assert bullet in open(DOC).read()
