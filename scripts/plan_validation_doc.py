@@ -15,11 +15,12 @@ from overdrive.plan.validation import (evaluate, expressed_table, load_runs, mar
 from plan_doc_helpers import (_met, _pair_ratio, _recipe_table, _groups, _fitted_by, _span,
                               _ratio, _gap_table, _held_out_groups, _err, _mem_span, _sft_story, _flash_1p7b,
                               _sp_effect)
-from plan_doc_sections import (MCORE_UNSEEN, comm_section, first_sight_rows, is_older_stack, loso_section, loso_summary,
+from plan_doc_sections import (MCORE_UNSEEN, comm_section, first_sight_rows, is_older_stack, loso_result, loso_section,
+                               loso_summary,
                                shaped_after_first_sight,
                                megatron_section, older_stacks_section, pytorch_unseen_section)
 from plan_doc_internlm import internlm_bullet, internlm_section
-from plan_doc_megatron import megatron_bf16_section, megatron_lm_rows, nemotron_bullet
+from plan_doc_megatron import casts_section, megatron_bf16_section, megatron_lm_rows, nemotron_bullet
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,7 +31,7 @@ def _mcore_now(rows: list[dict]) -> str:
     """The Megatron-core/NeMo unseen rows as planned now: median and worst, bf16 and fp8 apart."""
     out = []
     for label, sel in (("all", rows), ("bf16", [r for r in rows if r["precision"] == "bf16"]),
-                       ("fp8", [r for r in rows if r["precision"] == "fp8"])):
+                       ("fp8", [r for r in rows if r["precision"] in ("fp8", "fp8-delayed")])):
         e = sorted(abs(r["error"]) for r in sel)
         out.append(f"{label} median {100 * statistics.median(e):.1f}%, worst {100 * e[-1]:.0f}% (n={len(e)})")
     return "; ".join(out)
@@ -346,6 +347,8 @@ What the held-out errors say:
 {pytorch_unseen_section(val)}
 {internlm_section(val)}
 {megatron_bf16_section(val, cal, loso_summary())}
+{casts_section(loso_summary(), loso_result())}
+
 ## Held-out memory: a single-GPU full fine-tune, one memory saver at a time (torchtune)
 
 torchtune's README (commit in the source column of `published_runs.json`) publishes the peak memory of a Llama 3.2

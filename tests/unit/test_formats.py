@@ -122,16 +122,19 @@ def test_a_made_up_format_is_judged_by_its_own_tolerance(made_up):
     assert judge_curve([2.16] * 8, base, precision="fp8-test").safe is False
 
 
-def test_a_made_up_format_is_planned_with_its_bytes(made_up):
+def test_a_made_up_format_is_planned_with_its_bytes(made_up, monkeypatch):
     from overdrive.plan import TrainSetup, estimate, get_model
     from overdrive.plan.search import plan
     from overdrive.formats import planned_format
 
     m = get_model("llama3-8b")
     assert planned_format("fp8-test") is made_up
+    assert made_up.cast_bytes().input == pytest.approx(6 * 1.05)   # plan_bytes alone: the first count
+    one = dataclasses.replace(MADE_UP, name="fp8-test1", preset="fp8-test1", aliases=(), plan_bytes=1.0)
+    monkeypatch.setitem(FORMATS, one.name, one)
     ours = estimate(m, TrainSetup(gpu=_gpu(), gpus_per_node=8, sharding="fsdp", seq=2048, precision="fp8-test"))
-    fp8 = estimate(m, TrainSetup(gpu=_gpu(), gpus_per_node=8, sharding="fsdp", seq=2048, precision="fp8"))
-    assert ours.step_s > fp8.step_s  # 1.05 quantised bytes per element against FP8's 1.0: a little slower
+    ref = estimate(m, TrainSetup(gpu=_gpu(), gpus_per_node=8, sharding="fsdp", seq=2048, precision="fp8-test1"))
+    assert ours.step_s > ref.step_s  # 1.05 quantised bytes per element against 1.0: a little slower
     out = plan(m, "h100-sxm", gpus_per_node=8, seq=2048, precisions=["bf16", "fp8-test"])
     assert any(c["precision"] == "fp8-test" for c in out["candidates"])
 

@@ -468,7 +468,7 @@ def test_megatron_bf16_runs_are_in_the_calibration_and_the_pairs_show_why(valida
     from plan_doc_sections import loso_summary
 
     pairs = precision_pairs()
-    assert len(pairs) == 19 and all(b["precision"] == "bf16" and f["precision"] == "fp8" for b, f in pairs)
+    assert len(pairs) == 19 and all(b["precision"] == "bf16" and f["precision"] == "fp8-delayed" for b, f in pairs)
     cal = evaluate("calibration")
     assert any(p["source"].startswith("NVIDIA/dgxc") and p["precision"] == "bf16" for p in cal)
     flag = [p for p in pairs if p[0]["role"] == "validation"]

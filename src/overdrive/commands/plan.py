@@ -267,8 +267,8 @@ def _add_layout_args(a) -> None:
 
 def _add_choice_args(a) -> None:
     """What the search ranks (precision, sharding, checkpointing) and the parallel degrees."""
-    a("--precision", help="comma list of fp32,bf16,fp16,fp8,fp8-rowwise,mxfp8,nvfp4 (default: all but fp32/fp16 "
-                          "that this GPU runs; mxfp8/nvfp4 need Blackwell, asked alone elsewhere they show the fallback)")
+    a("--precision", help="comma list of fp32,bf16,fp16,fp8,fp8-rowwise,fp8-delayed (Transformer Engine's delayed scaling),mxfp8,nvfp4 "
+                          "(default: all but fp32/fp16/fp8-delayed that this GPU runs; mxfp8/nvfp4 need Blackwell, asked alone elsewhere they show the fallback)")
     a("--sharding", help="comma list of none (DDP),zero1,zero2,fsdp (=zero3),hsdp (default: fsdp,hsdp,zero1,none)")
     a("--zero", type=int, choices=[1, 2, 3], help="ZeRO stage: 1 = distributed optimizer, 2 = + grads, 3 = FSDP")
     a("--tp", type=int, default=1, help="tensor parallel degree (sequence parallel unless --sequence-parallel off; across nodes in whole nodes, over the NICs)")

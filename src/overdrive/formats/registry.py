@@ -15,7 +15,7 @@ from typing import Literal
 
 from overdrive.formats.shape_rules import SHAPE_RULES, EngineRules
 
-__all__ = ["Engine", "Format", "FORMATS", "get_format", "find_format", "format_of", "version_tuple",
+__all__ = ["CastBytes", "Engine", "Format", "FORMATS", "get_format", "find_format", "format_of", "version_tuple",
            "HIGH_PRECISION_TOLERANCE", "loss_tolerance", "kinds", "TE", "TORCHAO", "EMULATED", "engine_rules",
            "tokens_multiple", "dims_multiple", "planned_format", "planned_presets"]
 
@@ -31,6 +31,35 @@ def version_tuple(v: str | None) -> tuple[int, ...]:
             break
         out.append(int(digits))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class CastBytes:
+    """HBM bytes per element that quantising a GEMM operand moves in one micro-batch's forward and backward, beyond
+    the GEMMs' own reads (the planner's cast time). Read from each engine's source:
+
+    - current (dynamic) tensorwise scaling, torchao's float8 under torch.compile (torchao/testing/training/
+      roofline_utils.py `get_tensor_memory_traffic_ovhd_s`, "tensorwise": an amax pass reading the bf16 tensor, then
+      one kernel reading it again and writing both FP8 layouts: 2 + 2 + 1 + 1 = 6; the weight recast for its
+      transposed layout, 2 + 3 + 3 = 8); Transformer Engine's Float8CurrentScaling has the same amax-then-cast shape;
+    - row-wise scaling (torchao): two casting kernels, one per layout, each reading bf16 and writing FP8 with its
+      row amax taken in the kernel: 3 + 3 = 6 for every operand;
+    - delayed scaling (Transformer Engine 1.x, `recipe.DelayedScaling`): the scale is the last micro-batch's, so the
+      amax is taken inside the casting kernel. A norm feeding a `LayerNormLinear` writes its output in FP8 itself
+      (`layernorm_fwd_fp8`), and the backward makes its transpose (`fp8_transpose`, 1 + 1 = 2); any other input and
+      each gradient go through one fused cast+transpose (`fp8_cast_transpose_fused`, 2 + 1 + 1 = 4); a weight the
+      same 4, cached for the rest of the step when the trainer passes `is_first_microbatch` (Megatron-Core does);
+    - a format that sets only `Format.plan_bytes` (MXFP8, NVFP4): the first count the planner had
+      (`Format.cast_bytes`)."""
+
+    norm_input: float
+    """An input a norm writes (Transformer Engine's LayerNormLinear: QKV, FC1), once per distinct tensor."""
+    input: float
+    """Any other GEMM input, and every input on a stack whose linears each cast their own."""
+    grad: float
+    """The gradient entering each GEMM's backward, both layouts."""
+    weight: float
+    """A weight element each time it is cast."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +131,10 @@ class Format:
     """The planner's HBM bytes per quantised GEMM operand element (scales included); None: not planned."""
     plan_rel: str | None = None
     """Calibration key scaling its GEMM efficiency in the planner (row-wise scales cost more), if any."""
+    plan_cast: CastBytes | None = None
+    """The planner's cast traffic per element (`CastBytes`); unset, `cast_bytes` counts it from `plan_bytes`."""
+    plan_default: bool = True
+    """Searched by `overdrive plan` when --precision is not given (else planned only when asked for)."""
     stored_bytes: float = 1.0
     """Bytes one quantised element is kept in, its scales included (the planner's count of a cached weight): FP8 1,
     MXFP8 1 + an E8M0 scale per 32, NVFP4 half a byte + an E4M3 scale per 16."""
@@ -115,6 +148,15 @@ class Format:
     accelerate_te_flag: str | None = None
     """The flag of Accelerate's TE fp8_config that selects it (else DelayedScaling is what Accelerate runs)."""
     description: str = ""
+
+    def cast_bytes(self) -> CastBytes | None:
+        """The planner's cast traffic per element: `plan_cast`, else the first count it had, 3 passes x 2 bytes x
+        `plan_bytes` per input and weight element and 3 x `plan_bytes` per gradient element; None when not
+        planned."""
+        if self.plan_cast is not None or self.plan_bytes is None:
+            return self.plan_cast
+        x = 3 * 2 * self.plan_bytes
+        return CastBytes(norm_input=x, input=x, grad=3 * self.plan_bytes, weight=x)
 
     def engine(self, backend: str) -> Engine | None:
         return next((e for e in self.engines if e.backend == backend), None)
@@ -152,7 +194,7 @@ _ALL = (
                            since=(2, 2), older="fp8-delayed"),
                     Engine(**_AO_FP8, api="tensorwise"), _EMU_FP8),
            compile_engines=(TORCHAO, TE), loss_tolerance=0.05, fsdp_float8_all_gather=True, plan_bytes=1.0,
-           tensor_scale=True,
+           plan_cast=CastBytes(norm_input=6, input=6, grad=6, weight=8), tensor_scale=True,
            emulation="torchao emulation",
            description="FP8 linears, per-tensor scaling (TE or torchao; emulated without FP8 hardware)"),
     Format(name="fp8-rowwise", preset="fp8-rowwise", aliases=("rowwise",), bits="fp8", scaling="rowwise", kind="fp8",
@@ -161,6 +203,7 @@ _ALL = (
                            unsupported="Transformer Engine has no rowwise scaling (torchao does)"),
                     Engine(**_AO_FP8, api="rowwise"), _EMU_FP8),
            compile_engines=(TORCHAO, TE), loss_tolerance=0.05, plan_bytes=1.0, plan_rel="rowwise_rel",
+           plan_cast=CastBytes(norm_input=6, input=6, grad=6, weight=6),
            emulation="torchao emulation", description="FP8 linears, row-wise scaling (torchao)"),
     Format(name="fp8-delayed", preset="fp8-delayed", aliases=("fp8-delayed-scaling",), bits="fp8", scaling="delayed",
            kind="fp8", label="FP8",
@@ -172,6 +215,7 @@ _ALL = (
                     Engine(backend=EMULATED, converter="torchao-float8", rules=_r("emulated/fp8"), api="emulate_ok",
                            instead="fp8-tensorwise")),
            compile_engines=(TORCHAO, TE), loss_tolerance=0.05, emulation="torchao emulation", tensor_scale=True,
+           plan_bytes=1.0, plan_cast=CastBytes(norm_input=2, input=4, grad=4, weight=4), plan_default=False,
            description="FP8 linears, delayed scaling (Transformer Engine)"),
     # MXFP8: E4M3 values, one E8M0 scale per 32 along the reduction dim (OCP MX 1.0). TE 2.0's API lists
     # MXFP8BlockScaling. torchtitan's MXFP8 runs keep the attention K/V projections in bf16: small in GQA
@@ -290,6 +334,8 @@ def planned_format(precision: str) -> Format | None:
     return f if f is not None and f.plan_bytes is not None else None
 
 
-def planned_presets() -> tuple[str, ...]:
-    """The planner's low-precision precisions: each modelled format's preset, in registry order."""
-    return tuple(f.preset for f in FORMATS.values() if f.plan_bytes is not None)
+def planned_presets(default_only: bool = False) -> tuple[str, ...]:
+    """The planner's low-precision precisions: each modelled format's preset, in registry order (`default_only`:
+    those it searches when --precision is not given)."""
+    return tuple(f.preset for f in FORMATS.values()
+                 if f.plan_bytes is not None and (f.plan_default or not default_only))

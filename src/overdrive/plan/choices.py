@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from overdrive.formats import planned_presets
 
-__all__ = ["PRECISIONS", "LOW_PRECISION", "SHARDINGS", "SHARDING_ALIASES", "CHECKPOINTING", "RECOMPUTE_MODULES",
-           "GRAD_DTYPES", "ATTENTIONS", "MIN_EFFICIENCY", "BANDWIDTH_GBS", "MAX_COUNT", "OPTIMIZER_DTYPES",
+__all__ = ["PRECISIONS", "LOW_PRECISION", "LOW_PRECISION_SEARCHED", "SHARDINGS", "SHARDING_ALIASES", "CHECKPOINTING",
+           "RECOMPUTE_MODULES", "GRAD_DTYPES", "ATTENTIONS", "MIN_EFFICIENCY", "BANDWIDTH_GBS", "MAX_COUNT", "OPTIMIZER_DTYPES",
            "OPTIMIZER_STATES", "OPTIMIZERS", "OPTIMIZER_ALIASES", "MASTER_WEIGHTS", "OFFLOADS", "LOSSES", "STACKS",
            "STACK_ALIASES", "BLOCK_CODES", "GATHER_DTYPES"]
 
 LOW_PRECISION = planned_presets()  # the formats the planner models (`overdrive.formats`, `Format.plan_bytes`)
+LOW_PRECISION_SEARCHED = planned_presets(default_only=True)
+"""Those searched without --precision: Transformer Engine's delayed scaling is planned when asked for (Megatron-LM's
+default recipe, NeMo 24.x's), not offered beside FP8's current scaling."""
 PRECISIONS = ("fp32", "bf16", "fp16", *LOW_PRECISION)
 SHARDINGS = ("none", "zero1", "zero2", "fsdp", "hsdp")
 """none = DDP (replicated); zero1 = DDP with a distributed optimizer (Megatron's); zero2 = + sharded grads;

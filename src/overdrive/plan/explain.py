@@ -10,7 +10,7 @@ from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_C
                                    state_bytes_per_param, terms)
 from overdrive.plan.attention import (CUDNN_HINT, attention_kernel, attention_override, attention_share, fa2_by_default,
                                       head_dim_ratio)
-from overdrive.plan.throughput import CALIBRATION, peak_tflops
+from overdrive.plan.throughput import CALIBRATION, cast_bytes_per_micro_batch, peak_tflops
 from overdrive.plan.pipeline import chunk_slots, embedding_bytes, embedding_micro_batches, pipeline_blocks_in_flight, stage_params
 
 __all__ = ["explain", "NOT_ADDED"]
@@ -104,6 +104,22 @@ def _attention_line(e: Estimate) -> str:
     return line
 
 
+def _cast_line(e: Estimate) -> str:
+    """The low-precision casts inside memory_bound: the format's bytes per element, where weights are cast."""
+    s, f = e.setup, planned_format(e.setup.precision)
+    c = f.cast_bytes()
+    nbytes = cast_bytes_per_micro_batch(e.model, s)
+    where = ("once a step (Megatron passes is_first_microbatch: Transformer Engine caches them)" if s.stack == "megatron"
+             else "every micro-batch")
+    if s.gathers_fp8:
+        where += ", gathered in FP8 so only their transposed copy (2 B)"
+    inputs = (f"norm-fed input {c.norm_input:g} (once per norm), other input {c.input:g}" if s.stack == "megatron"
+              else f"input {c.input:g} (each linear its own)")
+    return (f"  casts ({f.name}, {f.scaling} scaling; inside memory_bound): {nbytes / 1e9:.2f} GB per micro-batch at "
+            f"{inputs}, gradient {c.grad:g}, weight {c.weight:g} B per element, weights {where} "
+            "(Format.cast_bytes: each engine's kernels, overdrive/formats/registry.py)")
+
+
 def _pipeline_line(e: Estimate) -> str:
     """Which end of the pipeline sets the peak, and why (plan/pipeline.py)."""
     s, m = e.setup, e.model
@@ -191,6 +207,8 @@ def explain(e: Estimate) -> list[str]:
                          f"{_TIME[k]}")
     if e.times.get("attention") and s.attention != "unfused":
         lines.append(_attention_line(e))
+    if s.low_precision and e.model is not None:
+        lines.append(_cast_line(e))
     c = getattr(e, "comm", None) or {}
     if c.get("dp"):
         lines.append(f"  data-parallel collectives: {c['dp_calls']:.0f} calls per step ({c['dp_algo']}"

@@ -9,7 +9,8 @@ from overdrive.env.catalog import GpuSpec, gpu_by_key
 from overdrive.formats import planned_format
 from overdrive.plan.estimate import Estimate, estimate
 from overdrive.plan.runnable import how_to_run, not_in_overdrive
-from overdrive.plan.setup import (CHECKPOINTING, LOW_PRECISION, MIN_EFFICIENCY, SHARDING_ALIASES, TrainSetup,
+from overdrive.plan.choices import LOW_PRECISION_SEARCHED
+from overdrive.plan.setup import (CHECKPOINTING, MIN_EFFICIENCY, SHARDING_ALIASES, TrainSetup,
                                   check_layout, fallback_precision)
 from overdrive.plan.specs import ModelSpec, get_model
 from overdrive.plan.setup_checks import stack_lacks
@@ -18,7 +19,7 @@ from overdrive.plan.attention import CUDNN_HINT, attention_kernel, fa2_by_defaul
 __all__ = ["plan", "sweep", "longest_seq", "calibrate_from_bench", "SWEEP_MODELS", "label", "MIN_HEADROOM_SHARE",
            "default_margin_gib", "rank"]
 
-DEFAULT_PRECISIONS = ("bf16", *LOW_PRECISION)
+DEFAULT_PRECISIONS = ("bf16", *LOW_PRECISION_SEARCHED)
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 MIN_HEADROOM_SHARE = 0.10
 """Default safety margin, a share of the GPU's memory: the planner's memory estimate is off by up to ~11% on

@@ -31,9 +31,10 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
               `UNFUSED_ATTN_BYTES` per score of softmax and mask traffic (+ `UNFUSED_DROPOUT_BYTES` with --dropout).
   memory      per token per block (12h + 2kv + 3F [SwiGLU] or 2F) elements × 2 bytes forward, ×3 with
               backward (norms, RoPE, residuals, activation); ×`nocompile` without fusion; low-precision
-              casts read 2 and write 1 byte per element of each GEMM operand, forward and backward
-              (3·(2MK + 2KN + MN) bytes); a squared ReLU on the megatron stack unfused (+8F elements per token,
-              `SRELU_UNFUSED_ELEMS`); the loss by `loss_bytes_per_logit` (PyTorch's fp32 one 36, Megatron's 52, fused 8). At 80% of HBM bandwidth.
+              casts by the format's scaling (`Format.cast_bytes`, `_cast_bytes`: an amax pass before each cast
+              with current scaling, none with Transformer Engine's delayed scaling, whose norms write FP8 and
+              whose weights Megatron casts once a step); a squared ReLU on the megatron stack unfused (+8F
+              elements per token, `SRELU_UNFUSED_ELEMS`); the loss by `loss_bytes_per_logit` (PyTorch's fp32 one 36, Megatron's 52, fused 8). At 80% of HBM bandwidth.
   recompute   full: another forward of every block (GEMM, attention, memory-bound); selective (every 2nd
               block): half of that; selective-op: every other block matmul and the memory-bound forward;
               Megatron --recompute-layers: the forward of the recomputed blocks; --recompute-modules: the MLP's
@@ -49,7 +50,7 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
 
 from __future__ import annotations
 
-from overdrive.formats import FORMATS, planned_format
+from overdrive.formats import planned_format
 from overdrive.plan.attention import attention_override, attention_share
 from overdrive.plan.memory import act_bytes_per_layer, recomputed_blocks
 from overdrive.plan.pipeline import stage_imbalance
@@ -62,12 +63,12 @@ __all__ = ["CALIBRATION", "compute_times", "gemm_eff", "gemm_shape_eff", "peak_t
 # Fitted by scripts/plan_calibrate.py on the calibration runs of src/overdrive/plan/published_runs.json only
 # (docs/plan-validation.md lists which run fitted which constant); never on the validation runs.
 CALIBRATION = {
-    "gemm_eff": {"pytorch": {8: 0.752, 9: 0.58, 10: 0.58}, "megatron": {8: 0.752, 9: 0.717, 10: 0.668}},
+    "gemm_eff": {"pytorch": {8: 0.752, 9: 0.604, 10: 0.604}, "megatron": {8: 0.752, 9: 0.695, 10: 0.701}},
     "gemm_k0": 128.0,
-    "lowp_rel": 1.023,
-    "rowwise_rel": 0.718,
+    "lowp_rel": 0.921,
+    "rowwise_rel": 0.79,
     "attn_rel": 0.559,
-    "nocompile": 1.54,
+    "nocompile": 1.925,
 }
 # Streaming multiprocessors per GPU (NVIDIA's architecture whitepapers and datasheets), for wave quantization.
 SMS = {"a100-40": 108, "a100-80": 108, "h100-sxm": 132, "h100-96gb": 132, "h100-nvl": 132, "h100-pcie": 114,
@@ -87,8 +88,6 @@ scores and writes the probabilities (4); backward, softmax's read of probabiliti
 UNFUSED_DROPOUT_BYTES = 10.0
 """Attention dropout over the unfused scores: forward, it reads the probabilities and writes the result and a
 1-byte mask (5); backward, it reads the gradient and the mask and writes its result (5)."""
-QUANT_BYTES = {f.preset: f.plan_bytes for f in FORMATS.values() if f.plan_bytes is not None}
-"""Per format: `Format.plan_bytes` (FP8 1, MXFP8 1.15 with its E8M0 scales, NVFP4 1.3)."""
 
 
 MEGATRON_CE_BYTES = 52.0
@@ -203,10 +202,39 @@ def _gemm_terms(m: ModelSpec, s: TrainSetup, cal: dict, c: dict, block, passes: 
         t_lowp = _gemm_s(block, peak_tflops(s), e * rel, passes, sms, k0)
         lowp_share = 1 - fmt.keep_last_fraction  # the layers the format keeps in bf16 (NVFP4: its last 16%)
         t_block = lowp_share * t_lowp + (1 - lowp_share) * t_bf16
-        quant_b = lowp_share * fmt.plan_bytes * sum(3 * (2 * a * k + 2 * k * n + a * n) for a, k, n in block)
+        quant_b = lowp_share * _cast_bytes(s, fmt.cast_bytes(), block)
     M = s.micro_batch * s.seq / s.cp
     head = _gemm_s([(M, m.hidden, m.vocab / s.tp)], bf16_peak, e, 3.0, sms, k0)
     return c["L"] * t_block, head, lowp_share, quant_b
+
+
+def _cast_bytes(s: TrainSetup, cast, block) -> float:
+    """HBM bytes the low-precision casts of one block move per micro-batch (`Format.cast_bytes` per element).
+    Megatron-Core builds QKV and FC1 as Transformer Engine LayerNormLinears: each of the two norm outputs is cast
+    once (`norm_input`) and the projection's and FC2's inputs at `input`; PyTorch-stack linears (torchtitan, OLMo,
+    Hugging Face) each cast their own input. Every GEMM's output gradient at `grad`. Weights: Megatron passes
+    `is_first_microbatch`, so Transformer Engine casts them on a step's first micro-batch and reuses the cache
+    (with FP8 parameters only their transpose is made, 2 bytes); on the PyTorch stack they are cast every
+    micro-batch, or, gathered in FP8 (torchao's FSDP2 float8 all-gather), only copied to the transposed layout."""
+    M = block[0][0]
+    if s.stack == "megatron":
+        (_, h, _), (_, q_in, _), (_, f_in, _) = block[0], block[3], block[-1]
+        x = cast.norm_input * 2 * M * h + cast.input * M * (q_in + f_in)
+        w = (2.0 if s.gathers_fp8 else cast.weight) / max(1, s.grad_accum)
+    else:
+        x = cast.input * sum(a * k for a, k, _ in block)
+        w = 2.0 if s.gathers_fp8 else cast.weight
+    return x + cast.grad * sum(a * n for a, _, n in block) + w * sum(k * n for _, k, n in block)
+
+
+def cast_bytes_per_micro_batch(m: ModelSpec, s: TrainSetup) -> float:
+    """The low-precision casts' HBM bytes per micro-batch over this GPU's blocks (0 in bf16): `--explain`'s line."""
+    fmt = planned_format(s.precision)
+    if fmt is None:
+        return 0.0
+    block = _block_gemms(m, s, s.micro_batch * s.seq / s.cp)
+    L = m.n_layer / s.pp * stage_imbalance(m, s)
+    return L * (1 - fmt.keep_last_fraction) * _cast_bytes(s, fmt.cast_bytes(), block)
 
 
 def _attention_time(m: ModelSpec, s: TrainSetup, cal: dict, c: dict) -> tuple[float, float]:
