@@ -35,30 +35,41 @@ def version_tuple(v: str | None) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class CastBytes:
-    """HBM bytes per element that quantising a GEMM operand moves in one micro-batch's forward and backward, beyond
-    the GEMMs' own reads (the planner's cast time). Read from each engine's source:
+    """HBM bytes per element that quantising a GEMM operand moves in one micro-batch, beyond the GEMMs' own reads
+    (the planner's cast time), each role as (forward, backward) bytes: a recompute repeats the forward part. Read
+    from each engine's source:
 
-    - current (dynamic) tensorwise scaling, torchao's float8 under torch.compile (torchao/testing/training/
-      roofline_utils.py `get_tensor_memory_traffic_ovhd_s`, "tensorwise": an amax pass reading the bf16 tensor, then
-      one kernel reading it again and writing both FP8 layouts: 2 + 2 + 1 + 1 = 6; the weight recast for its
-      transposed layout, 2 + 3 + 3 = 8); Transformer Engine's Float8CurrentScaling has the same amax-then-cast shape;
-    - row-wise scaling (torchao): two casting kernels, one per layout, each reading bf16 and writing FP8 with its
-      row amax taken in the kernel: 3 + 3 = 6 for every operand;
+    - current (dynamic) tensorwise scaling, torchao's float8 (torchao/testing/training/roofline_utils.py
+      `get_tensor_memory_traffic_ovhd_s`, its model of its own compiled kernels, "tensorwise"): an amax pass reads
+      the bf16 tensor (2), then one kernel reads it again and writes both FP8 layouts (2 + 1 + 1): 6 per input, in
+      the forward, and per gradient, in the backward; a weight 2 + 3 forward and 3 more to recast its transposed
+      layout in the backward. Transformer Engine's Float8CurrentScaling has the same amax-then-cast shape;
+    - row-wise scaling (the same file, "rowwise"): an input or gradient 5 (FP8 row-major and a bf16 transposed copy)
+      + 3 (that copy cast); a weight 3 forward, 4 + 3 backward;
     - delayed scaling (Transformer Engine 1.x, `recipe.DelayedScaling`): the scale is the last micro-batch's, so the
       amax is taken inside the casting kernel. A norm feeding a `LayerNormLinear` writes its output in FP8 itself
-      (`layernorm_fwd_fp8`), and the backward makes its transpose (`fp8_transpose`, 1 + 1 = 2); any other input and
-      each gradient go through one fused cast+transpose (`fp8_cast_transpose_fused`, 2 + 1 + 1 = 4); a weight the
-      same 4, cached for the rest of the step when the trainer passes `is_first_microbatch` (Megatron-Core does);
-    - a format that sets only `Format.plan_bytes` (MXFP8, NVFP4): the first count the planner had
-      (`Format.cast_bytes`)."""
+      (`layernorm_fwd_fp8`), and the backward transposes it (`fp8_transpose`, 1 + 1); any other input and each
+      gradient go through one fused cast+transpose (`fp8_cast_transpose_fused`, 2 + 1 + 1); a weight the same 4,
+      cached for the rest of the step when the trainer passes `is_first_microbatch` (Megatron-Core does). With
+      sequence parallelism or frozen weights Transformer Engine 1.x casts (3) and transposes later (2) instead: not
+      planned, a byte more per element there;
+    - MXFP8 (the same file, "mxfp8_cublas"): two casts per operand, one per layout, each reading bf16 and writing
+      FP8 with an E8M0 scale per 32 elements;
+    - a format that sets only `Format.plan_bytes` (NVFP4): the first count the planner had, 2 x `plan_bytes` per
+      input and weight element in each of the three passes (a third of it forward), `plan_bytes` per gradient
+      element in each (`Format.cast_bytes`).
 
-    norm_input: float
+    The stack decides how often (throughput.py `_cast_bytes`): Megatron casts each norm output once for the GEMMs it
+    feeds and its weights once a step; the PyTorch stack casts each linear's input and its weights every
+    micro-batch."""
+
+    norm_input: tuple[float, float]
     """An input a norm writes (Transformer Engine's LayerNormLinear: QKV, FC1), once per distinct tensor."""
-    input: float
+    input: tuple[float, float]
     """Any other GEMM input, and every input on a stack whose linears each cast their own."""
-    grad: float
+    grad: tuple[float, float]
     """The gradient entering each GEMM's backward, both layouts."""
-    weight: float
+    weight: tuple[float, float]
     """A weight element each time it is cast."""
 
 
@@ -155,8 +166,15 @@ class Format:
         planned."""
         if self.plan_cast is not None or self.plan_bytes is None:
             return self.plan_cast
-        x = 3 * 2 * self.plan_bytes
-        return CastBytes(norm_input=x, input=x, grad=3 * self.plan_bytes, weight=x)
+        x = (2 * self.plan_bytes, 4 * self.plan_bytes)
+        return CastBytes(norm_input=x, input=x, grad=(0.0, 3 * self.plan_bytes), weight=x)
+
+    @property
+    def te_eager_only(self) -> bool:
+        """Transformer Engine runs it with `recipe.DelayedScaling`, which fails under torch.compile: compiled, the
+        recipe resolves to current scaling instead (recipes/resolve.py), so it is planned eager."""
+        te = self.engine(TE)
+        return te is not None and te.api == "DelayedScaling"
 
     def engine(self, backend: str) -> Engine | None:
         return next((e for e in self.engines if e.backend == backend), None)
@@ -186,6 +204,9 @@ def _r(key: str) -> EngineRules:
 _AO_FP8 = dict(backend=TORCHAO, converter="torchao-float8", rules=_r("torchao/fp8"))
 _EMU_FP8 = Engine(backend=EMULATED, converter="torchao-float8", rules=_r("emulated/fp8"), api="emulate_ok")
 _FP8_GPU = "FP8 tensor cores (SM >= 8.9)"
+_MX_CAST = (2 + 1 + 1 / 32, 2 + 1 + 1 / 32)
+"""MXFP8's cast per input or weight element: one layout in the forward, the other in the backward (each read 2,
+write 1 and an E8M0 scale per 32)."""
 
 _ALL = (
     Format(name="fp8-tensorwise", preset="fp8", aliases=("float8",), bits="fp8", scaling="tensorwise", kind="fp8",
@@ -194,7 +215,7 @@ _ALL = (
                            since=(2, 2), older="fp8-delayed"),
                     Engine(**_AO_FP8, api="tensorwise"), _EMU_FP8),
            compile_engines=(TORCHAO, TE), loss_tolerance=0.05, fsdp_float8_all_gather=True, plan_bytes=1.0,
-           plan_cast=CastBytes(norm_input=6, input=6, grad=6, weight=8), tensor_scale=True,
+           plan_cast=CastBytes(norm_input=(6, 0), input=(6, 0), grad=(0, 6), weight=(5, 3)), tensor_scale=True,
            emulation="torchao emulation",
            description="FP8 linears, per-tensor scaling (TE or torchao; emulated without FP8 hardware)"),
     Format(name="fp8-rowwise", preset="fp8-rowwise", aliases=("rowwise",), bits="fp8", scaling="rowwise", kind="fp8",
@@ -203,7 +224,7 @@ _ALL = (
                            unsupported="Transformer Engine has no rowwise scaling (torchao does)"),
                     Engine(**_AO_FP8, api="rowwise"), _EMU_FP8),
            compile_engines=(TORCHAO, TE), loss_tolerance=0.05, plan_bytes=1.0, plan_rel="rowwise_rel",
-           plan_cast=CastBytes(norm_input=6, input=6, grad=6, weight=6),
+           plan_cast=CastBytes(norm_input=(5, 3), input=(5, 3), grad=(0, 8), weight=(3, 7)),
            emulation="torchao emulation", description="FP8 linears, row-wise scaling (torchao)"),
     Format(name="fp8-delayed", preset="fp8-delayed", aliases=("fp8-delayed-scaling",), bits="fp8", scaling="delayed",
            kind="fp8", label="FP8",
@@ -215,7 +236,8 @@ _ALL = (
                     Engine(backend=EMULATED, converter="torchao-float8", rules=_r("emulated/fp8"), api="emulate_ok",
                            instead="fp8-tensorwise")),
            compile_engines=(TORCHAO, TE), loss_tolerance=0.05, emulation="torchao emulation", tensor_scale=True,
-           plan_bytes=1.0, plan_cast=CastBytes(norm_input=2, input=4, grad=4, weight=4), plan_default=False,
+           plan_bytes=1.0, plan_cast=CastBytes(norm_input=(0, 2), input=(4, 0), grad=(0, 4), weight=(4, 0)),
+           plan_default=False,
            description="FP8 linears, delayed scaling (Transformer Engine)"),
     # MXFP8: E4M3 values, one E8M0 scale per 32 along the reduction dim (OCP MX 1.0). TE 2.0's API lists
     # MXFP8BlockScaling. torchtitan's MXFP8 runs keep the attention K/V projections in bf16: small in GQA
@@ -232,6 +254,7 @@ _ALL = (
            keep_why="attention K/V projection stays in bf16 (torchtitan's MXFP8 runs skip wk/wv: small in GQA models "
                     "and sensitive)",
            loss_tolerance=0.05, plan_bytes=1.15, stored_bytes=1 + 1 / 32,
+           plan_cast=CastBytes(norm_input=_MX_CAST, input=_MX_CAST, grad=(0, 2 * _MX_CAST[0]), weight=_MX_CAST),
            emulation="torchao's MXFP8_EMULATED_RCEIL recipe",
            torchtitan_mx="mxfp8_cublas", accelerate_te_flag="use_mxfp8_block_scaling",
            description="MXFP8 linears (TE or torchao on SM 10.x; emulated without FP8 hardware: quality only)"),

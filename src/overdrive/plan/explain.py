@@ -113,10 +113,11 @@ def _cast_line(e: Estimate) -> str:
              else "every micro-batch")
     if s.gathers_fp8:
         where += ", gathered in FP8 so only their transposed copy (2 B)"
-    inputs = (f"norm-fed input {c.norm_input:g} (once per norm), other input {c.input:g}" if s.stack == "megatron"
-              else f"input {c.input:g} (each linear its own)")
+    b = lambda role: f"{sum(role):.3g}"   # noqa: E731  (forward + backward bytes)
+    inputs = (f"norm-fed input {b(c.norm_input)} (once per norm), other input {b(c.input)}" if s.stack == "megatron"
+              else f"input {b(c.input)} (each linear its own)")
     return (f"  casts ({f.name}, {f.scaling} scaling; inside memory_bound): {nbytes / 1e9:.2f} GB per micro-batch at "
-            f"{inputs}, gradient {c.grad:g}, weight {c.weight:g} B per element, weights {where} "
+            f"{inputs}, gradient {b(c.grad)}, weight {b(c.weight)} B per element, weights {where} "
             "(Format.cast_bytes: each engine's kernels, overdrive/formats/registry.py)")
 
 

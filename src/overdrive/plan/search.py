@@ -213,8 +213,8 @@ def _check_asked(g: GpuSpec, base: TrainSetup, precisions: list, shardings) -> N
     planned = {fallback_precision(p, g) or p for p in runs_here}
     for flag, on in (("--fp8-activations", base.fp8_activations), ("--fp8-all-gather", base.fp8_all_gather)):
         if on and not any(planned_format(p) for p in planned):
-            raise ValueError(f"{flag} needs a low precision that runs on {g.key} (fp8, fp8-rowwise; mxfp8/nvfp4 on "
-                             f"Blackwell), and --precision {','.join(precisions)} has none: add one or drop the flag")
+            raise ValueError(f"{flag} needs a low precision that runs on {g.key} (fp8, fp8-rowwise, fp8-delayed; "
+                             f"mxfp8/nvfp4 on Blackwell), and --precision {','.join(precisions)} has none: add one or drop the flag")
     if base.nodes == 1 and all(SHARDING_ALIASES.get(sh, sh) == "hsdp" for sh in shardings):
         raise ValueError("--sharding hsdp needs --nodes > 1 (FSDP within a node, replicas across nodes): "
                          "use fsdp on one node")

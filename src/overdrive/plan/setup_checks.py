@@ -7,9 +7,10 @@ dataclass's __post_init__ has to.
 
 from __future__ import annotations
 
+import difflib
 import math
 
-from overdrive.formats import TE, planned_format, planned_presets
+from overdrive.formats import TE, find_format, planned_format, planned_presets
 from overdrive.plan.choices import (ATTENTIONS, BANDWIDTH_GBS, BLOCK_CODES, CHECKPOINTING, GATHER_DTYPES,
                                     GRAD_DTYPES, LOSSES, MASTER_WEIGHTS, MAX_COUNT, MIN_EFFICIENCY, OFFLOADS,
                                     OPTIMIZER_ALIASES, OPTIMIZER_DTYPES, OPTIMIZERS, PRECISIONS, RECOMPUTE_MODULES,
@@ -23,9 +24,13 @@ def _flag(field: str) -> str:
     return "--gpus" if field == "gpus_per_node" else f"--{field.replace('_', '-')}"
 
 
-def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+def _choice(name: str, value: str, allowed: tuple[str, ...], fuzzy: bool = False) -> None:
+    """A value outside `allowed` is refused, with the allowed value it differs from only by case (or, `fuzzy`, the
+    closest spelling) as the fix."""
     if value not in allowed:
-        near = next((a for a in allowed if a == str(value).strip().lower()), None)
+        v = str(value).strip().lower()
+        near = next((a for a in allowed if a == v), None) or (
+            next(iter(difflib.get_close_matches(v, allowed, 1)), None) if fuzzy else None)
         raise ValueError(f"--{name} {value!r} is not one of {', '.join(allowed)}"
                          + (f": did you mean --{name} {near}?" if near else ""))
 
@@ -76,8 +81,11 @@ def _resolve_optimizer(s) -> None:
 def _resolve_names(s) -> None:
     """Aliases to their names (ddp → none, adamw-8bit → adamw + 8bit states, nemo → megatron), then each choice."""
     _set(s, "sharding", SHARDING_ALIASES.get(s.sharding, s.sharding))
-    _set(s, "precision", getattr(planned_format(s.precision), "preset", s.precision))  # a format's name: its preset
-    _choice("precision", s.precision, (*PRECISIONS[:3], *planned_presets()))
+    v = str(s.precision).strip().lower().replace("_", "-")
+    spelled = find_format(v)   # a format's name, alias or scaling; not its bits alone ("fp4" names no format)
+    if spelled is not None and spelled.plan_bytes is not None and (v != spelled.bits or v == spelled.preset):
+        _set(s, "precision", spelled.preset)
+    _choice("precision", s.precision, (*PRECISIONS[:3], *planned_presets()), fuzzy=True)
     _choice("sharding", s.sharding, SHARDINGS)
     _choice("checkpointing", s.checkpointing, CHECKPOINTING)
     _choice("optimizer-dtype", s.optimizer_dtype, OPTIMIZER_DTYPES)
@@ -233,6 +241,11 @@ def _check_precision_and_steps(s) -> None:
     if s.master_weights == "remainder" and s.precision in ("fp32", "fp16"):
         raise ValueError(f"--master-weights remainder rebuilds fp32 from bf16 weights, not {s.precision} ones: "
                          "use --precision bf16 (or fp8 and the like, whose weights are bf16)")
+    fmt = planned_format(s.precision)
+    if fmt is not None and fmt.te_eager_only and s.stack == "pytorch" and s.compile:
+        raise ValueError(f"--precision {s.precision} is Transformer Engine's delayed scaling, which does not run "
+                         "under torch.compile: add --no-compile (--fused-kernels too for hand-fused code), or plan "
+                         "--precision fp8 (current scaling)")
     if stack_lacks(s.stack, s.precision):
         raise ValueError(f"--precision {s.precision} with --stack megatron: {stack_lacks(s.stack, s.precision)}; "
                          f"use --stack pytorch or a precision Transformer Engine runs")

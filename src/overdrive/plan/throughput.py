@@ -66,7 +66,7 @@ CALIBRATION = {
     "gemm_eff": {"pytorch": {8: 0.752, 9: 0.604, 10: 0.604}, "megatron": {8: 0.752, 9: 0.695, 10: 0.701}},
     "gemm_k0": 128.0,
     "lowp_rel": 0.921,
-    "rowwise_rel": 0.79,
+    "rowwise_rel": 0.83,
     "attn_rel": 0.559,
     "nocompile": 1.925,
 }
@@ -195,21 +195,22 @@ def _gemm_terms(m: ModelSpec, s: TrainSetup, cal: dict, c: dict, block, passes: 
     """The blocks' GEMMs (bf16, or the low-precision share at its peak), the head's, and the cast bytes."""
     e, sms, k0, bf16_peak = c["e"], c["sms"], c["k0"], c["bf16_peak"]
     t_bf16 = _gemm_s(block, bf16_peak, e, passes, sms, k0)
-    lowp_share, t_block, quant_b = 0.0, t_bf16, 0.0
+    lowp_share, t_block, quant_b = 0.0, t_bf16, (0.0, 0.0)
     if s.low_precision:
         fmt = planned_format(s.precision)
         rel = cal["lowp_rel"] * (cal[fmt.plan_rel] if fmt.plan_rel else 1.0)
         t_lowp = _gemm_s(block, peak_tflops(s), e * rel, passes, sms, k0)
         lowp_share = 1 - fmt.keep_last_fraction  # the layers the format keeps in bf16 (NVFP4: its last 16%)
         t_block = lowp_share * t_lowp + (1 - lowp_share) * t_bf16
-        quant_b = lowp_share * _cast_bytes(s, fmt.cast_bytes(), block)
+        quant_b = tuple(lowp_share * x for x in _cast_bytes(s, fmt.cast_bytes(), block))
     M = s.micro_batch * s.seq / s.cp
     head = _gemm_s([(M, m.hidden, m.vocab / s.tp)], bf16_peak, e, 3.0, sms, k0)
     return c["L"] * t_block, head, lowp_share, quant_b
 
 
-def _cast_bytes(s: TrainSetup, cast, block) -> float:
-    """HBM bytes the low-precision casts of one block move per micro-batch (`Format.cast_bytes` per element).
+def _cast_bytes(s: TrainSetup, cast, block) -> tuple[float, float]:
+    """HBM bytes the low-precision casts of one block move per micro-batch (`Format.cast_bytes` per element):
+    (all of them, the forward's: what a recompute repeats).
     Megatron-Core builds QKV and FC1 as Transformer Engine LayerNormLinears: each of the two norm outputs is cast
     once (`norm_input`) and the projection's and FC2's inputs at `input`; PyTorch-stack linears (torchtitan, OLMo,
     Hugging Face) each cast their own input. Every GEMM's output gradient at `grad`. Weights: Megatron passes
@@ -219,12 +220,15 @@ def _cast_bytes(s: TrainSetup, cast, block) -> float:
     M = block[0][0]
     if s.stack == "megatron":
         (_, h, _), (_, q_in, _), (_, f_in, _) = block[0], block[3], block[-1]
-        x = cast.norm_input * 2 * M * h + cast.input * M * (q_in + f_in)
-        w = (2.0 if s.gathers_fp8 else cast.weight) / max(1, s.grad_accum)
+        x = [a * 2 * M * h + b * M * (q_in + f_in) for a, b in zip(cast.norm_input, cast.input)]
+        w = [v / max(1, s.grad_accum) for v in ((2.0, 0.0) if s.gathers_fp8 else cast.weight)]
     else:
-        x = cast.input * sum(a * k for a, k, _ in block)
-        w = 2.0 if s.gathers_fp8 else cast.weight
-    return x + cast.grad * sum(a * n for a, _, n in block) + w * sum(k * n for _, k, n in block)
+        x = [v * sum(a * k for a, k, _ in block) for v in cast.input]
+        w = (0.0, 2.0) if s.gathers_fp8 else cast.weight   # gathered in FP8: the backward's transposed copy
+    g = [v * sum(a * n for a, _, n in block) for v in cast.grad]
+    kn = sum(k * n for _, k, n in block)
+    fwd = x[0] + g[0] + w[0] * kn
+    return fwd + x[1] + g[1] + w[1] * kn, fwd
 
 
 def cast_bytes_per_micro_batch(m: ModelSpec, s: TrainSetup) -> float:
@@ -234,7 +238,7 @@ def cast_bytes_per_micro_batch(m: ModelSpec, s: TrainSetup) -> float:
         return 0.0
     block = _block_gemms(m, s, s.micro_batch * s.seq / s.cp)
     L = m.n_layer / s.pp * stage_imbalance(m, s)
-    return L * (1 - fmt.keep_last_fraction) * _cast_bytes(s, fmt.cast_bytes(), block)
+    return L * (1 - fmt.keep_last_fraction) * _cast_bytes(s, fmt.cast_bytes(), block)[0]
 
 
 def _attention_time(m: ModelSpec, s: TrainSetup, cal: dict, c: dict) -> tuple[float, float]:
@@ -273,14 +277,14 @@ def _elementwise_bytes(m: ModelSpec, s: TrainSetup, cal: dict, L: float) -> floa
 
 
 def _recompute_time(m: ModelSpec, s: TrainSetup, c: dict, block, gemm_block: float, attn: float, fwd_share: float,
-                    ew_bytes: float, quant_b: float, passes: float) -> float:
+                    ew_bytes: float, quant_fwd: float, passes: float) -> float:
     """The forward work that checkpointing or Megatron's selective recompute runs again in the backward."""
     L, hbm, e, sms, k0, bf16_peak = c["L"], c["hbm"], c["e"], c["sms"], c["k0"], c["bf16_peak"]
     # selective: the L // 2 blocks memory.py checkpoints (none with one block per stage)
     frac_fwd = {"none": 0.0, "selective": (L // 2) / L, "full": 1.0, "selective-op": 0.0}[s.checkpointing]
     if s.recompute_layers:
         frac_fwd = recomputed_blocks(m, s) / L
-    recompute = frac_fwd * (gemm_block / passes + attn * fwd_share + (ew_bytes / 3 + L * quant_b / 3) / hbm)
+    recompute = frac_fwd * (gemm_block / passes + attn * fwd_share + (ew_bytes / 3 + L * quant_fwd) / hbm)
     if s.checkpointing == "selective-op":
         recompute = 0.5 * gemm_block / passes + ew_bytes / 3 / hbm
     tok, width = s.micro_batch * s.seq / s.cp / s.tp, 4 if s.precision == "fp32" else 2
@@ -352,8 +356,8 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
     tok = s.micro_batch * s.seq / s.cp / s.tp      # tokens per GPU in the memory-bound ops
     # the loss kernel is --loss's; "standard" on the megatron stack is Megatron's own vocab-parallel one
     loss_b = loss_bytes_per_logit(s) + (Z_LOSS_BYTES if s.z_loss and s.loss in ("standard", "hf", "compiled-fp32") else 0)
-    memory = (ew_bytes + L * quant_b + tok * m.vocab * loss_b) / c["hbm"]
-    recompute = _recompute_time(m, s, c, block, gemm_block, attn, fwd_share, ew_bytes, quant_b, passes)
+    memory = (ew_bytes + L * quant_b[0] + tok * m.vocab * loss_b) / c["hbm"]
+    recompute = _recompute_time(m, s, c, block, gemm_block, attn, fwd_share, ew_bytes, quant_b[1], passes)
     return {"gemm": gemm_block + head, "attention": attn, "memory": memory, "recompute": recompute,
             "optimizer": _optimizer_time(m, s, c["hbm"]), "lowp_share": lowp_share, "offload": _offload_time(m, s, L),
             "grad_accum": _grad_accum_time(m, s, c["hbm"])}

@@ -134,7 +134,7 @@ def _low_precision(r: Recipe, env: EnvReport, log: _Log, compile_mode: str, own_
         f"the model's own gradient checkpointing is on: {TE_AC_CONFLICT}" if own_checkpointing else None
     backend, scaling, precision = resolve_format(r.fp8_scaling, r.fp8_backend, env, log,
                                                  compiled=compile_mode != "off", recompute=recompute)
-    if backend == TE and find_format(scaling).engine(TE).api == "DelayedScaling" and compile_mode != "off":
+    if backend == TE and find_format(scaling).te_eager_only and compile_mode != "off":
         if te_has_current_scaling(env.engine(TE).version):
             log.add("fp8_scaling", scaling, "tensorwise", "TE DelayedScaling fails under torch.compile → "
                     "current (tensorwise) scaling", fallback=True)
