@@ -20,7 +20,7 @@ H100 = gpu_by_key("h100-sxm")
 M8 = get_model("llama3-8b")
 
 
-def _by_hand(s, c, megatron):
+def _by_hand(s, c, megatron, tp_once=False):
     """The count written out for llama3-8b's block, shapes spelled from the model (not from _block_gemms)."""
     M, h, t = s.micro_batch * s.seq, M8.hidden, s.tp
     q, kv, F = M8.n_head * M8.head_dim, M8.n_kv_head * M8.head_dim, M8.ffn
@@ -30,6 +30,9 @@ def _by_hand(s, c, megatron):
         if megatron:   # one norm output feeds QKV, one FC1; the projection and FC2 cast their own input
             x = c.norm_input[part] * 2 * M * h + c.input[part] * M * (q / t + F / t)
             w = c.weight[part] / s.grad_accum
+        elif tp_once:   # torchtitan's float8 TP: the attention's and the FFN's input cast once, on the shard
+            x = c.input[part] * (2 * M / t * h + M * (q / t + F / t))
+            w = c.weight[part]
         else:
             x = c.input[part] * M * sum(k for k, _ in ins)
             w = c.weight[part]
@@ -46,8 +49,10 @@ def test_cast_bytes_are_the_engines_count(precision, stack, tp):
     s = TrainSetup(gpu=gpu_by_key("b200"), precision=precision, stack=stack, sharding="zero1", global_batch=64,
                    micro_batch=2, seq=4096, tp=tp, compile=not (precision == "fp8-delayed" and stack == "pytorch"))
     block = _block_gemms(M8, s, s.micro_batch * s.seq)
-    got = _cast_bytes(s, planned_format(precision).cast_bytes(), block)
-    assert got == pytest.approx(_by_hand(s, planned_format(precision).cast_bytes(), stack == "megatron"))
+    got = _cast_bytes(s, planned_format(precision), block)
+    f = planned_format(precision)
+    assert got == pytest.approx(_by_hand(s, f.cast_bytes(), stack == "megatron", tp > 1 and precision == "fp8"))
+    assert f.tp_float8_gather == (precision == "fp8")   # torchtitan's PrepareFloat8ModuleInput: tensorwise only
 
 
 def test_formats_count_from_the_engines_sources():
@@ -76,7 +81,7 @@ def test_a_recompute_repeats_the_forward_casts_only(monkeypatch):
         s = TrainSetup(gpu=H100, precision=f.preset, sharding="fsdp", micro_batch=1, seq=8192, global_batch=8,
                        checkpointing="full")
         before = compute_times(M8, s)
-        fwd = _cast_bytes(s, f.cast_bytes(), _block_gemms(M8, s, 8192))[1]
+        fwd = _cast_bytes(s, f, _block_gemms(M8, s, 8192))[1]
         late = CastBytes(*((0.0, sum(v)) for v in (f.plan_cast.norm_input, f.plan_cast.input, f.plan_cast.grad,
                                                     f.plan_cast.weight)))
         monkeypatch.setitem(FORMATS, name, dataclasses.replace(f, plan_cast=late))
@@ -102,7 +107,8 @@ def test_megatron_casts_weights_once_a_step_pytorch_every_micro_batch():
         c = planned_format(s.precision).cast_bytes()
         block = _block_gemms(M8, s, 4096)
         kn = sum(k * n for _, k, n in block)
-        drop = _cast_bytes(s, c, block)[0] - _cast_bytes(dataclasses.replace(s, fp8_all_gather=True), c, block)[0]
+        f = planned_format(s.precision)
+        drop = _cast_bytes(s, f, block)[0] - _cast_bytes(dataclasses.replace(s, fp8_all_gather=True), f, block)[0]
         assert drop == pytest.approx(w_drop * kn), stack
 
 

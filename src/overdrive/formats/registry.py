@@ -138,6 +138,10 @@ class Format:
     """Tail-mean loss difference to the fp32 baseline beyond which the quality judge calls it unsafe."""
     fsdp_float8_all_gather: bool = False
     """Under FSDP2 torchao all-gathers its weights in float8 (per-tensor scales only)."""
+    tp_float8_gather: bool = False
+    """Under tensor parallelism torchtitan casts each attention and FFN input once, on its sequence shard, and
+    all-gathers it in float8 (`PrepareFloat8ModuleInput`, torchtitan bedb16a5: per-tensor scales only); the planner
+    counts those two casts per block instead of one per linear."""
     plan_bytes: float | None = None
     """The planner's HBM bytes per quantised GEMM operand element (scales included); None: not planned."""
     plan_rel: str | None = None
@@ -214,7 +218,8 @@ _ALL = (
            engines=(Engine(backend=TE, converter="te", rules=_r("transformer_engine/fp8"), api="Float8CurrentScaling",
                            since=(2, 2), older="fp8-delayed"),
                     Engine(**_AO_FP8, api="tensorwise"), _EMU_FP8),
-           compile_engines=(TORCHAO, TE), loss_tolerance=0.05, fsdp_float8_all_gather=True, plan_bytes=1.0,
+           compile_engines=(TORCHAO, TE), loss_tolerance=0.05, fsdp_float8_all_gather=True, tp_float8_gather=True,
+           plan_bytes=1.0,
            plan_cast=CastBytes(norm_input=(6, 0), input=(6, 0), grad=(0, 6), weight=(5, 3)), tensor_scale=True,
            emulation="torchao emulation",
            description="FP8 linears, per-tensor scaling (TE or torchao; emulated without FP8 hardware)"),

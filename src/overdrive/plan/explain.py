@@ -115,7 +115,8 @@ def _cast_line(e: Estimate) -> str:
         where += ", gathered in FP8 so only their transposed copy (2 B)"
     b = lambda role: f"{sum(role):.3g}"   # noqa: E731  (forward + backward bytes)
     inputs = (f"norm-fed input {b(c.norm_input)} (once per norm), other input {b(c.input)}" if s.stack == "megatron"
-              else f"input {b(c.input)} (each linear its own)")
+              else f"input {b(c.input)} (the attention's and FFN's once each, on the sequence shard: torchtitan's "
+                   "float8 TP)" if s.tp > 1 and f.tp_float8_gather else f"input {b(c.input)} (each linear its own)")
     return (f"  casts ({f.name}, {f.scaling} scaling; inside memory_bound): {nbytes / 1e9:.2f} GB per micro-batch at "
             f"{inputs}, gradient {b(c.grad)}, weight {b(c.weight)} B per element, weights {where} "
             "(Format.cast_bytes: each engine's kernels, overdrive/formats/registry.py)")

@@ -202,13 +202,13 @@ def _gemm_terms(m: ModelSpec, s: TrainSetup, cal: dict, c: dict, block, passes: 
         t_lowp = _gemm_s(block, peak_tflops(s), e * rel, passes, sms, k0)
         lowp_share = 1 - fmt.keep_last_fraction  # the layers the format keeps in bf16 (NVFP4: its last 16%)
         t_block = lowp_share * t_lowp + (1 - lowp_share) * t_bf16
-        quant_b = tuple(lowp_share * x for x in _cast_bytes(s, fmt.cast_bytes(), block))
+        quant_b = tuple(lowp_share * x for x in _cast_bytes(s, fmt, block))
     M = s.micro_batch * s.seq / s.cp
     head = _gemm_s([(M, m.hidden, m.vocab / s.tp)], bf16_peak, e, 3.0, sms, k0)
     return c["L"] * t_block, head, lowp_share, quant_b
 
 
-def _cast_bytes(s: TrainSetup, cast, block) -> tuple[float, float]:
+def _cast_bytes(s: TrainSetup, fmt, block) -> tuple[float, float]:
     """HBM bytes the low-precision casts of one block move per micro-batch (`Format.cast_bytes` per element):
     (all of them, the forward's: what a recompute repeats).
     Megatron-Core builds QKV and FC1 as Transformer Engine LayerNormLinears: each of the two norm outputs is cast
@@ -216,12 +216,17 @@ def _cast_bytes(s: TrainSetup, cast, block) -> tuple[float, float]:
     Hugging Face) each cast their own input. Every GEMM's output gradient at `grad`. Weights: Megatron passes
     `is_first_microbatch`, so Transformer Engine casts them on a step's first micro-batch and reuses the cache
     (with FP8 parameters only their transpose is made, 2 bytes); on the PyTorch stack they are cast every
-    micro-batch, or, gathered in FP8 (torchao's FSDP2 float8 all-gather), only copied to the transposed layout."""
-    M = block[0][0]
+    micro-batch, or, gathered in FP8 (torchao's FSDP2 float8 all-gather), only copied to the transposed layout.
+    Under TP, torchtitan's float8 styles cast the attention's and the FFN's input once each, on the sequence shard,
+    before gathering it (`Format.tp_float8_gather`)."""
+    cast, M = fmt.cast_bytes(), block[0][0]
+    (_, h, _), (_, q_in, _), (_, f_in, _) = block[0], block[3], block[-1]
     if s.stack == "megatron":
-        (_, h, _), (_, q_in, _), (_, f_in, _) = block[0], block[3], block[-1]
         x = [a * 2 * M * h + b * M * (q_in + f_in) for a, b in zip(cast.norm_input, cast.input)]
         w = [v / max(1, s.grad_accum) for v in ((2.0, 0.0) if s.gathers_fp8 else cast.weight)]
+    elif s.tp > 1 and fmt.tp_float8_gather:
+        x = [v * (2 * M / s.tp * h + M * (q_in + f_in)) for v in cast.input]
+        w = (0.0, 2.0) if s.gathers_fp8 else cast.weight
     else:
         x = [v * sum(a * k for a, k, _ in block) for v in cast.input]
         w = (0.0, 2.0) if s.gathers_fp8 else cast.weight   # gathered in FP8: the backward's transposed copy
@@ -238,7 +243,7 @@ def cast_bytes_per_micro_batch(m: ModelSpec, s: TrainSetup) -> float:
         return 0.0
     block = _block_gemms(m, s, s.micro_batch * s.seq / s.cp)
     L = m.n_layer / s.pp * stage_imbalance(m, s)
-    return L * (1 - fmt.keep_last_fraction) * _cast_bytes(s, fmt.cast_bytes(), block)[0]
+    return L * (1 - fmt.keep_last_fraction) * _cast_bytes(s, fmt, block)[0]
 
 
 def _attention_time(m: ModelSpec, s: TrainSetup, cal: dict, c: dict) -> tuple[float, float]:
