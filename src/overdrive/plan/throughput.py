@@ -242,8 +242,7 @@ def cast_bytes_per_micro_batch(m: ModelSpec, s: TrainSetup) -> float:
     if fmt is None:
         return 0.0
     block = _block_gemms(m, s, s.micro_batch * s.seq / s.cp)
-    L = m.n_layer / s.pp * stage_imbalance(m, s)
-    return L * (1 - fmt.keep_last_fraction) * _cast_bytes(s, fmt, block)[0]
+    return _ctx(m, s, CALIBRATION)["L"] * (1 - fmt.keep_last_fraction) * _cast_bytes(s, fmt, block)[0]
 
 
 def _attention_time(m: ModelSpec, s: TrainSetup, cal: dict, c: dict) -> tuple[float, float]:
