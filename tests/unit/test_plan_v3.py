@@ -230,6 +230,28 @@ def test_megatron_cross_entropy_is_counted_from_its_kernels():
     assert _logits(nemotron, torch_) == pytest.approx(logits * 12)
 
 
+def test_megatron_core_07_cross_entropy_keeps_a_second_fp32_copy_at_the_forward_peak(run):
+    """--loss megatron-v07: Megatron-Core 0.1-0.7 subtract the max out of place (cross_entropy.py:24 @ core_v0.6.0),
+    so the 16-bit logits, the fp32 input and the fp32 shifted copy coexist: 10 bytes per logit in bf16 (8 in fp32)
+    against the in-place loss's 6; the same kernels, so the same HBM bytes; only the megatron stack has it."""
+    from overdrive.plan.setup_checks import validate
+    from overdrive.plan.throughput import MEGATRON_CE_BYTES, loss_bytes_per_logit
+
+    m = get_model("llama3-8b")
+    kw = dict(gpu=H100, seq=8192, micro_batch=1, tp=2, sharding="zero1", precision="bf16", stack="megatron")
+    new, old = TrainSetup(**kw), TrainSetup(**kw, loss="megatron-v07")
+    logits = 8192 * m.vocab / 2
+    assert _logits(m, old) == pytest.approx(logits * 10) and _logits(m, new) == pytest.approx(logits * 6)
+    assert _logits(m, dataclasses.replace(old, precision="fp32")) == pytest.approx(logits * 8)
+    assert loss_bytes_per_logit(old) == loss_bytes_per_logit(new) == MEGATRON_CE_BYTES
+    assert estimate(m, old).step_s == pytest.approx(estimate(m, new).step_s, rel=1e-12)
+    assert estimate(m, old).memory_gib - estimate(m, new).memory_gib == pytest.approx(4 * logits / GIB, rel=0.06)
+    with pytest.raises(ValueError, match=r"--loss megatron-v07 is Megatron-Core's own .*add --stack megatron"):
+        validate(TrainSetup(gpu=H100, seq=2048, loss="megatron-v07"))
+    _refused(run("--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--loss", "megatron-v07"),
+             r"--loss megatron-v07 is Megatron-Core's own cross-entropy .* add --stack megatron")
+
+
 @pytest.mark.parametrize("opt, states, dtype", [("adamw", 2, "fp32"), ("adamw-bf16", 2, "bf16"),
                                                 ("adamw-8bit", 2, "8bit"), ("lion", 1, "fp32"), ("sgd", 1, "fp32"),
                                                 ("adafactor", 0, "fp32")])

@@ -296,16 +296,16 @@ def _add_memory_args(a) -> None:
 def _add_stack_args(a) -> None:
     """What the software does: the loss, attention, the stack and its kernels, recompute and offload, the
     all-gather dtype, the links."""
-    a("--loss", default="standard", choices=["standard", "hf", "compiled", "inplace", "fused", "compiled-fp32", "chunked"],
-      help="cross-entropy: eager on fp32 logits, Hugging Face's (the fp32 logits kept in the output), "
-           "torch.compile'd, Transformer Engine's (gradient written over the logits), or chunked/fused with the head; compiled-fp32: compiled on the model's fp32 logits (torchtune), chunked: "
-           "torchtune's CEWithChunkedOutputLoss")
+    from overdrive.plan.choices import LOSSES
+    a("--loss", default="standard", choices=LOSSES, help="cross-entropy: eager on fp32 logits, Hugging Face's (the "
+      "fp32 logits kept in the output), torch.compile'd, Transformer Engine's (gradient written over the logits), or "
+      "chunked/fused with the head; compiled-fp32: compiled on the model's fp32 logits (torchtune), chunked: "
+      "torchtune's CEWithChunkedOutputLoss, megatron-v07: Megatron-Core <= 0.7's (one more fp32 copy)")
     a("--attention", default="flash", help="flash (the stack's kernel: cuDNN's on megatron/Blackwell, else FA2), fa2 "
       "(flash-attn 2, PyTorch SDPA <= 2.10), cudnn (cuDNN, FA3/4; PyTorch >= 2.11 on H100), unfused (scores in HBM)")
-    a("--stack", default="pytorch",
-      help="software stack: pytorch (FSDP2/torchtitan/Hugging Face; --no-compile for eager) or megatron "
-           "(Megatron-Core/NeMo + Transformer Engine: fused kernels, TP comm overlap); each has its own "
-           "calibrated GEMM efficiency per GPU generation")
+    a("--stack", default="pytorch", help="software stack: pytorch (FSDP2/torchtitan/Hugging Face; --no-compile for "
+      "eager) or megatron (Megatron-Core/NeMo + Transformer Engine: fused kernels, TP comm overlap); each has its "
+      "own calibrated GEMM efficiency per GPU generation")
     a("--fp8-activations", action="store_true", help="store GEMM inputs for backward in FP8 (Transformer Engine)")
     a("--recompute-layers", type=int, default=0, metavar="N",
       help="Megatron full recompute, block method: the first N blocks of each pipeline chunk keep only their input")

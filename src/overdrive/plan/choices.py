@@ -52,7 +52,7 @@ fp32 master (Apex DistributedFusedAdam and Transformer Engine FusedAdam `store_p
 default for bf16 O2 with distributed_fused_adam), 2 bytes; none: no master (bf16 weights stepped directly, as
 torchtune and --pure-bf16 do)."""
 OFFLOADS = ("none", "optimizer", "params")
-LOSSES = ("standard", "hf", "compiled", "inplace", "fused", "compiled-fp32", "chunked")
+LOSSES = ("standard", "hf", "compiled", "inplace", "fused", "compiled-fp32", "chunked", "megatron-v07")
 STACKS = ("pytorch", "megatron")
 """pytorch: FSDP2/DDP in PyTorch (torchtitan, llm-foundry, Hugging Face), torch.compile or eager as asked;
 megatron: Megatron-Core/NeMo with Transformer Engine: fused kernels end to end (norms, activations, RoPE; the

@@ -88,7 +88,9 @@ class TrainSetup:
     compiled-fp32 (torch.compile'd cross-entropy on the fp32 logits the model returns, torchtune's
     TransformerDecoder `.float()`: the compiled loss saves that fp32 input, its backward writes an fp32 gradient) |
     chunked (torchtune's CEWithChunkedOutputLoss: the head runs on 8 chunks at once, every chunk's 16-bit logits
-    are saved by its cross-entropy until the backward; one chunk's gradient at a time)."""
+    are saved by its cross-entropy until the backward; one chunk's gradient at a time) |
+    megatron-v07 (--stack megatron only: Megatron-Core 0.1-0.7's vocab-parallel cross-entropy, which subtracts the
+    max out of place, so a second fp32 copy of the logits exists at the forward's peak; `logits.py`)."""
     embedding_in_pipeline_split: bool = False
     """Megatron's account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split: the embedding
     and the loss each take a block's place when the blocks are split over the pipeline, so the first and the

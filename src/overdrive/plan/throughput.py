@@ -122,8 +122,8 @@ its gradient added to the logits' (read 4, write 4). A fused loss kernel compute
 
 def loss_bytes_per_logit(s: TrainSetup) -> float:
     """HBM bytes per logit the cross-entropy moves, forward and backward (see LOSS_BYTES, MEGATRON_CE_BYTES)."""
-    if s.loss == "standard" and s.stack == "megatron":
-        return MEGATRON_CE_BYTES
+    if s.loss == "megatron-v07" or s.loss == "standard" and s.stack == "megatron":
+        return MEGATRON_CE_BYTES   # the out-of-place subtract writes what the in-place one overwrites: same bytes
     return LOSS_BYTES[s.loss]
 
 
