@@ -15,12 +15,12 @@ from overdrive.plan.validation import (evaluate, expressed_table, load_runs, mar
 from plan_doc_helpers import (_met, _pair_ratio, _recipe_table, _groups, _fitted_by, _span,
                               _ratio, _gap_table, _held_out_groups, _err, _mem_span, _sft_story, _flash_1p7b,
                               _sp_effect)
-from plan_doc_sections import (MCORE_UNSEEN, comm_section, first_sight_rows, is_older_stack, loso_result, loso_section,
+from plan_doc_sections import (MCORE_UNSEEN, comm_section, first_sight_rows, is_older_stack, loso_section,
                                loso_summary,
                                shaped_after_first_sight,
                                megatron_section, older_stacks_section, pytorch_unseen_section)
 from plan_doc_internlm import internlm_bullet, internlm_section
-from plan_doc_megatron import casts_section, megatron_bf16_section, megatron_lm_rows, nemotron_bullet
+from plan_doc_megatron import casts_section, gpt3_bullet, megatron_bf16_section, megatron_lm_rows, nemotron_bullet
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -205,6 +205,7 @@ tables from the data file and fails if they differ.
   median {100 * summary(mlm)['median_abs_error']:.1f}%, worst {100 * summary(mlm)['worst_abs_error']:.0f}% (not an unseen-source figure: with FlagPerf's and dgxc's bf16 rows it pointed at the missing calibration, the section below).
 {internlm_bullet(val)}
 {nemotron_bullet(val)}
+{gpt3_bullet(val)}
 - **Validation ({sv['n']} published runs, never used to fit, the held-out ones included):** median |throughput error| {100 * sv['median_abs_error']:.1f}%, worst {100 * sv['worst_abs_error']:.0f}%
   ({sv['worst']}); {sv['under']} of {sv['n']} predicted low.
   Without the three power-limited B200 runs (hardware not as rated, the cap unpublished; below) and the
@@ -347,7 +348,7 @@ What the held-out errors say:
 {pytorch_unseen_section(val)}
 {internlm_section(val)}
 {megatron_bf16_section(val, cal, loso_summary())}
-{casts_section(loso_summary(), loso_result())}
+{casts_section()}
 
 ## Held-out memory: a single-GPU full fine-tune, one memory saver at a time (torchtune)
 
