@@ -415,12 +415,13 @@ What they say, read against the planner's own terms (no constant refitted, no te
   fp32 gradients in every micro-batch (OLMo-core disables gradient sync only for DDP). The planner counts those
   collectives ({share} of the planned step) and hides all of them under compute by its 0.9 overlap. Within
   OLMo-core's rows the error rises with that share: hidden collectives are not free. NCCL's kernels run as CTAs on
-  the GPU's SMs (`ncclConfig_t` minCTAs/maxCTAs) and move HBM traffic beside the GEMMs, and FSDP2 copies every
+  the GPU's SMs, and the planner now charges the compute that overlaps them the SMs NCCL's channels hold (`nccl_sms`
+  in estimate.py: 24 of an H100's 132, an 18% slowdown while they run, the size of the 18.9% average compute slowdown
+  under overlap that Lee et al. 2025, arXiv:2507.03114, measured on A100s and H100s). FSDP2 also copies every
   gathered parameter out of the all-gather buffer and every gradient into the reduce-scatter buffer, cast to the
   reduce dtype, per call (`torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py`: `foreach_all_gather_copy_out`,
-  the `torch._chunk_cat` copy-in of `foreach_reduce`); none of that is in the planner. A term for it needs NCCL's
-  CTA count per call and that copy traffic counted from those sources, not a factor fitted to these rows: not added
-  here; the 13B FP8 row, the worst unseen one, is the measure of it.
+  the `torch._chunk_cat` copy-in of `foreach_reduce`): not in the planner (the next bullet says why); the 13B FP8
+  row, the worst unseen one, is the measure of what is left.
 - **The copies, counted and tried (not shipped).** From pytorch/pytorch's source: fully_shard copies every gathered
   parameter out of the all-gather buffer into its own storage (`foreach_all_gather_copy_out`, `split_with_sizes_copy`,
   _fsdp_collectives.py @ 8fc2039d) on the compute stream (`wait_for_unshard`, from pre_forward and again from
@@ -440,8 +441,19 @@ What they say, read against the planner's own terms (no constant refitted, no te
   `gemm_eff[pytorch][8]` from 0.765 to 0.78, and the eager A100 rows rose 1-3 points). The unseen worst and the 35%
   bound on validation rows got worse, and the cheaper DDP-with-sharded-optimizer plan now outranks FSDP for an 8B
   model on one H100 node, since the planner counts no copies for DDP's gradient buckets either; so the term is not
-  in the planner. NCCL's SM share while it overlaps compute (its channels run as CTAs, `NCCL_MAX_CTAS`) was not
-  tried: it needs the CTA count per call from NCCL, not a factor fitted to these rows.
+  in the planner. (NCCL's SM share was added later from NCCL's own channel count, the bullet above.)
+- **Read again from OLMo-core's history (2026-12-03).** The table's figures are older than the README commit the rows
+  cite: `git log -S` on README.md puts the 7B and 13B BF16 figures at 8c03ca8a2 (2024-09-26), the 13B FP8 one at
+  310866e45 (2024-10-23) and the 8B's at 41400c46f (2024-11-01), when the scripts set `fused_loss=True` and the model
+  returned `self.w_out(h).float()`: flash-attn's Triton cross-entropy on fp32 logits with the z-loss inside it. Those
+  six rows are expressed so since (`--loss compiled-fp32`, no separate z-loss pass; each note says it): a point or
+  less on each. The same reading counts what FSDP2 does per micro-batch beyond the planner: the copies of the bullet
+  above (13B: about 39 ms per micro-batch in BF16, 20 ms with FP8 all-gather, and 31 ms for the fp32 copy-in) and the
+  root unit OLMo-core's `apply_fsdp` leaves the embedding, the final norm and the 100,352-token head in (1.03B
+  parameters, about three blocks' worth), whose gather opens every micro-batch and whose fp32 reduce-scatter closes
+  it with nothing to hide under, about 15 ms more than the one average block the planner leaves exposed. Together
+  about half of the 13B's BF16 gap and a third of its FP8 gap; no source read explains the rest of the FP8 gap, which
+  needs a profile of the run.
 - **OLMo-core's attention kernel.** First planned with attention at a fixed fraction of the GEMM rate (the model
   then), its 1B rows ran slow ({_first_of(olmo, first, '1B OLMo-1124 8xH100 bf16 s4096 mb8')}, {_first_of(olmo, first, '1B OLMo-1124 8xH100 fp8 s4096 mb8')}), and at FlashAttention-2's own rate too. {_one_b(olmo)} The source says why: the official
   scripts launch on the olmo-core-nightly Beaker image (src/olmo_core/internal/experiment.py), which the Makefile at

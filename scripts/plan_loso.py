@@ -3,16 +3,18 @@ refit every constant (scripts/plan_calibrate.py's fit, from a neutral start that
 the other sources, and predict that source's runs with it. Writes docs/plan-loso.json, which
 scripts/plan_validation_doc.py renders beside the in-sample figures.
 
-    PYTHONPATH=src python scripts/plan_loso.py            # ~1 min per source with calibration runs
+    PYTHONPATH=src python scripts/plan_loso.py            # ~1 min per source with calibration runs, over the cores
 
 Every source is predicted by constants that never saw it; a GEMM efficiency only it covered falls back to the
 derived value (`plan_calibrate.derive`). `in_sample` is the same fit with nothing held out, `shipped` the
 constants the planner ships (fitted on the calibration runs only).
 """
 
+import concurrent.futures
 import copy
 import importlib.util
 import json
+import multiprocessing
 import os
 import statistics
 import sys
@@ -62,21 +64,42 @@ def fit_set(runs: list[dict]) -> list[dict]:
             and not r.get("stack_bug")]
 
 
+def _refit_without(src: str) -> tuple[str, dict]:
+    """One leave-one-source-out fold: the constants refitted from NEUTRAL on every other source's runs."""
+    runs = load_runs()
+    cal = _calibrate().fit(fit_set([r for r in runs if source_of(r) != src]), start=copy.deepcopy(NEUTRAL),
+                           log=lambda *_: None)
+    return src, cal
+
+
+def _workers() -> int:
+    """Folds run in parallel, one thread each (the fit is single-threaded Python): one process per core,
+    --jobs N to say otherwise."""
+    if "--jobs" in sys.argv:
+        return max(1, int(sys.argv[sys.argv.index("--jobs") + 1]))
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
 def run(log=print) -> dict:
     """Per source: the constants refitted on every other source's runs (calibration and validation alike), from
     NEUTRAL, and that source's errors with them (`loso`) and with the shipped constants (`shipped`); plus the
-    in-sample refit on every source (`in_sample`), the same procedure with nothing held out."""
+    in-sample refit on every source (`in_sample`), the same procedure with nothing held out. The folds are
+    independent and run in a process pool; the result does not depend on their order."""
     cal_mod = _calibrate()
     runs = load_runs()
     sources = sorted({source_of(r) for r in runs})
-    quiet = lambda *_: None  # noqa: E731
     log("fit on every source, from the neutral start")
-    all_fit = cal_mod.fit(fit_set(runs), start=copy.deepcopy(NEUTRAL), log=quiet)
+    all_fit = cal_mod.fit(fit_set(runs), start=copy.deepcopy(NEUTRAL), log=lambda *_: None)
     out = {"neutral_start": NEUTRAL, "fit_all_from_neutral": all_fit, "sources": {}}
+    with concurrent.futures.ProcessPoolExecutor(max_workers=_workers(),
+                                                mp_context=multiprocessing.get_context("spawn")) as pool:
+        fits = {}
+        for src, cal in pool.map(_refit_without, sources):
+            log(f"refit without {src} done")
+            fits[src] = cal
     for src in sources:
         own = [r for r in runs if source_of(r) == src]
-        log(f"refit without {src} ({len(own)} runs held out)")
-        cal = cal_mod.fit(fit_set([r for r in runs if source_of(r) != src]), start=copy.deepcopy(NEUTRAL), log=quiet)
+        cal = fits[src]
         out["sources"][src] = {"runs": len(own), "calibration_runs": sum(r["role"] == "calibration" for r in own),
                                "constants": cal, "loso": [_row(predict(r, cal)) for r in own],
                                "in_sample": [_row(predict(r, all_fit)) for r in own],
@@ -146,12 +169,15 @@ DESIGN = {
     "NVIDIA/Megatron-LM README.md": "unseen when first planned (its first-sight errors: the megatron-in-bf16 section), "
                                     "fitted on nothing; " + POINTED_BF16.split("; ", 1)[1],
     "allenai/OLMo-core README.md": "none: added after every term, fitted on nothing, no term added for it; its rows "
-                                   "re-expressed with the cuDNN attention its PyTorch nightly ran, read from its source "
-                                   "after first sight",
+                                   "re-expressed with the cuDNN attention its PyTorch nightly ran and the loss of the "
+                                   "commits its figures were measured at, read from its source after first sight",
     "jzhang38/TinyLlama README.md": "none: added after every term, fitted on nothing, no term added for it",
     "pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md":
         "none: a file added after every term, fitted on nothing (torchtitan's other files fitted constants)",
     "NVIDIA/dgxc-benchmarking nemotron/README_15b.md": NEMOTRON_FILE,
+    "NVIDIA/dgxc-benchmarking nemo_megatron/README_175b.md": NEMOTRON_FILE.replace("every term", "the cast count")
+                                                             + "; NeMo 24.07's calibration has the same model and "
+                                                               "parallelism on 128 and 512 GPUs in FP8",
     "NVIDIA/dgxc-benchmarking nemotron/README_340b.md": NEMOTRON_FILE + "; NeMo 24.07's calibration has the same "
                                                         "model, parallelism and batch on 128 GPUs in FP8",
 }
