@@ -329,3 +329,16 @@ def test_megatron_runs_a_squared_relu_unfused():
     d = compute_times(nemotron, mega)["memory"] - compute_times(gelu, mega)["memory"]
     assert SRELU_UNFUSED_ELEMS == 8 and d == pytest.approx(extra, rel=1e-9)
     assert compute_times(nemotron, torch_)["memory"] == pytest.approx(compute_times(gelu, torch_)["memory"], rel=1e-12)
+
+
+def test_megatron_v07_refusals_name_the_right_problem(run):
+    """A misspelt stack is named as such before the loss is checked against it; the unfused z-loss pass is charged
+    to Megatron-Core 0.7's loss as to the in-place one."""
+    from overdrive.plan.throughput import Z_LOSS_BYTES
+
+    _refused(run("--model", "llama3-8b", "--gpu", "h100-sxm", "--loss", "megatron-v07", "--stack", "bogus"),
+             r"--stack 'bogus' is not one of pytorch, megatron")
+    m = get_model("llama3-8b")
+    s = TrainSetup(gpu=H100, seq=8192, micro_batch=1, tp=2, sharding="zero1", stack="megatron", loss="megatron-v07")
+    z = compute_times(m, dataclasses.replace(s, z_loss=True))["memory"] - compute_times(m, s)["memory"]
+    assert z == pytest.approx(8192 * m.vocab / 2 * Z_LOSS_BYTES / (H100.hbm_tbs * 1e12 * 0.8), rel=1e-9)

@@ -28,7 +28,9 @@ _MEM = {
                  "1 8-bit; 0 when offloaded)",
     "activations": "per block s·b·(5h + h+2kv + 3F)·2 bytes /(tp·cp) (FP8 storage: 1-byte GEMM inputs; --block-code: "
                    "the eager block's tensors, line below), minus "
-                   "what checkpointing/recompute drops and offloaded blocks; + logits (fused loss: one chunk); with "
+                   "what checkpointing/recompute drops and offloaded blocks; + logits by --loss (bytes per logit: standard 12, "
+                   "hf 16, compiled 4, compiled-fp32 8, inplace 2, megatron's standard 6, megatron-v07 10; fused: one "
+                   "chunk); with "
                    "--pp the busier end of the pipeline (line below)",
     "other": "FSDP buffers (2 gathered blocks + 1 block of fp32 grads) + Megatron's TE FP8 weight cache (line "
              "below) + 1 GiB CUDA context + NCCL buffers (channels x 9.19 MiB x ring + tree "

@@ -93,12 +93,12 @@ def _resolve_names(s) -> None:
     _choice("offload", s.offload, OFFLOADS)
     _choice("loss", s.loss, LOSSES)
     _set(s, "stack", STACK_ALIASES.get(s.stack, s.stack))
-    if s.loss == "megatron-v07" and s.stack != "megatron":
-        raise ValueError(f"--loss megatron-v07 is Megatron-Core's own cross-entropy (versions 0.1-0.7), not the "
-                         f"{s.stack} stack's: add --stack megatron, or pick a --loss of {s.stack}'s")
     if s.stack not in STACKS:
         raise ValueError(f"--stack {s.stack!r} is not one of {', '.join(STACKS)} (pytorch: FSDP2/torchtitan/"
                          "Hugging Face; megatron: Megatron-Core/NeMo with Transformer Engine)")
+    if s.loss == "megatron-v07" and s.stack != "megatron":
+        raise ValueError(f"--loss megatron-v07 is Megatron-Core's own cross-entropy (versions 0.1-0.7), not the "
+                         f"{s.stack} stack's: add --stack megatron, or pick a --loss of {s.stack}'s")
     if s.stack == "megatron" and not s.compile:
         raise ValueError("--no-compile with --stack megatron: Megatron's kernels are fused by Transformer Engine, "
                          "there is no eager mode to plan; drop --no-compile or use --stack pytorch")

@@ -359,7 +359,7 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
     ew_bytes = _elementwise_bytes(m, s, cal, L)
     tok = s.micro_batch * s.seq / s.cp / s.tp      # tokens per GPU in the memory-bound ops
     # the loss kernel is --loss's; "standard" on the megatron stack is Megatron's own vocab-parallel one
-    loss_b = loss_bytes_per_logit(s) + (Z_LOSS_BYTES if s.z_loss and s.loss in ("standard", "hf", "compiled-fp32") else 0)
+    loss_b = loss_bytes_per_logit(s) + (Z_LOSS_BYTES if s.z_loss and s.loss in ("standard", "hf", "compiled-fp32", "megatron-v07") else 0)
     memory = (ew_bytes + L * quant_b[0] + tok * m.vocab * loss_b) / c["hbm"]
     recompute = _recompute_time(m, s, c, block, gemm_block, attn, fwd_share, ew_bytes, quant_b[1], passes)
     return {"gemm": gemm_block + head, "attention": attn, "memory": memory, "recompute": recompute,
