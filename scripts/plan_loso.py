@@ -64,39 +64,46 @@ def fit_set(runs: list[dict]) -> list[dict]:
             and not r.get("stack_bug")]
 
 
-def _refit_without(src: str) -> tuple[str, dict]:
-    """One leave-one-source-out fold: the constants refitted from NEUTRAL on every other source's runs."""
-    runs = load_runs()
+def _refit_without(src: str, runs: list[dict]) -> tuple[str, dict]:
+    """One leave-one-source-out fold: the constants refitted from NEUTRAL on every other source's runs (the runs the
+    caller loaded, so every fold fits the same data the caller predicts)."""
     cal = _calibrate().fit(fit_set([r for r in runs if source_of(r) != src]), start=copy.deepcopy(NEUTRAL),
                            log=lambda *_: None)
     return src, cal
 
 
-def _workers() -> int:
-    """Folds run in parallel, one thread each (the fit is single-threaded Python): one process per core,
-    --jobs N to say otherwise."""
-    if "--jobs" in sys.argv:
-        return max(1, int(sys.argv[sys.argv.index("--jobs") + 1]))
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+def jobs_from_argv(argv: list[str]) -> int:
+    """--jobs N (a positive integer), else one process per core: the fit is single-threaded Python."""
+    if "--jobs" not in argv:
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+    i = argv.index("--jobs") + 1
+    if i >= len(argv) or not argv[i].isdigit() or int(argv[i]) < 1:
+        raise SystemExit(f"plan_loso.py: --jobs needs a positive whole number of processes, got "
+                         f"{argv[i] if i < len(argv) else 'nothing'!r}: e.g. --jobs 2")
+    return int(argv[i])
 
 
-def run(log=print) -> dict:
+def run(log=print, jobs: int = 1) -> dict:
     """Per source: the constants refitted on every other source's runs (calibration and validation alike), from
     NEUTRAL, and that source's errors with them (`loso`) and with the shipped constants (`shipped`); plus the
     in-sample refit on every source (`in_sample`), the same procedure with nothing held out. The folds are
-    independent and run in a process pool; the result does not depend on their order."""
+    independent: with jobs > 1 (the script run as itself) they run in a process pool, the same result in any order."""
     cal_mod = _calibrate()
     runs = load_runs()
     sources = sorted({source_of(r) for r in runs})
     log("fit on every source, from the neutral start")
     all_fit = cal_mod.fit(fit_set(runs), start=copy.deepcopy(NEUTRAL), log=lambda *_: None)
     out = {"neutral_start": NEUTRAL, "fit_all_from_neutral": all_fit, "sources": {}}
-    with concurrent.futures.ProcessPoolExecutor(max_workers=_workers(),
-                                                mp_context=multiprocessing.get_context("spawn")) as pool:
-        fits = {}
-        for src, cal in pool.map(_refit_without, sources):
-            log(f"refit without {src} done")
-            fits[src] = cal
+    if jobs > 1:
+        with concurrent.futures.ProcessPoolExecutor(max_workers=jobs,
+                                                    mp_context=multiprocessing.get_context("spawn")) as pool:
+            done = pool.map(_refit_without, sources, [runs] * len(sources))
+            fits = {}
+            for src, cal in done:
+                log(f"refit without {src} done")
+                fits[src] = cal
+    else:
+        fits = dict(_refit_without(src, runs) for src in sources)
     for src in sources:
         own = [r for r in runs if source_of(r) == src]
         cal = fits[src]
@@ -117,8 +124,9 @@ def stats(rows: list[dict]) -> dict:
 
 
 if __name__ == "__main__":
+    jobs_from_argv(sys.argv)   # a bad --jobs fails before the first fit, not after it
     out = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else OUT
-    res = run(log=lambda s: print(s, file=sys.stderr))
+    res = run(log=lambda s: print(s, file=sys.stderr), jobs=jobs_from_argv(sys.argv))
     with open(out + ".tmp", "w") as f:
         json.dump(res, f, indent=1, sort_keys=True)
         f.write("\n")

@@ -532,3 +532,14 @@ def test_the_gpt3_file_is_planned_as_first_seen_with_its_launch_settings(validat
     assert f"first sight median {100 * statistics.median(first):.1f}%" in bullet and "planned high" in bullet
     assert all(r["first_planned"] > r["tps"] for r in (runs[p["id"]] for p in rows) if r["precision"] != "bf16")
     assert bullet in open(DOC).read()
+
+
+def test_loso_jobs_flag_is_a_positive_count_checked_before_any_fit():
+    """scripts/plan_loso.py --jobs N runs the folds in N processes; anything but a positive whole number is refused in
+    one line before the first fit (the all-sources fit alone takes a minute)."""
+    loso = _load_script("plan_loso")
+    assert loso.jobs_from_argv(["plan_loso.py", "--jobs", "3"]) == 3
+    assert loso.jobs_from_argv(["plan_loso.py"]) >= 1
+    for bad in (["--jobs", "0"], ["--jobs", "x"], ["--jobs", "-2"], ["--jobs"]):
+        with pytest.raises(SystemExit, match=r"--jobs needs a positive whole number of processes"):
+            loso.jobs_from_argv(["plan_loso.py", *bad])
