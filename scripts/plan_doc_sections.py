@@ -93,7 +93,8 @@ micro-batch; DDP one per {DDP_BUCKET_BYTES >> 20} MB bucket (PyTorch's `bucket_c
 per max(40M, 1M·dp) parameters (`DistributedDataParallelConfig.bucket_size`); FSDP2 as ZeRO-1/2 one per block.
 Overlap: DDP/ZeRO buckets go out one after another as the backward produces them, leaving
 max(t, nb·t − (nb−1)·c) after it; FSDP's calls hide under the block beside them except the first gather and
-the last reduce-scatter. TP across nodes runs over the NICs and is not overlapped (userbuffers and async TP
+the last reduce-scatter, which on the PyTorch stack are the root unit's (the embedding, final norm and untied head
+fully_shard leaves outside the blocks: 1.05B parameters of Llama 3 8B, about five blocks' worth) and one block's. TP across nodes runs over the NICs and is not overlapped (userbuffers and async TP
 need NVLink); overlapped inside a node, {100 * ASYNC_TP_EXPOSED:.0f}% of it stays exposed. Pipeline sends pay a p2p latency
 and their bytes. None of these numbers was fitted. At 512 ranks with 25 MB buckets the latency is most of a
 data-parallel step: a 1.3B model over 64 DGX A100 nodes at one sequence per GPU is planned at a third of the
@@ -447,13 +448,17 @@ What they say, read against the planner's own terms (no constant refitted, no te
   310866e45 (2024-10-23) and the 8B's at 41400c46f (2024-11-01), when the scripts set `fused_loss=True` and the model
   returned `self.w_out(h).float()`: flash-attn's Triton cross-entropy on fp32 logits with the z-loss inside it. Those
   six rows are expressed so since (`--loss compiled-fp32`, no separate z-loss pass; each note says it): a point or
-  less on each. The same reading counts what FSDP2 does per micro-batch beyond the planner: the copies of the bullet
-  above (13B: about 39 ms per micro-batch in BF16, 20 ms with FP8 all-gather, and 31 ms for the fp32 copy-in) and the
-  root unit OLMo-core's `apply_fsdp` leaves the embedding, the final norm and the 100,352-token head in (1.03B
+  less on each. The same reading counts what FSDP2 does per micro-batch: the copies of the bullet above (13B: about
+  39 ms per micro-batch in BF16, 20 ms with FP8 all-gather, and 31 ms for the fp32 copy-in; not in the planner) and
+  the root unit OLMo-core's `apply_fsdp` leaves the embedding, the final norm and the 100,352-token head in (1.03B
   parameters, about three blocks' worth), whose gather opens every micro-batch and whose fp32 reduce-scatter closes
-  it with nothing to hide under, about 15 ms more than the one average block the planner leaves exposed. Together
-  about half of the 13B's BF16 gap and a third of its FP8 gap; no source read explains the rest of the FP8 gap, which
-  needs a profile of the run.
+  it with nothing to hide under, about 15 ms more than the one average block the planner used to leave exposed. The
+  root unit is in the planner since (`_root_unit` in comm.py, for every PyTorch-stack FSDP plan without pipelining,
+  gathered in the compute dtype: the head and the embedding are never float8): OLMo-core's 13B rows 1.6 (BF16) and
+  2.9 (FP8) points lower, every other row within a point; over all sources leave-one-source-out 5.8% → 5.9% median
+  and 36% → 34% worst, in-sample 4.9% → 5.0% and 36% → 33%, the shipped constants 5.2% → 5.1% and 35% → 32%
+  (no shipped constant moved). The copies and the root together are about half of the 13B's BF16 gap and a third
+  of its FP8 gap; no source read explains the rest of the FP8 gap, which needs a profile of the run.
 - **OLMo-core's attention kernel.** First planned with attention at a fixed fraction of the GEMM rate (the model
   then), its 1B rows ran slow ({_first_of(olmo, first, '1B OLMo-1124 8xH100 bf16 s4096 mb8')}, {_first_of(olmo, first, '1B OLMo-1124 8xH100 fp8 s4096 mb8')}), and at FlashAttention-2's own rate too. {_one_b(olmo)} The source says why: the official
   scripts launch on the olmo-core-nightly Beaker image (src/olmo_core/internal/experiment.py), which the Makefile at

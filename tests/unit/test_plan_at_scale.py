@@ -186,3 +186,34 @@ def test_cli_flags_of_the_older_stacks(capsys):
                         "--precision", "bf16")
     assert rc == 0, err
     assert any("spans 2 nodes" in n for n in json.loads(out)["candidates"][0]["notes"])
+
+
+def test_fsdp_root_unit_opens_and_closes_every_micro_batch():
+    """fully_shard on each block, then on the model, leaves the embedding, the final norm and an untied head in the
+    root unit: gathered once a micro-batch (in the compute dtype even with FP8 all-gather: the head and the embedding
+    are never float8) and reduce-scattered last, with nothing to hide either. The exposed edge is the root's calls
+    and one block's; the data-parallel bytes still add up to every parameter gathered twice (the root once) and
+    every gradient reduced once."""
+    from overdrive.plan.collectives import gather_s, group_layout
+    from overdrive.plan.comm import _root_unit, comm_times
+
+    m = get_model("llama3-8b")
+    s = TrainSetup(gpu=gpu_by_key("h100-sxm"), gpus_per_node=8, seq=4096, micro_batch=1, global_batch=64,
+                   sharding="fsdp", precision="bf16", checkpointing="none")
+    root = _root_unit(m, s)
+    assert root == pytest.approx(2 * m.vocab * m.hidden + m.hidden)   # untied embedding and head, the final norm
+    assert root > 3 * m.layer_params()                                  # a 128K vocabulary: more than three blocks
+    c = comm_times(m, s, 0.0)
+    nodes, bw = group_layout(s, s.shards, s.tp)
+    blk = (m.n_params() - root) / m.n_layer
+    edge = gather_s(root * 2, 8, nodes, bw) + gather_s(root * 4, 8, nodes, bw) + gather_s(blk * 2, 8, nodes, bw) \
+        + gather_s(blk * 4, 8, nodes, bw)
+    assert c["dp_edge"] == pytest.approx(s.grad_accum * edge, rel=1e-9)
+    assert c["dp_calls"] == s.grad_accum * (3 * m.n_layer + 2)
+    # FP8 all-gather gathers the blocks in one byte, the root still in two
+    f = comm_times(m, dataclasses.replace(s, precision="fp8", fp8_all_gather=True), 0.0)
+    assert f["dp_edge"] - c["dp_edge"] == pytest.approx(
+        s.grad_accum * (gather_s(blk, 8, nodes, bw) - gather_s(blk * 2, 8, nodes, bw)), rel=1e-9)
+    # megatron's FSDP and pipelined stages split evenly, as before
+    assert _root_unit(m, dataclasses.replace(s, stack="megatron")) == 0
+    assert _root_unit(m, dataclasses.replace(s, pp=2, global_batch=64)) == 0

@@ -13,7 +13,10 @@ fastest), so a group's members per node are gpus_per_node / (the degrees inside 
                   (DistributedDataParallelConfig.bucket_size), one bucket without --overlap-grad-reduce. Every
                   call pays its latency: at hundreds of nodes with small buckets that term dominates.
   overlap         FSDP: the calls hide under the block computing beside them, up to `overlap` of the compute;
-                  the first all-gather and the last reduce-scatter have nothing to hide under. DDP/ZeRO: bucket
+                  the first all-gather and the last reduce-scatter have nothing to hide under: on the PyTorch
+                  stack those are the root unit's (the embedding, final norm and untied head fully_shard leaves
+                  outside the blocks, `_root_unit`: gathered once a micro-batch, in the compute dtype even with
+                  FP8 all-gather) and one block's. DDP/ZeRO: bucket
                   k is ready when the backward has computed k/nb of itself and the calls run one after another
                   on one stream, so what is left after the backward is max(t, nb·t − (nb−1)·c) for nb buckets of
                   t seconds each over c seconds of compute per bucket (the last bucket always shows). Megatron
@@ -97,18 +100,37 @@ def _trained(m: ModelSpec, s: TrainSetup) -> float:
     return m.n_params() / (s.tp * s.pp)
 
 
+def _root_unit(m: ModelSpec, s: TrainSetup) -> float:
+    """Parameters on one GPU's TP shard of the FSDP unit outside the blocks: fully_shard (and FSDP1's auto-wrap) on each
+    block, then on the model, leaves the embedding, the final norm and an untied head in the root unit (torchtitan's
+    and OLMo-core's apply_fsdp; 1.03B of OLMo-2 13B's parameters, three blocks' worth). PyTorch stack without
+    pipelining; 0 otherwise (the blocks share everything evenly)."""
+    if s.stack != "pytorch" or s.pp > 1:
+        return 0.0
+    return max(0.0, m.n_params() - m.n_layer * m.layer_params()) / s.tp
+
+
 def _fsdp_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
-    """FSDP/HSDP: per block and micro-batch an all-gather forward and backward and a reduce-scatter; HSDP adds
-    an all-reduce of the shard's gradients across the replicas once a step, bucket by bucket."""
+    """FSDP/HSDP: per block and micro-batch an all-gather forward and backward and a reduce-scatter, and the root
+    unit's one gather (FSDP keeps the root gathered for the backward that follows at once) and reduce-scatter; HSDP
+    adds an all-reduce of the shard's gradients across the replicas once a step, bucket by bucket. Nothing hides the
+    root's gather, which opens the micro-batch, nor its reduce-scatter, which closes it: those and one block's
+    calls are the exposed edge."""
     P, S, trained, L = m.n_params() / (s.tp * s.pp), s.shards, _trained(m, s), m.n_layer / s.pp
     nodes, bw = group_layout(s, S, s.tp)
     blocks = max(1.0, L)
-    ag = gather_s(P * s.gather_bytes / blocks, S, nodes, bw)      # one block's parameters
-    rs = gather_s(trained * grad_b / blocks, S, nodes, bw)         # one block's gradients
-    per_mb = blocks * (2 * ag + rs)
-    lat = blocks * 3 * ring_latency_s(S, nodes, allreduce=False)
-    out.update(dp=s.grad_accum * per_mb, dp_calls=s.grad_accum * blocks * 3, dp_latency=s.grad_accum * lat,
-               dp_algo="ring", dp_edge=s.grad_accum * (ag + rs), dp_nodes=nodes)
+    root = _root_unit(m, s)
+    root_trained = 0.0 if s.lora_rank else root   # LoRA's adapters sit in the blocks
+    root_b = 4 if s.precision == "fp32" or s.gather_dtype == "fp32" else 2   # the root is never gathered in FP8
+    ag = gather_s((P - root) * s.gather_bytes / blocks, S, nodes, bw)      # one block's parameters
+    rs = gather_s((trained - root_trained) * grad_b / blocks, S, nodes, bw)  # one block's gradients
+    ag_root = gather_s(root * root_b, S, nodes, bw) if root else 0.0
+    rs_root = gather_s(root_trained * grad_b, S, nodes, bw) if root_trained else 0.0
+    calls = blocks * 3 + (2 if root else 0)
+    per_mb = blocks * (2 * ag + rs) + ag_root + rs_root
+    lat = calls * ring_latency_s(S, nodes, allreduce=False)
+    out.update(dp=s.grad_accum * per_mb, dp_calls=s.grad_accum * calls, dp_latency=s.grad_accum * lat,
+               dp_algo="ring", dp_edge=s.grad_accum * (ag + rs + ag_root + rs_root), dp_nodes=nodes)
     reps = s.dp * s.cp // S
     if s.sharding == "hsdp" and s.nodes > 1 and reps > 1:
         rnodes, rbw = group_layout(s, reps, s.tp * S)
