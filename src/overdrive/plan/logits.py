@@ -33,18 +33,18 @@ def logits_bytes(m: ModelSpec, s: TrainSetup) -> float:
     if s.loss == "compiled-fp32":
         # the compiled loss saves its fp32 input (the model's `.float()` logits, 4) and writes an fp32 gradient (4)
         return tokens * m.vocab * 8
-    # hf: the fp32 logits the model output keeps (4) + log_softmax's fp32 output (4) + the two fp32 gradients of
-    # the backward (4 + 4); the 16-bit matmul output is dropped once .float() replaced it
-    per = {"standard": 16 if wide else 12, "hf": 16, "compiled": 8 if wide else 4,
-           "inplace": 4 if wide else 2, "megatron-v07": 0}[s.loss]
-    if s.loss == "standard" and s.stack == "megatron":
-        # Megatron's vocab-parallel cross-entropy works in place on one fp32 copy (softmax, then its gradient):
-        # the 16-bit logits and that copy in forward, the copy and the 16-bit gradient in backward
-        per = 4 if wide else 6
     if s.loss == "megatron-v07":
         # Megatron-Core from 2022-09 to 2024-06 (core_v0.1.0-core_v0.7.0: megatron/core/tensor_parallel/
         # cross_entropy.py:24 @ cac60ce4, `vocab_parallel_logits = vocab_parallel_logits - logits_max...`; in place
         # again from 9634c0e4, core_r0.8.0) writes the shifted logits to a new fp32 tensor while the fp32 input
         # (LanguageModule's `logits.float()`) and the 16-bit logits are alive: 2 + 4 + 4 at the forward's peak
-        per = 8 if wide else 10
+        return tokens * m.vocab * (8 if wide else 10)
+    # hf: the fp32 logits the model output keeps (4) + log_softmax's fp32 output (4) + the two fp32 gradients of
+    # the backward (4 + 4); the 16-bit matmul output is dropped once .float() replaced it
+    per = {"standard": 16 if wide else 12, "hf": 16, "compiled": 8 if wide else 4,
+           "inplace": 4 if wide else 2}[s.loss]
+    if s.loss == "standard" and s.stack == "megatron":
+        # Megatron's vocab-parallel cross-entropy works in place on one fp32 copy (softmax, then its gradient):
+        # the 16-bit logits and that copy in forward, the copy and the 16-bit gradient in backward
+        per = 4 if wide else 6
     return tokens * m.vocab * per
