@@ -342,3 +342,16 @@ def test_megatron_v07_refusals_name_the_right_problem(run):
     s = TrainSetup(gpu=H100, seq=8192, micro_batch=1, tp=2, sharding="zero1", stack="megatron", loss="megatron-v07")
     z = compute_times(m, dataclasses.replace(s, z_loss=True))["memory"] - compute_times(m, s)["memory"]
     assert z == pytest.approx(8192 * m.vocab / 2 * Z_LOSS_BYTES / (H100.hbm_tbs * 1e12 * 0.8), rel=1e-9)
+
+
+def test_megatron_v07_plans_no_fsdp(run):
+    """Megatron-Core before 0.10 has no FSDP (torch_fully_sharded_data_parallel.py first appears in core_v0.10.0): with
+    --loss megatron-v07 the search leaves FSDP/HSDP out, and asking for them is refused in one line."""
+    from overdrive.plan import plan
+
+    r = plan(get_model("llama3-8b"), "h100-sxm", gpus_per_node=8, nodes=2, tp=2, stack="megatron", loss="megatron-v07")
+    assert r["candidates"] and {c["sharding"] for c in r["candidates"]} <= {"zero1", "none"}
+    for sh in ("fsdp", "hsdp", "zero1,hsdp"):
+        _refused(run("--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--stack", "megatron", "--loss",
+                     "megatron-v07", "--sharding", sh), r"--sharding (fsdp|hsdp) with --loss megatron-v07: Megatron-Core "
+                                                         r"before 0.10 has no FSDP; use --sharding zero1")

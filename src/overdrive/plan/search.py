@@ -193,9 +193,15 @@ def _search_space(base: TrainSetup, setup: dict, precisions, shardings, checkpoi
     ckpts = checkpointing or (("none",) if base.recompute_layers or base.recompute_modules else CHECKPOINTING)
     # parameter offload is FSDP's (CPUOffloadPolicy): search only the shardings that have it
     asked_shardings = shardings
+    fsdp = [sh for sh in shardings or () if sh in ("fsdp", "hsdp")]
+    if base.loss == "megatron-v07" and fsdp:
+        # megatron/core/distributed/torch_fully_sharded_data_parallel.py first appears in core_v0.10.0
+        raise ValueError(f"--sharding {fsdp[0]} with --loss megatron-v07: Megatron-Core before 0.10 has no FSDP; "
+                         "use --sharding zero1 (its distributed optimizer) or none")
     shardings = shardings or (("fsdp", "hsdp") if base.offload == "params" else
                               ("zero1",) if base.zero_broadcast else
-                              ("zero1", "none") if base.deepspeed_pipeline or not base.overlap_grad_reduce else
+                              ("zero1", "none") if (base.deepspeed_pipeline or not base.overlap_grad_reduce
+                                                    or base.loss == "megatron-v07") else
                               ("fsdp", "hsdp", "zero1", "none"))
     if base.dp * base.cp == 1 and not asked_shardings and not base.zero_broadcast:
         # one data-parallel rank: every sharding holds the same bytes and runs the same step; rank one, not three
