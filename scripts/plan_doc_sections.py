@@ -10,6 +10,7 @@ import statistics
 from overdrive.plan.collectives import (LINK_EFF, RING_BASE_US, RING_HOP_US, RING_PLATEAU, TREE_HOP_US,
                                         TREE_MAX_GBS)
 from overdrive.plan.comm import ASYNC_TP_EXPOSED, DDP_BUCKET_BYTES
+from overdrive.plan.memory import GIB
 from overdrive.plan.throughput import (CALIBRATION, MEGATRON_CE_BYTES, SRELU_UNFUSED_ELEMS, UNFUSED_ATTN_BYTES,
                                       UNFUSED_DROPOUT_BYTES, Z_LOSS_BYTES)
 from overdrive.plan.validation import load_runs
@@ -459,6 +460,13 @@ What they say, read against the planner's own terms (no constant refitted, no te
   and 36% → 34% worst, in-sample 4.9% → 5.0% and 36% → 33%, the shipped constants 5.2% → 5.1% and 35% → 32%
   (no shipped constant moved). The copies and the root together are about half of the 13B's BF16 gap and a third
   of its FP8 gap; no source read explains the rest of the FP8 gap, which needs a profile of the run.
+- **A candidate read since (2026-12-07), in memory rather than time, not counted.** OLMo-core's images pinned torchao
+  0.5.0 (Makefile at 310866e45), which had no `force_recompute_fp8_weight_in_bwd` (torchao e9195580, 2024-10-02);
+  pytorch/ao#936 says torch.compile then saved each float8 linear's weight transpose for the backward, gathered, with
+  FP8 all-gather or without. {_fp8_saved_weights(olmo)} Not counted: torchtitan's December 2024 table (torchao's
+  flag then off by default) reads the same reserved memory with float8 as without ({_tt_float8_reserved()}), so
+  the sources do not settle whether the copies stayed, and the planner has no measured cost for a step that close
+  to capacity (PyTorch's caching allocator frees its cache and retries a failed allocation, which synchronizes).
 - **OLMo-core's attention kernel.** First planned with attention at a fixed fraction of the GEMM rate (the model
   then), its 1B rows ran slow ({_first_of(olmo, first, '1B OLMo-1124 8xH100 bf16 s4096 mb8')}, {_first_of(olmo, first, '1B OLMo-1124 8xH100 fp8 s4096 mb8')}), and at FlashAttention-2's own rate too. {_one_b(olmo)} The source says why: the official
   scripts launch on the olmo-core-nightly Beaker image (src/olmo_core/internal/experiment.py), which the Makefile at
@@ -560,6 +568,31 @@ def _async_gains(tt: list[dict]) -> str:
             name = a["id"].split()[2] + " " + a["id"].split()[6]
             out.append(f"{name} {a['predicted'] / v['predicted']:.2f}x / {a['published'] / v['published']:.2f}x")
     return ", ".join(out)
+
+
+def _fp8_saved_weights(olmo: list[dict]) -> str:
+    """The unsharded FP8 weight transposes torchao 0.5 under compile would keep from forward to backward on
+    OLMo-core's FP8 rows (1 byte per block-linear weight), beside each row's planned peak."""
+    from overdrive.plan.engine_memory import linear_params
+    from overdrive.plan.validation import run_model
+    runs = {r["id"]: r for r in load_runs()}
+    parts = []
+    for key in ("13B OLMo-1124 8xH100 fp8 s4096 mb1", "7B OLMo-1124 8xH100 fp8 s4096 mb2"):
+        row = _row_for(olmo, key)
+        m = run_model(runs[row["id"]])
+        held = linear_params(m) * m.n_layer / GIB
+        parts.append((key.split()[0], held, row["memory_gib"], row["capacity_gib"]))
+    (b13, h13, m13, cap), (b7, h7, m7, _) = parts
+    return (f"Held for every block that is {h13:.1f} GiB on the {b13} row, planned at {m13:.1f} of {cap:.1f} GiB: "
+            f"{m13 + h13:.1f} GiB, within {cap - m13 - h13:.1f} GiB of the capacity, against {h7:.1f} GiB more "
+            f"on the {b7} row's {m7:.1f}.")
+
+
+def _tt_float8_reserved() -> str:
+    """torchtitan's 2024-12 Table 1 reserved memory, FSDP+compile with and without float8."""
+    runs = {r["id"]: r for r in load_runs()}
+    a, b = (runs[f"torchtitan 8B 8xH100 FSDP+compile{x}"]["memory_gib"] for x in ("+float8", ""))
+    return f"{a:.1f} and {b:.1f} GiB on 8 H100s at 8B"
 
 
 def _gap(olmo: list[dict], prec: str) -> str:
