@@ -87,6 +87,27 @@ def test_fp8_all_gather_under_fsdp_trains(one_rank):
     assert any(d.field == "fp8_all_gather" and d.chosen == "bf16" for d in rowwise.resolved.decisions)
 
 
+@pytest.mark.parametrize("installed, recompute", [("0.10.0", True), ("0.11.0+cu126", True), ("0.12.0", False),
+                                                   ("0.18.0", False)])
+def test_torchao_before_0_12_recomputes_the_gathered_fp8_weight_under_fsdp(monkeypatch, installed, recompute):
+    """torchao 0.10/0.11 under FSDP: force_recompute_fp8_weight_in_bwd, else torch.compile keeps a float8 copy of
+    every gathered weight from forward to backward (pytorch/pytorch#141881); 0.12 made the flag a deprecated no-op."""
+    import importlib.metadata as md
+
+    from overdrive.convert.fp8 import convert_fp8
+
+    real = md.version
+    monkeypatch.setattr(md, "version", lambda name: installed if name == "torchao" else real(name))
+    for fsdp in (True, False):
+        model = GPT(gpt_config("tiny", n_embd=64, n_head=2, block_size=32))
+        decs = convert_fp8(model, backend="emulated", scaling="tensorwise", min_dim=16,
+                           enable_fsdp_float8_all_gather=fsdp)
+        f8 = [m for m in model.modules() if type(m).__name__ == "Float8Linear"]
+        assert f8 and len(f8) == sum(d.converted for d in decs)
+        assert {m.config.force_recompute_fp8_weight_in_bwd for m in f8} == {recompute and fsdp}
+        assert {m.config.enable_fsdp_float8_all_gather for m in f8} == {fsdp}
+
+
 def test_fp16_under_fsdp_on_two_ranks_uses_the_sharded_scaler():
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 

@@ -24,7 +24,7 @@ from torch import nn
 
 from overdrive.convert.checkpointing import (apply_activation_checkpointing, find_block_groups, hf_checkpointing_on,
                                              prepare_hf_model)
-from overdrive.convert.fp8 import convert_fp8, te_autocast, te_fp8_recipe
+from overdrive.convert.fp8 import convert_fp8, te_autocast, te_fp8_recipe, torchao_recomputes_weights
 from overdrive.convert.liger import apply_liger_model_patches
 from overdrive.convert.norms import convert_norms
 from overdrive.convert.swap import LayerDecision
@@ -229,7 +229,10 @@ def _low_precision(model: nn.Module, resolved: ResolvedRecipe, fsdp: bool, modul
     if fsdp and on_torchao:
         decide("fp8_all_gather", "fsdp", "float8" if all_gather else "bf16",
                "FP8 weights all-gathered in float8, scales precomputed in one all-reduce after each "
-               "optimizer step (torchtitan's order)" if all_gather else
+               "optimizer step (torchtitan's order)" + (
+                   "; each weight's float8 transpose recomputed in the backward (torchao < 0.12: "
+                   "force_recompute_fp8_weight_in_bwd, else compile keeps a float8 copy of every gathered "
+                   "weight)" if torchao_recomputes_weights() else "") if all_gather else
                f"{resolved.fp8_scaling} scaling has no float8 all-gather in torchao: weights all-gathered "
                "in high precision")
     if not any(d.converted for d in decs):

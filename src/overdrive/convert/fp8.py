@@ -14,10 +14,10 @@ from torch import nn
 from overdrive.convert.padding import token_padded
 from overdrive.convert.policy import HEAD_NAMES, layer_policy
 from overdrive.convert.swap import LayerDecision, plan_swaps, share_params, swap_modules
-from overdrive.formats import EMULATED, TE, TORCHAO, Engine, Format, get_format, tokens_multiple
+from overdrive.formats import EMULATED, TE, TORCHAO, Engine, Format, get_format, tokens_multiple, version_tuple
 
 __all__ = ["fp8_layer_policy", "convert_fp8", "HEAD_NAMES", "te_fp8_recipe", "te_linear_like", "te_autocast",
-           "TE_FP8_TOKENS_MULTIPLE", "CONVERTERS"]
+           "TE_FP8_TOKENS_MULTIPLE", "CONVERTERS", "torchao_recomputes_weights"]
 
 
 def fp8_layer_policy(model: nn.Module, *, emulated: bool, min_dim: int, convert_head: bool,
@@ -94,6 +94,8 @@ def _torchao_float8(model: nn.Module, decide, fmt: Format, eng: Engine, all_gath
         cfg = dataclasses.replace(cfg, emulate=True)
     if all_gather:
         cfg = dataclasses.replace(cfg, enable_fsdp_float8_all_gather=True)
+        if torchao_recomputes_weights():
+            cfg = dataclasses.replace(cfg, force_recompute_fp8_weight_in_bwd=True)
     # torchao's public entry point, not Float8Linear.from_float: it also applies torchao's inductor
     # workaround for a Triton fp8 miscompile (NaN in compiled backward on newer torch). Our policy
     # decides, its filter obeys; Float8Linear keeps the user's weight and bias Parameters.
@@ -104,6 +106,25 @@ def _torchao_float8(model: nn.Module, decide, fmt: Format, eng: Engine, all_gath
         if eng.backend == TORCHAO:
             _pad_float8_tokens(model, chosen, eng.rules.multiple("M"))
     return plan
+
+
+WEIGHT_RECOMPUTE_UNTIL = (0, 12)
+"""torchao before 0.12 needs `force_recompute_fp8_weight_in_bwd` under FSDP: without it torch.compile's partitioner
+saves each float8 linear's gathered (unsharded) weight transpose for the backward, a float8 copy of every weight
+held from forward to backward (pytorch/ao#936, pytorch/pytorch#141881 "Partitioner stores fp8 copy of all weights
+between fwd and bwd, causing OOM"; torchtitan's float8 doc passed the flag beside the float8 all-gather). torchao
+0.12 made the flag a no-op that logs a deprecation (pytorch/ao#2356: PyTorch's partitioner handles it)."""
+
+
+def torchao_recomputes_weights() -> bool:
+    """Whether the installed torchao takes `force_recompute_fp8_weight_in_bwd` (0.6 to 0.11; `WEIGHT_RECOMPUTE_UNTIL`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version_tuple(version("torchao"))
+    except PackageNotFoundError:
+        return False
+    return bool(v) and v < WEIGHT_RECOMPUTE_UNTIL
 
 
 def _block_scaled(model: nn.Module, decide, fmt: Format, eng: Engine, all_gather: bool) -> list[LayerDecision]:
