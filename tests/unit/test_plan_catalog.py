@@ -22,3 +22,18 @@ def test_nvl_and_grace_parts_match_their_own_entries():
     assert lookup_gpu("NVIDIA GB300").key == "gb300" and lookup_gpu("NVIDIA B300 SXM6 AC").key == "b300"
     assert lookup_gpu("NVIDIA H100 96GB HBM2e").key == "h100-96gb"
     assert gpu_by_key("b200").fp4_tflops > gpu_by_key("b200").fp8_tflops
+
+
+def test_export_parts_are_their_base_gpu_with_a_slower_nvlink():
+    """H800 / A800: the H100 SXM's and the A100 80GB's compute and memory, NVLink 400 GB/s both ways."""
+    from overdrive.plan import TrainSetup, estimate, get_model
+
+    for cut, base, name in (("h800", "h100-sxm", "NVIDIA H800"), ("a800", "a100-80", "NVIDIA A800-SXM4-80GB")):
+        c, b = gpu_by_key(cut), gpu_by_key(base)
+        assert lookup_gpu(name).key == cut and lookup_gpu(b.name).key == base
+        assert (c.bf16_tflops, c.mem_mib, c.sm) == (b.bf16_tflops, b.mem_mib, b.sm) and c.nvlink_gbs < b.nvlink_gbs
+        m = get_model("llama3-8b")
+        plans = [estimate(m, TrainSetup(gpu=g, tp=2, sharding="zero1", seq=4096)) for g in (c, b)]
+        # same GEMM rate, slower TP and data-parallel collectives: never faster, and the memory is the same
+        assert plans[0].tokens_per_s_per_gpu < plans[1].tokens_per_s_per_gpu
+        assert plans[0].memory_gib == pytest.approx(plans[1].memory_gib)

@@ -253,7 +253,7 @@ def _add_layout_args(a) -> None:
     a("--model", help=f"llama3-1b/3b/8b/70b/405b, llama2-13b/70b, gpt-64b, mpt-1b..70b, a reference GPT size, or a "
                       f"Hugging Face config.json or the folder holding it (default: {DEFAULT_MODEL})")
     a("--gpu", default="h100-sxm", help="gb300, gb200, b300, b200, h200, h200-nvl, h100-sxm, h100-96gb, h100-nvl, "
-                                        "h100-pcie, a100-80, a100-40, l40s, l4, rtx4090")
+                                        "h100-pcie, h800, a100-80, a100-40, a800, l40s, l4, rtx4090")
     a("--gpus", type=int, default=8, help="GPUs per node")
     a("--min-headroom", type=float, default=None, metavar="GIB",
       help="safety margin: configurations leaving less than GIB free rank after the rest (default: 10%% of the "

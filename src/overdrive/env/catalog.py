@@ -104,6 +104,17 @@ GPU_CATALOG: tuple[GpuSpec, ...] = (
     GpuSpec(key="h100-sxm", name="NVIDIA H100 SXM", match=("h100",), exclude=("nvl", "pcie", "96gb"), sm=(9, 0),
             mem_mib=81_559, hbm_tbs=3.35, bf16_tflops=989, fp8_tflops=1979, tf32_tflops=494, fp32_tflops=67,
             nvlink_gbs=450, source=f"{_NV}: H100 SXM5 80GB; memory from nvidia-smi ('NVIDIA H100 80GB HBM3')"),
+    GpuSpec(key="h800", name="NVIDIA H800 SXM", match=("h800",), sm=(9, 0), mem_mib=81_559, hbm_tbs=3.35,
+            bf16_tflops=989, fp8_tflops=1979, tf32_tflops=494, fp32_tflops=67, nvlink_gbs=200,
+            source=f"{_NV}: H800 SXM5 (the H100 SXM's die and HBM3 with NVLink cut to 400 GB/s both ways and FP64 "
+                   "to about 1 TFLOP/s, for export-controlled markets)",
+            note="Compute and memory are the H100 SXM's; the planner's data-parallel and TP collectives inside a "
+                 "node run at 200 GB/s per direction. MiB figure taken as the H100 SXM's, not yet seen by the "
+                 "project."),
+    GpuSpec(key="a800", name="NVIDIA A800 80GB", match=("a800",), sm=(8, 0), mem_mib=81_920, hbm_tbs=2.039,
+            bf16_tflops=312, fp8_tflops=None, tf32_tflops=156, fp32_tflops=19.5, nvlink_gbs=200,
+            source=f"{_NV}: A800 80GB SXM4 (the A100 80GB with NVLink cut to 400 GB/s both ways)",
+            note="MiB figure taken as the A100 80GB's, not yet seen by the project."),
     GpuSpec(key="a100-40", name="NVIDIA A100 40GB", match=("a100-sxm4-40gb", "a100-pcie-40gb", "a100 40gb"),
             sm=(8, 0), mem_mib=40_960, hbm_tbs=1.555, bf16_tflops=312, fp8_tflops=None, tf32_tflops=156,
             fp32_tflops=19.5, nvlink_gbs=300, source=f"{_NV}: A100 40GB SXM4"),
