@@ -71,8 +71,8 @@ CALIBRATION = {
     "nocompile": 1.925,
 }
 # Streaming multiprocessors per GPU (NVIDIA's architecture whitepapers and datasheets), for wave quantization.
-SMS = {"a100-40": 108, "a100-80": 108, "a800": 108, "h800": 132, "h100-sxm": 132, "h100-96gb": 132, "h100-nvl": 132, "h100-pcie": 114,
-       "h200": 132, "h200-nvl": 132, "b200": 148, "gb200": 148, "b300": 160, "gb300": 160, "l40s": 142, "l4": 58,
+SMS = {"a100-40": 108, "a100-80": 108, "a800": 108, "h800": 132, "h100-sxm": 132, "h100-96gb": 132, "h100-nvl": 132,
+       "h100-pcie": 114, "h200": 132, "h200-nvl": 132, "b200": 148, "gb200": 148, "b300": 160, "gb300": 160, "l40s": 142, "l4": 58,
        "rtx4090": 128}
 # (rows, cols, rate relative to the big tile): what cuBLAS/CUTLASS heuristics choose between for a shape
 TILES = ((128, 256, 1.0), (128, 128, 0.92), (64, 128, 0.8))
