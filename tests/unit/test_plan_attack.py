@@ -163,6 +163,7 @@ def test_calibrate_and_efficiency_conflict(run, tmp_path):
     ["--model", "llama3-405b", "--gpus", "8", "--nodes", "32", "--tp", "8", "--pp", "8", "--vpp", "2",
      "--embedding-in-pipeline-split", "--recompute-layers", "8", "--global-batch", "64", "--micro-batch", "1"],
     ["--zero", "3", "--offload", "params", "--lora-rank", "16"],
+    ["--sharding", "zero3", "--offload", "optimizer", "--checkpointing", "full", "--offload-activations", "32"],
     ["--tp", "16", "--gpus", "16"],               # 8 KV heads replicated over 16 ranks
     ["--cp", "8", "--seq", "16"],
     ["--layers", str(2**20), "--hidden", "64", "--heads", "4"],
@@ -175,7 +176,7 @@ def test_accepted_combinations_give_sane_numbers(run, args):
         vals = list(_numbers({k: v for k, v in c.items() if k != "headroom_gib"}))
         assert all(math.isfinite(v) and v >= 0 for v in vals), c
     if "--offload" in args:
-        assert {c["sharding"] for c in r["candidates"]} <= {"fsdp", "hsdp"}
+        assert {c["sharding"] for c in r["candidates"]} <= {"fsdp", "hsdp", "zero3"}   # the weight-sharding ones
 
 
 @pytest.mark.parametrize("args", [

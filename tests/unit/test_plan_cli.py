@@ -26,7 +26,10 @@ def run(capsys):
     (["--recompute-modules", "moe_act"], "--recompute-modules 'moe_act' is not one of"),
     (["--offload-activations", "2", "--pp", "2"], "needs --pp 1"),
     (["--recompute-layers", "-1"], "--recompute-layers must be a number of blocks"),
-    (["--model", "llama3-1b", "--offload-activations", "16"], "offload fewer blocks than the model's 16"),
+    (["--model", "llama3-1b", "--offload-activations", "16", "--checkpointing", "none,selective"],
+     "fewer (15) without it"),
+    (["--model", "llama3-1b", "--offload-activations", "17", "--checkpointing", "full"], "at most the model's 16"),
+    (["--sharding", "zero3", "--pp", "2"], "does not run with --pp > 1"),
 ])
 def test_refusals_are_one_line(run, args, needle):
     cp = run(*args)
@@ -34,10 +37,19 @@ def test_refusals_are_one_line(run, args, needle):
     assert needle in cp.stderr and len(cp.stderr.strip().splitlines()) == 1, cp.stderr
 
 
-def test_zero3_is_fsdp_and_new_flags_plan(run):
-    cp = run("--sharding", "zero3", "--seq", "2048", "--json")
+def test_offloading_every_block_searches_only_full_checkpointing(run):
+    cp = run("--model", "llama3-1b", "--offload-activations", "16", "--json")
     assert cp.returncode == 0, cp.stderr
-    assert {c["sharding"] for c in json.loads(cp.stdout)["candidates"]} == {"fsdp"}
+    assert {c["checkpointing"] for c in json.loads(cp.stdout)["candidates"]} == {"full"}
+
+
+def test_zero3_is_deepspeeds_and_new_flags_plan(run):
+    for flags in (("--sharding", "zero3"), ("--zero", "3"), ("--sharding", "zero-3")):
+        cp = run(*flags, "--seq", "2048", "--json")
+        assert cp.returncode == 0, cp.stderr
+        d = json.loads(cp.stdout)
+        assert {c["sharding"] for c in d["candidates"]} == {"zero3"}
+        assert any("DeepSpeed's ZeRO stage 3" in n for n in d["how_to_run"]["not_in_overdrive"]), d["how_to_run"]
     cp = run("--model", "llama3-70b", "--gpus", "8", "--nodes", "8", "--tp", "8", "--pp", "2", "--vpp", "2",
               "--global-batch", "64", "--micro-batch", "1", "--precision", "fp8", "--zero", "1", "--json")
     assert cp.returncode == 0, cp.stderr

@@ -168,7 +168,7 @@ def _search_lists(args: argparse.Namespace) -> dict:
                             f"{flag} out for all of them")
     shardings = args.sharding.split(",") if args.sharding else None
     if args.zero:
-        shardings = [{1: "zero1", 2: "zero2", 3: "fsdp"}[args.zero]]
+        shardings = [{1: "zero1", 2: "zero2", 3: "zero3"}[args.zero]]
     return {"precisions": args.precision.split(",") if args.precision else None, "shardings": shardings,
             "checkpointing": args.checkpointing.split(",") if args.checkpointing else None}
 
@@ -269,8 +269,8 @@ def _add_choice_args(a) -> None:
     """What the search ranks (precision, sharding, checkpointing) and the parallel degrees."""
     a("--precision", help="comma list of fp32,bf16,fp16,fp8,fp8-rowwise,fp8-delayed (Transformer Engine's delayed scaling),mxfp8,nvfp4 "
                           "(default: all but fp32/fp16/fp8-delayed that this GPU runs; mxfp8/nvfp4 need Blackwell, asked alone elsewhere they show the fallback)")
-    a("--sharding", help="comma list of none (DDP),zero1,zero2,fsdp (=zero3),hsdp (default: fsdp,hsdp,zero1,none)")
-    a("--zero", type=int, choices=[1, 2, 3], help="ZeRO stage: 1 = distributed optimizer, 2 = + grads, 3 = FSDP")
+    a("--sharding", help="comma list of none (DDP),zero1,zero2,fsdp (FSDP2),hsdp,zero3 (DeepSpeed) (default: fsdp,hsdp,zero1,none)")
+    a("--zero", type=int, choices=[1, 2, 3], help="ZeRO stage: 1 = distributed optimizer, 2 = + grads, 3 = DeepSpeed's")
     a("--tp", type=int, default=1, help="tensor parallel degree (sequence parallel unless --sequence-parallel off; across nodes in whole nodes, over the NICs)")
     a("--pp", type=int, default=1, help="pipeline parallel stages")
     a("--vpp", type=int, default=None, help="virtual stages per pipeline rank (interleaved 1F1B); not given with "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from overdrive.formats import planned_presets
 
 __all__ = ["PRECISIONS", "LOW_PRECISION", "LOW_PRECISION_SEARCHED", "SHARDINGS", "SHARDING_ALIASES", "CHECKPOINTING",
-           "RECOMPUTE_MODULES", "GRAD_DTYPES", "ATTENTIONS", "MIN_EFFICIENCY", "BANDWIDTH_GBS", "MAX_COUNT", "OPTIMIZER_DTYPES",
+           "SHARDED_WEIGHTS", "RECOMPUTE_MODULES", "GRAD_DTYPES", "ATTENTIONS", "MIN_EFFICIENCY", "BANDWIDTH_GBS", "MAX_COUNT", "OPTIMIZER_DTYPES",
            "OPTIMIZER_STATES", "OPTIMIZERS", "OPTIMIZER_ALIASES", "MASTER_WEIGHTS", "OFFLOADS", "LOSSES", "STACKS",
            "STACK_ALIASES", "BLOCK_CODES", "GATHER_DTYPES"]
 
@@ -14,10 +14,13 @@ LOW_PRECISION_SEARCHED = planned_presets(default_only=True)
 """Those searched without --precision: Transformer Engine's delayed scaling is planned when asked for (Megatron-LM's
 default recipe, NeMo 24.x's), not offered beside FP8's current scaling."""
 PRECISIONS = ("fp32", "bf16", "fp16", *LOW_PRECISION)
-SHARDINGS = ("none", "zero1", "zero2", "fsdp", "hsdp")
+SHARDINGS = ("none", "zero1", "zero2", "fsdp", "hsdp", "zero3")
 """none = DDP (replicated); zero1 = DDP with a distributed optimizer (Megatron's); zero2 = + sharded grads;
-fsdp = ZeRO-3 (FSDP2 fully_shard); hsdp = FSDP within a node, replicated across nodes."""
-SHARDING_ALIASES = {"ddp": "none", "zero3": "fsdp", "zero-3": "fsdp", "zero-1": "zero1", "zero-2": "zero2",
+fsdp = weights sharded too, gathered block by block (FSDP2 fully_shard); hsdp = FSDP within a node, replicated
+across nodes; zero3 = DeepSpeed's ZeRO stage 3: weights sharded, gathered module by module (`zero3.py`)."""
+SHARDED_WEIGHTS = ("fsdp", "hsdp", "zero3")
+"""The shardings that keep only a shard of the weights between uses."""
+SHARDING_ALIASES = {"ddp": "none", "zero-3": "zero3", "deepspeed": "zero3", "zero-1": "zero1", "zero-2": "zero2",
                     "dist-opt": "zero1"}
 CHECKPOINTING = ("none", "selective", "selective-op", "full")
 """selective = every 2nd block (torchtitan's 'selective layer'); selective-op = torchtitan's per-op policy

@@ -7,7 +7,8 @@ fastest), so a group's members per node are gpus_per_node / (the degrees inside 
   data parallel   FSDP/ZeRO-3: per block and micro-batch an all-gather of its parameters in forward and again
                   in backward (reshard after forward; --gather-dtype bytes, 1 with FP8 all-gather) and a
                   reduce-scatter of its gradients (grad dtype); HSDP: that inside the node + an all-reduce of
-                  the shard across nodes. ZeRO-1/2: a reduce-scatter of gradients + an all-gather of
+                  the shard across nodes. DeepSpeed ZeRO-3 (--sharding zero3): the same per module, the
+                  gradients reduce-scattered in the model dtype per reduce bucket (`zero3.py`). ZeRO-1/2: a reduce-scatter of gradients + an all-gather of
                   parameters per bucket, once per step; DDP: an all-reduce per bucket, once per step. Buckets:
                   PyTorch DDP's bucket_cap_mb 25 MB; Megatron's max(40M, 1M·dp) parameters
                   (DistributedDataParallelConfig.bucket_size), one bucket without --overlap-grad-reduce. Every
@@ -58,6 +59,7 @@ from overdrive.plan.collectives import (LINK_EFF, broadcast_s, choose_allreduce,
                                        ring_latency_s)
 from overdrive.plan.pipeline import stage_imbalance
 from overdrive.plan.setup import TrainSetup
+from overdrive.plan.zero3 import zero3_comm
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["comm_times", "dp_exposed", "LINK_EFF", "ASYNC_TP_EXPOSED", "DDP_BUCKET_BYTES", "DS_ALLREDUCE_ELEMENTS",
@@ -245,7 +247,9 @@ def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict:
     out = {"dp": 0.0, "dp_calls": 0.0, "dp_latency": 0.0, "dp_algo": "", "dp_edge": 0.0, "dp_buckets": 0,
            "dp_nodes": 1, "dp_bcast": 0.0, "dp_bcast_calls": 0, "dp_bcast_latency": 0.0, "tp": 0.0, "tp_latency": 0.0,
            "tp_nodes": 1, "cp": 0.0, "pp": 0.0, "embed": 0.0}
-    if s.sharding in ("fsdp", "hsdp") and s.shards > 1:
+    if s.sharding == "zero3" and s.shards > 1:
+        zero3_comm(m, s, out, _trained(m, s))   # DeepSpeed's module-by-module gathers
+    elif s.sharding in ("fsdp", "hsdp") and s.shards > 1:
         _fsdp_comm(m, s, out, grad_b)
     elif s.zero_broadcast and s.shards > 1:
         _zero_broadcast_comm(m, s, out, grad_b)
@@ -272,7 +276,7 @@ def dp_exposed(s: TrainSetup, c: dict, t_mb: float, bubble: float) -> tuple[floa
         # ReduceGrads after the last backward (TrainSchedule); the first stage finishes last, so its reduction
         # is all exposed
         return c["dp"], 0.0
-    if s.sharding in ("fsdp", "hsdp"):
+    if s.shards_weights:
         # every micro-batch's calls run beside that micro-batch's blocks; its first gather and last
         # reduce-scatter have no block beside them
         hide = n * t_mb

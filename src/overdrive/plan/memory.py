@@ -85,6 +85,7 @@ from overdrive.plan.pipeline import (embedding_bytes, embedding_micro_batches, p
                                      pipeline_outputs_bytes, stage_blocks, stage_outputs_bytes, stage_params)
 from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
+from overdrive.plan.zero3 import zero3_buffers, zero3_states, zero3_step_bytes
 
 __all__ = ["memory_breakdown", "peak_allocated", "GIB", "CONTEXT_BYTES", "FRAGMENTATION", "FRAGMENTATION_CAP",
            "RESERVED_SHARE",
@@ -267,10 +268,9 @@ def _activations(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, flo
     acts = min(acts, L * per_layer)
     if s.offload_activations:
         # The offloaded blocks leave the GPU after their forward; one block is in flight at a time (TE's
-        # double-buffered offload handler), so the GPU holds the other blocks and one more.
-        n = min(s.offload_activations, L)
-        resident = acts / L
-        acts = (L - n) * resident + resident
+        # double-buffered offload handler), so the GPU holds the other blocks and one more, and the recompute buffer
+        buf = per_layer if (s.recompute_layers or s.checkpointing != "none") and acts < L * per_layer else 0.0
+        acts = (L - min(s.offload_activations, L) + 1) * (acts - buf) / L + buf
     if s.pp > 1:
         # the stored part scales with the micro-batches in flight, the recompute buffer is one block at a time, and
         # never more than the blocks in flight keep unchecked (a stage of one block: the buffer is that block)
@@ -312,11 +312,10 @@ def _trained(m: ModelSpec, s: TrainSetup, rank: int) -> tuple[float, float]:
 def _states(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, float, float]:
     """(params, grads, optimizer) bytes per GPU on pipeline rank `rank` (see the module docstring)."""
     P, T = _trained(m, s, rank)
-    S = s.shards
-    zero3 = s.sharding in ("fsdp", "hsdp")
-    opt_b = OPT_BYTES[s.optimizer_dtype]
-    n_states = OPTIMIZER_STATES[s.optimizer]
-    master_b = master_bytes(s)
+    S, zero3 = s.shards, s.shards_weights
+    opt_b, n_states, master_b = OPT_BYTES[s.optimizer_dtype], OPTIMIZER_STATES[s.optimizer], master_bytes(s)
+    if s.sharding == "zero3" and not (s.lora_rank or s.pure_bf16 or s.optimizer_in_backward):
+        return zero3_states(P, S, s, n_states * opt_b, master_b)   # DeepSpeed's partitions: zero3.py
     if s.lora_rank:
         T = T / (S if zero3 else 1)
         params = 2 * P / (S if zero3 else 1) + 4 * T
@@ -334,7 +333,7 @@ def _states(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, float, f
         else:  # zero1/2: compute copy on every rank, the master (fp32, or remainders) sharded with the optimizer
             params = 2 * P + master_b * P / S
         grad_b = 2 if s.grad_dtype == "bf16" else 4
-        grads = grad_b * P / (S if s.sharding in ("zero2", "fsdp", "hsdp") else 1)
+        grads = grad_b * P / (S if s.sharding == "zero2" or zero3 else 1)
         if s.deepspeed_pipeline and s.precision == "bf16":   # BF16_Optimizer: the bf16 grads stay beside the fp32
             grads += 2 * P                                     # ones (update_hp_grads(clear_lp_grads=False))
         opt = n_states * opt_b * P / S
@@ -352,8 +351,11 @@ def _states(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, float, f
 
 
 def _buffers(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
-    """FSDP's gathered blocks and unsharded gradients (see the module docstring)."""
-    if not (s.sharding in ("fsdp", "hsdp") and s.shards > 1 or s.offload == "params"):
+    """FSDP's gathered blocks and unsharded gradients (see the module docstring); DeepSpeed ZeRO-3's gathered
+    modules and reduce bucket (`zero3.py`)."""
+    if s.sharding == "zero3" and (s.shards > 1 or s.offload == "params"):
+        return zero3_buffers(m, s, _trained(m, s, rank)[0])
+    if not (s.shards_weights and s.shards > 1 or s.offload == "params"):
         return 0.0
     gather = s.gather_bytes
     layer = m.layer_params() / s.tp
@@ -384,6 +386,8 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
         lg = logits + kept if rank == s.pp - 1 else 0.0
         # one micro-batch a step: grads are None while activations peak (set_to_none), then replace them in backward
         peak = acts + lg + grads if s.grad_accum > 1 or s.lora_rank else max(acts + lg, grads + per_layer + lg)
+        if s.sharding == "zero3":   # DeepSpeed's step casts a sub-group of the gradients to fp32 after the backward
+            peak = max(peak, grads + zero3_step_bytes(_trained(m, s, rank)[0], s.shards, s))
         te_cache = te_weight_cache_bytes(m, s, rank)
         buffers = _buffers(m, s, rank) + te_cache
         stages.append({"params": params, "grads": grads, "grads_at_peak": max(0.0, peak - acts - lg),

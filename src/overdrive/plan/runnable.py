@@ -35,6 +35,9 @@ def not_in_overdrive(c: dict) -> list[str]:
         out.append(f"{sh} (a sharded optimizer without sharded weights) is Megatron-Core's distributed optimizer "
                    "or DeepSpeed's ZeRO, not Overdrive's: distributed=\"fsdp\" is the nearest (it also shards "
                    "the weights)")
+    if sh == "zero3":
+        out.append("zero3 is DeepSpeed's ZeRO stage 3 (weights gathered module by module), another stack: "
+                   "distributed=\"fsdp\" (FSDP2, block by block) is Overdrive's nearest")
     if sh == "hsdp":
         out.append("hsdp (FSDP within a node, replicas across) is FSDP2's 2-D mesh in torchtitan, not accelerate()'s:"
                    " distributed=\"fsdp\" shards over every GPU")

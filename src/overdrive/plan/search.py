@@ -256,7 +256,10 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
     precisions, shardings, ckpts, mbs = _search_space(base, setup, precisions, shardings, checkpointing,
                                                       micro_batches)
     _check_asked(g, base, precisions, shardings)
-    check_layout(model, base)  # before the search: one message for the layout, not one per candidate
+    if base.offload_activations >= model.n_layer and "full" in ckpts:
+        ckpts = ("full",)   # every block to the host: only checkpointed blocks' inputs can all go
+    # before the search: one message for the layout, not one per candidate
+    check_layout(model, dataclasses.replace(base, checkpointing=ckpts[0]) if len(ckpts) == 1 else base)
     cands = _candidates(model, base, precisions, shardings, ckpts, mbs)
     if not cands:
         raise ValueError(f"no configuration to evaluate: global batch {base.global_batch} is not divisible by "

@@ -14,7 +14,8 @@ from overdrive.formats import planned_format
 from overdrive.plan.choices import (ATTENTIONS, BANDWIDTH_GBS, CHECKPOINTING, GRAD_DTYPES, LOSSES, LOW_PRECISION,
                                     MASTER_WEIGHTS, MAX_COUNT, MIN_EFFICIENCY, OFFLOADS, OPTIMIZER_ALIASES,
                                     OPTIMIZER_DTYPES, OPTIMIZER_STATES, OPTIMIZERS, PRECISIONS, RECOMPUTE_MODULES,
-                                    SHARDING_ALIASES, SHARDINGS, STACK_ALIASES, STACKS)
+                                    SHARDED_WEIGHTS, SHARDING_ALIASES, SHARDINGS, STACK_ALIASES,
+                                    STACKS)
 from overdrive.plan.setup_checks import validate
 from overdrive.plan.specs import ModelSpec
 
@@ -54,6 +55,7 @@ class TrainSetup:
     precision: str = "bf16"
     """fp32 | bf16 | fp16 | fp8 (tensorwise) | fp8-rowwise | mxfp8 | nvfp4 (the last two on Blackwell only)."""
     sharding: str = "fsdp"
+    """none | zero1 | zero2 | fsdp | hsdp | zero3 (see SHARDINGS)."""
     tp: int = 1
     """Tensor parallel degree (sequence parallel unless sequence_parallel False); across nodes in whole nodes."""
     pp: int = 1
@@ -206,6 +208,11 @@ class TrainSetup:
         return group
 
     @property
+    def shards_weights(self) -> bool:
+        """Whether only a shard of the weights stays between uses (FSDP, HSDP, DeepSpeed ZeRO-3)."""
+        return self.sharding in SHARDED_WEIGHTS
+
+    @property
     def tp_overlap(self) -> bool:
         """Whether TP collectives hide under the GEMMs: as asked, else the stack's default."""
         return self.stack == "megatron" if self.async_tp is None else bool(self.async_tp)
@@ -262,9 +269,13 @@ def check_layout(m: ModelSpec, s: TrainSetup) -> None:
         where = f"each of the {chunks} pipeline chunks" if chunks > 1 else m.name
         raise ValueError(f"--recompute-layers {s.recompute_layers} exceeds the {per_chunk} blocks of {where}: "
                          f"use at most {per_chunk} (all of them = --checkpointing full)")
-    if s.offload_activations >= m.n_layer:
-        raise ValueError(f"--offload-activations {s.offload_activations}: offload fewer blocks than the model's "
-                         f"{m.n_layer} (the last block's activations are needed at once)")
+    full = s.checkpointing == "full" and not s.recompute_layers
+    if s.offload_activations > m.n_layer or s.offload_activations == m.n_layer and not full:
+        # every block's checkpointed input may go (DeepSpeed's cpu_checkpointing, torchtune's offload of the
+        # checkpointed inputs): the block being recomputed comes back one at a time; a block's whole activations
+        # cannot all go, the last block's are needed at once
+        raise ValueError(f"--offload-activations {s.offload_activations}: offload at most the model's {m.n_layer} "
+                         f"blocks with --checkpointing full, fewer ({m.n_layer - 1}) without it")
     if s.lora_rank > m.hidden:
         raise ValueError(f"--lora-rank {s.lora_rank} is above the hidden size {m.hidden} of {m.name}: a LoRA rank "
                          "is small (8-256)")

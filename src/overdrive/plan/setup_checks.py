@@ -155,8 +155,8 @@ def _check_counts(s) -> None:
     if not s.overlap_grad_reduce and s.offload == "params":
         raise ValueError("--no-overlap-grad-reduce plans Megatron's DDP/distributed optimizer, --offload params needs "
                          "FSDP: drop one of them (--offload optimizer goes with the distributed optimizer)")
-    if s.offload == "params" and s.sharding not in ("fsdp", "hsdp"):
-        raise ValueError(f"--offload params needs FSDP (--zero 3 or --sharding fsdp/hsdp), not {s.sharding}: "
+    if s.offload == "params" and not s.shards_weights:
+        raise ValueError(f"--offload params needs sharded weights (--sharding fsdp/hsdp/zero3), not {s.sharding}: "
                          "parameters are offloaded per shard; with ZeRO-1/2 or DDP use --offload optimizer")
     if s.lora_rank < 0:
         raise ValueError(f"--lora-rank must be >= 0, got {s.lora_rank}")
@@ -202,6 +202,13 @@ def _check_layout(s) -> None:
         # ("Sequence length per GPU needs to be divisible by 2!"), so the sequence divides by 2·cp
         raise ValueError(f"--seq {s.seq} is not divisible by 2 x --cp {s.cp}: ring attention gives each "
                          f"rank two halves, use a multiple of {2 * s.cp}")
+    if s.sharding == "zero3" and (s.pp > 1 or s.fp8_all_gather or s.gather_dtype or s.stack != "pytorch"):
+        # deepspeed/runtime/pipe/engine.py refuses ZeRO-2/3 under its PipelineEngine; stage3.py gathers the 16-bit
+        # partitions in the model dtype; Megatron-Core's optimizers are its own
+        what = ("--pp > 1" if s.pp > 1 else "--fp8-all-gather" if s.fp8_all_gather else
+                f"--gather-dtype {s.gather_dtype}" if s.gather_dtype else f"--stack {s.stack}")
+        raise ValueError(f"--sharding zero3 (DeepSpeed ZeRO-3) does not run with {what}: DeepSpeed gathers its 16-bit "
+                         "partitions without a pipeline; use --sharding fsdp for FSDP2, or drop it")
     if s.deepspeed_pipeline and s.sharding not in ("none", "zero1"):
         # deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
         raise ValueError(f"--deepspeed-pipeline with --sharding {s.sharding}: DeepSpeed's PipelineEngine refuses "
