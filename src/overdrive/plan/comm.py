@@ -4,15 +4,15 @@ Each collective is timed by `collectives.py` (nccl-tests' bus-bandwidth factors 
 model), over the ranks of its group and the nodes they span. Megatron's rank order is tp, cp, dp, pp (tp
 fastest), so a group's members per node are gpus_per_node / (the degrees inside it), at least one.
 
-  data parallel   FSDP/ZeRO-3: per block and micro-batch an all-gather of its parameters in forward and again
-                  in backward (reshard after forward; --gather-dtype bytes, 1 with FP8 all-gather) and a
-                  reduce-scatter of its gradients (grad dtype); HSDP: that inside the node + an all-reduce of
-                  the shard across nodes. DeepSpeed ZeRO-3 (--sharding zero3): the same per module, the
-                  gradients reduce-scattered in the model dtype per reduce bucket (`zero3.py`). ZeRO-1/2: a reduce-scatter of gradients + an all-gather of
-                  parameters per bucket, once per step; DDP: an all-reduce per bucket, once per step. Buckets:
-                  PyTorch DDP's bucket_cap_mb 25 MB; Megatron's max(40M, 1M·dp) parameters
-                  (DistributedDataParallelConfig.bucket_size), one bucket without --overlap-grad-reduce. Every
-                  call pays its latency: at hundreds of nodes with small buckets that term dominates.
+  data parallel   FSDP/ZeRO-3: per block and micro-batch an all-gather of its parameters in forward and again in
+                  backward (reshard after forward; --gather-dtype bytes, 1 with FP8 all-gather) and a reduce-scatter of
+                  its gradients (grad dtype); HSDP: that inside the node + an all-reduce of the shard across nodes.
+                  DeepSpeed ZeRO-3 (--sharding zero3): the same per module, the gradients reduce-scattered in the model
+                  dtype per reduce bucket (`zero3.py`). ZeRO-1/2: a reduce-scatter of gradients + an all-gather of
+                  parameters per bucket, once per step; DDP: an all-reduce per bucket, once per step. Buckets: PyTorch
+                  DDP's bucket_cap_mb 25 MB; Megatron's max(40M, 1M·dp) parameters
+                  (DistributedDataParallelConfig.bucket_size), one bucket without --overlap-grad-reduce. Every call pays
+                  its latency: at hundreds of nodes with small buckets that term dominates.
   overlap         FSDP: the calls hide under the block computing beside them, up to `overlap` of the compute;
                   the first all-gather and the last reduce-scatter have nothing to hide under: on the PyTorch
                   stack those are the root unit's (the embedding, final norm and untied head fully_shard leaves
@@ -59,8 +59,8 @@ from overdrive.plan.collectives import (LINK_EFF, broadcast_s, choose_allreduce,
                                        ring_latency_s)
 from overdrive.plan.pipeline import stage_imbalance
 from overdrive.plan.setup import TrainSetup
-from overdrive.plan.zero3 import zero3_comm
 from overdrive.plan.specs import ModelSpec
+from overdrive.plan.zero3 import zero3_comm
 
 __all__ = ["comm_times", "dp_exposed", "LINK_EFF", "ASYNC_TP_EXPOSED", "DDP_BUCKET_BYTES", "DS_ALLREDUCE_ELEMENTS",
            "group_layout", "ZERO_BUCKET_ELEMENTS", "zero_owners"]

@@ -14,8 +14,7 @@ from overdrive.formats import planned_format
 from overdrive.plan.choices import (ATTENTIONS, BANDWIDTH_GBS, CHECKPOINTING, GRAD_DTYPES, LOSSES, LOW_PRECISION,
                                     MASTER_WEIGHTS, MAX_COUNT, MIN_EFFICIENCY, OFFLOADS, OPTIMIZER_ALIASES,
                                     OPTIMIZER_DTYPES, OPTIMIZER_STATES, OPTIMIZERS, PRECISIONS, RECOMPUTE_MODULES,
-                                    SHARDED_WEIGHTS, SHARDING_ALIASES, SHARDINGS, STACK_ALIASES,
-                                    STACKS)
+                                    SHARDED_WEIGHTS, SHARDING_ALIASES, SHARDINGS, STACK_ALIASES, STACKS)
 from overdrive.plan.setup_checks import validate
 from overdrive.plan.specs import ModelSpec
 
