@@ -180,6 +180,9 @@ DESIGN = {
                                    "re-expressed with the cuDNN attention its PyTorch nightly ran and the loss of the "
                                    "commits its figures were measured at, read from its source after first sight",
     "jzhang38/TinyLlama README.md": "none: added after every term, fitted on nothing, no term added for it",
+    "stas00/ml-engineering insights/when-to-upgrade-gpus/README.md":
+        "none fitted: added after every term, fitted on nothing; --attention fa3 added for the kernel its "
+        "benchmark.py ran, at the FlashAttention-3 paper's share (no constant)",
     "pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md":
         "none: a file added after every term, fitted on nothing (torchtitan's other files fitted constants)",
     "NVIDIA/dgxc-benchmarking nemotron/README_15b.md": NEMOTRON_FILE,

@@ -117,6 +117,9 @@ def test_published_rows_that_name_a_kernel_say_why_from_their_source():
     for r in (r for r in named if r not in olmo):
         assert r["stack"] == "megatron" and "NVTE_FUSED_ATTN=0" in r["note"]
         assert "--attention fa2" in plan_flags(r)
+    # FlashAttention-3 rows: Hugging Face's attn_implementation="flash_attention_3", said in the note
+    fa3 = [r for r in load_runs() if r.get("attention") == "fa3"]
+    assert fa3 and all("flash_attention_3" in r["note"] and "--attention fa3" in plan_flags(r) for r in fa3)
 
 
 def test_efficiency_override_slows_attention_in_proportion():
@@ -140,7 +143,7 @@ def test_explain_marks_assumed_shares_and_odd_head_dims():
 
 
 @pytest.mark.parametrize("asked, hint", [("FA2", "did you mean --attention fa2"), (" cudnn", "did you mean --attention cudnn"),
-                                         ("flash3", r"is not one of flash, fa2, cudnn, unfused$")])
+                                         ("flash3", r"is not one of flash, fa2, fa3, cudnn, unfused$")])
 def test_attention_typos_get_the_near_value(run, asked, hint):
     from plan_cli import refused
 
@@ -165,3 +168,26 @@ def test_head_dims_other_than_128_are_shown_at_the_published_ratios_not_planned(
     assert compute_times(m64, s)["attention"] == pytest.approx(compute_times(m128, s)["attention"])
     text = "\n".join(explain(estimate(m64, s)))
     assert "head dim 64 planned at 128's rate" in text and "0.89 of that" in text
+
+
+def test_fa3_runs_at_its_published_share_on_hopper_and_is_refused_elsewhere(run):
+    """--attention fa3: FlashAttention-3's H100 figures (0.58 of the peak, above cuDNN's 0.53), Hopper only."""
+    from plan_cli import refused
+
+    fa3, cudnn = (compute_times(M8, _setup("h200", attention=k))["attention"] for k in ("fa3", "cudnn"))
+    assert cudnn / fa3 == pytest.approx(ATTN_PEAK_SHARE["fa3"][9] / ATTN_PEAK_SHARE["cudnn"][9])
+    assert attention_kernel(_setup(attention="fa3", stack="megatron")) == "fa3"
+    text = "\n".join(explain(estimate(M8, _setup("h100-sxm", attention="fa3"))))
+    assert "attention kernel: FlashAttention-3 (--attention)" in text
+    wide = dataclasses.replace(_setup(attention="fa3"))
+    from overdrive.plan.attention import head_dim_ratio
+    assert 0 < head_dim_ratio(wide, 64) < 1   # shown on cuDNN's curve, no KeyError
+    for gpu, sm in (("a100-80", "sm80"), ("b200", "sm100")):
+        with pytest.raises(ValueError, match=f"--attention fa3: .* {sm}: use --attention cudnn or fa2"):
+            estimate(M8, _setup(gpu, attention="fa3"))
+        refused(run("--model", "llama3-8b", "--gpu", gpu, "--precision", "bf16", "--micro-batch", "1",
+                    "--attention", "fa3"), f"{sm}: use --attention cudnn or fa2")
+    r = run("--model", "llama3-8b", "--gpu", "h200", "--gpus", "8", "--precision", "bf16", "--micro-batch", "1",
+            "--seq", "32768", "--attention", "fa3", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["top"]["attention_kernel"] == "fa3"

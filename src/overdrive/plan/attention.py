@@ -12,11 +12,12 @@ from overdrive.plan.setup import TrainSetup
 __all__ = ["ATTN_PEAK_SHARE", "ATTN_SEQ_RATE", "ATTN_HEAD_DIM", "CUDNN_HINT", "attention_kernel", "fa2_by_default",
            "attention_share", "attention_override", "head_dim_ratio"]
 
-ATTN_PEAK_SHARE = {"fa2": {8: 0.60, 9: 0.33, 10: 0.26}, "cudnn": {8: 0.60, 9: 0.53, 10: 0.50}}
+ATTN_PEAK_SHARE = {"fa2": {8: 0.60, 9: 0.33, 10: 0.26}, "cudnn": {8: 0.60, 9: 0.53, 10: 0.50}, "fa3": {9: 0.58}}
 """Share of the dense bf16 peak a fused attention kernel reaches, head dim 128, forward (causal) + backward weighted
 1 : 2.5 by FLOPs, at 16K tokens. Hopper: FlashAttention-3 paper (Shah et al. 2024), H100 SXM5 figures: FlashAttention-2
-forward 335 and backward 322 TFLOP/s (0.33 of 989; the paper's "35% utilization"), cuDNN 539 and 516 (0.53;
-FlashAttention-3 616 and 561 would be 0.58); the paper plots the backward without the causal mask. Ampere:
+forward 335 and backward 322 TFLOP/s (0.33 of 989; the paper's "35% utilization"), cuDNN 539 and 516 (0.53),
+FlashAttention-3 616 and 561 (0.58; its kernels are sm90's alone: `setup_checks` refuses --attention fa3 on other
+GPUs, so its table has Hopper's entry only); the paper plots the backward without the causal mask. Ampere:
 FlashAttention-2 paper (Dao 2023), "50-73% of the theoretical maximum FLOPs/s on A100": 0.60 assumed inside that
 range (its A100 forward+backward figure is a plot only); cuDNN's fused attention on sm80 taken as the same class.
 Blackwell, assumed: FlashAttention-4 (Zadouri et al. 2026) reaches up to 71% of a B200 forward and "up to 1.3x" cuDNN
@@ -65,7 +66,8 @@ def _loglinear(pts, x: float) -> float:
 
 def head_dim_ratio(s: TrainSetup, head_dim: int) -> float:
     """The kernel's published rate at `head_dim` relative to 128 (`ATTN_HEAD_DIM`; shown, not planned)."""
-    return _loglinear(ATTN_HEAD_DIM[attention_kernel(s)], max(head_dim, 1))
+    # FlashAttention-3's own head-dim curve is not in the table read: shown on cuDNN's, the other Hopper-native one
+    return _loglinear(ATTN_HEAD_DIM.get(attention_kernel(s), ATTN_HEAD_DIM["cudnn"]), max(head_dim, 1))
 
 
 def attention_share(s: TrainSetup, seq: float) -> float:

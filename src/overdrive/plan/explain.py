@@ -81,7 +81,7 @@ _TIME = {
 }
 
 
-_KERNEL_NAMES = {"fa2": "FlashAttention-2", "cudnn": "cuDNN's fused attention"}
+_KERNEL_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3", "cudnn": "cuDNN's fused attention"}
 
 
 def _attention_line(e: Estimate) -> str:

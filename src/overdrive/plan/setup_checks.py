@@ -109,6 +109,9 @@ def _resolve_names(s) -> None:
         raise ValueError(f"--block-code {s.block_code} counts a PyTorch Llama block's activations: it needs "
                          "--stack pytorch (Megatron's blocks are Transformer Engine's)")
     _choice("attention", s.attention, ATTENTIONS)
+    if s.attention == "fa3" and s.gpu.sm[0] != 9:
+        raise ValueError(f"--attention fa3: FlashAttention-3's kernels are Hopper's (sm90), and {s.gpu.key} is "
+                         f"sm{s.gpu.sm[0]}{s.gpu.sm[1]}: use --attention cudnn or fa2 (or flash, the stack's own)")
     if s.gather_dtype and s.gather_dtype not in GATHER_DTYPES:
         raise ValueError(f"--gather-dtype {s.gather_dtype!r} is not one of {', '.join(GATHER_DTYPES)}")
 
