@@ -80,10 +80,12 @@ def _ml_engineering(untouched: list[dict]) -> str:
     e = ", ".join(f"{int(r['id'].split()[-1]) // 1024}K {100 * r['error']:+.0f}%" for r in rows)
     share = ", ".join(f"{100 * r['attention_share']:.0f}%" for r in rows)
     mem = ", ".join(f"{100 * r['memory_error']:+.0f}%" for r in rows if "memory_error" in r)
+    runs = {r["id"]: r for r in load_runs()}
+    first = ", ".join(f"{100 * (runs[r['id']]['first_planned'] / r['published'] - 1):+.0f}%" for r in rows)
     return (f"ml-engineering's Llama-3.1-8B sweep on 8 H200s (DeepSpeed ZeRO-3 with CPU AdamW, Liger-Kernel, "
             f"Hugging Face's FlashAttention-3, planned as --sharding zero3 --offload optimizer --attention fa3): {e}; "
             "first planned as --attention cudnn, before the planner had FlashAttention-3's own share (0.58 of the "
-            "peak, the FlashAttention-3 paper's, not fitted): +22%, -22%, -37%, -45%, -48%, -49%; "
+            f"peak, the FlashAttention-3 paper's, not fitted): {first}; "
             f"attention is {share} of each planned step. The source's 391-422 TFLOPS from 64K on (its causal count, "
             "no recompute) put FlashAttention-3 at about 0.64 of the bf16 peak with the recomputed forward counted: "
             "at or above the kernel's own 16K benchmark (0.58), where the fitted attn_rel (0.56) plans every kernel "
