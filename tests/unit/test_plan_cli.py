@@ -30,6 +30,7 @@ def run(capsys):
      "fewer (15) without it"),
     (["--model", "llama3-1b", "--offload-activations", "17", "--checkpointing", "full"], "at most the model's 16"),
     (["--sharding", "zero3", "--pp", "2"], "does not run with --pp > 1"),
+    (["--sharding", "fsdp", "--no-zero-init"], "--no-zero-init plans DeepSpeed ZeRO-3"),
 ])
 def test_refusals_are_one_line(run, args, needle):
     cp = run(*args)

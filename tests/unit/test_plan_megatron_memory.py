@@ -9,7 +9,7 @@ import pytest
 
 from overdrive.env import gpu_by_key
 from overdrive.plan import TrainSetup, estimate, get_model
-from overdrive.plan.memory import act_tensors, pipeline_blocks_in_flight, recomputed_blocks, terms
+from overdrive.plan.memory import act_tensors, backward_grad_bytes, pipeline_blocks_in_flight, recomputed_blocks, terms
 from overdrive.plan.memory import act_bytes_per_layer as per_layer
 
 GB300 = gpu_by_key("gb300")
@@ -60,7 +60,9 @@ def test_selective_recompute_is_named_and_costs_time():
 def test_block_recompute_keeps_only_inputs_of_the_first_n_blocks_of_each_chunk():
     s = _s(gpus_per_node=8, sharding="fsdp", recompute_layers=30)
     one, block_in = per_layer(M70, s), 8192 * H * 2
-    assert terms(M70, s)["activations"] == 30 * block_in + 50 * one + one
+    grads = backward_grad_bytes(M70, s)   # the backward's own gradients, beside any checkpointing
+    assert grads == 8192 * (H + F) * 2
+    assert terms(M70, s)["activations"] == 30 * block_in + 50 * one + one + grads
     # pipeline: 80 blocks over pp 4 x vpp 5 chunks of 4; N=1 per chunk -> 5 of the stage's 20 blocks
     # on Megatron's stack (whose flag this is) the last stage keeps no outputs, so the first stage is the peak
     p = _s(pp=4, vpp=5, global_batch=256, recompute_layers=1, stack="megatron")
@@ -69,7 +71,7 @@ def test_block_recompute_keeps_only_inputs_of_the_first_n_blocks_of_each_chunk()
     in_flight = pipeline_blocks_in_flight(M70, p) / 20
     # the stored blocks scale with the micro-batches in flight; the one-block recompute buffer does not
     assert terms(M70, p)["activations"] == pytest.approx((5 * block_in + 15 * per_layer(M70, p)) * in_flight
-                                                         + per_layer(M70, p))
+                                                         + per_layer(M70, p) + backward_grad_bytes(M70, p))
     # time: the forward again for 5 of 20 blocks, a quarter of what full checkpointing recomputes
     full = estimate(M70, dataclasses.replace(flat, checkpointing="full")).times["recompute"]
     assert estimate(M70, p).times["recompute"] == pytest.approx(0.25 * full)
@@ -80,7 +82,7 @@ def test_block_recompute_keeps_only_inputs_of_the_first_n_blocks_of_each_chunk()
 
 def test_activation_offload_keeps_the_other_blocks_and_one_in_flight():
     s = _s(sharding="fsdp", micro_batch=2, global_batch=256, offload_activations=20)
-    assert terms(M70, s)["activations"] == 61 * per_layer(M70, s)
+    assert terms(M70, s)["activations"] == 61 * per_layer(M70, s) + backward_grad_bytes(M70, s)
     e = estimate(M70, s)
     # NVLink-C2C (450 GB/s a direction) carries 20 blocks out and back well under one micro-batch's compute
     assert e.times["offload_exposed"] == 0

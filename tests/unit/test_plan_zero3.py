@@ -9,8 +9,9 @@ from overdrive.env import gpu_by_key
 from overdrive.plan import TrainSetup, estimate, get_model
 from overdrive.plan.comm import comm_times
 from overdrive.plan.memory import terms
+from overdrive.plan.search import plan
 from overdrive.plan.zero3 import (MAX_LIVE, PREFETCH_BUCKET, REDUCE_BUCKET, REUSE_DISTANCE, gathered_modules,
-                                  zero3_buffers, zero3_step_bytes)
+                                  zero3_buffers, zero3_startup_bytes, zero3_step_bytes)
 
 H100 = gpu_by_key("h100-sxm")
 
@@ -157,3 +158,41 @@ def test_every_checkpointed_input_may_go_to_the_host():
     assert a[0] < a[1] < a[2]
     with pytest.raises(ValueError, match="fewer"):
         estimate(m, _s(offload_activations=m.n_layer))
+
+
+@pytest.mark.parametrize("precision, width", [("bf16", 2), ("fp32", 4)])
+def test_a_model_built_whole_is_on_every_gpu_once_at_start_up(precision, width):
+    """--no-zero-init: deepspeed.initialize casts the model to its dtype and moves all of it to each GPU before it
+    partitions it (engine.py _configure_distributed_model), so the peak is at least the whole model; under
+    zero.Init it is never whole. Short sequences peak at start-up, long ones in the step, never below either."""
+    m = get_model("llama3-8b")
+    built = _s(nodes=1, offload="optimizer", checkpointing="full", micro_batch=1, global_batch=8, precision=precision)
+    whole = dataclasses.replace(built, zero_init=False)
+    assert zero3_startup_bytes(m, built) == 0
+    assert zero3_startup_bytes(m, whole) == width * m.n_params()
+    short, long = terms(m, whole), terms(m, dataclasses.replace(whole, seq=131072))
+    assert short["allocated"] == pytest.approx(width * m.n_params())
+    assert short["allocated"] > terms(m, built)["allocated"]
+    assert short["startup"] == pytest.approx(short["allocated"] - terms(m, built)["allocated"])
+    step = terms(m, dataclasses.replace(built, seq=131072))
+    assert long["startup"] == 0 and long["allocated"] == step["allocated"] > long["startup_bytes"]
+    # the breakdown still adds up to what the GPU needs, the excess under "other"
+    e = estimate(m, whole)
+    assert sum(e.breakdown_gib.values()) == pytest.approx(e.memory_gib)
+    assert any("--no-zero-init" in n and "zero.Init" in n for n in e.notes)
+
+
+def test_a_start_up_too_big_for_the_gpu_is_refused_with_zero_init_as_the_fix():
+    m = get_model("llama3-70b")   # 141 GB whole in bf16: no 80 GB GPU holds it, however many share the step
+    r = plan(m, H100, gpus_per_node=8, nodes=1, seq=4096, global_batch=8, micro_batch=1, offload="optimizer",
+             checkpointing=("full",), precisions=("bf16",), zero_init=False)
+    assert r["top"] is None and r["why"] == "nothing fits"
+    first = r["suggestions"][1]
+    assert first.startswith("the model built under deepspeed.zero.Init") and "GiB per GPU" in first
+    assert "not enough alone" not in first
+
+
+def test_refuses_no_zero_init_without_zero3():
+    with pytest.raises(ValueError, match="--no-zero-init plans DeepSpeed ZeRO-3") as e:
+        _s(sharding="fsdp", zero_init=False)
+    assert "--sharding zero3" in str(e.value) and "\n" not in str(e.value)

@@ -152,7 +152,7 @@ def _setup_kwargs(args: argparse.Namespace) -> dict:
                  block_code=args.block_code or "", gather_dtype=args.gather_dtype or "",
                  sequence_parallel=args.sequence_parallel != "off",
                  sp_regather=True if args.sequence_parallel == "regather" else None,
-                 overlap_grad_reduce=not args.no_overlap_grad_reduce,
+                 overlap_grad_reduce=not args.no_overlap_grad_reduce, zero_init=not args.no_zero_init,
                  partition_activations=not args.no_partition_activations)
     if args.micro_batch is not None:
         setup["micro_batch"] = args.micro_batch
@@ -291,6 +291,8 @@ def _add_memory_args(a) -> None:
       help="step each parameter in the backward and free its gradient (torchtune's optimizer_in_bwd)")
     a("--pure-bf16", action="store_true", help="bf16 weights, grads and states with no fp32 master copy")
     a("--offload", default="none", choices=["none", "optimizer", "params"], help="CPU offload")
+    a("--no-zero-init", action="store_true", help="with --sharding zero3: the model is built whole, not under "
+      "deepspeed.zero.Init, so deepspeed.initialize puts all of it on each GPU before partitioning it")
 
 
 def _add_stack_args(a) -> None:
@@ -349,8 +351,7 @@ def _add_stack_args(a) -> None:
       help="whose Llama block runs: torchtune (k, v copied to every head) or transformers (k, v shared); with "
            "--no-compile its eager activations (fp32 RMSNorm, unfused SwiGLU), compiled what torch.compile keeps")
     a("--async-tp", action="store_true", help="overlap TP collectives with GEMMs (--stack megatron's default)")
-    a("--no-async-tp", action="store_true", help="TP collectives not overlapped, even with --stack megatron "
-                                                 "(Megatron before tp_comm_overlap)")
+    a("--no-async-tp", action="store_true", help="TP collectives not overlapped, even on megatron (before tp_comm_overlap)")
     a("--efficiency", type=float, help="override the calibrated GEMM fraction of peak, in (0, 1]")
     a("--calibrate", metavar="RESULTS.json", help="take the GEMM efficiency from an overdrive bench result")
     a("--intra-gbs", type=float, help="per-GPU intra-node bandwidth GB/s (default: NVLink of the GPU)")
@@ -374,8 +375,7 @@ def _add_custom_model_args(a) -> None:
 
 def _add_output_args(a) -> None:
     """What is printed or written."""
-    a("--json", action="store_true", help="print JSON (candidates with fits, memory_gib, allocated_gib, "
-                                          "tokens_per_s_per_gpu, times_s, breakdown)")
+    a("--json", action="store_true", help="print JSON (candidates: fits, memory_gib, tokens_per_s_per_gpu, ...)")
     a("--explain", action="store_true", help="print every memory and time term of the top pick, with formulas")
     a("--png", help="write the memory breakdown of the top pick (with --sweep: the sweep plot) to this PNG")
     a("--out", help="folder for plan.json, memory.png and report.html (not with --sweep)")

@@ -146,6 +146,11 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
                      "are within -26%/+22% of this memory estimate (docs/plan-validation.md)")
     bd = memory_breakdown(m, s)
     t = terms(m, s)
+    if t["startup_bytes"]:
+        step_peak = (t["allocated"] - t["startup"]) / GIB
+        notes.append(f"--no-zero-init: deepspeed.initialize puts the whole model ({t['startup_bytes'] / GIB:.1f} GiB) "
+                     f"on each GPU before partitioning it, {'above' if t['startup'] else 'under'} the step's "
+                     f"{step_peak:.1f} GiB allocated; built under deepspeed.zero.Init it never is")
     total = sum(bd.values())
     ct = compute_times(m, s, cal)
     cm = comm_times(m, s, ct["attention"])

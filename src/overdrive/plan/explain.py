@@ -7,7 +7,7 @@ from overdrive.formats import planned_format
 from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_groups, weight_copies
 from overdrive.plan.estimate import Estimate
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors,
-                                   state_bytes_per_param, terms)
+                                   backward_grad_bytes, state_bytes_per_param, terms)
 from overdrive.plan.attention import (CUDNN_HINT, attention_kernel, attention_override, attention_share, fa2_by_default,
                                       head_dim_ratio)
 from overdrive.plan.throughput import CALIBRATION, cast_bytes_per_micro_batch, peak_tflops
@@ -188,6 +188,8 @@ def explain(e: Estimate) -> list[str]:
                 f"compiled {s.block_code} block" if s.block_code else "fused kernels")
         lines.append(f"  activations saved per token per block, {kind}: {sum(acts.values()):,.0f} B = "
                      + " + ".join(f"{k} {v:,.0f}" for k, v in acts.items() if v))
+        lines.append(f"  + the backward's own gradients as the last block's MLP backward starts (its output's, whole "
+                     f"on a TP rank, and its activation's): {backward_grad_bytes(e.model, s) / 2**20:,.0f} MiB")
         if s.keeps_gathered:
             f8 = planned_format(s.precision)
             f8 = " in float8 (torchao's float8 TP casts before the gather), in place of the 16-bit shards" if (

@@ -126,6 +126,8 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
     fp8_gather = None if s.fp8_all_gather else alt(fp8_all_gather=True)
     if fp8_gather is not None and fp8_gather.gathers_fp8:   # only where it changes what is gathered
         tries.insert(0, (fp8_gather, "FP8 all-gather"))
+    if not s.zero_init:   # more GPUs or less per GPU do not shrink a start-up that holds the whole model
+        tries.insert(0, (alt(zero_init=True), "the model built under deepspeed.zero.Init (no whole copy at start-up)"))
     for nodes in (2, 4, 8, 16, 32, 64):
         if nodes > s.nodes:
             more = alt(nodes=nodes, sharding="fsdp")
@@ -198,14 +200,14 @@ def _search_space(base: TrainSetup, setup: dict, precisions, shardings, checkpoi
         # megatron/core/distributed/torch_fully_sharded_data_parallel.py first appears in core_v0.10.0
         raise ValueError(f"--sharding {fsdp[0]} with --loss megatron-v07: Megatron-Core before 0.10 has no FSDP; "
                          "use --sharding zero1 (its distributed optimizer) or none")
-    shardings = shardings or (("fsdp", "hsdp") if base.offload == "params" else
+    shardings = shardings or (("zero3",) if not base.zero_init else ("fsdp", "hsdp") if base.offload == "params" else
                               ("zero1",) if base.zero_broadcast else
                               ("zero1", "none") if (base.deepspeed_pipeline or not base.overlap_grad_reduce
                                                     or base.loss == "megatron-v07") else
                               ("fsdp", "hsdp", "zero1", "none"))
     if base.dp * base.cp == 1 and not asked_shardings and not base.zero_broadcast:
         # one data-parallel rank: every sharding holds the same bytes and runs the same step; rank one, not three
-        shardings = ("fsdp",) if base.offload == "params" else ("none",)
+        shardings = ("zero3",) if not base.zero_init else ("fsdp",) if base.offload == "params" else ("none",)
     return precisions, shardings, ckpts, mbs
 
 
@@ -252,7 +254,9 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
     if model.embed_norm:   # the model has it (BLOOM's config): what --embed-norm says
         setup = {**setup, "embed_norm": True}
     zero1 = setup.get("deepspeed_pipeline") or setup.get("overlap_grad_reduce") is False or setup.get("zero_broadcast")
-    base = TrainSetup(gpu=g, **({"sharding": "zero1", **setup} if zero1 else setup))
+    # --no-zero-init is DeepSpeed ZeRO-3's: its base, and the only sharding searched
+    first = {"sharding": "zero1"} if zero1 else {"sharding": "zero3"} if setup.get("zero_init") is False else {}
+    base = TrainSetup(gpu=g, **{**first, **setup})
     precisions, shardings, ckpts, mbs = _search_space(base, setup, precisions, shardings, checkpointing,
                                                       micro_batches)
     _check_asked(g, base, precisions, shardings)
@@ -295,7 +299,7 @@ def _result(model: ModelSpec, g: GpuSpec, base: TrainSetup, cands: list, precisi
 _SETTINGS = ("grad_dtype", "gather_dtype", "fp8_all_gather", "async_tp", "attention", "sequence_parallel",
              "sp_regather", "partition_activations", "overlap_grad_reduce", "deepspeed_pipeline",
              "embedding_in_pipeline_split", "z_loss", "block_code", "fused_kernels", "embed_norm", "dropout",
-             "zero_broadcast")
+             "zero_broadcast", "zero_init")
 """TrainSetup fields a candidate records beside its search axes (each changes the plan's figures)."""
 
 

@@ -147,6 +147,11 @@ class TrainSetup:
     """Without sequence parallelism, a checkpointed block's input is split over the TP ranks (Megatron's
     --distribute-checkpointed-activations, DeepSpeed checkpointing's partition_activations); False: every TP rank
     keeps it whole (Megatron-DeepSpeed without --partition-activations, as BLOOM ran)."""
+    zero_init: bool = True
+    """DeepSpeed ZeRO-3 gets a model built partitioned (deepspeed.zero.Init; what Hugging Face's Trainer and Accelerate
+    do when the ZeRO-3 config is set before from_pretrained). False: a model built whole, which deepspeed.initialize
+    moves to each GPU in the model dtype before partitioning it (runtime/engine.py `_configure_distributed_model`:
+    `module.to(device)` unless zero.Init made it), so every GPU holds the whole model once at start-up (`zero3.py`)."""
     zero_broadcast: bool = False
     """ZeRO-1 as InternLM's HybridZeroOptimizer ran its 2023 performance table (internlm/solver/optimizer/
     hybrid_zero_optim.py @ 20fe5ac2): whole tensors assigned to ranks, the model-dtype gradients all-reduced in

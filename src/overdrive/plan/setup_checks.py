@@ -212,6 +212,9 @@ def _check_layout(s) -> None:
                 f"--gather-dtype {s.gather_dtype}" if s.gather_dtype else f"--stack {s.stack}")
         raise ValueError(f"--sharding zero3 (DeepSpeed ZeRO-3) does not run with {what}: DeepSpeed gathers its 16-bit "
                          "partitions without a pipeline; use --sharding fsdp for FSDP2, or drop it")
+    if not s.zero_init and s.sharding != "zero3":
+        raise ValueError(f"--no-zero-init plans DeepSpeed ZeRO-3 given a model built whole, not --sharding {s.sharding}: "
+                         "add --sharding zero3, or drop the flag")
     if s.deepspeed_pipeline and s.sharding not in ("none", "zero1"):
         # deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
         raise ValueError(f"--deepspeed-pipeline with --sharding {s.sharding}: DeepSpeed's PipelineEngine refuses "

@@ -25,7 +25,8 @@ _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "t
                "recompute_modules", "offload_activations", "embedding_in_pipeline_split", "attention", "block_code",
                "optimizer", "master_weights", "optimizer_in_backward", "sequence_parallel", "z_loss", "gather_dtype",
                "fused_kernels", "lora_rank", "deepspeed_pipeline", "partition_activations",
-               "overlap_grad_reduce", "embed_norm", "dropout", "sp_regather", "intra_gbs", "zero_broadcast", "offload")
+               "overlap_grad_reduce", "embed_norm", "dropout", "sp_regather", "intra_gbs", "zero_broadcast", "offload",
+               "zero_init")
 
 
 def load_runs() -> list[dict]:
@@ -184,6 +185,8 @@ def plan_flags(r: dict) -> str:
         out.append("--no-partition-activations")
     if r.get("overlap_grad_reduce") is False:
         out.append("--no-overlap-grad-reduce")
+    if r.get("zero_init") is False:
+        out.append("--no-zero-init")
     if r.get("gather_dtype"):
         out.append(f"--gather-dtype {r['gather_dtype']}")
     if r.get("compile") is False:

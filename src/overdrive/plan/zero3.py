@@ -25,6 +25,9 @@ config.py, runtime/engine.py), with the configuration's defaults:
   step        per sub-group (`sub_group_size`, 1e9 elements of the local partition) the averaged 16-bit gradients are
               flattened and cast to a new fp32 tensor (`_prepare_fp32_grad_for_sub_group`): 6 bytes per element of
               the sub-group beside the states, after the backward (the activations are freed by then).
+  start-up    a model built whole (no deepspeed.zero.Init, --no-zero-init) is moved to each GPU in the model dtype
+              and partitioned there (runtime/engine.py `_configure_distributed_model`): the whole model once per
+              GPU, the plan's peak when it exceeds the training step's (`zero3_startup_bytes`).
   comm        an all-gather per module (the linears; `gathered_modules`) in the model dtype in forward and again in
               backward (the recomputed forward's gather serves the backward: it is within the reuse distance), and,
               every micro-batch (ZeRO-3 has no no_sync), a reduce-scatter of the gradients in the communication dtype
@@ -42,7 +45,7 @@ from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["REUSE_DISTANCE", "MAX_LIVE", "PREFETCH_BUCKET", "REDUCE_BUCKET", "SUB_GROUP", "gathered_modules", "zero3_states",
-           "zero3_buffers", "zero3_step_bytes", "zero3_comm"]
+           "zero3_buffers", "zero3_step_bytes", "zero3_startup_bytes", "zero3_comm"]
 
 REUSE_DISTANCE = 1e9      # stage3_max_reuse_distance
 MAX_LIVE = 1e9            # stage3_max_live_parameters
@@ -87,6 +90,15 @@ def zero3_step_bytes(P: float, S: int, s: TrainSetup) -> float:
     if s.offload != "none" or s.precision == "fp32" or s.lora_rank:
         return 0.0
     return 6 * min(P / S, SUB_GROUP)
+
+
+def zero3_startup_bytes(m: ModelSpec, s: TrainSetup) -> float:
+    """Bytes on each GPU as deepspeed.initialize partitions a model built whole (--no-zero-init): the whole model
+    in the model dtype (the engine casts it, then `module.to(device)`; each parameter is freed as its partition is
+    taken), or 0 under zero.Init. `max_memory_reserved` keeps this peak unless the script resets it."""
+    if s.zero_init or s.sharding != "zero3":
+        return 0.0
+    return _model_bytes(s) * m.n_params() / s.tp
 
 
 def zero3_comm(m: ModelSpec, s: TrainSetup, out: dict, trained: float) -> None:

@@ -43,7 +43,7 @@ def write_plan_html(r: dict, out_dir: str, *, png: str | None = None, limit: int
                        "step", "tokens/s/GPU", "MFU"], rows, left=4))
     body.append(f"<p class='note'>{len(fitting)} configurations fit ({min(limit, len(fitting))} shown); "
                 f"{len(r['candidates']) - len(fitting)} do not. Memory = params + grads + optimizer + activations "
-                "(incl. logits) + other (FSDP buffers, TE weight cache, CUDA context, NCCL buffers, fragmentation); "
+                "(incl. logits) + other (FSDP buffers, TE weight cache, CUDA context, NCCL buffers, fragmentation, DeepSpeed's start-up); "
                 "calibration in "
                 "docs/plan-validation.md.</p>")
     if png and os.path.exists(png):
