@@ -182,7 +182,9 @@ DESIGN = {
     "jzhang38/TinyLlama README.md": "none: added after every term, fitted on nothing, no term added for it",
     "stas00/ml-engineering insights/when-to-upgrade-gpus/README.md":
         "none fitted: added after every term, fitted on nothing; --attention fa3 added for the kernel its "
-        "benchmark.py ran, at the FlashAttention-3 paper's share (no constant)",
+        "benchmark.py ran, at the FlashAttention-3 paper's share (no constant); its H200 memory rows sent us to "
+        "the backward's own gradients and --no-zero-init (read from autograd and DeepSpeed's engine.py, no "
+        "constant): its memory is not an unseen-source figure, its throughput still is",
     "pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md":
         "none: a file added after every term, fitted on nothing (torchtitan's other files fitted constants)",
     "NVIDIA/dgxc-benchmarking nemotron/README_15b.md": NEMOTRON_FILE,

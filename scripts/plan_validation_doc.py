@@ -73,10 +73,14 @@ def _olmo_fa2(untouched: list[dict]) -> str:
 
 
 def _ml_engineering(untouched: list[dict]) -> str:
-    """ml-engineering's H200 sweep: the long-context attention gap, from its rows."""
-    rows = sorted((r for r in untouched if r["id"].startswith("ml-engineering ")), key=lambda r: int(r["id"].split()[-1]))
+    """ml-engineering's H200 and B200 runs: the long-context attention gap and the memory terms, from its rows."""
+    mle = [r for r in untouched if r["id"].startswith("ml-engineering ")]
+    rows = sorted((r for r in mle if " ZeRO-3 " in r["id"] and r["gpu"] == "h200"), key=lambda r: int(r["id"].split()[-1]))
     if not rows:
         return "ml-engineering's H200 sweep: not in the data file"
+    b200 = sorted((r for r in mle if " ZeRO-3 " in r["id"] and r["gpu"] == "b200"), key=lambda r: int(r["id"].split()[-1]))
+    eb = ", ".join(f"{int(r['id'].split()[-1]) // 1024}K {100 * r['error']:+.0f}%" for r in b200)
+    z2 = {(r["gpu"], "Liger" in r["id"]): r for r in mle if " ZeRO-2 " in r["id"]}
     e = ", ".join(f"{int(r['id'].split()[-1]) // 1024}K {100 * r['error']:+.0f}%" for r in rows)
     share = ", ".join(f"{100 * r['attention_share']:.0f}%" for r in rows)
     mem = ", ".join(f"{100 * r['memory_error']:+.0f}%" for r in rows if "memory_error" in r)
@@ -109,7 +113,16 @@ def _ml_engineering(untouched: list[dict]) -> str:
             "took the slope from 9% short to within 3%; and the script builds the model with from_pretrained, "
             "not under deepspeed.zero.Init, so deepspeed.initialize holds the whole bf16 model (15.0 GiB) on each "
             "GPU before partitioning it and max_memory_reserved, never reset, keeps that peak: --no-zero-init "
-            "plans it, which is the 8K row's peak. The 32K row's remaining gap is not explained.")
+            "plans it, which is the 8K row's peak. The 32K row's remaining gap is not explained. The same sweep on "
+            f"8 B200s (FlashAttention-4, planned as Blackwell's native attention class): {eb}, the same pattern with "
+            "a second kernel. Its 8K step decomposition (bench_decompose.py: ZeRO-2, no checkpointing, no offload, "
+            "transformers' eager block), planned as --sharding zero2 --block-code hf --no-compile: H200 "
+            f"{100 * z2[('h200', False)]['error']:+.0f}% on tokens/s and {100 * z2[('h200', False)]['memory_error']:+.0f}% "
+            f"on its 99 GiB, B200 {100 * z2[('b200', False)]['error']:+.0f}%; with Liger-Kernel (memory only, 80 GiB) "
+            f"{100 * z2[('h200', True)]['memory_error']:+.0f}%: the plan takes "
+            f"{z2[('h200', False)]['memory_predicted'] - z2[('h200', True)]['memory_predicted']:.0f} GiB off for Liger's "
+            "kernels and fused loss where the source measured "
+            f"{z2[('h200', False)]['memory_published'] - z2[('h200', True)]['memory_published']:.0f}, not known why.")
 
 
 def main():

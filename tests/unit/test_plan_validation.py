@@ -66,14 +66,19 @@ def test_throughput_error_bounds(validation):
     assert len(olmo13) == 1 and abs(olmo13[0]["error"]) <= 0.40, olmo13
     # FlagPerf's 440-GPU Llama 3 8B row (an unseen source, first sight +47%: Megatron-core 0.6 at DP 220 without
     # gradient/parameter overlap, on a network the README does not give per GPU) is the worst of the rest
-    # ml-engineering's Llama-3.1-8B on 8 H200s with FlashAttention-3 (an unseen source, added fitted on nothing) is a
-    # known gap at long context: from 64K tokens, where attention is most of the step, the source's 391-422 TFLOPS
-    # put FlashAttention-3 at or above its own kernel benchmark, while the fitted attn_rel plans every kernel at 0.56
-    # of its benchmark; planned 33-44% slow (docs/plan-validation.md: the terms tried for it and why they were left
-    # out). Held to 50%, and to the sign: never fast.
-    long_fa3 = [r for r in others if r["id"].startswith("ml-engineering ") and int(r["id"].split()[-1]) >= 65536]
-    assert len(long_fa3) == 4 and all(-0.50 <= r["error"] < 0 for r in long_fa3), long_fa3
-    rest = [r for r in others if r not in olmo13 and r not in long_fa3]
+    # ml-engineering's Llama-3.1-8B ZeRO-3 sweep on 8 H200s (FlashAttention-3) and 8 B200s (FlashAttention-4), an
+    # unseen source added fitted on nothing, is a known gap at long context: from 64K tokens, where attention is most
+    # of the step, the source's TFLOPS put the kernels at or above their own benchmarks, while the fitted attn_rel
+    # plans every kernel at 0.56 of its benchmark; planned 30-46% slow (docs/plan-validation.md: the terms tried for
+    # it and why they were left out). Held to 50%, and to the sign: never fast. At 8K the same runs are planned fast
+    # (+23% H200, +40% B200): the CPU AdamW step of the optimizer offload, planned at 1e9 parameters/s per GPU on a
+    # host the source does not describe. Held to 45%, and to the sign.
+    sweep = [r for r in others if r["id"].startswith("ml-engineering ") and " ZeRO-3 " in r["id"]]
+    long_ctx = [r for r in sweep if int(r["id"].split()[-1]) >= 65536]
+    assert len(long_ctx) == 8 and all(-0.50 <= r["error"] < 0 for r in long_ctx), long_ctx
+    offload = [r for r in sweep if int(r["id"].split()[-1]) == 8192]
+    assert len(offload) == 2 and all(0 < r["error"] <= 0.45 for r in offload), offload
+    rest = [r for r in others if r not in olmo13 and r not in long_ctx and r not in offload]
     assert max(abs(r["error"]) for r in rest) <= 0.35, summary(rest)
 
 
@@ -123,7 +128,10 @@ def test_megatron_runs_carry_their_recipe_and_every_completed_run_fits_or_says_w
 
 
 def test_b200_rests_on_rated_power_runs_too(validation):
-    rated = [r for r in validation if r["gpu"] == "b200" and "power-limited" not in r["source"]]
+    # ml-engineering's B200 ZeRO-3 sweep at 8K and from 64K: bounded with its H200 twins in test_throughput_error_bounds
+    sweep = [r for r in validation if r["id"].startswith("ml-engineering ") and " ZeRO-3 " in r["id"]
+             and (int(r["id"].split()[-1]) == 8192 or int(r["id"].split()[-1]) >= 65536)]
+    rated = [r for r in validation if r["gpu"] == "b200" and "power-limited" not in r["source"] and r not in sweep]
     assert len(rated) >= 3
     assert max(abs(r["error"]) for r in rated) <= 0.35
 
@@ -274,7 +282,7 @@ def test_the_unseen_sources_are_validation_only_cited_and_their_error_is_in_the_
                       "NVIDIA/dgxc-benchmarking llama3.1/README_": 34,
                       "InternLM/InternLM doc/en/train_performance.md @ 20fe5ac2": 6,
                       "NVIDIA/Megatron-LM README.md @ f2e5db40": 9,
-                      "stas00/ml-engineering insights/when-to-upgrade-gpus/README.md @ 744d01e1": 6}, counts
+                      "stas00/ml-engineering insights/when-to-upgrade-gpus/README.md @ 744d01e1": 15}, counts
     assert sum(counts.values()) == len(unseen)
     assert all("token/gpu/sec" in r["note"] for r in unseen if "fms-fsdp" in r["source"])
     # the figure for the sources that shaped nothing (the older stacks and InternLM shaped terms: their own sections)
@@ -327,12 +335,12 @@ def test_rows_added_unseen_keep_their_first_sight_error_and_the_doc_shows_them(v
     runs = {r["id"]: r for r in load_runs()}
     added = [p for p in validation if "first_planned" in runs[p["id"]] and not p["source"].startswith(
         ("bigscience-workshop", "Smith et al.", "InternLM/"))]   # InternLM: its own test below
-    assert len(added) == 79   # dgxc-benchmarking's llama3.1 34 are calibration since; its Nemotron-4 26 and GPT-3 10 are here
+    assert len(added) == 88   # dgxc-benchmarking's llama3.1 34 are calibration since; its Nemotron-4 26 and GPT-3 10 are here
     assert all(0.5 < runs[p["id"]]["first_planned"] / runs[p["id"]]["tps"] < 1.5 for p in added)
     doc = open(DOC).read()
     assert "## PyTorch-stack sources added unseen" in doc
     pytorch = [p for p in added if runs[p["id"]].get("stack", "pytorch") == "pytorch"]
-    assert len(pytorch) == 27   # OLMo-core 8, TinyLlama 1, torchtitan's async-TP 12, ml-engineering 6
+    assert len(pytorch) == 36   # OLMo-core 8, TinyLlama 1, torchtitan's async-TP 12, ml-engineering 15
     assert expressed_table(pytorch) in doc
 
 
