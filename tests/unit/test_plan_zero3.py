@@ -196,3 +196,25 @@ def test_refuses_no_zero_init_without_zero3():
     with pytest.raises(ValueError, match="--no-zero-init plans DeepSpeed ZeRO-3") as e:
         _s(sharding="fsdp", zero_init=False)
     assert "--sharding zero3" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_zero_init_is_suggested_only_where_start_up_is_the_peak():
+    """Llama 3 70B at 8K on 8 H100s without offload: the step (about 150 GiB) is above the whole model (131 GiB), so
+    zero.Init would save nothing there and is not offered; more GPUs are, with zero.Init beside them."""
+    m = get_model("llama3-70b")
+    r = plan(m, H100, gpus_per_node=8, nodes=1, seq=8192, global_batch=8, micro_batch=1, checkpointing=("full",),
+             precisions=("bf16",), zero_init=False)
+    assert r["top"] is None
+    assert not any(x.startswith("the model built under deepspeed.zero.Init") for x in r["suggestions"])
+    assert "deepspeed.zero.Init" in r["suggestions"][-1] and "more GPUs" in r["suggestions"][-1]
+
+
+def test_start_up_is_a_json_figure_and_the_pipeline_refusal_names_the_flag():
+    from overdrive.plan.search import cand_dict
+
+    m = get_model("llama3-8b")
+    e = estimate(m, _s(nodes=1, global_batch=8, micro_batch=1, offload="optimizer", zero_init=False))
+    assert cand_dict(e)["startup_gib"] == pytest.approx(2 * m.n_params() / 2**30, rel=1e-3)
+    assert "startup_gib" not in cand_dict(estimate(m, _s(nodes=1, global_batch=8, micro_batch=1)))
+    with pytest.raises(ValueError, match="without --no-zero-init"):
+        _s(pp=2, zero_init=False)

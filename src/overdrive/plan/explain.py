@@ -34,7 +34,8 @@ _MEM = {
                    "--pp the busier end of the pipeline (line below)",
     "other": "FSDP buffers (2 gathered blocks + 1 block of fp32 grads) + Megatron's TE FP8 weight cache (line "
              "below) + 1 GiB CUDA context + NCCL buffers (channels x 9.19 MiB x ring + tree "
-             "connections per communicator) + the fragmentation reserve, min(5% of allocated, 3 GiB)",
+             "connections per communicator) + the fragmentation reserve, min(5% of allocated, 3 GiB) + with "
+             "--no-zero-init what DeepSpeed's start-up (the whole model on each GPU) holds beyond the step",
 }
 _TIME = {
     "gemm": "per linear, forward (M×N over K), input grad (M×K over N), weight grad (K×N over M), each 2·M·K·N / "

@@ -8,6 +8,7 @@ import os
 from overdrive.env.catalog import GpuSpec, gpu_by_key
 from overdrive.formats import planned_format
 from overdrive.plan.estimate import Estimate, estimate
+from overdrive.plan.memory import GIB, terms
 from overdrive.plan.runnable import how_to_run, not_in_overdrive
 from overdrive.plan.choices import LOW_PRECISION_SEARCHED
 from overdrive.plan.setup import (CHECKPOINTING, MIN_EFFICIENCY, SHARDING_ALIASES, TrainSetup,
@@ -126,7 +127,7 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
     fp8_gather = None if s.fp8_all_gather else alt(fp8_all_gather=True)
     if fp8_gather is not None and fp8_gather.gathers_fp8:   # only where it changes what is gathered
         tries.insert(0, (fp8_gather, "FP8 all-gather"))
-    if not s.zero_init:   # more GPUs or less per GPU do not shrink a start-up that holds the whole model
+    if not s.zero_init and terms(model, s)["startup"] > 0:   # start-up, whole on every GPU, is the peak: more GPUs
         tries.insert(0, (alt(zero_init=True), "the model built under deepspeed.zero.Init (no whole copy at start-up)"))
     for nodes in (2, 4, 8, 16, 32, 64):
         if nodes > s.nodes:
@@ -146,7 +147,9 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
     if 0 < seq < s.seq:
         out.append(f"a shorter sequence: {seq} tokens fits with full checkpointing at micro-batch 1")
     if not found:
-        out.append("nothing within reach does it: shard over more GPUs")
+        out.append("nothing within reach does it: shard over more GPUs" + (
+            ", with the model built under deepspeed.zero.Init (--no-zero-init puts all of it on every GPU)"
+            if not s.zero_init else ""))
     return out
 
 
@@ -319,7 +322,9 @@ def cand_dict(e: Estimate) -> dict:
             "step_s": e.step_s, "compute_s": e.compute_s, "comm_s": e.comm_s,
             "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu, "mfu": e.mfu,
             "times_s": {k: round(v, 6) for k, v in e.times.items()},
-            "breakdown": {k: round(v, 3) for k, v in e.breakdown_gib.items()}, "notes": e.notes}
+            "breakdown": {k: round(v, 3) for k, v in e.breakdown_gib.items()}, "notes": e.notes,
+            # --no-zero-init: the whole model on each GPU at start-up (in "other" when it is the peak)
+            **({"startup_gib": round(terms(e.model, s)["startup_bytes"] / GIB, 3)} if not s.zero_init else {})}
 
 
 SWEEP_MODELS = ("llama3-1b", "llama3-3b", "llama3-8b", "gpt-64b")

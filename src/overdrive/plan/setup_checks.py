@@ -211,10 +211,11 @@ def _check_layout(s) -> None:
         what = ("--pp > 1" if s.pp > 1 else "--fp8-all-gather" if s.fp8_all_gather else
                 f"--gather-dtype {s.gather_dtype}" if s.gather_dtype else f"--stack {s.stack}")
         raise ValueError(f"--sharding zero3 (DeepSpeed ZeRO-3) does not run with {what}: DeepSpeed gathers its 16-bit "
-                         "partitions without a pipeline; use --sharding fsdp for FSDP2, or drop it")
+                         "partitions without a pipeline; use --sharding fsdp for FSDP2" + (
+                             " without --no-zero-init (a ZeRO-3 flag)" if not s.zero_init else ", or drop it"))
     if not s.zero_init and s.sharding != "zero3":
         raise ValueError(f"--no-zero-init plans DeepSpeed ZeRO-3 given a model built whole, not --sharding {s.sharding}: "
-                         "add --sharding zero3, or drop the flag")
+                         "plan --sharding zero3 alone, or drop the flag")
     if s.deepspeed_pipeline and s.sharding not in ("none", "zero1"):
         # deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
         raise ValueError(f"--deepspeed-pipeline with --sharding {s.sharding}: DeepSpeed's PipelineEngine refuses "
