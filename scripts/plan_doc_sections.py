@@ -200,11 +200,14 @@ def is_older_stack(r: dict) -> bool:
     return r["source"].startswith(OLDER_STACK_SOURCES)
 
 
-SHAPED_AFTER_FIRST_SIGHT = OLDER_STACK_SOURCES + ("InternLM/InternLM", "NVIDIA/Megatron-LM") + MCORE_UNSEEN
+SHAPED_AFTER_FIRST_SIGHT = (OLDER_STACK_SOURCES + ("InternLM/InternLM", "NVIDIA/Megatron-LM") + MCORE_UNSEEN
+                            + ("stas00/ml-engineering",))
 """Sources first planned unseen that then sent us to a term or into the calibration: the older stacks
-(--deepspeed-pipeline and the rest), InternLM's table (--zero-broadcast), and the Megatron-core bf16 runs planned
-fast (Megatron-LM's weak-scaling table and FlagPerf, fitted on nothing; dgxc-benchmarking, calibration since).
-Their first-sight errors are kept; they are not "sources that shaped nothing"."""
+(--deepspeed-pipeline and the rest), InternLM's table (--zero-broadcast), the Megatron-core bf16 runs planned
+fast (Megatron-LM's weak-scaling table and FlagPerf, fitted on nothing; dgxc-benchmarking, calibration since), and
+ml-engineering's sweep (its memory to the backward's gradients and --no-zero-init; its long-context throughput to
+llm-foundry's rows, which had run the Triton attention kernel, not FlashAttention-2). Their first-sight errors are
+kept; they are not "sources that shaped nothing"."""
 
 
 def shaped_after_first_sight(r: dict) -> bool:

@@ -144,7 +144,9 @@ NEMOTRON_FILE = ("none: a file added after every term, fitted on nothing (dgxc-b
                  "calibration)")
 DESIGN = {
     "mosaicml/llm-foundry scripts/train/benchmarking/README.md":
-        "fitted gemm_eff[pytorch] (A100, H100) and the shared constants; its MPT shapes set the presets",
+        "fitted gemm_eff[pytorch] (A100, H100) and the shared constants; its MPT shapes set the presets; its rows "
+        "carry the attention kernel they ran, MPT's Triton one (--attention triton, read from its benchmark scripts "
+        "2026-12-07; read as FlashAttention-2 before, which had held attn_rel at 0.56)",
     "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md":
         "fitted gemm_eff[megatron] (H100, Blackwell); its recipes set the offload, embedding-split, FP8-activation "
         "and in-place cross-entropy memory terms",
@@ -184,7 +186,9 @@ DESIGN = {
         "none fitted: added after every term, fitted on nothing; --attention fa3 added for the kernel its "
         "benchmark.py ran, at the FlashAttention-3 paper's share (no constant); its H200 memory rows sent us to "
         "the backward's own gradients and --no-zero-init (read from autograd and DeepSpeed's engine.py, no "
-        "constant): its memory is not an unseen-source figure, its throughput still is",
+        "constant); its long-context rows, planned 30-46% slow, sent us to llm-foundry's source, whose rows had run "
+        "the Triton attention kernel (--attention triton, the FlashAttention-2 paper's ratio, no constant): neither "
+        "its memory nor its throughput is an unseen-source figure",
     "pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md":
         "none: a file added after every term, fitted on nothing (torchtitan's other files fitted constants)",
     "NVIDIA/dgxc-benchmarking nemotron/README_15b.md": NEMOTRON_FILE,

@@ -94,17 +94,16 @@ def _ml_engineering(untouched: list[dict]) -> str:
             f"peak, the FlashAttention-3 paper's, not fitted): {first}; "
             f"attention is {share} of each planned step. The source's 391-422 TFLOPS from 64K on (its causal count, "
             "no recompute) put FlashAttention-3 at about 0.64 of the bf16 peak with the recomputed forward counted: "
-            "at or above the kernel's own 16K benchmark (0.58), where the fitted attn_rel (0.56) plans every kernel "
-            "at a little over half of its benchmark, so the gap grows with attention's share. Two terms were tried "
-            "for it (2026-12-07) and left out, each judged on the validation runs the calibration never saw: a rate "
-            "per kernel class (FlashAttention-2 vs the Hopper-native cuDNN and FlashAttention-3, both fitted) took "
-            "the long rows to -21% to -30% but fitted the native class at 0.72 on Megatron's cuDNN rows, moving the "
-            "validation median from 6.0% to 6.6% (FlagPerf's, Megatron-LM's and OLMo-core's 4K-8K rows 3-6 points "
-            "further off); a roll-off that keeps rising past 16K tokens (rate × s/(s + s0), s0 fitted from 2K to "
-            "8K) took them to -21% to -42% and the validation median to 7.0-9.7%. The other sources' 4K-8K rows and "
-            "llm-foundry's FlashAttention-2 rows at 32K-64K keep about 0.56 of the benchmark; this source's kernel, "
-            "called directly at long context, keeps all of it: one source does not say which, so no term is fitted "
-            "on it. At 8K the plan is fast: a 2.3 s step against the published 3.0 s, of which the offloaded "
+            "at or above the kernel's own 16K benchmark (0.58). At first sight the fitted attn_rel was 0.56, and these "
+            "rows were planned 30-46% slow: llm-foundry's 56 calibration rows, read as FlashAttention-2, had in fact run "
+            "MPT's attn_impl triton (FlashAttention's 2022 Triton kernel: the benchmark yamls and submit_benchmarks.py's "
+            "default; sweep.sh passes no --attn_impl), which the FlashAttention-2 paper puts 1.3-1.5x slower forward "
+            "and 2x slower backward than FlashAttention-2. With those rows expressed as --attention triton (0.55 of "
+            "FlashAttention-2's share, from that paper, not fitted) attn_rel refits to about 1 (kernels at their "
+            "published rates), which this source confirms without having shaped it. Two terms tried before that "
+            "(2026-12-07) were left out, each judged on the validation runs the calibration never saw: a rate per "
+            "kernel class (fitted) and a roll-off rising past 16K tokens; both worsened the other sources' rows"
+            ". At 8K the plan is fast: a 2.3 s step against the published 3.0 s, of which the offloaded "
             "step is planned at 1.2 s (the CPU AdamW at 1e9 parameters/s per GPU, and PCIe), the likeliest part "
             "short. Peak memory (max_memory_reserved, worst rank): "
             f"{mem}; first planned {mem_first}. Two terms closed most of that, each read from the code that ran, "
@@ -170,6 +169,7 @@ def main():
     sb = summary(b200)
     throttled = [r["error"] for r in val if "power-limited" in r["source"]]
     cp_rows = sorted((r for r in val if r["id"].startswith("torchtitan 8B 8xH100 fp8 CP")), key=lambda r: r["id"])
+    cp405 = sorted((r for r in val if r["id"].startswith("torchtitan 405B 512xH100 TP8 PP8 CP")), key=lambda r: r["id"])
     lf_long = [r["error"] for r in cal if r["id"].startswith("llm-foundry H100") and int(r["id"].split(" s")[1].split()[0]) >= 32768]
     nofit = [r for r in val + cal if not r["fits"]]
     pairs = _pair_ratio(val, "gb300", "gb200")
@@ -201,7 +201,7 @@ tables from the data file and fails if they differ.
   with nothing held out: {100 * lo['in_sample']['median']:.1f}%, worst {100 * lo['in_sample']['worst']:.0f}%; the shipped constants:
   {100 * lo['shipped']['median']:.1f}%, worst {100 * lo['shipped']['worst']:.0f}%. Memory (no fitted constant): median
   {100 * lo['loso']['memory_median']:.1f}%, worst {100 * lo['loso']['memory_worst']:.0f}% ({lo['loso']['n_memory']} runs). Every source here but {', '.join(unseen_src)} also shaped
-  the model (below), so only their rows, and the older stacks', InternLM's and the Megatron-core sources' rows as first planned, give the
+  the model (below), so only their rows, and the older stacks', InternLM's, the Megatron-core sources' and ml-engineering's rows as first planned, give the
   error on an unseen source (their bullets below).
 - **First held out: sources no constant was fitted on, though each then pointed at a term to model (the
   leave-one-source-out table says which), so this is not an unseen-source figure ({sn['n']} runs for throughput: the Megatron-LM A100 weak-scaling table of Narayanan et al. 2021 and the Llama 3 paper's 405B H100 table;
@@ -223,7 +223,6 @@ tables from the data file and fails if they differ.
     PyTorch nightly its scripts ran put cuDNN's SDPA first on H100), no term or constant; as first planned (attention
     then at a fixed fraction of the GEMM rate) they read as the first-sight figure below counts them. Left on
     FlashAttention-2 they would read {_olmo_fa2(untouched)}.
-  - {_ml_engineering(untouched)}
   - IBM's fms-fsdp table (Llama 2 7B-70B on 128 A100s, FSDP1/HSDP, eager); how each run is expressed: below the
   held-out runs' table. Its network is not published (25 GB/s per GPU assumed, as for the other A100 rows);
   the 13b row is what a slower one would give: HSDP all-reduces each GPU's 1/8 of the gradients across the 16
@@ -236,6 +235,8 @@ tables from the data file and fails if they differ.
   FSDP1's hybrid sharding all-reduces each block's shard across nodes after its
   intra-node reduce-scatter, during the backward only; the planner lets the whole micro-batch hide it, which
   at the assumed 25 GB/s changes nothing (0.3 s of all-reduce against 1.2 s of backward), so no term was added.
+- **ml-engineering's sweep, unseen when first planned, fitted on nothing, then pointing at a misread source**:
+  {_ml_engineering(unseen)}
 - **The older stacks, unseen when first planned: BLOOM-176B and MT-NLG 530B** (Megatron-DeepSpeed, A100, 48 to
   420 nodes; each run planned before any change, then they sent us to `--deepspeed-pipeline` and the tied
   embedding's all-reduce): first sight median {100 * statistics.median(abs(first[r['id']]) for r in older):.1f}%, worst {100 * max(abs(first[r['id']]) for r in older):.0f}%;
@@ -303,7 +304,7 @@ prequel and FlagPerf, nvidia-smi, {len(mem_first)} runs): median {100 * statisti
 | gemm_k0 | {CALIBRATION['gemm_k0']} | inner-dimension roll-off: a GEMM over K runs at K/(K + k0) of its tile rate (fixed, no longer fitted) |
 | lowp_rel | {CALIBRATION['lowp_rel']} | FP8/MXFP8/NVFP4 GEMM efficiency relative to bf16 |
 | rowwise_rel | {CALIBRATION['rowwise_rel']} | rowwise-scaled FP8 GEMMs relative to tensorwise |
-| attn_rel | {CALIBRATION['attn_rel']} | fused attention's fraction of its kernel's published rate (FlashAttention-2: {ATTN_PEAK_SHARE['fa2'][8]:g} / {ATTN_PEAK_SHARE['fa2'][9]:g} / {ATTN_PEAK_SHARE['fa2'][10]:g} of the bf16 peak on SM 8.x / 9.x / 10.x; cuDNN's: {ATTN_PEAK_SHARE['cudnn'][8]:g} / {ATTN_PEAK_SHARE['cudnn'][9]:g} / {ATTN_PEAK_SHARE['cudnn'][10]:g}; the shares are not fitted: H100's from the FlashAttention-3 paper's figures, A100's and Blackwell's assumed within what the FlashAttention-2 and -4 papers publish; attn_rel itself is fitted) |
+| attn_rel | {CALIBRATION['attn_rel']} | fused attention's fraction of its kernel's published rate (FlashAttention-2: {ATTN_PEAK_SHARE['fa2'][8]:g} / {ATTN_PEAK_SHARE['fa2'][9]:g} / {ATTN_PEAK_SHARE['fa2'][10]:g} of the bf16 peak on SM 8.x / 9.x / 10.x; cuDNN's: {ATTN_PEAK_SHARE['cudnn'][8]:g} / {ATTN_PEAK_SHARE['cudnn'][9]:g} / {ATTN_PEAK_SHARE['cudnn'][10]:g}; FlashAttention-3: {ATTN_PEAK_SHARE['fa3'][9]:g} on SM 9.x; FlashAttention's Triton kernel (MPT's attn_impl triton): {ATTN_PEAK_SHARE['triton'][8]:g} / {ATTN_PEAK_SHARE['triton'][9]:g} on SM 8.x / 9.x, FlashAttention-2's × the FlashAttention-2 paper's ratio; the shares are not fitted: H100's from the FlashAttention-3 paper's figures, A100's and Blackwell's assumed within what the FlashAttention-2 and -4 papers publish; attn_rel itself is fitted) |
 | nocompile | {CALIBRATION['nocompile']} | memory-bound traffic without torch.compile (pytorch stack only) |
 
 Which runs fitted which constant:
@@ -478,11 +479,17 @@ What the errors say:
   largest, and only if GB200's attention were wholly bound by the exponentials, which is not published; nor
   are sustained clocks at each power limit. So the planner keeps one set of peaks, unfitted: it is close on
   GB300 and high on GB200.
-- **Long context with CP on 96 GB H100s** ({", ".join(f"{100 * r['error']:+.0f}%" for r in cp_rows)} at 32K, 64K, 128K, 256K over CP 1, 2, 4, 8):
+- **Long context with CP on 96 GB H100s** ({", ".join(f"{100 * r['error']:+.0f}%" for r in cp_rows)} at 32K, 64K, 128K, 256K over CP 1, 2, 4, 8;
+  the 405B's {", ".join(f"{100 * r['error']:+.0f}%" for r in cp405)} over CP 1, 2, 4, 8, its CP ranks across nodes):
   attention is timed at FlashAttention-2's H100 benchmark rate (torchtitan's SDPA picked it before 2025-10) times
-  `attn_rel`, {ATTN_PEAK_SHARE['fa2'][9] * CALIBRATION['attn_rel']:.2f} of the bf16 peak, with its sequence roll-off, flat past 16K tokens per rank. llm-foundry's H100 runs at 32K-64K tokens, the same kernel
-  family, plan {100 * min(lf_long):+.0f}% to {100 * max(lf_long):+.0f}%: the two sources disagree on the kernel's long-sequence rate, and one
-  constant cannot follow both.
+  `attn_rel`, {ATTN_PEAK_SHARE['fa2'][9] * CALIBRATION['attn_rel']:.2f} of the bf16 peak, flat past 16K tokens per rank. The published steps, read
+  against each other (per-token step time linear in the sequence), put the 8B's attention at about 0.29 of the peak
+  at CP 1-2 and about 0.19 at CP 4-8, and the 405B's at about 0.17 from CP 2: torch's ring attention of 2024-12
+  (load-balanced, so the FLOPs per rank are the causal share, and its KV exchange far shorter than the attention it
+  overlaps) keeps about 0.6 of the kernel's benchmark from CP 4 on, for a reason the source does not give. These rows
+  had planned within about 20% while `attn_rel` was 0.56, a value that llm-foundry's Triton-kernel rows, then misread
+  as FlashAttention-2, had set; llm-foundry's H100 rows at 32K-64K now plan {100 * min(lf_long):+.0f}% to {100 * max(lf_long):+.0f}% with their own
+  kernel. No term is fitted on CP; these rows are the worst of the validation rows as rated.
 - **Megatron-Bridge memory.** Each 70B/405B run now carries what its recipe preset ran (the `recipe` field of
   `published_runs.json`: file, commit, preset name): Megatron-Bridge's `scripts/performance` presets set no
   recompute for these rows (`recompute_num_layers` and `recompute_modules` unset), the two Megatron-FSDP rows

@@ -143,7 +143,7 @@ def test_explain_marks_assumed_shares_and_odd_head_dims():
 
 
 @pytest.mark.parametrize("asked, hint", [("FA2", "did you mean --attention fa2"), (" cudnn", "did you mean --attention cudnn"),
-                                         ("flash3", r"is not one of flash, fa2, fa3, cudnn, unfused$")])
+                                         ("flash3", r"is not one of flash, fa2, fa3, cudnn, triton, unfused$")])
 def test_attention_typos_get_the_near_value(run, asked, hint):
     from plan_cli import refused
 
@@ -191,3 +191,38 @@ def test_fa3_runs_at_its_published_share_on_hopper_and_is_refused_elsewhere(run)
             "--seq", "32768", "--attention", "fa3", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["top"]["attention_kernel"] == "fa3"
+
+
+def test_triton_kernel_runs_at_the_fa2_papers_ratio_on_ampere_and_hopper_and_is_refused_on_blackwell(run):
+    """--attention triton: FlashAttention's 2022 Triton kernel (MPT's attn_impl triton), FlashAttention-2's share ×
+    the FlashAttention-2 paper's forward 1.3-1.5x / backward 2x, weighted 1 : 2.5 by FLOPs."""
+    from plan_cli import refused
+    from overdrive.plan.attention import TRITON_VS_FA2, head_dim_ratio
+
+    assert TRITON_VS_FA2 == pytest.approx(3.5 / (1.4 + 2 * 2.5))
+    for gpu, gen in (("a100-80", 8), ("h100-sxm", 9)):
+        fa2, tri = (compute_times(M8, _setup(gpu, attention=k))["attention"] for k in ("fa2", "triton"))
+        assert tri / fa2 == pytest.approx(ATTN_PEAK_SHARE["fa2"][gen] / ATTN_PEAK_SHARE["triton"][gen])
+        assert 1.7 < tri / fa2 < 1.95
+    # FlashAttention-2's head-dim curve (the same sm80 MMA code), not cuDNN's
+    assert head_dim_ratio(_setup(attention="triton"), 64) == head_dim_ratio(_setup(attention="fa2"), 64)
+    text = "\n".join(explain(estimate(M8, _setup("a100-80", attention="triton"))))
+    assert "attention kernel: FlashAttention's Triton kernel (--attention)" in text
+    for gpu in ("b200", "gb200"):
+        with pytest.raises(ValueError, match="--attention triton: .* sm100: use --attention flash"):
+            estimate(M8, _setup(gpu, attention="triton"))
+    refused(run("--model", "llama3-8b", "--gpu", "b200", "--precision", "bf16", "--micro-batch", "1",
+                "--attention", "triton"), "sm100: use --attention flash")
+
+
+def test_llm_foundry_rows_carry_the_triton_kernel_their_scripts_ran():
+    """llm-foundry's benchmark tables ran MPT's attn_impl triton (its yamls and submit_benchmarks.py's default);
+    each row says so, and a FlashAttention-2 reading of them plans their long-sequence rows fast."""
+    from overdrive.plan.validation import load_runs, predict
+
+    rows = [r for r in load_runs() if r["id"].startswith("llm-foundry")]
+    assert len(rows) == 56 and all(r["attention"] == "triton" and "attn_impl triton" in r["note"] for r in rows)
+    long = [r for r in rows if r["gpu"] == "h100-sxm" and r["seq"] >= 32768 and r["precision"] == "bf16"]
+    for r in long:
+        as_run, as_fa2 = predict(r)["error"], predict({**r, "attention": "fa2"})["error"]
+        assert abs(as_run) < 0.12 and as_fa2 > as_run + 0.3, (r["id"], as_run, as_fa2)

@@ -9,10 +9,15 @@ import math
 
 from overdrive.plan.setup import TrainSetup
 
-__all__ = ["ATTN_PEAK_SHARE", "ATTN_SEQ_RATE", "ATTN_HEAD_DIM", "CUDNN_HINT", "attention_kernel", "fa2_by_default",
+__all__ = ["ATTN_PEAK_SHARE", "TRITON_VS_FA2", "ATTN_SEQ_RATE", "ATTN_HEAD_DIM", "CUDNN_HINT", "attention_kernel", "fa2_by_default",
            "attention_share", "attention_override", "head_dim_ratio"]
 
-ATTN_PEAK_SHARE = {"fa2": {8: 0.60, 9: 0.33, 10: 0.26}, "cudnn": {8: 0.60, 9: 0.53, 10: 0.50}, "fa3": {9: 0.58}}
+TRITON_VS_FA2 = 3.5 / (1.4 * 1.0 + 2.0 * 2.5)
+"""FlashAttention's Triton kernel (flash_attn_triton.py) over FlashAttention-2, forward + backward weighted 1 : 2.5:
+the FlashAttention-2 paper (Dao 2023, section 4.1, A100) has FlashAttention-2 "around 1.3-1.5x faster than
+FlashAttention in Triton in the forward pass and around 2x faster in the backward pass" (1.4 and 2 taken): 0.55."""
+ATTN_PEAK_SHARE = {"fa2": {8: 0.60, 9: 0.33, 10: 0.26}, "cudnn": {8: 0.60, 9: 0.53, 10: 0.50}, "fa3": {9: 0.58},
+                   "triton": {8: round(0.60 * TRITON_VS_FA2, 2), 9: round(0.33 * TRITON_VS_FA2, 2)}}
 """Share of the dense bf16 peak a fused attention kernel reaches, head dim 128, forward (causal) + backward weighted
 1 : 2.5 by FLOPs, at 16K tokens. Hopper: FlashAttention-3 paper (Shah et al. 2024), H100 SXM5 figures: FlashAttention-2
 forward 335 and backward 322 TFLOP/s (0.33 of 989; the paper's "35% utilization"), cuDNN 539 and 516 (0.53),
@@ -22,7 +27,10 @@ FlashAttention-2 paper (Dao 2023), "50-73% of the theoretical maximum FLOPs/s on
 range (its A100 forward+backward figure is a plot only); cuDNN's fused attention on sm80 taken as the same class.
 Blackwell, assumed: FlashAttention-4 (Zadouri et al. 2026) reaches up to 71% of a B200 forward and "up to 1.3x" cuDNN
 9.13, with a backward bound by shared-memory traffic and no backward rate published: cuDNN 0.50; FlashAttention-2
-has no Blackwell-native path (sm80 MMA, as Triton's kernels, which FlashAttention-4 outruns up to 2.7x): 0.26."""
+has no Blackwell-native path (sm80 MMA, as Triton's kernels, which FlashAttention-4 outruns up to 2.7x): 0.26.
+triton, FlashAttention's 2022 Triton kernel (MPT's `attn_impl: triton`, llm-foundry's benchmarks): FlashAttention-2's
+share × `TRITON_VS_FA2` on both generations it runs on (its pre-MLIR compiler emits the same sm80 MMA code on Hopper,
+as FlashAttention-2 does; no Hopper figure of it is published)."""
 ATTN_SEQ_RATE = ((512, 0.61), (1024, 0.79), (2048, 0.90), (4096, 0.96), (8192, 0.99), (16384, 1.0))
 """The kernels' rate at a sequence length, relative to 16K tokens (FlashAttention-3 paper, H100, head dim 128, the
 same tokens per launch: FlashAttention-2 and cuDNN alike, forward causal 0.57-0.58 at 512, 0.89-0.90 at 2K, 0.95-0.96
@@ -66,8 +74,11 @@ def _loglinear(pts, x: float) -> float:
 
 def head_dim_ratio(s: TrainSetup, head_dim: int) -> float:
     """The kernel's published rate at `head_dim` relative to 128 (`ATTN_HEAD_DIM`; shown, not planned)."""
-    # FlashAttention-3's own head-dim curve is not in the table read: shown on cuDNN's, the other Hopper-native one
-    return _loglinear(ATTN_HEAD_DIM.get(attention_kernel(s), ATTN_HEAD_DIM["cudnn"]), max(head_dim, 1))
+    # FlashAttention-3's own head-dim curve is not in the table read: shown on cuDNN's, the other Hopper-native one;
+    # the Triton kernel's on FlashAttention-2's, the same sm80 MMA code
+    kernel = attention_kernel(s)
+    curve = ATTN_HEAD_DIM.get(kernel, ATTN_HEAD_DIM["fa2" if kernel == "triton" else "cudnn"])
+    return _loglinear(curve, max(head_dim, 1))
 
 
 def attention_share(s: TrainSetup, seq: float) -> float:

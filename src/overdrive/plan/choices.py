@@ -30,11 +30,12 @@ RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm")
 mlp = the whole MLP from its input, layernorm = the norm outputs. MoE modules (moe_act, moe, shared_experts)
 have nothing to act on in the dense models the planner knows."""
 GRAD_DTYPES = ("fp32", "bf16")
-ATTENTIONS = ("flash", "fa2", "fa3", "cudnn", "unfused")
+ATTENTIONS = ("flash", "fa2", "fa3", "cudnn", "triton", "unfused")
 """flash = the kernel the stack picks (`attention.attention_kernel`); fa2 = FlashAttention-2 (flash-attn 2, PyTorch
 SDPA's flash backend); fa3 = FlashAttention-3 (flash-attn 3's Hopper kernels, sm90 only); cudnn = the
 Hopper/Blackwell-native fused kernels (cuDNN's, which Transformer Engine and PyTorch >= 2.11 on sm90/sm100 call;
-FlashAttention-4 on Blackwell); unfused = the scores in HBM."""
+FlashAttention-4 on Blackwell); triton = FlashAttention's Triton implementation (flash_attn_triton.py, 2022: MPT's
+`attn_impl: triton` in llm-foundry, on the pre-MLIR Triton compiler, sm80/sm90); unfused = the scores in HBM."""
 MIN_EFFICIENCY = 0.01
 """Below 1% of peak is no GPU's GEMM: the step time would overflow to infinity."""
 BANDWIDTH_GBS = (0.1, 100_000.0)

@@ -82,7 +82,8 @@ _TIME = {
 }
 
 
-_KERNEL_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3", "cudnn": "cuDNN's fused attention"}
+_KERNEL_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3", "cudnn": "cuDNN's fused attention",
+                 "triton": "FlashAttention's Triton kernel"}
 
 
 def _attention_line(e: Estimate) -> str:
