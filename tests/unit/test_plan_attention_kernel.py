@@ -226,3 +226,12 @@ def test_llm_foundry_rows_carry_the_triton_kernel_their_scripts_ran():
     for r in long:
         as_run, as_fa2 = predict(r)["error"], predict({**r, "attention": "fa2"})["error"]
         assert abs(as_run) < 0.12 and as_fa2 > as_run + 0.3, (r["id"], as_run, as_fa2)
+
+
+def test_triton_explain_names_its_derived_share_and_its_head_dim_limit():
+    """Its share is FlashAttention-2's times a ratio (no figure of its own), and flash_attn_triton.py asserts d <= 128."""
+    wide = dataclasses.replace(M8, n_head=16, n_kv_head=8)   # head dim 256
+    text = "\n".join(explain(estimate(wide, _setup("h100-sxm", attention="triton"))))
+    assert "FlashAttention-2's share x the FlashAttention-2 paper's A100 Triton ratio" in text
+    assert "asserts a head dim of at most 128: it would not run" in text
+    assert "at most 128" not in "\n".join(explain(estimate(M8, _setup("h100-sxm", attention="triton"))))

@@ -96,6 +96,8 @@ def _attention_line(e: Estimate) -> str:
     why = "--attention" if s.attention != "flash" else f"the {s.stack} stack's on {s.gpu.key}"
     src = ("the FlashAttention-3 paper's H100 figures" if s.gpu.sm[0] == 9 and tokens >= 512 else
            "assumed: the papers publish H100 figures from 512 tokens up")
+    if kernel == "triton":   # no Hopper or A100 figure of its own: FlashAttention-2's share x the FA2 paper's ratio
+        src = "FlashAttention-2's share x the FlashAttention-2 paper's A100 Triton ratio, 0.55"
     line = (f"  attention kernel: {_KERNEL_NAMES[kernel]} ({why}): {share:.2f} of the bf16 peak at {tokens} tokens "
             f"({src}) x attn_rel {rel:.3g} (fitted{', x --efficiency' if s.efficiency is not None else ''}) = "
             f"{share * rel:.2f}, {share * rel * peak:,.0f} TFLOP/s")
@@ -104,7 +106,9 @@ def _attention_line(e: Estimate) -> str:
     if hd != 128:
         line += (f"; head dim {hd} planned at 128's rate (the FlashAttention-3 paper's H100 forward puts it at "
                  f"{head_dim_ratio(s, hd):.2f} of that)" + ("; past 256 FlashAttention-2's and cuDNN's kernels do not run, "
-                 "PyTorch would fall back to a slower kernel" if hd > 256 else ""))
+                 "PyTorch would fall back to a slower kernel" if hd > 256 else "")
+                 + ("; FlashAttention's Triton kernel asserts a head dim of at most 128: it would not run"
+                    if kernel == "triton" and hd > 128 else ""))
     return line
 
 
