@@ -113,9 +113,9 @@ def _resolve_names(s) -> None:
         raise ValueError(f"--attention fa3: FlashAttention-3's kernels are Hopper's (sm90), and {s.gpu.key} is "
                          f"sm{s.gpu.sm[0]}{s.gpu.sm[1]}: use --attention cudnn or fa2 (or flash, the stack's own)")
     if s.attention == "triton" and s.gpu.sm[0] not in (8, 9):
-        raise ValueError(f"--attention triton: FlashAttention's 2022 Triton kernel runs on the pre-MLIR Triton compiler, "
-                         f"which targets sm80/sm90, and {s.gpu.key} is sm{s.gpu.sm[0]}{s.gpu.sm[1]}: use --attention "
-                         "flash (the stack's own kernel)")
+        raise ValueError(f"--attention triton: FlashAttention's 2022 Triton kernel runs on the pre-MLIR Triton "
+                         f"compiler, which targets Ampere/Ada (sm8x) and Hopper (sm90), and {s.gpu.key} is "
+                         f"sm{s.gpu.sm[0]}{s.gpu.sm[1]}: use --attention flash (the stack's own kernel)")
     if s.gather_dtype and s.gather_dtype not in GATHER_DTYPES:
         raise ValueError(f"--gather-dtype {s.gather_dtype!r} is not one of {', '.join(GATHER_DTYPES)}")
 
