@@ -15,7 +15,8 @@ from overdrive.plan.validation import (evaluate, expressed_table, load_runs, mar
 from plan_doc_helpers import (_met, _pair_ratio, _recipe_table, _groups, _fitted_by, _span,
                               _ratio, _gap_table, _held_out_groups, _err, _mem_span, _sft_story, _flash_1p7b,
                               _sp_effect)
-from plan_doc_sections import (MCORE_UNSEEN, comm_section, first_sight_rows, is_older_stack, loso_section,
+from plan_doc_sections import (MCORE_UNSEEN, blind_check_bullet, blind_check_section, comm_section, first_sight_rows, is_blind,
+                               is_older_stack, loso_section,
                                loso_summary,
                                shaped_after_first_sight,
                                megatron_section, older_stacks_section, pytorch_unseen_section)
@@ -218,11 +219,12 @@ tables from the data file and fails if they differ.
   tokens/s error: median {100 * su['median_abs_error']:.1f}%, worst {100 * su['worst_abs_error']:.0f}% ({su['worst']}), {su['under']} of
   {su['n']} predicted low; {len(su['not_fitting'])} planned not to fit.
   - by source: {_held_out_groups(untouched)}
+{blind_check_bullet(val)}
   - OLMo-core's and TinyLlama's PyTorch-stack rows: their own section below. OLMo-core's rows are expressed with
     `--attention cudnn` since the attention kernels got their own rates: read from its source after first sight (the
     PyTorch nightly its scripts ran put cuDNN's SDPA first on H100), no term or constant; as first planned (attention
     then at a fixed fraction of the GEMM rate) they read as the first-sight figure below counts them. Left on
-    FlashAttention-2 they would read {_olmo_fa2(untouched)}.
+    FlashAttention-2 OLMo-core's, fms-fsdp's and TinyLlama's rows would read {_olmo_fa2([r for r in untouched if not is_blind(r)])}.
   - IBM's fms-fsdp table (Llama 2 7B-70B on 128 A100s, FSDP1/HSDP, eager); how each run is expressed: below the
   held-out runs' table. Its network is not published (25 GB/s per GPU assumed, as for the other A100 rows);
   the 13b row is what a slower one would give: HSDP all-reduces each GPU's 1/8 of the gradients across the 16
@@ -286,7 +288,7 @@ The same targets on the unseen sources ({', '.join(unseen_src)}; {su['n']} runs)
 ({100 * su['median_abs_error']:.1f}%); worst ≤ 25% — {_met(su['worst_abs_error'], 0.25)} ({100 * su['worst_abs_error']:.0f}%); every run planned to fit —
 {"met" if not su['not_fitting'] else "**not met**"}.
 Every source first planned unseen ({sfirst['n']} runs: fms-fsdp, OLMo-core, TinyLlama, ml-engineering, BLOOM-176B, MT-NLG, FlagPerf,
-dgxc-benchmarking, InternLM, Megatron-LM's weak-scaling table), each run's error as first
+dgxc-benchmarking, InternLM, Megatron-LM's weak-scaling table and the blind check's eight), each run's error as first
 planned: median {100 * sfirst['median']:.1f}% — {_met(sfirst['median'], 0.10)}; worst {100 * sfirst['worst']:.0f}% — {_met(sfirst['worst'], 0.25)}; memory as first planned (BLOOM's
 prequel and FlagPerf, nvidia-smi, {len(mem_first)} runs): median {100 * statistics.median(mem_first):.1f}% — {_met(statistics.median(mem_first), 0.08)}.
 
@@ -401,6 +403,8 @@ What the held-out errors say:
   expressed with `--master-weights remainder` (memory only; the tokens/s do not change). {_sft_story(nemo)}
 
 {pytorch_unseen_section(val)}
+
+{blind_check_section(val)}
 {internlm_section(val)}
 {megatron_bf16_section(val, cal, loso_summary())}
 {casts_section()}

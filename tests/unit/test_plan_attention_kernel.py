@@ -104,17 +104,21 @@ def test_plan_json_says_which_kernel_the_default_was(run):
 def test_published_rows_that_name_a_kernel_say_why_from_their_source():
     """A run expressed with another kernel than its stack's must say, in its note, what in its source ran it:
     OLMo-core's scripts ran on a PyTorch nightly that put cuDNN's SDPA first on H100; dgxc-benchmarking's
-    Nemotron-4 340B configure.sh turns Transformer Engine's cuDNN attention off (NVTE_FUSED_ATTN=0)."""
+    Nemotron-4 340B configure.sh turns Transformer Engine's cuDNN attention off (NVTE_FUSED_ATTN=0); ms-swift's
+    Megatron run is on an A800, where Transformer Engine picks flash-attn."""
     from overdrive.plan.validation import load_runs, plan_flags
 
     named = [r for r in load_runs() if r.get("attention") in ("fa2", "cudnn")]
-    assert {r["id"].split()[0] for r in named} == {"OLMo-core", "dgxc-benchmarking"}
+    assert {r["id"].split()[0] for r in named} == {"OLMo-core", "dgxc-benchmarking", "ms-swift"}
+    # Megatron-SWIFT on A800: Transformer Engine prefers flash-attn to cuDNN's kernels off sm90
+    swift = [r for r in named if r["id"].startswith("ms-swift")]
+    assert len(swift) == 1 and "sm90" in swift[0]["note"] and swift[0]["attention"] == "fa2"
     olmo = [r for r in named if r["id"].startswith("OLMo-core")]
     assert len(olmo) == 8
     for r in olmo:
         assert "2.6.0.dev20241009" in r["note"] and "pytorch/pytorch#138522" in r["note"]
         assert "--attention cudnn" in plan_flags(r)
-    for r in (r for r in named if r not in olmo):
+    for r in (r for r in named if r not in olmo and r not in swift):
         assert r["stack"] == "megatron" and "NVTE_FUSED_ATTN=0" in r["note"]
         assert "--attention fa2" in plan_flags(r)
     # FlashAttention-3 rows: Hugging Face's attn_implementation="flash_attention_3", said in the note

@@ -18,6 +18,18 @@ from overdrive.env import gpu_by_key
 DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "plan-validation.md")
 
 
+BLIND_SOURCES = {"VectorInstitute/vectorlm docs/reference_throughput.md @ 9045f08a": 18,
+                 "modelscope/ms-swift docs/source_en/Instruction/Megatron-SWIFT-Training.md @ 9d297f99": 3,
+                 "Lightning-AI/lightning-thunder examples/lit-gpt/README.md @ 07da9a31": 8,
+                 "InternLM/xtuner xtuner/configs/llama/llama3_8b/README.md @ cb855eb6": 2,
+                 "InternLM/xtuner docs/zh_cn/acceleration/benchmark.rst @ 7575f2c9": 4,
+                 "NVIDIA/NeMo-Framework-Launcher README.md @ 3579cdb3": 11,
+                 "microsoft/Megatron-DeepSpeed examples_deepspeed/deepspeed4science/megatron_long_seq_support/README.md @ cc3a94c6": 8,
+                 "deepspeedai/DeepSpeed docs/_posts/2022-07-26-deepspeed-azure.md @ fd405169": 3}
+"""The blind check of 2026-12-07: eight sources never used before, each row planned before anything was read back."""
+BLIND_IDS = {r["id"] for r in load_runs() if r["source"].startswith(tuple(BLIND_SOURCES))}
+
+
 @pytest.fixture(scope="module")
 def validation():
     return evaluate("validation")
@@ -85,7 +97,28 @@ def test_throughput_error_bounds(validation):
     ring = [r for r in others if r["id"].startswith("torchtitan ") and " CP" in r["id"]
             and (" CP4 " in r["id"] or " CP8 " in r["id"] or ("405B" in r["id"] and " CP2 " in r["id"]))]
     assert len(ring) == 5 and all(0 < r["error"] <= 0.60 for r in ring), ring
-    rest = [r for r in others if r not in olmo13 and r not in long_ctx and r not in offload and r not in ring]
+    # The blind check of 2026-12-07 (eight unseen sources, each row planned before anything was read back; no term or
+    # constant changed for them): four classes of run the planner misses, held to what they read, and to the sign.
+    blind = [r for r in others if r["id"] in BLIND_IDS]
+    assert len(blind) == 57
+    # NeMo 22.08's GPT-3 175B (TP8 PP8, Apex-era Megatron on A100): planned 26-28% fast on 64 to 1,024 GPUs, where its
+    # 5B twin at TP1 is within 9%
+    nemo175 = [r for r in blind if r["id"].startswith("NeMo 22.08 GPT-3 175B")]
+    assert len(nemo175) == 5 and all(0.20 <= r["error"] <= 0.35 for r in nemo175), nemo175
+    # DeepSpeed ZeRO-3 on 4 nodes at 34B-70B (xtuner) and at 1T-2T with the optimizer offloaded (DeepSpeed's Azure
+    # runs): 32-59% fast, where the same engine inside a node at 7-14B is within 15%
+    zero3_big = [r for r in blind if r["id"].startswith(("xtuner Yi-34B", "xtuner Llama-2-70B", "DeepSpeed Azure GPT 1T",
+                                                          "DeepSpeed Azure GPT 2T"))]
+    assert len(zero3_big) == 4 and all(0.25 <= r["error"] <= 0.65 for r in zero3_big), zero3_big
+    # Megatron-DeepSpeed's 30B at TP32 across 4 nodes: slow at 2K-8K (the tensor-parallel traffic over InfiniBand
+    # planned 65% of the 2K step), fast at 256K, where its published rate drops for a reason it does not give
+    tp32 = [r for r in blind if r["id"].startswith("Megatron-DeepSpeed GPT 30B")]
+    assert len(tp32) == 8 and all(-0.35 <= r["error"] <= 0.65 for r in tp32), tp32
+    assert [r["error"] < 0 for r in sorted(tp32, key=lambda r: int(r["id"].split()[-1]))] == [True] * 5 + [False] * 3
+    rest_blind = [r for r in blind if r not in nemo175 + zero3_big + tp32]
+    assert len(rest_blind) == 40 and max(abs(r["error"]) for r in rest_blind) <= 0.16, summary(rest_blind)
+    rest = [r for r in others if r not in olmo13 and r not in long_ctx and r not in offload and r not in ring
+            and r not in blind]
     assert max(abs(r["error"]) for r in rest) <= 0.35, summary(rest)
 
 
@@ -129,7 +162,10 @@ def test_megatron_runs_carry_their_recipe_and_every_completed_run_fits_or_says_w
     assert offload["Megatron-Bridge 70B 64xgb200 fp8 TP1 PP1 VP1 FSDP"] == 40
     doc = open(DOC).read()
     not_fitting = [r for r in validation + evaluate("calibration") if not r["fits"]]
-    assert len(not_fitting) <= 1
+    # the blind check's (2026-12-07): VectorLM's full-rank 8B on one A100 (the table marks out-of-memory runs NaN,
+    # so these ran; its configuration as read plans 103 GiB) and NeMo 22.08's 5B at micro-batch 2 on 8-16 GPUs
+    assert {r["id"] for r in not_fitting} <= {f"vectorlm Llama-3-8B 1xA100 bf16 FSDP seq {s}" for s in (2048, 4096, 8192)} | {
+        f"NeMo 22.08 GPT-3 5B {n}xA100 bf16 ZeRO-1 seq 2048" for n in (8, 16)}, not_fitting
     for r in not_fitting:
         assert why_not_fitting(r) in doc
 
@@ -179,7 +215,9 @@ def test_held_out_memory_rows_are_expressed_in_the_doc(validation):
     # the first-held-out sources' table (the unseen BLOOM prequel's memory is in the older-stacks section)
     assert memory_table([r for r in validation if r["held_out"] == "new source"]) in doc
     rows = [r for r in validation if r.get("memory_measure") == "active"]
-    assert len(rows) == 7 and all(r["memory_only"] and r["held_out"] for r in rows)
+    assert len(rows) == 15 and all(r["held_out"] for r in rows)
+    # torchtune's 7 memory-only rows and lightning-thunder's 8 max_memory_allocated readings
+    assert sum(r["memory_only"] for r in rows) == 7 and sum(r["id"].startswith("lit-gpt") for r in rows) == 8
     # "peak memory active" is compared with allocated itself, not with the reserved estimate
     for r in rows:
         assert r["memory_predicted"] == pytest.approx(predict(next(x for x in load_runs() if x["id"] == r["id"]))
@@ -282,22 +320,23 @@ def test_the_unseen_sources_are_validation_only_cited_and_their_error_is_in_the_
                "bigscience-workshop/bigscience", "Smith et al. 2022",
                "FlagOpen/FlagPerf training/nvidia/llama3_", "NVIDIA/dgxc-benchmarking llama3.1/README_",
                "InternLM/InternLM doc/en/train_performance.md @ 20fe5ac2", "NVIDIA/Megatron-LM README.md @ f2e5db40",
-               "stas00/ml-engineering insights/when-to-upgrade-gpus/README.md @ 744d01e1")}
+               "stas00/ml-engineering insights/when-to-upgrade-gpus/README.md @ 744d01e1", *BLIND_SOURCES)}
     assert counts == {"fms-fsdp README.md @ 0d319983": 4, "OLMo-core README.md @ e27ba745": 8,
                       "TinyLlama README.md @ 8148930f": 1, "bigscience-workshop/bigscience": 8,
                       "Smith et al. 2022": 3, "FlagOpen/FlagPerf training/nvidia/llama3_": 7,
                       "NVIDIA/dgxc-benchmarking llama3.1/README_": 34,
                       "InternLM/InternLM doc/en/train_performance.md @ 20fe5ac2": 6,
                       "NVIDIA/Megatron-LM README.md @ f2e5db40": 9,
-                      "stas00/ml-engineering insights/when-to-upgrade-gpus/README.md @ 744d01e1": 15}, counts
+                      "stas00/ml-engineering insights/when-to-upgrade-gpus/README.md @ 744d01e1": 15,
+                      **BLIND_SOURCES}, counts
     assert sum(counts.values()) == len(unseen)
     assert all("token/gpu/sec" in r["note"] for r in unseen if "fms-fsdp" in r["source"])
     # the figure for the sources that shaped nothing (the older stacks and InternLM shaped terms, and ml-engineering's
     # long-context rows sent us to llm-foundry's kernel: their own sections)
     s = summary([r for r in validation if r["held_out"] == "unseen source"
-                 and not r["source"].startswith(("bigscience-workshop", "Smith et al.", "InternLM/",
+                 and not r["source"].startswith(("bigscience-workshop", "Smith et al.", "InternLM/InternLM",
                                                  "FlagOpen/FlagPerf", "NVIDIA/Megatron-LM", "stas00/ml-engineering"))])
-    assert s["n"] == 13
+    assert s["n"] == 13 + 57
     doc = open(DOC).read()
     assert (f"tokens/s error: median {100 * s['median_abs_error']:.1f}%, worst {100 * s['worst_abs_error']:.0f}%"
             in doc)
@@ -343,14 +382,19 @@ def test_rows_added_unseen_keep_their_first_sight_error_and_the_doc_shows_them(v
     expressions."""
     runs = {r["id"]: r for r in load_runs()}
     added = [p for p in validation if "first_planned" in runs[p["id"]] and not p["source"].startswith(
-        ("bigscience-workshop", "Smith et al.", "InternLM/"))]   # InternLM: its own test below
-    assert len(added) == 88   # dgxc-benchmarking's llama3.1 34 are calibration since; its Nemotron-4 26 and GPT-3 10 are here
-    assert all(0.5 < runs[p["id"]]["first_planned"] / runs[p["id"]]["tps"] < 1.5 for p in added)
+        ("bigscience-workshop", "Smith et al.", "InternLM/InternLM"))]   # InternLM: its own test below
+    # dgxc-benchmarking's llama3.1 34 are calibration since; its Nemotron-4 26 and GPT-3 10 are here; the blind check 57
+    assert len(added) == 88 + 57
+    # first sight within a factor of 1.7 (the blind check's worst: Megatron-DeepSpeed's 30B at 256K, +61%)
+    assert all(0.5 < runs[p["id"]]["first_planned"] / runs[p["id"]]["tps"] < 1.7 for p in added)
     doc = open(DOC).read()
     assert "## PyTorch-stack sources added unseen" in doc
     pytorch = [p for p in added if runs[p["id"]].get("stack", "pytorch") == "pytorch"]
-    assert len(pytorch) == 36   # OLMo-core 8, TinyLlama 1, torchtitan's async-TP 12, ml-engineering 15
-    assert expressed_table(pytorch) in doc
+    # OLMo-core 8, TinyLlama 1, torchtitan's async-TP 12, ml-engineering 15; the blind check's PyTorch and DeepSpeed 37
+    assert len(pytorch) == 36 + 37
+    blind = [p for p in added if p["id"] in BLIND_IDS]
+    assert len(blind) == 57 and "## The blind check (2026-12-07)" in doc
+    assert expressed_table([p for p in pytorch if p not in blind]) in doc and expressed_table(blind) in doc
 
 
 def test_the_megatron_core_sources_added_unseen_keep_their_first_sight(validation):
