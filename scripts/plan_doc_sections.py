@@ -13,7 +13,8 @@ from overdrive.plan.comm import ASYNC_TP_EXPOSED, DDP_BUCKET_BYTES
 from overdrive.plan.memory import GIB
 from overdrive.plan.throughput import (CALIBRATION, MEGATRON_CE_BYTES, SRELU_UNFUSED_ELEMS, UNFUSED_ATTN_BYTES,
                                       UNFUSED_DROPOUT_BYTES, Z_LOSS_BYTES)
-from overdrive.plan.validation import load_runs, summary
+from overdrive.plan.validation import expressed_table, load_runs, summary
+from plan_doc_helpers import _span
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOSO = os.path.join(HERE, "..", "docs", "plan-loso.json")
@@ -627,38 +628,29 @@ def blind_check_bullet(val: list[dict]) -> str:
     rows = [r for r in val if is_blind(r)]
     s = summary(rows)
 
-    def cls(*prefixes):
-        return [r["error"] for r in rows if r["id"].startswith(prefixes)]
-
-    nemo175, nemo5 = cls("NeMo 22.08 GPT-3 175B"), cls("NeMo 22.08 GPT-3 5B")
-    z3big = cls("xtuner Yi-34B", "xtuner Llama-2-70B", "DeepSpeed Azure GPT 1T", "DeepSpeed Azure GPT 2T")
-    z3small = cls("xtuner Llama-3-8B", "xtuner Llama-2-7B", "ms-swift Qwen2.5-14B 8xA800 bf16 ZeRO")
+    nemo175, nemo5 = ("NeMo 22.08 GPT-3 175B",), ("NeMo 22.08 GPT-3 5B",)
+    z3big = ("xtuner Yi-34B", "xtuner Llama-2-70B", "DeepSpeed Azure GPT 1T", "DeepSpeed Azure GPT 2T")
+    z3small = ("xtuner Llama-3-8B", "xtuner Llama-2-7B", "ms-swift Qwen2.5-14B 8xA800 bf16 ZeRO")
     tp32 = [r["error"] for r in sorted((r for r in rows if r["id"].startswith("Megatron-DeepSpeed GPT 30B")),
                                        key=lambda r: int(r["id"].split()[-1]))]
-    one = cls("vectorlm Llama-3-8B 1xA100 bf16 FSDP seq", "lit-gpt thunder open_llama_3b 1x")
+    one = ("vectorlm Llama-3-8B 1xA100 bf16 FSDP seq", "lit-gpt thunder open_llama_3b 1x")
     return f"""  - The blind check (2026-12-07; {len({r['source'].split(' @')[0] for r in rows})} of these sources, {s['n']} runs): two helpers given only
     the CLI and these docs found the runs and planned each before anything was read back; the rows went in as
     planned. Median {100 * s['median_abs_error']:.1f}%, worst {100 * s['worst_abs_error']:.0f}%; {len(s['not_fitting'])} completed runs planned not to fit. What it found missing:
-    NeMo 22.08's GPT-3 175B (TP8 PP8, Apex-era Megatron on A100) {_span(nemo175)} where its 5B twin at TP1 reads
-    {_span(nemo5)}; DeepSpeed ZeRO-3 on 4 nodes at 34B-70B and at 1T-2T with the optimizer offloaded {_span(z3big)},
-    where the same engine inside a node at 7B-14B reads {_span(z3small)}; tensor parallelism at 32 across 4 nodes
+    NeMo 22.08's GPT-3 175B (TP8 PP8, Apex-era Megatron on A100) {_span(rows, nemo175)} where its 5B twin at TP1 reads
+    {_span(rows, nemo5)}; DeepSpeed ZeRO-3 on 4 nodes at 34B-70B and at 1T-2T with the optimizer offloaded {_span(rows, z3big)},
+    where the same engine inside a node at 7B-14B reads {_span(rows, z3small)}; tensor parallelism at 32 across 4 nodes
     (Megatron-DeepSpeed's 30B) from {100 * tp32[0]:+.0f}% at 2K to {100 * tp32[-1]:+.0f}% at 256K; one-GPU A100 runs
-    {_span(one)} (planned slow). The runs planned not to fit: VectorLM's full-rank 8B on one A100 (its table marks
+    {_span(rows, one)} (planned slow). The runs planned not to fit: VectorLM's full-rank 8B on one A100 (its table marks
     out-of-memory runs NaN, so these ran; as read, bf16 weights, gradients and AdamW states and every layer
     checkpointed plan 103 GiB) and NeMo 22.08's 5B at micro-batch 2 on 8-16 GPUs (80-84 GiB). Not expressible, so
     planned nearest: packed sequences' per-document attention, Ulysses sequence parallelism, SGD without momentum
     (lit-gpt: its memory planned a momentum state high), FSDP1's per-module wrapping. Nothing was refused."""
 
 
-def _span(errs: list[float]) -> str:
-    lo, hi = min(errs), max(errs)
-    return f"{100 * lo:+.0f}%" if round(100 * lo) == round(100 * hi) else f"{100 * lo:+.0f}% to {100 * hi:+.0f}%"
-
 
 def blind_check_section(val: list[dict]) -> str:
     """How each run of the blind check is expressed, as its helper planned it (the summary's bullet has the figures)."""
-    from overdrive.plan.validation import expressed_table
-
     rows = [r for r in val if is_blind(r)]
     return f"""## The blind check (2026-12-07)
 
