@@ -77,8 +77,8 @@ SMS = {"a100-40": 108, "a100-80": 108, "a800": 108, "h800": 132, "h100-sxm": 132
 # (rows, cols, rate relative to the big tile): what cuBLAS/CUTLASS heuristics choose between for a shape
 TILES = ((128, 256, 1.0), (128, 128, 0.92), (64, 128, 0.8))
 HBM_EFF = 0.8
-# Host link per GPU, one direction, GB/s, for activation offload: Grace parts reach the CPU over NVLink-C2C
-# (900 GB/s both ways, NVIDIA GB200/GB300 datasheets); others over PCIe at the 25 GB/s used for optimizer offload.
+# Host link per GPU, one direction, GB/s, for activation and optimizer offload: Grace parts reach the CPU over
+# NVLink-C2C (900 GB/s both ways, NVIDIA GB200/GB300 datasheets); others over PCIe at 25 GB/s.
 HOST_GBS = {"gb200": 450.0, "gb300": 450.0, "pcie": 25.0}
 UNFUSED_ATTN_BYTES = 10.0
 """HBM bytes per attention score without flash attention beyond what the two GEMMs write and read (their
@@ -315,7 +315,12 @@ def _offload_time(m: ModelSpec, s: TrainSetup, L: float) -> float:
         # saved tensors of the checkpointed blocks), as memory.py counts it
         per_block = s.seq * s.micro_batch / (s.tp * s.cp) * m.hidden * (4 if s.precision == "fp32" else 2)
     moved = min(s.offload_activations, L) * per_block
-    return 2 * moved / (HOST_GBS.get(s.gpu.key, HOST_GBS["pcie"]) * 1e9)
+    return 2 * moved / _host_bps(s)
+
+
+def _host_bps(s: TrainSetup) -> float:
+    """Bytes/s each way between this GPU and its host: NVLink-C2C on Grace boards, PCIe elsewhere (HOST_GBS)."""
+    return HOST_GBS.get(s.gpu.key, HOST_GBS["pcie"]) * 1e9
 
 
 def _optimizer_time(m: ModelSpec, s: TrainSetup, hbm: float) -> float:
@@ -326,7 +331,7 @@ def _optimizer_time(m: ModelSpec, s: TrainSetup, hbm: float) -> float:
 
         P_shard = lora_params(m, s.lora_rank) / (s.tp * s.pp)
     if s.offload != "none":
-        return 6 * P_shard / 25e9 + P_shard / 1e9
+        return 6 * P_shard / _host_bps(s) + P_shard / 1e9   # grads out + 16-bit weights back: 6 B, then the CPU step
     # AdamW: read p, g, m, v and write p, m, v (fp32: 28 bytes) + the grad-norm pass (4); 8 fewer per state
     return (16 + 8 * OPTIMIZER_STATES[s.optimizer]) * P_shard / hbm
 
