@@ -291,7 +291,7 @@ def test_optimizer_in_backward_keeps_only_the_largest_gradient():
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--optimizer", "rmsprop"], r"--optimizer 'rmsprop' is not one of adamw, lion, sgd, adafactor"),
+    (["--optimizer", "rmsprop"], r"--optimizer 'rmsprop' is not one of adamw, lion, sgd, sgd-nomomentum, adafactor, none"),
     (["--optimizer", "adamw-8bit", "--optimizer-dtype", "bf16"], r"keeps its states in 8bit.*keep one"),
     (["--master-weights", "half"], r"invalid choice"),
     (["--master-weights", "remainder", "--pure-bf16"], r"keep one"),

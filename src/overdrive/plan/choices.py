@@ -43,10 +43,14 @@ BANDWIDTH_GBS = (0.1, 100_000.0)
 MAX_COUNT = 1 << 40
 """Largest sequence, batch or GPU count accepted: every product of them stays an exact, finite float."""
 OPTIMIZER_DTYPES = ("fp32", "bf16", "8bit")
-OPTIMIZER_STATES = {"adamw": 2, "lion": 1, "sgd": 1, "adafactor": 0}
+OPTIMIZER_STATES = {"adamw": 2, "lion": 1, "sgd": 1, "sgd-nomomentum": 0, "adafactor": 0, "none": 0}
 """State tensors per parameter of each optimizer family: AdamW m and v; Lion and SGD with momentum one momentum
-buffer; Adafactor (Hugging Face's and torchtune's default, beta1 None) a factored second moment of rows + columns
-per matrix, a few millionths of the parameters of an LLM, counted as none."""
+buffer; SGD without momentum (torch.optim.SGD's default, momentum=0) none; Adafactor (Hugging Face's and
+torchtune's default, beta1 None) a factored second moment of rows + columns per matrix, a few millionths of the
+parameters of an LLM, counted as none. none: no optimizer step at all, a benchmark of forward and backward that
+never steps and never syncs its gradients (DDP's/FSDP's no_sync), so each rank's gradients accumulate whole and
+nothing reduces them (`NO_STEP`)."""
+NO_STEP = "none"
 OPTIMIZERS = tuple(OPTIMIZER_STATES)
 OPTIMIZER_ALIASES = {"adam": ("adamw", None), "adamw-fp32": ("adamw", "fp32"), "adamw-bf16": ("adamw", "bf16"),
                      "adamw-8bit": ("adamw", "8bit"), "adam8bit": ("adamw", "8bit"), "adamw8bit": ("adamw", "8bit")}

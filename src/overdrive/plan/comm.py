@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import math
 
+from overdrive.plan.choices import NO_STEP
 from overdrive.plan.collectives import (LINK_EFF, broadcast_s, choose_allreduce, gather_s, group_layout, p2p_s,
                                        ring_latency_s)
 from overdrive.plan.pipeline import stage_imbalance
@@ -125,16 +126,17 @@ def _fsdp_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
     root_trained = 0.0 if s.lora_rank else root   # LoRA's adapters sit in the blocks
     root_b = 4 if s.precision == "fp32" or s.gather_dtype == "fp32" else 2   # the root is never gathered in FP8
     ag = gather_s((P - root) * s.gather_bytes / blocks, S, nodes, bw)      # one block's parameters
-    rs = gather_s((trained - root_trained) * grad_b / blocks, S, nodes, bw)  # one block's gradients
+    syncs = s.optimizer != NO_STEP   # no_sync: the gathers only, no reduce-scatter
+    rs = gather_s((trained - root_trained) * grad_b / blocks, S, nodes, bw) if syncs else 0.0  # one block's grads
     ag_root = gather_s(root * root_b, S, nodes, bw) if root else 0.0
-    rs_root = gather_s(root_trained * grad_b, S, nodes, bw) if root_trained else 0.0
-    calls = blocks * 3 + (2 if root else 0)
+    rs_root = gather_s(root_trained * grad_b, S, nodes, bw) if root_trained and syncs else 0.0
+    calls = blocks * (3 if syncs else 2) + ((2 if syncs else 1) if root else 0)
     per_mb = blocks * (2 * ag + rs) + ag_root + rs_root
     lat = calls * ring_latency_s(S, nodes, allreduce=False)
     out.update(dp=s.grad_accum * per_mb, dp_calls=s.grad_accum * calls, dp_latency=s.grad_accum * lat,
                dp_algo="ring", dp_edge=s.grad_accum * (ag + rs + ag_root + rs_root), dp_nodes=nodes)
     reps = s.dp * s.cp // S
-    if s.sharding == "hsdp" and s.nodes > 1 and reps > 1:
+    if s.sharding == "hsdp" and s.nodes > 1 and reps > 1 and syncs:
         rnodes, rbw = group_layout(s, reps, s.tp * S)
         nb = _buckets(s, trained * grad_b / S, trained / S, L)
         algo, t, t_lat = choose_allreduce(trained * grad_b / S / nb, reps, rnodes, rbw)
@@ -253,8 +255,8 @@ def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict:
         _fsdp_comm(m, s, out, grad_b)
     elif s.zero_broadcast and s.shards > 1:
         _zero_broadcast_comm(m, s, out, grad_b)
-    elif s.sharding != "none" and s.shards > 1 or s.sharding == "none" and s.dp * s.cp > 1:
-        _ddp_comm(m, s, out, grad_b)
+    elif (s.sharding != "none" and s.shards > 1 or s.sharding == "none" and s.dp * s.cp > 1) and s.optimizer != NO_STEP:
+        _ddp_comm(m, s, out, grad_b)   # (DDP under no_sync with no step reduces nothing)
     if s.tp > 1:
         _tp_comm(m, s, out)
     _cp_pp_comm(m, s, out, attn_s)

@@ -22,10 +22,10 @@ what compute does not hide of it) and its latency share."""
 _MEM = {
     "params": "weights: fp32 master 4·P/S under FSDP; ZeRO-1/2: 2·P + 4·P/S; DDP: 4·P + 2·P autocast copies "
               "(P after /tp/pp; LoRA: frozen bf16 base)",
-    "grads": "grads 4·P (bf16 grad buffer: 2·P; /S under ZeRO-2/3), counted as far as they sit on top of the "
-             "activation peak",
-    "optimizer": "n states x b bytes x P/S (--optimizer: AdamW n=2, Lion/SGD 1, Adafactor ~0; b = 4 fp32, 2 bf16, "
-                 "1 8-bit; 0 when offloaded)",
+    "grads": "grads 4·P (bf16 grad buffer: 2·P; /S under ZeRO-2/3; whole with --optimizer none's no_sync), counted "
+             "as far as they sit on top of the activation peak",
+    "optimizer": "n states x b bytes x P/S (--optimizer: AdamW n=2, Lion/SGD 1, Adafactor ~0, SGD without momentum "
+                 "and none 0; b = 4 fp32, 2 bf16, 1 8-bit; 0 when offloaded)",
     "activations": "per block s·b·(5h + h+2kv + 3F)·2 bytes /(tp·cp) (FP8 storage: 1-byte GEMM inputs; --block-code: "
                    "the eager block's tensors, line below), minus "
                    "what checkpointing/recompute drops and offloaded blocks; + logits by --loss (bytes per logit: standard 12, "
@@ -59,8 +59,8 @@ _TIME = {
     "pp_p2p": "per micro-batch and virtual stage, activations on and gradients back: p2p latency + b·s·h·2/tp "
               "bytes over NVLink or the NIC",
     "dp_comm": "FSDP: per block an all-gather forward, one backward, a reduce-scatter (per micro-batch); ZeRO-1/2: "
-               "reduce-scatter + all-gather per bucket; DDP: all-reduce per bucket (per step); each call "
-               "factor·B/busBW + latency, ring or tree as NCCL's model picks",
+               "reduce-scatter + all-gather per bucket; DDP: all-reduce per bucket (per step); --optimizer none: "
+               "the gathers alone; each call factor·B/busBW + latency, ring or tree as NCCL's model picks",
     "dp_latency": "the latency part of dp_comm: calls × NCCL's per-call latency (tuning.cc: ring 8.4 µs + 3.4 µs per "
                   "NVLink hop + 9.6 µs per network hop; tree 2·(hops in node·28 + log2(nodes)·50) µs)",
     "dp_exposed": "FSDP: max(first gather + last reduce-scatter, dp_comm − overlap × compute); DDP/ZeRO: "
@@ -184,7 +184,8 @@ def explain(e: Estimate) -> list[str]:
     if t and t["te_weight_cache"]:
         lines.append(_te_cache_line(s, t["te_weight_cache"]))
     b = state_bytes_per_param(s)
-    lines.append(f"  per trained parameter, before sharding: {s.optimizer} ({s.optimizer_dtype} states) "
+    opt = "no optimizer step" if s.optimizer == "none" else f"{s.optimizer} ({s.optimizer_dtype} states)"
+    lines.append(f"  per trained parameter, before sharding: {opt} "
                  f"{b['states']:.3g} B states + {b['grad']} B grad + {b['master']} B master ({s.master_weights})"
                  + (" + 2 B bf16 weights" if b["master"] != 4 or s.sharding not in ("fsdp", "hsdp") else "")
                  + ("; gradients freed in the backward (optimizer in backward)" if s.optimizer_in_backward else ""))

@@ -81,6 +81,7 @@ allocated + reserve + context + NCCL <= capacity; `--explain` prints each term.
 from __future__ import annotations
 
 from overdrive.plan.activations import REPLICATED_WITHOUT_SP, act_tensors, eager_act_tensors
+from overdrive.plan.choices import NO_STEP
 from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_buffer_bytes, te_weight_cache_bytes
 from overdrive.plan.logits import logits_bytes as _logits
 from overdrive.plan.pipeline import (embedding_bytes, embedding_micro_batches, pipeline_blocks_in_flight,
@@ -261,6 +262,8 @@ def _states(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, float, f
         opt = n_states * opt_b * P / S
     if s.optimizer_in_backward:
         grads = (2 if (s.pure_bf16 or s.grad_dtype == "bf16") else 4) * largest_param(m) / s.tp  # the largest alive
+    if s.optimizer == NO_STEP:   # no_sync: each rank's gradients accumulate whole (LoRA: the adapters' fp32 ones)
+        grads = 4 * _trained(m, s, rank)[1] if s.lora_rank else (2 if s.pure_bf16 or s.grad_dtype == "bf16" else 4) * P
     if s.offload in ("optimizer", "params"):
         opt = 0.0
         if zero3 and not (s.lora_rank or s.pure_bf16):   # the 16-bit shard FSDP gathers from stays (ZeRO-Offload)
@@ -288,7 +291,8 @@ def _buffers(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
         # gradients accumulate unsharded, in the reduce dtype (fp32), through the step
         P, trained = _trained(m, s, rank)
         return P * gather + trained * (2 if s.grad_dtype == "bf16" else 4)
-    return 2 * layer * gather + (layer * (2 if s.grad_dtype == "bf16" else 4) if not s.lora_rank else 0)
+    no_grad_block = s.lora_rank or s.optimizer == NO_STEP   # no_sync: the whole gradients are counted in grads
+    return 2 * layer * gather + (layer * (2 if s.grad_dtype == "bf16" else 4) if not no_grad_block else 0)
 
 
 def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
@@ -306,8 +310,10 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
         params, grads, opt = _states(m, s, rank)
         acts, per_layer = _activations(m, s, rank)
         lg = logits + kept if rank == s.pp - 1 else 0.0
-        # one micro-batch a step: grads are None while activations peak (set_to_none), then replace them in backward
-        peak = acts + lg + grads if s.grad_accum > 1 or s.lora_rank else max(acts + lg, grads + per_layer + lg)
+        # one micro-batch a step: grads are None while activations peak (set_to_none), then replace them in backward;
+        # without a step (--optimizer none) nothing zeroes them: they stay from the micro-batch before
+        kept_grads = s.grad_accum > 1 or s.lora_rank or s.optimizer == NO_STEP
+        peak = acts + lg + grads if kept_grads else max(acts + lg, grads + per_layer + lg)
         if s.sharding == "zero3":   # DeepSpeed's step casts a sub-group of the gradients to fp32 after the backward
             peak = max(peak, grads + zero3_step_bytes(_trained(m, s, rank)[0], s.shards, s))
         te_cache = te_weight_cache_bytes(m, s, rank)

@@ -16,7 +16,7 @@ PRECISION_PRESET = {"fp32": "fp32", "bf16": "amp-bf16", "fp16": "amp-fp16",
 """Planner precision -> the recipe preset that trains that way."""
 _CKPT_KNOB = {"none": "", "selective": "+ckpt-selective", "full": "+ckpt", "selective-op": "+ckpt-selective"}
 _OTHER_OPTIMIZER = {"lion": "lion-pytorch's Lion", "sgd": "torch.optim.SGD(momentum=0.9)",
-                    "adafactor": "transformers' Adafactor"}
+                    "sgd-nomomentum": "torch.optim.SGD (momentum 0)", "adafactor": "transformers' Adafactor"}
 
 
 def not_in_overdrive(c: dict) -> list[str]:
@@ -50,9 +50,12 @@ def not_in_overdrive(c: dict) -> list[str]:
     if c.get("optimizer_dtype") == "8bit":
         out.append("8-bit AdamW states: no Overdrive recipe; pass torchao.optim.AdamW8bit (or bitsandbytes') as "
                    "accelerate(optimizer=lambda params: ...)")
-    elif c.get("optimizer_dtype") == "bf16":
+    elif c.get("optimizer_dtype") == "bf16" and c.get("master_weights") != "none":   # pure bf16: said below
         out.append("bf16 AdamW states: no Overdrive recipe (torchao.optim's AdamW with bf16 states, passed as "
                    "accelerate(optimizer=...))")
+    if c.get("optimizer") == "none":
+        out.append("no optimizer step: a forward-and-backward benchmark under no_sync, not training; the recipes "
+                   "build AdamW and step it")
     if c.get("optimizer") in _OTHER_OPTIMIZER:
         out.append(f"{c['optimizer']}: pass {_OTHER_OPTIMIZER[c['optimizer']]} as accelerate(optimizer=...); the "
                    "recipes build AdamW")

@@ -32,7 +32,8 @@ def label(s: TrainSetup) -> str:
     par = "".join(f" {k}{v}" for k, v in (("tp", s.tp), ("pp", s.pp), ("cp", s.cp)) if v > 1)
     extra = "".join(f" · {x}" for x, on in (("offload " + s.offload, s.offload != "none"),
                                               (f"LoRA r{s.lora_rank}", s.lora_rank), ("8-bit Adam", s.optimizer_dtype == "8bit"),
-                                              (s.optimizer, s.optimizer != "adamw"),
+                                              ("no optimizer step" if s.optimizer == "none" else s.optimizer,
+                                               s.optimizer != "adamw"),
                                               ("master remainders", s.master_weights == "remainder"),
                                               ("optimizer in backward", s.optimizer_in_backward),
                                               ("fused loss", s.loss == "fused"),
@@ -124,6 +125,8 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
          f"tensor parallel {min(n, 8)} within the node + FSDP"),
         (alt(lora_rank=16, sharding="fsdp"), "LoRA rank 16 (frozen bf16 base, fine-tuning only)"),
     ]
+    if s.optimizer == "none":   # no states to shrink
+        tries = [t for t in tries if "AdamW" not in t[1]]
     fp8_gather = None if s.fp8_all_gather else alt(fp8_all_gather=True)
     if fp8_gather is not None and fp8_gather.gathers_fp8:   # only where it changes what is gathered
         tries.insert(0, (fp8_gather, "FP8 all-gather"))
@@ -207,6 +210,7 @@ def _search_space(base: TrainSetup, setup: dict, precisions, shardings, checkpoi
                               ("zero1",) if base.zero_broadcast else
                               ("zero1", "none") if (base.deepspeed_pipeline or not base.overlap_grad_reduce
                                                     or base.loss == "megatron-v07") else
+                              ("fsdp", "hsdp", "none") if base.optimizer == "none" else   # no_sync: DDP's and FSDP's
                               ("fsdp", "hsdp", "zero1", "none"))
     if base.dp * base.cp == 1 and not asked_shardings and not base.zero_broadcast:
         # one data-parallel rank: every sharding holds the same bytes and runs the same step; rank one, not three

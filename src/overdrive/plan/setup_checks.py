@@ -13,7 +13,7 @@ import math
 from overdrive.formats import TE, find_format, planned_format, planned_presets
 from overdrive.plan.choices import (ATTENTIONS, BANDWIDTH_GBS, BLOCK_CODES, CHECKPOINTING, GATHER_DTYPES,
                                     GRAD_DTYPES, LOSSES, MASTER_WEIGHTS, MAX_COUNT, MIN_EFFICIENCY, OFFLOADS,
-                                    OPTIMIZER_ALIASES, OPTIMIZER_DTYPES, OPTIMIZERS, PRECISIONS, RECOMPUTE_MODULES,
+                                    NO_STEP, OPTIMIZER_ALIASES, OPTIMIZER_DTYPES, OPTIMIZERS, PRECISIONS, RECOMPUTE_MODULES,
                                     SHARDING_ALIASES, SHARDINGS, STACK_ALIASES, STACKS)
 
 __all__ = ["validate"]
@@ -55,6 +55,26 @@ def validate(s) -> None:
     _check_rates(s)
     _check_layout(s)
     _check_precision_and_steps(s)
+    _check_no_step(s)
+
+
+def _check_no_step(s) -> None:
+    """--optimizer none: a forward-and-backward benchmark under DDP's/FSDP's no_sync; nothing else skips the step."""
+    if s.optimizer != NO_STEP:
+        return
+    what, fix = next(((w, f) for on, w, f in (
+        (s.sharding not in ("none", "fsdp", "hsdp"), f"--sharding {s.sharding}",
+         "DeepSpeed's ZeRO and Megatron's distributed optimizer reduce their gradients in the backward: use --sharding "
+         "none, fsdp or hsdp"),
+        (s.stack != "pytorch", f"--stack {s.stack}", "Megatron reduces its gradients in its own buffers: use --stack "
+                                                     "pytorch"),
+        (s.deepspeed_pipeline, "--deepspeed-pipeline", "DeepSpeed's PipelineEngine reduces after every flush: drop it"),
+        (s.pp > 1, f"--pp {s.pp}", "pipelining syncs the gradients at the last micro-batch: drop --pp"),
+        (s.offload != "none", f"--offload {s.offload}", "CPU offload plans where the states and the step live: drop it"),
+        (s.optimizer_in_backward, "--optimizer-in-backward", "that steps in the backward: drop it")) if on), ("", ""))
+    if what:
+        raise ValueError(f"--optimizer none (forward and backward under DDP's/FSDP's no_sync, no step, no gradient "
+                         f"reduction) does not run with {what}: {fix}, or name the optimizer that steps")
 
 
 def _resolve_optimizer(s) -> None:
@@ -76,6 +96,8 @@ def _resolve_optimizer(s) -> None:
                          "bits: keep one")
     elif s.pure_bf16:
         _set(s, "master_weights", "none")
+    if s.pure_bf16 and s.optimizer_dtype == "fp32":
+        _set(s, "optimizer_dtype", "bf16")   # the states take the weights' dtype: labels say what is counted
 
 
 def _resolve_names(s) -> None:
@@ -209,14 +231,21 @@ def _check_layout(s) -> None:
         # ("Sequence length per GPU needs to be divisible by 2!"), so the sequence divides by 2·cp
         raise ValueError(f"--seq {s.seq} is not divisible by 2 x --cp {s.cp}: ring attention gives each "
                          f"rank two halves, use a multiple of {2 * s.cp}")
-    if s.sharding == "zero3" and (s.pp > 1 or s.fp8_all_gather or s.gather_dtype or s.stack != "pytorch"):
+    gathers_other = s.gather_dtype and not (s.gather_dtype == "bf16" and s.precision not in ("fp16", "fp32"))
+    if s.sharding == "zero3" and (s.pp > 1 or s.fp8_all_gather or gathers_other or s.stack != "pytorch"):
         # deepspeed/runtime/pipe/engine.py refuses ZeRO-2/3 under its PipelineEngine; stage3.py gathers the 16-bit
         # partitions in the model dtype; Megatron-Core's optimizers are its own
-        what = ("--pp > 1" if s.pp > 1 else "--fp8-all-gather" if s.fp8_all_gather else
-                f"--gather-dtype {s.gather_dtype}" if s.gather_dtype else f"--stack {s.stack}")
-        raise ValueError(f"--sharding zero3 (DeepSpeed ZeRO-3) does not run with {what}: DeepSpeed gathers its 16-bit "
-                         "partitions without a pipeline; use --sharding fsdp for FSDP2" + (
-                             " without --no-zero-init (a ZeRO-3 flag)" if not s.zero_init else ", or drop it"))
+        what, why, fix = (
+            ("--pp > 1", "DeepSpeed's PipelineEngine refuses ZeRO-2 and ZeRO-3", "--sharding zero1 with the pipeline")
+            if s.pp > 1 else
+            (f"--stack {s.stack}", "Megatron-Core shards with its own distributed optimizer, not DeepSpeed's",
+             "--sharding zero1 (its distributed optimizer) or fsdp")
+            if s.stack != "pytorch" else
+            ("--fp8-all-gather" if s.fp8_all_gather else f"--gather-dtype {s.gather_dtype}",
+             "DeepSpeed gathers its 16-bit partitions in the model's dtype", "--sharding fsdp (FSDP2)"))
+        raise ValueError(f"--sharding zero3 (DeepSpeed ZeRO-3) does not run with {what}: {why}; use {fix}"
+                         + (", without --no-zero-init (a ZeRO-3 flag)" if not s.zero_init else "")
+                         + f", or drop {what.split()[0]}")
     if not s.zero_init and s.sharding != "zero3":
         raise ValueError(f"--no-zero-init plans DeepSpeed ZeRO-3 given a model built whole, not --sharding {s.sharding}: "
                          "plan --sharding zero3 alone, or drop the flag")
@@ -236,9 +265,9 @@ def _check_layout(s) -> None:
         raise ValueError("--zero-broadcast all-reduces the model's own 16-bit gradients (InternLM's reduce_tensor "
                          "in the model dtype): add --grad-dtype bf16")
     if not s.overlap_grad_reduce and (s.stack != "megatron" or s.sharding not in ("zero1", "none")):
-        raise ValueError(f"--no-overlap-grad-reduce is Megatron's DDP/distributed-optimizer option; --stack "
-                         f"{s.stack} --sharding {s.sharding} is not that: use --stack megatron with "
-                         "--sharding zero1 or none, or drop the flag")
+        what = f"--stack {s.stack}" if s.stack != "megatron" else f"--sharding {s.sharding}"   # the one that is not
+        raise ValueError(f"--no-overlap-grad-reduce is Megatron's DDP/distributed-optimizer option; {what} is not "
+                         "that: use --stack megatron with --sharding zero1 or none, or drop the flag")
     if not s.overlap_grad_reduce and s.deepspeed_pipeline:
         raise ValueError("--no-overlap-grad-reduce with --deepspeed-pipeline: DeepSpeed's PipelineEngine reduces "
                          "after the pipeline flush already (Megatron's flag is not its): drop --no-overlap-grad-reduce")

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from overdrive.formats import planned_format
 from overdrive.plan.attention import attention_override, attention_share
+from overdrive.plan.choices import NO_STEP
 from overdrive.plan.memory import act_bytes_per_layer, recomputed_blocks
 from overdrive.plan.pipeline import stage_imbalance
 from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
@@ -324,7 +325,9 @@ def _host_bps(s: TrainSetup) -> float:
 
 
 def _optimizer_time(m: ModelSpec, s: TrainSetup, hbm: float) -> float:
-    """The optimizer step over this GPU's shard of the parameters, per step."""
+    """The optimizer step over this GPU's shard of the parameters, per step (none without a step)."""
+    if s.optimizer == NO_STEP:
+        return 0.0
     P_shard = m.n_params() / (s.tp * s.pp) / (s.shards if s.sharding != "none" else 1)
     if s.lora_rank:
         from overdrive.plan.memory import lora_params
