@@ -245,7 +245,7 @@ def _embed_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
 def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict:
     """Seconds: `dp` per step (to overlap with compute, `dp_exposed`), `tp`, `cp`, `pp` exposed per micro-batch;
     and how the data-parallel time splits (calls, latency, algorithm, the call nothing hides)."""
-    grad_b = 2 if (s.pure_bf16 or s.grad_dtype == "bf16") else 4
+    grad_b = s.grad_bytes
     out = {"dp": 0.0, "dp_calls": 0.0, "dp_latency": 0.0, "dp_algo": "", "dp_edge": 0.0, "dp_buckets": 0,
            "dp_nodes": 1, "dp_bcast": 0.0, "dp_bcast_calls": 0, "dp_bcast_latency": 0.0, "tp": 0.0, "tp_latency": 0.0,
            "tp_nodes": 1, "cp": 0.0, "pp": 0.0, "embed": 0.0}

@@ -121,7 +121,7 @@ def largest_param(m: ModelSpec) -> int:
 def state_bytes_per_param(s: TrainSetup) -> dict[str, float]:
     """What each trained parameter costs before sharding: master weights, gradient, optimizer states (the
     16-bit compute copy aside), as --explain prints them."""
-    grad = 2 if (s.pure_bf16 or s.grad_dtype == "bf16") else 4
+    grad = s.grad_bytes
     st = OPT_BYTES[s.optimizer_dtype] if not s.pure_bf16 else min(OPT_BYTES[s.optimizer_dtype], 2)
     return {"master": master_bytes(s), "grad": grad, "states": OPTIMIZER_STATES[s.optimizer] * st}
 
@@ -261,9 +261,9 @@ def _states(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, float, f
             grads += 2 * P                                     # ones (update_hp_grads(clear_lp_grads=False))
         opt = n_states * opt_b * P / S
     if s.optimizer_in_backward:
-        grads = (2 if (s.pure_bf16 or s.grad_dtype == "bf16") else 4) * largest_param(m) / s.tp  # the largest alive
+        grads = s.grad_bytes * largest_param(m) / s.tp  # the largest alive
     if s.optimizer == NO_STEP:   # no_sync: each rank's gradients accumulate whole (LoRA: the adapters' fp32 ones)
-        grads = 4 * _trained(m, s, rank)[1] if s.lora_rank else (2 if s.pure_bf16 or s.grad_dtype == "bf16" else 4) * P
+        grads = 4 * _trained(m, s, rank)[1] if s.lora_rank else s.grad_bytes * P
     if s.offload in ("optimizer", "params"):
         opt = 0.0
         if zero3 and not (s.lora_rank or s.pure_bf16):   # the 16-bit shard FSDP gathers from stays (ZeRO-Offload)

@@ -235,6 +235,11 @@ class TrainSetup:
         return self.fp8_all_gather and f is not None and (self.stack == "megatron" or f.fsdp_float8_all_gather)
 
     @property
+    def grad_bytes(self) -> int:
+        """Bytes per trained parameter of its gradient: 2 with --pure-bf16 or --grad-dtype bf16, else fp32's 4."""
+        return 2 if (self.pure_bf16 or self.grad_dtype == "bf16") else 4
+
+    @property
     def gather_bytes(self) -> int:
         """Bytes per parameter FSDP all-gathers (and holds gathered): fp8 1, the compute dtype, or as asked."""
         if self.gathers_fp8:
