@@ -111,7 +111,7 @@ def test_explain_prints_terms_that_add_up_to_the_step_it_prints(cases):
 def test_more_inter_node_bandwidth_never_lowers_tokens_per_s(cases):
     for m, s, e in cases:
         if s.nodes > 1:
-            faster = estimate(m, dataclasses.replace(s, inter_gbs=2 * s.inter_gbs))
+            faster = estimate(m, dataclasses.replace(s, inter_gbs=2 * s.net_gbs))
             assert faster.tokens_per_s_per_gpu >= e.tokens_per_s_per_gpu * (1 - 1e-9), (s, e.tokens_per_s_per_gpu)
 
 

@@ -355,7 +355,7 @@ def _add_stack_args(a) -> None:
     a("--efficiency", type=float, help="override the calibrated GEMM fraction of peak, in (0, 1]")
     a("--calibrate", metavar="RESULTS.json", help="take the GEMM efficiency from an overdrive bench result")
     a("--intra-gbs", type=float, help="per-GPU intra-node bandwidth GB/s (default: NVLink of the GPU)")
-    a("--inter-gbs", type=float, default=50.0, help="per-GPU inter-node bandwidth GB/s")
+    a("--inter-gbs", type=float, help="per-GPU inter-node GB/s (default: the GPU's reference system's NIC)")
 
 
 def _add_custom_model_args(a) -> None:

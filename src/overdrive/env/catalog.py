@@ -47,6 +47,17 @@ class GpuSpec:
     note: str = ""
 
     @property
+    def nic_gbs(self) -> float:
+        """Scale-out network per GPU, one direction, GB/s: the compute NIC each GPU has in NVIDIA's reference
+        system for it (`NICS`), the planner's inter-node rate unless `--inter-gbs` says otherwise."""
+        return NICS[_NIC_OF.get(self.key, "assumed")][0]
+
+    @property
+    def nic_source(self) -> str:
+        """Where `nic_gbs` comes from."""
+        return NICS[_NIC_OF.get(self.key, "assumed")][1]
+
+    @property
     def mem_gib(self) -> float:
         """Device memory in GiB (2^30 bytes), from the driver's MiB."""
         return self.mem_mib * _MIB
@@ -55,10 +66,26 @@ class GpuSpec:
         d = asdict(self)
         d["sm"], d["match"], d["exclude"] = list(self.sm), list(self.match), list(self.exclude)
         d["mem_gib"] = round(self.mem_gib, 2)
+        d["nic_gbs"], d["nic_source"] = self.nic_gbs, self.nic_source
         return d
 
 
 _NV = "NVIDIA datasheet (dense figures; sparse halved)"
+NICS = {
+    "a100": (25.0, "DGX A100: 8 single-port ConnectX-6, HDR InfiniBand 200 Gb/s per GPU"),
+    "a800": (25.0, "assumed as the DGX A100's 200 Gb/s HDR per GPU"),
+    "hopper": (50.0, "DGX H100/H200: 8 ConnectX-7, 400 Gb/s per GPU"),
+    "h800": (50.0, "assumed as the DGX H100's 400 Gb/s per GPU"),
+    "meta": (50.0, "Meta's Grand Teton H100 clusters: 400 Gb/s per GPU, RoCE or InfiniBand"),
+    "b200": (50.0, "DGX B200: 8 ConnectX-7, 400 Gb/s per GPU"),
+    "gb200": (50.0, "GB200 NVL72: 4 ConnectX-7 per 4-GPU compute tray, 400 Gb/s per GPU"),
+    "ultra": (100.0, "DGX B300 and GB300 NVL72: a ConnectX-8 SuperNIC per GPU, 800 Gb/s"),
+    "assumed": (50.0, "assumed 400 Gb/s per GPU: no reference multi-node system for this card"),
+}
+"""The compute fabric of each GPU's reference system (NVIDIA's DGX and NVL72 datasheets): (GB/s per GPU one way,
+source)."""
+_NIC_OF = {"a100-40": "a100", "a100-80": "a100", "a800": "a800", "h100-sxm": "hopper", "h200": "hopper",
+           "h800": "h800", "h100-96gb": "meta", "b200": "b200", "gb200": "gb200", "b300": "ultra", "gb300": "ultra"}
 # Order matters for matching: more specific names first ("gb200" before "b200", "h100 nvl" before "h100").
 GPU_CATALOG: tuple[GpuSpec, ...] = (
     GpuSpec(key="gb300", name="NVIDIA GB300 (Grace Blackwell Ultra)", match=("gb300",), sm=(10, 3),

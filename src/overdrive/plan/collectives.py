@@ -160,4 +160,4 @@ def group_layout(s: TrainSetup, size: int, inner: int) -> tuple[int, float]:
         return 1, LINK_EFF * intra
     per_node = max(1, s.gpus_per_node // inner)
     nodes = math.ceil(size / per_node)
-    return nodes, LINK_EFF * min(intra, per_node * s.inter_gbs * 1e9)
+    return nodes, LINK_EFF * min(intra, per_node * s.net_gbs * 1e9)

@@ -182,7 +182,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
             "no tensor parallelism" if s.tp == 1 else "Megatron's sequence parallelism regathers already"))
     if cm["tp_nodes"] > 1:
         notes.append(f"tensor parallel {s.tp} spans {cm['tp_nodes']} nodes: its activations cross the "
-                     f"{s.inter_gbs:g} GB/s per-GPU network ({n * cm['tp'] * 1e3:.0f} ms per step, not overlapped)")
+                     f"{s.net_gbs:g} GB/s per-GPU network ({n * cm['tp'] * 1e3:.0f} ms per step, not overlapped)")
     if bubble > 0.1:
         notes.append(f"pipeline bubble {100 * bubble:.0f}%: more micro-batches per step or --vpp shrink it")
     # the tied embedding's gradient, all-reduced between the first and the last stage after the data-parallel

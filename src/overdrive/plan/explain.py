@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from overdrive.plan.collectives import CONNECTION_BYTES
+from overdrive.plan.collectives import CONNECTION_BYTES, LINK_EFF
 from overdrive.formats import planned_format
 from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_groups, weight_copies
 from overdrive.plan.estimate import Estimate
@@ -228,6 +228,10 @@ def explain(e: Estimate) -> list[str]:
                      + (f", {c['dp_buckets']} buckets" if c.get("dp_buckets") else "") + f"), {1e3 * c['dp']:.1f} ms "
                      f"of which {1e3 * c['dp_latency']:.1f} ms latency (bus bandwidth: nccl-tests "
                      "doc/PERFORMANCE.md; latency: NCCL src/graph/tuning.cc)")
+    if s.nodes > 1:
+        lines.append(f"  network across nodes: {s.net_gbs:g} GB/s per GPU one way, at {LINK_EFF:.0%} of the wire ("
+                     + ("--inter-gbs" if s.inter_gbs else f"{s.gpu.key}'s reference system: {s.gpu.nic_source}")
+                     + "); the k ranks of a group on one node share k NICs (one ring per rail)")
     if c.get("dp_bcast"):
         lines.append(f"  weight broadcasts: {c['dp_bcast_calls']} calls per step, {1e3 * c['dp_bcast']:.1f} ms of which "
                      f"{1e3 * c['dp_bcast_latency']:.1f} ms latency (one per rank owning parameters: min(ranks, "

@@ -182,11 +182,17 @@ class TrainSetup:
     """Share of compute that data-parallel communication can hide under (FSDP prefetch, DDP buckets)."""
     intra_gbs: float | None = None
     """Per-GPU intra-node bandwidth, GB/s (default: the GPU's NVLink)."""
-    inter_gbs: float = 50.0
-    """Per-GPU inter-node bandwidth, GB/s (400 Gb/s InfiniBand or RoCE per GPU)."""
+    inter_gbs: float | None = None
+    """Per-GPU inter-node bandwidth, GB/s (default: the NIC per GPU of the GPU's reference system, `net_gbs`)."""
 
     def __post_init__(self):
         validate(self)   # setup_checks: aliases resolved, every value checked, contradictions refused
+
+    @property
+    def net_gbs(self) -> float:
+        """GB/s per GPU across nodes: `--inter-gbs`, else the GPU's reference system (catalog `nic_gbs`: 25 on
+        DGX A100, 50 on DGX H100/H200/B200 and GB200, 100 on DGX B300 and GB300)."""
+        return self.inter_gbs or self.gpu.nic_gbs
 
     @property
     def world(self) -> int:

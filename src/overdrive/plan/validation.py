@@ -136,7 +136,7 @@ def why_not_fitting(r: dict) -> str:
 
 _FLAG_DEFAULTS = {"micro_batch": None, "precision": None, "sharding": None, "tp": 1, "pp": 1, "cp": 1, "vpp": None,
                   "checkpointing": None, "stack": "pytorch", "loss": "standard", "grad_dtype": "fp32",
-                  "optimizer_dtype": "fp32", "intra_gbs": None, "inter_gbs": 50, "recompute_layers": 0, "offload_activations": 0,
+                  "optimizer_dtype": "fp32", "intra_gbs": None, "inter_gbs": None, "recompute_layers": 0, "offload_activations": 0,
                   "attention": "flash", "optimizer": "adamw", "master_weights": "fp32", "block_code": "", "lora_rank": 0,
                   "offload": "none"}
 _BOOL_FLAGS = {"pure_bf16": "--pure-bf16", "fp8_all_gather": "--fp8-all-gather", "fp8_activations": "--fp8-activations",
