@@ -165,3 +165,29 @@ def test_no_overlap_grad_reduce_names_the_flag_that_is_not_megatrons(run, args, 
     out = run("--model", "llama3-8b", "--gpus", "8", "--no-overlap-grad-reduce", *args)
     _refused(out, rf"--no-overlap-grad-reduce is Megatron's DDP/distributed-optimizer option; {named} is not that")
     assert "zero1 is not" not in out.stderr
+
+
+@pytest.mark.parametrize("opt", ["sgd-nomomentum", "none"])
+def test_a_stateless_optimizer_has_no_state_dtype_to_ask_for_or_report(run, opt):
+    """8-bit states of an optimizer that keeps none is a contradiction: refused in one line; its JSON reports no
+    state dtype and --explain says it keeps no state."""
+    base = ("--model", "llama3-8b", "--gpu", "a100-80", "--gpus", "8", "--seq", "2048", "--precision", "bf16",
+            "--sharding", "fsdp", "--checkpointing", "full", "--micro-batch", "2", "--optimizer", opt)
+    _refused(run(*base, "--optimizer-dtype", "8bit"),
+             rf"--optimizer-dtype 8bit with --optimizer {opt}: it keeps no state to store in 8 bits; drop --optimizer-dtype$")
+    out = run(*base, "--pure-bf16", "--json")
+    assert out.returncode == 0, out.stderr
+    assert {c["optimizer_dtype"] for c in json.loads(out.stdout)["candidates"]} == {None}
+    text = " ".join(run(*base, "--explain").stdout.split())
+    assert ("no optimizer step 0 B states" if opt == "none" else "sgd-nomomentum (no state) 0 B states") in text
+
+
+def test_eight_bit_states_of_another_optimizer_are_named_as_that_optimizer(run):
+    out = run("--model", "llama3-8b", "--gpu", "a100-80", "--gpus", "8", "--seq", "2048", "--precision", "bf16",
+              "--sharding", "fsdp", "--checkpointing", "full", "--micro-batch", "2", "--optimizer", "lion",
+              "--optimizer-dtype", "8bit")
+    text = " ".join(out.stdout.split())
+    assert out.returncode == 0 and "8-bit states · lion" in text and "8-bit Adam" not in text, out.stderr
+    notes = not_in_overdrive({"optimizer": "lion", "optimizer_dtype": "8bit"})
+    assert notes[0].startswith("8-bit Lion states: no Overdrive recipe") and "Lion8bit" in notes[0]
+    assert not_in_overdrive({"optimizer_dtype": "8bit"})[0].startswith("8-bit AdamW states")

@@ -6,7 +6,7 @@ from overdrive.formats import planned_presets
 
 __all__ = ["PRECISIONS", "LOW_PRECISION", "LOW_PRECISION_SEARCHED", "SHARDINGS", "SHARDING_ALIASES", "CHECKPOINTING",
            "SHARDED_WEIGHTS", "RECOMPUTE_MODULES", "GRAD_DTYPES", "ATTENTIONS", "MIN_EFFICIENCY", "BANDWIDTH_GBS", "MAX_COUNT", "OPTIMIZER_DTYPES",
-           "OPTIMIZER_STATES", "OPTIMIZERS", "OPTIMIZER_ALIASES", "MASTER_WEIGHTS", "OFFLOADS", "LOSSES", "STACKS",
+           "OPTIMIZER_STATES", "STATELESS", "OPTIMIZERS", "OPTIMIZER_ALIASES", "MASTER_WEIGHTS", "OFFLOADS", "LOSSES", "STACKS",
            "STACK_ALIASES", "BLOCK_CODES", "GATHER_DTYPES"]
 
 LOW_PRECISION = planned_presets()  # the formats the planner models (`overdrive.formats`, `Format.plan_bytes`)
@@ -51,6 +51,8 @@ parameters of an LLM, counted as none. none: no optimizer step at all, a benchma
 never steps and never syncs its gradients (DDP's/FSDP's no_sync), so each rank's gradients accumulate whole and
 nothing reduces them (`NO_STEP`)."""
 NO_STEP = "none"
+STATELESS = ("sgd-nomomentum", NO_STEP)
+"""Optimizers with no state at all, so no state dtype (Adafactor's factored moment exists, though counted as none)."""
 OPTIMIZERS = tuple(OPTIMIZER_STATES)
 OPTIMIZER_ALIASES = {"adam": ("adamw", None), "adamw-fp32": ("adamw", "fp32"), "adamw-bf16": ("adamw", "bf16"),
                      "adamw-8bit": ("adamw", "8bit"), "adam8bit": ("adamw", "8bit"), "adamw8bit": ("adamw", "8bit")}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from overdrive.plan.choices import STATELESS
 from overdrive.plan.collectives import CONNECTION_BYTES, LINK_EFF
 from overdrive.formats import planned_format
 from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_groups, weight_copies
@@ -184,7 +185,8 @@ def explain(e: Estimate) -> list[str]:
     if t and t["te_weight_cache"]:
         lines.append(_te_cache_line(s, t["te_weight_cache"]))
     b = state_bytes_per_param(s)
-    opt = "no optimizer step" if s.optimizer == "none" else f"{s.optimizer} ({s.optimizer_dtype} states)"
+    opt = ("no optimizer step" if s.optimizer == "none" else f"{s.optimizer} (no state)" if s.optimizer in STATELESS
+           else f"{s.optimizer} ({s.optimizer_dtype} states)")
     lines.append(f"  per trained parameter, before sharding: {opt} "
                  f"{b['states']:.3g} B states + {b['grad']} B grad + {b['master']} B master ({s.master_weights})"
                  + (" + 2 B bf16 weights" if b["master"] != 4 or s.sharding not in ("fsdp", "hsdp") else "")

@@ -47,11 +47,12 @@ def not_in_overdrive(c: dict) -> list[str]:
     if c.get("checkpointing") == "selective-op":
         out.append("selective-op checkpointing is torchtitan's per-op policy: Overdrive's nearest is "
                    "+ckpt-selective (every 2nd block)")
+    opt = {"adamw": "AdamW", "lion": "Lion", "sgd": "SGD momentum"}.get(c.get("optimizer", "adamw"), c.get("optimizer"))
     if c.get("optimizer_dtype") == "8bit":
-        out.append("8-bit AdamW states: no Overdrive recipe; pass torchao.optim.AdamW8bit (or bitsandbytes') as "
-                   "accelerate(optimizer=lambda params: ...)")
+        out.append(f"8-bit {opt} states: no Overdrive recipe; pass an 8-bit optimizer (torchao.optim.AdamW8bit, "
+                   "bitsandbytes' AdamW8bit or Lion8bit) as accelerate(optimizer=lambda params: ...)")
     elif c.get("optimizer_dtype") == "bf16" and c.get("master_weights") != "none":   # pure bf16: said below
-        out.append("bf16 AdamW states: no Overdrive recipe (torchao.optim's AdamW with bf16 states, passed as "
+        out.append(f"bf16 {opt} states: no Overdrive recipe (torchao.optim's AdamW with bf16 states, passed as "
                    "accelerate(optimizer=...))")
     if c.get("optimizer") == "none":
         out.append("no optimizer step: a forward-and-backward benchmark under no_sync, not training; the recipes "

@@ -10,7 +10,7 @@ from overdrive.formats import planned_format
 from overdrive.plan.estimate import Estimate, estimate
 from overdrive.plan.memory import GIB, terms
 from overdrive.plan.runnable import how_to_run, not_in_overdrive
-from overdrive.plan.choices import LOW_PRECISION_SEARCHED
+from overdrive.plan.choices import LOW_PRECISION_SEARCHED, STATELESS
 from overdrive.plan.setup import (CHECKPOINTING, MIN_EFFICIENCY, SHARDING_ALIASES, TrainSetup,
                                   check_layout, fallback_precision)
 from overdrive.plan.specs import ModelSpec, get_model
@@ -31,7 +31,7 @@ less free may not fit when run. Configurations below the margin are ranked after
 def label(s: TrainSetup) -> str:
     par = "".join(f" {k}{v}" for k, v in (("tp", s.tp), ("pp", s.pp), ("cp", s.cp)) if v > 1)
     extra = "".join(f" · {x}" for x, on in (("offload " + s.offload, s.offload != "none"),
-                                              (f"LoRA r{s.lora_rank}", s.lora_rank), ("8-bit Adam", s.optimizer_dtype == "8bit"),
+                                              (f"LoRA r{s.lora_rank}", s.lora_rank), ("8-bit " + ("Adam" if s.optimizer == "adamw" else "states"), s.optimizer_dtype == "8bit"),
                                               ("no optimizer step" if s.optimizer == "none" else s.optimizer,
                                                s.optimizer != "adamw"),
                                               ("master remainders", s.master_weights == "remainder"),
@@ -315,7 +315,8 @@ def cand_dict(e: Estimate) -> dict:
     s = e.setup
     return {"precision": s.precision, "label": e.label, "sharding": s.sharding, "checkpointing": s.checkpointing,
             "micro_batch": s.micro_batch, "seq": s.seq, "tp": s.tp, "pp": s.pp, "vpp": s.vpp, "cp": s.cp,
-            "stack": s.stack, "optimizer": s.optimizer, "optimizer_dtype": s.optimizer_dtype,
+            "stack": s.stack, "optimizer": s.optimizer,
+            "optimizer_dtype": None if s.optimizer in STATELESS else s.optimizer_dtype,
             "master_weights": s.master_weights, "loss": s.loss, "compile": s.compile, "offload": s.offload,
             "lora_rank": s.lora_rank, "optimizer_in_backward": s.optimizer_in_backward,
             "recompute_layers": s.recompute_layers, "recompute_modules": list(s.recompute_modules),

@@ -14,6 +14,7 @@ from overdrive.formats import TE, find_format, planned_format, planned_presets
 from overdrive.plan.choices import (ATTENTIONS, BANDWIDTH_GBS, BLOCK_CODES, CHECKPOINTING, GATHER_DTYPES,
                                     GRAD_DTYPES, LOSSES, MASTER_WEIGHTS, MAX_COUNT, MIN_EFFICIENCY, OFFLOADS,
                                     NO_STEP, OPTIMIZER_ALIASES, OPTIMIZER_DTYPES, OPTIMIZERS, PRECISIONS, RECOMPUTE_MODULES,
+                                    STATELESS,
                                     SHARDING_ALIASES, SHARDINGS, STACK_ALIASES, STACKS)
 
 __all__ = ["validate"]
@@ -88,6 +89,9 @@ def _resolve_optimizer(s) -> None:
             _set(s, "optimizer_dtype", dt)
     if s.optimizer not in OPTIMIZERS:
         raise ValueError(f"--optimizer {s.optimizer!r} is not one of {', '.join(OPTIMIZERS + tuple(OPTIMIZER_ALIASES))}")
+    if s.optimizer in STATELESS and s.optimizer_dtype == "8bit":
+        raise ValueError(f"--optimizer-dtype 8bit with --optimizer {s.optimizer}: it keeps no state to store in 8 bits; "
+                         "drop --optimizer-dtype")
     _choice("master-weights", s.master_weights, MASTER_WEIGHTS)
     if s.master_weights == "none" and not s.pure_bf16:
         _set(s, "pure_bf16", True)
