@@ -88,7 +88,7 @@ def test_hf_config_named_after_the_model_not_the_folder(run, tmp_path):
 
 def test_help_documents_every_flag_with_defaults(run):
     out = run("--help").stdout
-    assert "number of nodes" in out and "dtype of the AdamW moments" in out and "(default: 4096)" in out
+    assert "number of nodes" in out and "dtype of the optimizer's states" in out and "(default: 4096)" in out
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")

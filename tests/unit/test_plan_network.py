@@ -74,3 +74,18 @@ def test_explain_and_json_say_which_network_was_planned(run):
     one = run("--model", "llama3-8b", "--gpu", "a100-80", "--gpus", "8", "--seq", "4096", "--precision", "bf16",
               "--sharding", "fsdp", "--checkpointing", "full", "--micro-batch", "1", "--explain")
     assert "network across nodes" not in one.stdout
+
+
+@pytest.mark.parametrize("gpu", ["l40s", "l4", "rtx4090"])
+def test_a_pcie_cards_assumed_nic_is_no_faster_than_its_pcie_link(gpu):
+    g = gpu_by_key(gpu)
+    assert g.nic_gbs == g.nvlink_gbs < 50 and "at most the card's PCIe link" in g.nic_source
+
+
+@pytest.mark.parametrize("gpu, inter", [("l40s", None), ("h100-sxm", 1000.0)])
+def test_pipeline_sends_across_nodes_are_never_faster_than_inside_one(gpu, inter):
+    """The NIC hangs off the GPU's own link: a stage boundary that crosses nodes moves no faster than NVLink/PCIe."""
+    kw = dict(tp=1, pp=2, sharding="none", global_batch=64, inter_gbs=inter)
+    across = comm_times(M, _setup(gpu, gpus_per_node=8, nodes=2, **kw), 0.0)["pp"]
+    inside = comm_times(M, _setup(gpu, gpus_per_node=16, nodes=1, **kw), 0.0)["pp"]
+    assert across >= inside > 0

@@ -175,7 +175,9 @@ def test_a_stateless_optimizer_has_no_state_dtype_to_ask_for_or_report(run, opt)
             "--sharding", "fsdp", "--checkpointing", "full", "--micro-batch", "2", "--optimizer", opt)
     _refused(run(*base, "--optimizer-dtype", "8bit"),
              rf"--optimizer-dtype 8bit with --optimizer {opt}: it keeps no state to store in 8 bits; drop --optimizer-dtype$")
-    out = run(*base, "--pure-bf16", "--json")
+    _refused(run(*base, "--optimizer-dtype", "bf16"),
+             rf"--optimizer-dtype bf16 with --optimizer {opt}: it keeps no state to store in bf16; drop --optimizer-dtype$")
+    out = run(*base, "--pure-bf16", "--json")   # pure bf16 gives states its dtype; with none there is none to give
     assert out.returncode == 0, out.stderr
     assert {c["optimizer_dtype"] for c in json.loads(out.stdout)["candidates"]} == {None}
     text = " ".join(run(*base, "--explain").stdout.split())
@@ -189,5 +191,27 @@ def test_eight_bit_states_of_another_optimizer_are_named_as_that_optimizer(run):
     text = " ".join(out.stdout.split())
     assert out.returncode == 0 and "8-bit states · lion" in text and "8-bit Adam" not in text, out.stderr
     notes = not_in_overdrive({"optimizer": "lion", "optimizer_dtype": "8bit"})
-    assert notes[0].startswith("8-bit Lion states: no Overdrive recipe") and "Lion8bit" in notes[0]
-    assert not_in_overdrive({"optimizer_dtype": "8bit"})[0].startswith("8-bit AdamW states")
+    assert notes[0].startswith("8-bit Lion states: no Overdrive recipe; pass bitsandbytes' Lion8bit")
+    assert not_in_overdrive({"optimizer": "sgd", "optimizer_dtype": "8bit"})[0].startswith(
+        "8-bit SGD momentum states: no Overdrive recipe; pass bitsandbytes' SGD8bit")
+    assert "AdamW8bit" in not_in_overdrive({"optimizer_dtype": "8bit"})[0]
+    bf16 = not_in_overdrive({"optimizer": "sgd", "optimizer_dtype": "bf16"})[0]
+    assert bf16.startswith("bf16 SGD momentum states: no Overdrive recipe (an optimizer that keeps them in bf16")
+
+
+def test_adafactors_counted_state_has_nothing_for_eight_bits(run):
+    _refused(run("--model", "llama3-8b", "--gpus", "8", "--optimizer", "adafactor", "--optimizer-dtype", "8bit"),
+             r"--optimizer-dtype 8bit with --optimizer adafactor: its factored second moment .* is counted as none: "
+             r"nothing to store in 8 bits; drop --optimizer-dtype$")
+
+
+@pytest.mark.parametrize("opt, named", [("lion", "8-bit Lion states (bitsandbytes' Lion8bit)"),
+                                        ("adamw", "8-bit AdamW states (torchao.optim.AdamW8bit"),
+                                        ("adafactor", None), ("sgd-nomomentum", None)])
+def test_when_nothing_fits_8_bit_states_are_offered_only_as_the_optimizer_that_has_them(run, opt, named):
+    out = run("--model", "llama3-405b", "--gpu", "h100-sxm", "--gpus", "8", "--optimizer", opt, "--sharding", "fsdp")
+    text = " ".join(out.stdout.split())
+    assert out.returncode == 0 and "Nothing fits" in out.stdout, out.stderr
+    if named:
+        assert named in text
+    assert text.count("- 8-bit") == (2 if named else 0)

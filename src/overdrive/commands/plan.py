@@ -281,7 +281,7 @@ def _add_choice_args(a) -> None:
 
 def _add_memory_args(a) -> None:
     """The optimizer, its states and where they live."""
-    a("--optimizer-dtype", default="fp32", choices=["fp32", "bf16", "8bit"], help="dtype of the AdamW moments")
+    a("--optimizer-dtype", default="fp32", choices=["fp32", "bf16", "8bit"], help="dtype of the optimizer's states")
     a("--optimizer", default="adamw", help="adamw (2 states), lion, sgd (momentum: 1), sgd-nomomentum (0), adafactor (~0), "
       "none (no step: a forward/backward benchmark under no_sync, fsdp/hsdp/DDP only); adamw-bf16 / adamw-8bit also set the state dtype")
     a("--master-weights", default="fp32", choices=["fp32", "remainder", "none"],

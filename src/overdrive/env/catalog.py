@@ -50,7 +50,8 @@ class GpuSpec:
     def nic_gbs(self) -> float:
         """Scale-out network per GPU, one direction, GB/s: the compute NIC each GPU has in NVIDIA's reference
         system for it (`NICS`), the planner's inter-node rate unless `--inter-gbs` says otherwise."""
-        return NICS[_NIC_OF.get(self.key, "assumed")][0]
+        gbs = NICS[_NIC_OF.get(self.key, "assumed")][0]
+        return gbs if self.key in _NIC_OF else min(gbs, self.nvlink_gbs)   # a card's NIC sits behind its PCIe
 
     @property
     def nic_source(self) -> str:
@@ -80,7 +81,7 @@ NICS = {
     "b200": (50.0, "DGX B200: 8 ConnectX-7, 400 Gb/s per GPU"),
     "gb200": (50.0, "GB200 NVL72: 4 ConnectX-7 per 4-GPU compute tray, 400 Gb/s per GPU"),
     "ultra": (100.0, "DGX B300 and GB300 NVL72: a ConnectX-8 SuperNIC per GPU, 800 Gb/s"),
-    "assumed": (50.0, "assumed 400 Gb/s per GPU: no reference multi-node system for this card"),
+    "assumed": (50.0, "assumed 400 Gb/s per GPU, at most the card's PCIe link: no reference multi-node system for it"),
 }
 """The compute fabric of each GPU's reference system (NVIDIA's DGX and NVL72 datasheets): (GB/s per GPU one way,
 source)."""

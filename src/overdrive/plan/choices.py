@@ -6,7 +6,7 @@ from overdrive.formats import planned_presets
 
 __all__ = ["PRECISIONS", "LOW_PRECISION", "LOW_PRECISION_SEARCHED", "SHARDINGS", "SHARDING_ALIASES", "CHECKPOINTING",
            "SHARDED_WEIGHTS", "RECOMPUTE_MODULES", "GRAD_DTYPES", "ATTENTIONS", "MIN_EFFICIENCY", "BANDWIDTH_GBS", "MAX_COUNT", "OPTIMIZER_DTYPES",
-           "OPTIMIZER_STATES", "STATELESS", "OPTIMIZERS", "OPTIMIZER_ALIASES", "MASTER_WEIGHTS", "OFFLOADS", "LOSSES", "STACKS",
+           "OPTIMIZER_STATES", "STATELESS", "OPTIMIZER_NAMES", "EIGHT_BIT", "OPTIMIZERS", "OPTIMIZER_ALIASES", "MASTER_WEIGHTS", "OFFLOADS", "LOSSES", "STACKS",
            "STACK_ALIASES", "BLOCK_CODES", "GATHER_DTYPES"]
 
 LOW_PRECISION = planned_presets()  # the formats the planner models (`overdrive.formats`, `Format.plan_bytes`)
@@ -53,6 +53,11 @@ nothing reduces them (`NO_STEP`)."""
 NO_STEP = "none"
 STATELESS = ("sgd-nomomentum", NO_STEP)
 """Optimizers with no state at all, so no state dtype (Adafactor's factored moment exists, though counted as none)."""
+OPTIMIZER_NAMES = {"adamw": "AdamW", "lion": "Lion", "sgd": "SGD momentum", "sgd-nomomentum": "SGD without momentum",
+                   "adafactor": "Adafactor", NO_STEP: "no optimizer step"}
+EIGHT_BIT = {"adamw": "torchao.optim.AdamW8bit or bitsandbytes' AdamW8bit", "lion": "bitsandbytes' Lion8bit",
+             "sgd": "bitsandbytes' SGD8bit"}
+"""The optimizers whose states an 8-bit version shrinks, and who ships it; the others keep none the plan counts."""
 OPTIMIZERS = tuple(OPTIMIZER_STATES)
 OPTIMIZER_ALIASES = {"adam": ("adamw", None), "adamw-fp32": ("adamw", "fp32"), "adamw-bf16": ("adamw", "bf16"),
                      "adamw-8bit": ("adamw", "8bit"), "adam8bit": ("adamw", "8bit"), "adamw8bit": ("adamw", "8bit")}

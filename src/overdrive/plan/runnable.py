@@ -8,6 +8,7 @@ take the same names); tests/unit/test_plan_runnable.py checks that for every opt
 from __future__ import annotations
 
 from overdrive.formats import FORMATS, find_format
+from overdrive.plan.choices import EIGHT_BIT, OPTIMIZER_NAMES
 
 __all__ = ["how_to_run", "PRECISION_PRESET", "not_in_overdrive"]
 
@@ -47,13 +48,13 @@ def not_in_overdrive(c: dict) -> list[str]:
     if c.get("checkpointing") == "selective-op":
         out.append("selective-op checkpointing is torchtitan's per-op policy: Overdrive's nearest is "
                    "+ckpt-selective (every 2nd block)")
-    opt = {"adamw": "AdamW", "lion": "Lion", "sgd": "SGD momentum"}.get(c.get("optimizer", "adamw"), c.get("optimizer"))
+    o = c.get("optimizer", "adamw")
     if c.get("optimizer_dtype") == "8bit":
-        out.append(f"8-bit {opt} states: no Overdrive recipe; pass an 8-bit optimizer (torchao.optim.AdamW8bit, "
-                   "bitsandbytes' AdamW8bit or Lion8bit) as accelerate(optimizer=lambda params: ...)")
+        out.append(f"8-bit {OPTIMIZER_NAMES[o]} states: no Overdrive recipe; pass {EIGHT_BIT[o]} as "
+                   "accelerate(optimizer=lambda params: ...)")
     elif c.get("optimizer_dtype") == "bf16" and c.get("master_weights") != "none":   # pure bf16: said below
-        out.append(f"bf16 {opt} states: no Overdrive recipe (torchao.optim's AdamW with bf16 states, passed as "
-                   "accelerate(optimizer=...))")
+        out.append(f"bf16 {OPTIMIZER_NAMES[o]} states: no Overdrive recipe (an optimizer that keeps them in bf16, "
+                   "e.g. torchao.optim's AdamW with bf16 states, passed as accelerate(optimizer=...))")
     if c.get("optimizer") == "none":
         out.append("no optimizer step: a forward-and-backward benchmark under no_sync, not training; the recipes "
                    "build AdamW and step it")

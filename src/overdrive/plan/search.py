@@ -10,7 +10,7 @@ from overdrive.formats import planned_format
 from overdrive.plan.estimate import Estimate, estimate
 from overdrive.plan.memory import GIB, terms
 from overdrive.plan.runnable import how_to_run, not_in_overdrive
-from overdrive.plan.choices import LOW_PRECISION_SEARCHED, STATELESS
+from overdrive.plan.choices import EIGHT_BIT, LOW_PRECISION_SEARCHED, OPTIMIZER_NAMES, STATELESS
 from overdrive.plan.setup import (CHECKPOINTING, MIN_EFFICIENCY, SHARDING_ALIASES, TrainSetup,
                                   check_layout, fallback_precision)
 from overdrive.plan.specs import ModelSpec, get_model
@@ -106,7 +106,7 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
            f"{smallest.memory_gib - smallest.capacity_gib:.1f} GiB over the {smallest.capacity_gib:.0f} GiB of a "
            f"{s.gpu.key}"]
     full = dataclasses.replace(s, checkpointing="full", micro_batch=1, recompute_layers=0, recompute_modules=())
-    n = s.gpus_per_node
+    n, opt = s.gpus_per_node, OPTIMIZER_NAMES[s.optimizer]
 
     def alt(**kw):  # None where the change is not a valid setup here (e.g. a tp the GPU count refuses)
         try:
@@ -116,8 +116,8 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
 
     tries = [
         (alt(loss="fused"), "full checkpointing + fused cross-entropy"),
-        (alt(optimizer_dtype="8bit"), "8-bit AdamW states (bitsandbytes/torchao)"),
-        (alt(optimizer_dtype="8bit", loss="fused"), "8-bit AdamW + fused cross-entropy"),
+        (alt(optimizer_dtype="8bit"), f"8-bit {opt} states ({EIGHT_BIT.get(s.optimizer)})"),
+        (alt(optimizer_dtype="8bit", loss="fused"), f"8-bit {opt} + fused cross-entropy"),
         (alt(offload="optimizer"), "CPU offload of the optimizer (states + step on the CPU)"),
         (alt(offload="params", sharding="fsdp"), "FSDP CPU offload of parameters, gradients and states"),
         # only a larger tp than the one that did not fit is a suggestion (one GPU per node has none)
@@ -125,8 +125,8 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
          f"tensor parallel {min(n, 8)} within the node + FSDP"),
         (alt(lora_rank=16, sharding="fsdp"), "LoRA rank 16 (frozen bf16 base, fine-tuning only)"),
     ]
-    if s.optimizer == "none":   # no states to shrink
-        tries = [t for t in tries if "AdamW" not in t[1]]
+    if s.optimizer not in EIGHT_BIT:   # no states to shrink
+        tries = [t for t in tries if not t[1].startswith("8-bit")]
     fp8_gather = None if s.fp8_all_gather else alt(fp8_all_gather=True)
     if fp8_gather is not None and fp8_gather.gathers_fp8:   # only where it changes what is gathered
         tries.insert(0, (fp8_gather, "FP8 all-gather"))

@@ -14,7 +14,7 @@ from overdrive.formats import TE, find_format, planned_format, planned_presets
 from overdrive.plan.choices import (ATTENTIONS, BANDWIDTH_GBS, BLOCK_CODES, CHECKPOINTING, GATHER_DTYPES,
                                     GRAD_DTYPES, LOSSES, MASTER_WEIGHTS, MAX_COUNT, MIN_EFFICIENCY, OFFLOADS,
                                     NO_STEP, OPTIMIZER_ALIASES, OPTIMIZER_DTYPES, OPTIMIZERS, PRECISIONS, RECOMPUTE_MODULES,
-                                    STATELESS,
+                                    STATELESS, EIGHT_BIT,
                                     SHARDING_ALIASES, SHARDINGS, STACK_ALIASES, STACKS)
 
 __all__ = ["validate"]
@@ -89,9 +89,15 @@ def _resolve_optimizer(s) -> None:
             _set(s, "optimizer_dtype", dt)
     if s.optimizer not in OPTIMIZERS:
         raise ValueError(f"--optimizer {s.optimizer!r} is not one of {', '.join(OPTIMIZERS + tuple(OPTIMIZER_ALIASES))}")
-    if s.optimizer in STATELESS and s.optimizer_dtype == "8bit":
-        raise ValueError(f"--optimizer-dtype 8bit with --optimizer {s.optimizer}: it keeps no state to store in 8 bits; "
-                         "drop --optimizer-dtype")
+    dt = s.optimizer_dtype
+    if s.optimizer in STATELESS and dt == "bf16" and s.pure_bf16:   # the dtype pure bf16 gave states there are none of
+        _set(s, "optimizer_dtype", dt := "fp32")
+    if s.optimizer in STATELESS and dt != "fp32" or dt == "8bit" and s.optimizer not in EIGHT_BIT:
+        bits = "8 bits" if dt == "8bit" else dt
+        what = (f"it keeps no state to store in {bits}" if s.optimizer in STATELESS else
+                f"its factored second moment (a few millionths of the parameters) is counted as none: nothing to "
+                f"store in {bits}")
+        raise ValueError(f"--optimizer-dtype {dt} with --optimizer {s.optimizer}: {what}; drop --optimizer-dtype")
     _choice("master-weights", s.master_weights, MASTER_WEIGHTS)
     if s.master_weights == "none" and not s.pure_bf16:
         _set(s, "pure_bf16", True)
@@ -100,7 +106,7 @@ def _resolve_optimizer(s) -> None:
                          "bits: keep one")
     elif s.pure_bf16:
         _set(s, "master_weights", "none")
-    if s.pure_bf16 and s.optimizer_dtype == "fp32":
+    if s.pure_bf16 and s.optimizer_dtype == "fp32" and s.optimizer not in STATELESS:
         _set(s, "optimizer_dtype", "bf16")   # the states take the weights' dtype: labels say what is counted
 
 
