@@ -155,7 +155,7 @@ def group_layout(s: TrainSetup, size: int, inner: int) -> tuple[int, float]:
     """(nodes the group spans, bytes/s per GPU) for a group of `size` ranks whose neighbours are `inner` ranks
     apart. Across nodes NCCL runs one ring per rail (GPU i of every node through NIC i), so k members per node
     move their traffic over k NICs at once: min(NVLink, k × NIC)."""
-    intra = (s.intra_gbs or s.gpu.nvlink_gbs) * 1e9
+    intra = s.link_gbs * 1e9
     if size * inner <= s.gpus_per_node:
         return 1, LINK_EFF * intra
     per_node = max(1, s.gpus_per_node // inner)

@@ -224,8 +224,8 @@ def _cp_pp_comm(m: ModelSpec, s: TrainSetup, out: dict, attn_s: float) -> None:
         out["cp"] = max(0.0, ring - attn_s)
     if s.pp > 1:
         across = s.tp * s.cp * s.dp >= s.gpus_per_node   # stage neighbours are tp·cp·dp ranks apart
-        intra = s.intra_gbs or s.gpu.nvlink_gbs   # across nodes the NIC, which the GPU's own link feeds
-        bw = LINK_EFF * (min(intra, s.net_gbs) if across else intra) * 1e9
+        # across nodes the NIC, which the GPU's own link feeds
+        bw = LINK_EFF * (min(s.link_gbs, s.net_gbs) if across else s.link_gbs) * 1e9
         act = tokens * m.hidden * 2 / s.tp
         # each of the vpp chunks sends its activations on and receives their gradients back
         out["pp"] = s.vpp * 2 * p2p_s(act, bw, across_nodes=across)

@@ -290,7 +290,7 @@ def _result(model: ModelSpec, g: GpuSpec, base: TrainSetup, cands: list, precisi
     result = {"model": dataclasses.asdict(model), "params_b": model.n_params() / 1e9, "gpu": g.key,
               "capacity_gib": g.mem_gib, "gpus_per_node": base.gpus_per_node, "nodes": base.nodes, "seq": base.seq,
               "global_batch": base.global_batch, "tp": base.tp, "pp": base.pp, "cp": base.cp, "stack": base.stack,
-              "efficiency": base.efficiency, "min_headroom_gib": margin, "intra_gbs": base.intra_gbs or g.nvlink_gbs,
+              "efficiency": base.efficiency, "min_headroom_gib": margin, "intra_gbs": base.link_gbs,
               "inter_gbs": base.net_gbs, "inter_gbs_source": "--inter-gbs" if base.inter_gbs else g.nic_source,
               "candidates": [{**cand_dict(e), "margin_ok": e.fits and e.headroom_gib >= margin} for e in ranked + rest],
               "notes": skipped + sorted({n for e in cands for n in e.notes if "not supported" in n})}

@@ -189,6 +189,11 @@ class TrainSetup:
         validate(self)   # setup_checks: aliases resolved, every value checked, contradictions refused
 
     @property
+    def link_gbs(self) -> float:
+        """GB/s per GPU inside a node: `--intra-gbs`, else the GPU's NVLink (a PCIe card's PCIe link)."""
+        return self.intra_gbs or self.gpu.nvlink_gbs
+
+    @property
     def net_gbs(self) -> float:
         """GB/s per GPU across nodes: `--inter-gbs`, else the GPU's reference system (catalog `nic_gbs`: 25 on
         DGX A100, 50 on DGX H100/H200/B200 and GB200, 100 on DGX B300 and GB300)."""
