@@ -633,6 +633,8 @@ def blind_check_bullet(val: list[dict]) -> str:
     z3small = ("xtuner Llama-3-8B", "xtuner Llama-2-7B", "ms-swift Qwen2.5-14B 8xA800 bf16 ZeRO")
     tp32 = [r["error"] for r in sorted((r for r in rows if r["id"].startswith("Megatron-DeepSpeed GPT 30B")),
                                        key=lambda r: int(r["id"].split()[-1]))]
+    longest = next(r for r in load_runs() if r["id"] == "Megatron-DeepSpeed GPT 30B 32xA100-40GB fp16 TP32 DDP seq 262144")
+    tp32_first = longest["first_planned"] / longest["tps"] - 1
     one = ("vectorlm Llama-3-8B 1xA100 bf16 FSDP seq", "lit-gpt thunder open_llama_3b 1x")
     return f"""  - The blind check (2026-12-07; {len({r['source'].split(' @')[0] for r in rows})} of these sources, {s['n']} runs): two helpers given only
     the CLI and these docs found the runs and planned each before anything was read back; the rows went in as
@@ -640,7 +642,8 @@ def blind_check_bullet(val: list[dict]) -> str:
     NeMo 22.08's GPT-3 175B (TP8 PP8, Apex-era Megatron on A100) {_span(rows, nemo175)} where its 5B twin at TP1 reads
     {_span(rows, nemo5)}; DeepSpeed ZeRO-3 on 4 nodes at 34B-70B and at 1T-2T with the optimizer offloaded {_span(rows, z3big)},
     where the same engine inside a node at 7B-14B reads {_span(rows, z3small)}; tensor parallelism at 32 across 4 nodes
-    (Megatron-DeepSpeed's 30B) from {100 * tp32[0]:+.0f}% at 2K to {100 * tp32[-1]:+.0f}% at 256K; one-GPU A100 runs
+    (Megatron-DeepSpeed's 30B) from {100 * tp32[0]:+.0f}% at 2K to {100 * tp32[-1]:+.0f}% at 256K (planned {100 * tp32_first:+.0f}% there
+    until the Triton kernel's tiles were: its 96-wide heads run 128 wide, a quarter of the work zeros); one-GPU A100 runs
     {_span(rows, one)} (planned slow). VectorLM's full-rank 8B on one A100 was first planned not to fit (103 GiB): its
     benchmark calls Trainer.train_step and never Trainer.step, so the step counter stays 0, every micro-batch takes
     the no_sync branch and the optimizer never steps; planned as that (`--optimizer none`: no states, no step, no

@@ -143,7 +143,7 @@ def test_explain_marks_assumed_shares_and_odd_head_dims():
 
     wide = ModelSpec(name="wide", n_layer=2, hidden=4096, n_head=8, n_kv_head=8, ffn=8192, vocab=32000)
     text = "\n".join(explain(estimate(wide, _setup())))
-    assert "head dim 512" in text and "past 256" in text
+    assert "FlashAttention-2 takes head dims up to 256: 512 would not run there" in text
 
 
 @pytest.mark.parametrize("asked, hint", [("FA2", "did you mean --attention fa2"), (" cudnn", "did you mean --attention cudnn"),
@@ -172,6 +172,73 @@ def test_head_dims_other_than_128_are_shown_at_the_published_ratios_not_planned(
     assert compute_times(m64, s)["attention"] == pytest.approx(compute_times(m128, s)["attention"])
     text = "\n".join(explain(estimate(m64, s)))
     assert "head dim 64 planned at 128's rate" in text and "0.89 of that" in text
+
+
+@pytest.mark.parametrize("kernel, head_dim, padded", [
+    ("triton", 96, 128), ("triton", 100, 128), ("triton", 128, 128), ("triton", 64, 64), ("triton", 8, 16),
+    ("triton", 112, 128), ("fa2", 96, 96), ("fa2", 100, 128), ("fa2", 80, 96), ("fa2", 112, 128), ("fa2", 200, 224),
+    ("fa2", 230, 256), ("fa2", 192, 192), ("fa2", 300, 300), ("triton", 200, 200), ("fa3", 80, 96), ("fa3", 160, 192), ("fa3", 64, 64), ("fa3", 32, 64),
+    ("cudnn", 100, 100), ("unfused", 100, 100),
+])
+def test_each_kernel_pads_a_head_to_the_dim_it_was_compiled_for(kernel, head_dim, padded):
+    """FlashAttention-2's HEADDIM_SWITCH (PyTorch's vendored copy keeps 224), FlashAttention-3's round_up_headdim,
+    the Triton kernel's next power of two (at least 16); past the widest a kernel takes, unpadded (it would not run);
+    cuDNN's tiling is not published, the unfused GEMMs are timed at their own shape."""
+    from overdrive.plan.attention import padded_head_dim
+
+    assert padded_head_dim(kernel, head_dim) == padded
+
+
+@pytest.mark.parametrize("kernel, gpu, slower", [("triton", "a100-80", 128 / 96), ("fa2", "a100-80", 1.0),
+                                                  ("cudnn", "h100-sxm", 1.0), ("fa3", "h100-sxm", 1.0)])
+def test_a_padded_head_dim_costs_its_zeros(kernel, gpu, slower):
+    """The same attention FLOPs (heads x head dim = hidden) at head dim 96 and 128: the Triton kernel computes the
+    96-wide head in 128-wide tiles, 4/3 the time; the kernels compiled at 96 run it as 128's FLOPs."""
+    from overdrive.plan import ModelSpec
+
+    s = _setup(gpu, attention=kernel)
+    m96, m128 = (ModelSpec(name=f"hd{128 if h == 24 else 96}", n_layer=2, hidden=3072, n_head=h, n_kv_head=h,
+                           ffn=8192, vocab=32000) for h in (32, 24))
+    assert m96.head_dim == 96 and m128.head_dim == 128
+    t96, t128 = (compute_times(m, s)["attention"] for m in (m96, m128))
+    assert t96 / t128 == pytest.approx(slower)
+    text = "\n".join(explain(estimate(m96, s)))
+    assert ("x 0.75 (head dim 96 runs in the kernel's 128-wide tiles, the rest zeros)" in text) == (slower > 1)
+    # an odd head dim pads in FlashAttention-2 too (100 -> 128)
+    m100 = ModelSpec(name="hd100", n_layer=2, hidden=3200, n_head=32, n_kv_head=32, ffn=8192, vocab=32000)
+    m128b = ModelSpec(name="hd128", n_layer=2, hidden=3200, n_head=25, n_kv_head=25, ffn=8192, vocab=32000)
+    fa2 = _setup("a100-80", attention="fa2")
+    assert compute_times(m100, fa2)["attention"] / compute_times(m128b, fa2)["attention"] == pytest.approx(1.28)
+
+
+@pytest.mark.parametrize("gpu, hidden, heads, kernel, said", [
+    ("a100-80", 4608, 16, "triton", "FlashAttention's Triton kernel takes head dims up to 128: 288 would not run there"),
+    ("h100-sxm", 4608, 16, "fa3", "FlashAttention-3 takes head dims up to 256: 288 would not run there"),
+    ("h100-sxm", 3200, 32, "cudnn", "cuDNN's fused attention needs a head dim divisible by 8: 100 would not run there"),
+    ("h100-sxm", 3200, 32, "fa3", "FlashAttention-3 needs a head dim divisible by 8: 100 would not run there"),
+    ("h100-sxm", 3200, 32, "fa2", None), ("a100-80", 4096, 32, "triton", None), ("h100-sxm", 4608, 16, "unfused", None),
+])
+def test_a_head_the_kernel_would_not_run_is_said_in_the_notes_json_and_explain(run, gpu, hidden, heads, kernel, said):
+    args = ("--layers", "4", "--hidden", str(hidden), "--heads", str(heads), "--ffn", "8192", "--vocab", "32000",
+            "--gpu", gpu, "--seq", "4096", "--micro-batch", "1", "--precision", "bf16", "--attention", kernel)
+    d = json.loads(run(*args, "--json").stdout)
+    notes = [n for c in d["candidates"] for n in c["notes"] if "would not run" in n]
+    explained = " ".join(run(*args, "--explain").stdout.split())
+    if said is None:
+        assert not notes and "would not run" not in explained
+    else:
+        assert notes and all(n.startswith(said) and n.endswith("planned as if it ran") for n in notes)
+        assert said in explained
+
+
+def test_the_json_says_the_head_dim_the_kernels_tiles_ran_at(run):
+    base = ("--layers", "4", "--ffn", "8192", "--vocab", "32000", "--seq", "4096", "--micro-batch", "1",
+            "--precision", "bf16")
+    for gpu, hidden, heads, kernel, tile in (("a100-80", 6144, 64, "triton", 128), ("a100-80", 6144, 64, "fa2", 96),
+                                             ("a100-80", 3200, 32, "fa2", 128), ("h100-sxm", 3200, 32, "cudnn", 100)):
+        d = json.loads(run(*base, "--gpu", gpu, "--hidden", str(hidden), "--heads", str(heads), "--attention", kernel,
+                           "--json").stdout)
+        assert {c["attention_tile_head_dim"] for c in d["candidates"]} == {tile}, (kernel, hidden // heads)
 
 
 def test_fa3_runs_at_its_published_share_on_hopper_and_is_refused_elsewhere(run):
@@ -237,5 +304,5 @@ def test_triton_explain_names_its_derived_share_and_its_head_dim_limit():
     wide = dataclasses.replace(M8, n_head=16, n_kv_head=8)   # head dim 256
     text = "\n".join(explain(estimate(wide, _setup("h100-sxm", attention="triton"))))
     assert "FlashAttention-2's share x the FlashAttention-2 paper's A100 Triton ratio" in text
-    assert "asserts a head dim of at most 128: it would not run" in text
+    assert "FlashAttention's Triton kernel takes head dims up to 128: 256 would not run there" in text
     assert "at most 128" not in "\n".join(explain(estimate(M8, _setup("h100-sxm", attention="triton"))))

@@ -89,3 +89,28 @@ def test_pipeline_sends_across_nodes_are_never_faster_than_inside_one(gpu, inter
     across = comm_times(M, _setup(gpu, gpus_per_node=8, nodes=2, **kw), 0.0)["pp"]
     inside = comm_times(M, _setup(gpu, gpus_per_node=16, nodes=1, **kw), 0.0)["pp"]
     assert across >= inside > 0
+
+
+def test_a_link_rate_that_nothing_crosses_is_said_to_change_nothing(run):
+    """--inter-gbs on one node and --intra-gbs on one GPU are accepted (a sweep may pass them) but never silently:
+    each candidate says the flag changed nothing; the rate prints to three significant digits (whole GB/s from 100)."""
+    args = ("--model", "llama3-8b", "--gpu", "h100-sxm", "--seq", "4096", "--precision", "bf16", "--micro-batch", "1")
+    d = json.loads(run(*args, "--gpus", "8", "--inter-gbs", "12.345678", "--json").stdout)
+    assert all("--inter-gbs 12.3 changes nothing here: one node, nothing crosses the network" in c["notes"]
+               for c in d["candidates"])
+    d = json.loads(run(*args, "--gpus", "1", "--intra-gbs", "100", "--json").stdout)
+    assert all("--intra-gbs 100 changes nothing here: one GPU, nothing to communicate" in c["notes"]
+               for c in d["candidates"])
+    for flags in (("--gpus", "8", "--nodes", "2", "--inter-gbs", "12.345678"), ("--gpus", "8", "--intra-gbs", "100")):
+        d = json.loads(run(*args, *flags, "--json").stdout)
+        assert not any("changes nothing here: one" in n for c in d["candidates"] for n in c["notes"])
+    text = " ".join(run(*args, "--gpus", "8", "--nodes", "2", "--inter-gbs", "12.345678", "--explain").stdout.split())
+    assert "network across nodes: 12.3 GB/s per GPU one way" in text
+
+
+@pytest.mark.parametrize("v, text", [(0.149, "0.149"), (0.15, "0.15"), (12.345678, "12.3"), (25.0, "25"), (400.0, "400"),
+                                     (99999.99, "100,000")])
+def test_link_rates_print_apart_when_they_plan_apart(v, text):
+    from overdrive.plan.setup import gbs_text
+
+    assert gbs_text(v) == text

@@ -111,10 +111,12 @@ def test_throughput_error_bounds(validation):
                                                           "DeepSpeed Azure GPT 2T"))]
     assert len(zero3_big) == 4 and all(0.25 <= r["error"] <= 0.65 for r in zero3_big), zero3_big
     # Megatron-DeepSpeed's 30B at TP32 across 4 nodes: slow at 2K-8K (the tensor-parallel traffic over InfiniBand
-    # planned 65% of the 2K step), fast at 256K, where its published rate drops for a reason it does not give
-    tp32 = [r for r in blind if r["id"].startswith("Megatron-DeepSpeed GPT 30B")]
-    assert len(tp32) == 8 and all(-0.35 <= r["error"] <= 0.65 for r in tp32), tp32
-    assert [r["error"] < 0 for r in sorted(tp32, key=lambda r: int(r["id"].split()[-1]))] == [True] * 5 + [False] * 3
+    # planned 65% of the 2K step), within 10% from 32K to 128K, fast at 256K, where its published rate drops for a
+    # reason it does not give (+61% before the Triton kernel's 96-wide heads were planned in its 128-wide tiles)
+    tp32 = sorted((r for r in blind if r["id"].startswith("Megatron-DeepSpeed GPT 30B")),
+                  key=lambda r: int(r["id"].split()[-1]))
+    assert len(tp32) == 8 and all(-0.35 <= r["error"] <= 0.35 for r in tp32), tp32
+    assert [r["error"] < 0 for r in tp32] == [True] * 7 + [False] and all(abs(r["error"]) <= 0.10 for r in tp32[4:7])
     rest_blind = [r for r in blind if r not in nemo175 + zero3_big + tp32]
     assert len(rest_blind) == 40 and max(abs(r["error"]) for r in rest_blind) <= 0.16, summary(rest_blind)
     rest = [r for r in others if r not in olmo13 and r not in long_ctx and r not in offload and r not in ring

@@ -1,7 +1,8 @@
 """The fused attention kernel the planner times: which one a stack runs on a GPU generation (`attention_kernel`),
 the share of the bf16 peak its published benchmarks reach (`ATTN_PEAK_SHARE`), and how that share falls at short
-sequences (`ATTN_SEQ_RATE`); what head dims other than 128 would do (`ATTN_HEAD_DIM`) is shown, not planned. throughput.py times attention's FLOPs at
-that share × the fitted `attn_rel`."""
+sequences (`ATTN_SEQ_RATE`); the head dim a kernel pads to (`padded_head_dim`) is planned, what a compiled head dim
+other than 128 would do (`ATTN_HEAD_DIM`) is shown, not planned. throughput.py times attention's FLOPs at that share ×
+the padding × the fitted `attn_rel`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import math
 from overdrive.plan.setup import TrainSetup
 
 __all__ = ["ATTN_PEAK_SHARE", "TRITON_VS_FA2", "ATTN_SEQ_RATE", "ATTN_HEAD_DIM", "CUDNN_HINT", "attention_kernel", "fa2_by_default",
-           "attention_share", "attention_override", "head_dim_ratio"]
+           "attention_share", "attention_override", "head_dim_ratio", "KERNEL_HEAD_DIMS", "padded_head_dim",
+           "head_dim_padding", "KERNEL_MAX_HEAD_DIM", "head_dim_refusal",
+           "KERNEL_NAMES"]
 
 TRITON_VS_FA2 = 3.5 / (1.4 * 1.0 + 2.0 * 2.5)
 """FlashAttention's Triton kernel (flash_attn_triton.py) over FlashAttention-2, forward + backward weighted 1 : 2.5:
@@ -40,8 +43,57 @@ ATTN_HEAD_DIM = {"fa2": ((64, 0.89), (128, 1.0), (256, 0.89)), "cudnn": ((64, 0.
 """A kernel's rate at a head dim relative to 128 (FlashAttention-3 paper, H100 SXM5, causal forward at 16K:
 FlashAttention-2 299 / 335 / 298 TFLOP/s at head dim 64 / 128 / 256, cuDNN 388 / 539 / 509). Shown by `--explain`,
 not planned: timing attention at these ratios was tried (2026-12-03) and left leave-one-source-out's worst 1.5 points
-higher and TinyLlama's head-dim-64 A100 row 2 points further off (the ratios are H100's forward alone), so a head
-dim other than 128 is planned at 128's rate and said to be."""
+higher and TinyLlama's head-dim-64 A100 row 2 points further off (the ratios are H100's forward alone), so a compiled
+head dim other than 128 is planned at 128's rate and said to be. The padding to a compiled head dim is planned
+(`head_dim_padding`): its zeros are computed, whatever the kernel's rate."""
+KERNEL_HEAD_DIMS = {"fa2": (32, 64, 96, 128, 160, 192, 224, 256), "fa3": (64, 96, 128, 192, 256)}
+"""The head dims a kernel is compiled for; a head runs in the smallest that holds it, its tiles that wide, the rest
+zeros. FlashAttention-2: HEADDIM_SWITCH (csrc/flash_attn/src/static_switch.h; PyTorch's vendored copy,
+aten/src/ATen/native/transformers/cuda/flash_attn, keeps the 224 that flash-attn 2 itself has since dropped: 193-224
+pad to 256 there); SDPA first pads a head dim to a multiple of 8 (attention.cpp, pad_last_dim<8>), 100 runs as 128.
+FlashAttention-3: round_up_headdim (hopper/flash_api.cpp). The Triton kernel (flash_attn/flash_attn_triton.py @
+00583fb1) tiles at BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16), masking the loads past d. cuDNN's tiling is
+not published: planned unpadded."""
+KERNEL_MAX_HEAD_DIM = {"fa2": 256, "fa3": 256, "cudnn": 256, "triton": 128}
+"""The widest head each kernel takes (the Triton kernel asserts d <= 128; PyTorch's cuDNN backend takes 256 on Hopper
+with cuDNN >= 9.1, 128 before); past it the kernel does not run."""
+NEEDS_MULTIPLE_OF_8 = ("fa3", "cudnn")
+"""Kernels that refuse a head dim not divisible by 8 rather than pad it (flash-attn 3's check; PyTorch's
+check_cudnn_tensor_shapes)."""
+
+
+def padded_head_dim(kernel: str, head_dim: int) -> int:
+    """The head dim `kernel` computes a head of `head_dim` at (`KERNEL_HEAD_DIMS`); unpadded where not known or
+    past the widest the kernel takes (`KERNEL_MAX_HEAD_DIM`: it would not run, `--explain` says so)."""
+    d = max(1, int(head_dim))
+    if d > KERNEL_MAX_HEAD_DIM.get(kernel, d):
+        return d
+    if kernel == "triton":
+        return max(16, 1 << (d - 1).bit_length())
+    return next((t for t in KERNEL_HEAD_DIMS.get(kernel, ()) if t >= d), d)
+
+
+def head_dim_padding(s: TrainSetup, head_dim: int) -> float:
+    """The share of the kernel's tile FLOPs that are the model's: head_dim / the padded head dim (1 when none)."""
+    return max(1, int(head_dim)) / padded_head_dim(attention_kernel(s), head_dim)
+
+
+KERNEL_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3", "cudnn": "cuDNN's fused attention",
+                "triton": "FlashAttention's Triton kernel"}
+
+
+def head_dim_refusal(kernel: str, head_dim: int) -> str:
+    """Why `kernel` would not run a head of `head_dim` (planned as if it did, said wherever the plan is), or ''."""
+    name = KERNEL_NAMES.get(kernel, kernel)
+    if head_dim > KERNEL_MAX_HEAD_DIM.get(kernel, head_dim):
+        return (f"{name} takes head dims up to {KERNEL_MAX_HEAD_DIM[kernel]}: {head_dim} would not run there"
+                + ("; --attention fa2 takes up to 256" if kernel == "triton" else "; --attention unfused has no limit"))
+    if kernel in NEEDS_MULTIPLE_OF_8 and head_dim % 8:
+        return (f"{name} needs a head dim divisible by 8: {head_dim} would not run there; --attention fa2 pads it "
+                "(planned at its own tiles)")
+    return ""
+
+
 def attention_kernel(s: TrainSetup) -> str:
     """The attention kernel planned: --attention's, or with flash the stack's own. Megatron-Core calls Transformer
     Engine's fused attention (cuDNN's kernels). PyTorch: cuDNN's on Blackwell (torchtitan since 2025-05 puts it first

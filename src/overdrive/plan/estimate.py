@@ -17,12 +17,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from overdrive.plan.attention import attention_kernel, head_dim_refusal
 from overdrive.plan.collectives import PCIE_GBS, nccl_channels
 from overdrive.plan.engine_memory import nccl_buffer_bytes
 from overdrive.plan.comm import comm_times, dp_exposed
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, GIB, lora_params, memory_breakdown,
                                    reserve_bytes, terms)
-from overdrive.plan.setup import TrainSetup, check_layout, fallback_precision, needs_blackwell
+from overdrive.plan.setup import TrainSetup, check_layout, fallback_precision, gbs_text, needs_blackwell
 from overdrive.plan.specs import ModelSpec
 from overdrive.plan.throughput import SMS, compute_times
 
@@ -140,6 +141,9 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
         need = "SM 10.x" if needs_blackwell(asked) else "FP8 tensor cores (SM >= 8.9)"
         notes.append(f"{asked} is not supported on {s.gpu.key} (needs {need}): planned as {fb}, what would run")
         s = dataclasses.replace(s, precision=fb)
+    refused = "" if s.attention == "unfused" else head_dim_refusal(attention_kernel(s), m.head_dim)
+    if refused:
+        notes.append(refused + "; planned as if it ran")
     if s.pp > 1 and s.sharding in ("fsdp", "hsdp") and s.stack == "pytorch":
         notes.append("FSDP under pipelining: each stage keeps its parameters gathered and its gradients unsharded "
                      "in fp32 through the step (torch.distributed.pipelining); torchtitan's published 405B PP runs "
@@ -180,9 +184,13 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     if s.sp_regather and (s.tp == 1 or s.stack == "megatron"):
         notes.append("--sequence-parallel regather changes nothing here: " + (
             "no tensor parallelism" if s.tp == 1 else "Megatron's sequence parallelism regathers already"))
+    if s.nodes == 1 and s.inter_gbs is not None:
+        notes.append(f"--inter-gbs {gbs_text(s.inter_gbs)} changes nothing here: one node, nothing crosses the network")
+    if s.world == 1 and s.intra_gbs is not None:
+        notes.append(f"--intra-gbs {gbs_text(s.intra_gbs)} changes nothing here: one GPU, nothing to communicate")
     if cm["tp_nodes"] > 1:
         notes.append(f"tensor parallel {s.tp} spans {cm['tp_nodes']} nodes: its activations cross the "
-                     f"{s.net_gbs:g} GB/s per-GPU network ({n * cm['tp'] * 1e3:.0f} ms per step, not overlapped)")
+                     f"{gbs_text(s.net_gbs)} GB/s per-GPU network ({n * cm['tp'] * 1e3:.0f} ms per step, not overlapped)")
     if bubble > 0.1:
         notes.append(f"pipeline bubble {100 * bubble:.0f}%: more micro-batches per step or --vpp shrink it")
     # the tied embedding's gradient, all-reduced between the first and the last stage after the data-parallel

@@ -7,10 +7,11 @@ from overdrive.plan.collectives import CONNECTION_BYTES, LINK_EFF
 from overdrive.formats import planned_format
 from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_groups, weight_copies
 from overdrive.plan.estimate import Estimate
+from overdrive.plan.setup import gbs_text
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors,
                                    backward_grad_bytes, state_bytes_per_param, terms)
 from overdrive.plan.attention import (CUDNN_HINT, attention_kernel, attention_override, attention_share, fa2_by_default,
-                                      head_dim_ratio)
+                                      KERNEL_NAMES, head_dim_ratio, head_dim_refusal, padded_head_dim)
 from overdrive.plan.throughput import CALIBRATION, cast_bytes_per_micro_batch, peak_tflops
 from overdrive.plan.pipeline import chunk_slots, embedding_bytes, embedding_micro_batches, pipeline_blocks_in_flight, stage_params
 
@@ -83,8 +84,6 @@ _TIME = {
 }
 
 
-_KERNEL_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3", "cudnn": "cuDNN's fused attention",
-                 "triton": "FlashAttention's Triton kernel"}
 
 
 def _attention_line(e: Estimate) -> str:
@@ -99,17 +98,20 @@ def _attention_line(e: Estimate) -> str:
            "assumed: the papers publish H100 figures from 512 tokens up")
     if kernel == "triton":   # no Hopper or A100 figure of its own: FlashAttention-2's share x the FA2 paper's ratio
         src = "FlashAttention-2's share x the FlashAttention-2 paper's A100 Triton ratio, 0.55"
-    line = (f"  attention kernel: {_KERNEL_NAMES[kernel]} ({why}): {share:.2f} of the bf16 peak at {tokens} tokens "
-            f"({src}) x attn_rel {rel:.3g} (fitted{', x --efficiency' if s.efficiency is not None else ''}) = "
-            f"{share * rel:.2f}, {share * rel * peak:,.0f} TFLOP/s")
+    pad = padded_head_dim(kernel, hd)   # the kernel's tiles are as wide as the head dim it was compiled for
+    tiles = f" x {hd / pad:.2f} (head dim {hd} runs in the kernel's {pad}-wide tiles, the rest zeros)" if pad != hd else ""
+    eff = share * rel * hd / pad
+    line = (f"  attention kernel: {KERNEL_NAMES[kernel]} ({why}): {share:.2f} of the bf16 peak at {tokens} tokens "
+            f"({src}) x attn_rel {rel:.3g} (fitted{', x --efficiency' if s.efficiency is not None else ''}){tiles} = "
+            f"{eff:.2f}, {eff * peak:,.0f} TFLOP/s")
     if fa2_by_default(s):
         line += "; " + CUDNN_HINT
-    if hd != 128:
-        line += (f"; head dim {hd} planned at 128's rate (the FlashAttention-3 paper's H100 forward puts it at "
-                 f"{head_dim_ratio(s, hd):.2f} of that)" + ("; past 256 FlashAttention-2's and cuDNN's kernels do not run, "
-                 "PyTorch would fall back to a slower kernel" if hd > 256 else "")
-                 + ("; FlashAttention's Triton kernel asserts a head dim of at most 128: it would not run"
-                    if kernel == "triton" and hd > 128 else ""))
+    refused = head_dim_refusal(kernel, hd)
+    if pad != 128 and not refused:
+        line += (f"; head dim {pad} planned at 128's rate (the FlashAttention-3 paper's H100 forward puts it at "
+                 f"{head_dim_ratio(s, pad):.2f} of that)")
+    if refused:
+        line += f"; {refused}"
     return line
 
 
@@ -231,7 +233,7 @@ def explain(e: Estimate) -> list[str]:
                      f"of which {1e3 * c['dp_latency']:.1f} ms latency (bus bandwidth: nccl-tests "
                      "doc/PERFORMANCE.md; latency: NCCL src/graph/tuning.cc)")
     if s.nodes > 1:
-        lines.append(f"  network across nodes: {s.net_gbs:g} GB/s per GPU one way, at {LINK_EFF:.0%} of the wire ("
+        lines.append(f"  network across nodes: {gbs_text(s.net_gbs)} GB/s per GPU one way, at {LINK_EFF:.0%} of the wire ("
                      + ("--inter-gbs" if s.inter_gbs else f"{s.gpu.key}'s reference system: {s.gpu.nic_source}")
                      + "); the k ranks of a group on one node share k NICs (one ring per rail)")
     if c.get("dp_bcast"):

@@ -15,7 +15,7 @@ from overdrive.plan.setup import (CHECKPOINTING, MIN_EFFICIENCY, SHARDING_ALIASE
                                   check_layout, fallback_precision)
 from overdrive.plan.specs import ModelSpec, get_model
 from overdrive.plan.setup_checks import stack_lacks
-from overdrive.plan.attention import CUDNN_HINT, attention_kernel, fa2_by_default
+from overdrive.plan.attention import CUDNN_HINT, attention_kernel, fa2_by_default, padded_head_dim
 
 __all__ = ["plan", "sweep", "longest_seq", "calibrate_from_bench", "SWEEP_MODELS", "label", "MIN_HEADROOM_SHARE",
            "default_margin_gib", "rank"]
@@ -322,7 +322,10 @@ def cand_dict(e: Estimate) -> dict:
             "recompute_layers": s.recompute_layers, "recompute_modules": list(s.recompute_modules),
             "offload_activations": s.offload_activations, "grad_accum": s.grad_accum,
             # the rest of what was planned, so a plan.json says every setting that shaped its figures
-            **{k: getattr(s, k) for k in _SETTINGS}, "attention_kernel": attention_kernel(s), "fits": e.fits,
+            **{k: getattr(s, k) for k in _SETTINGS}, "attention_kernel": attention_kernel(s),
+            # the head dim the kernel's tiles run at (padded: attention timed at head_dim / this of its rate)
+            "attention_tile_head_dim": padded_head_dim(attention_kernel(s), e.model.head_dim) if e.model else None,
+            "fits": e.fits,
             "memory_gib": round(e.memory_gib, 3), "allocated_gib": round(e.allocated_gib, 3),
             "reserved_margin_gib": round(e.reserved_margin_gib, 3), "headroom_gib": round(e.headroom_gib, 3),
             "step_s": e.step_s, "compute_s": e.compute_s, "comm_s": e.comm_s,

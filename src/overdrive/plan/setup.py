@@ -21,7 +21,7 @@ from overdrive.plan.specs import ModelSpec
 __all__ = ["TrainSetup", "PRECISIONS", "SHARDINGS", "CHECKPOINTING", "OPTIMIZER_DTYPES", "OFFLOADS", "LOSSES",
            "OPTIMIZERS", "OPTIMIZER_STATES", "OPTIMIZER_ALIASES", "MASTER_WEIGHTS",
            "LOW_PRECISION", "RECOMPUTE_MODULES", "STACKS", "ATTENTIONS", "GRAD_DTYPES", "needs_blackwell",
-           "fallback_precision", "check_layout", "MAX_COUNT", "MIN_EFFICIENCY", "BANDWIDTH_GBS",
+           "fallback_precision", "check_layout", "MAX_COUNT", "MIN_EFFICIENCY", "BANDWIDTH_GBS", "gbs_text",
            "SHARDING_ALIASES", "STACK_ALIASES"]
 """The choices live in `choices.py` and the checks in `setup_checks.py`; both are re-exported here."""
 
@@ -39,6 +39,12 @@ def fallback_precision(precision: str, gpu: GpuSpec) -> str | None:
     if planned_format(precision) and not gpu.fp8_tflops:
         return "bf16"
     return None
+
+
+def gbs_text(v: float) -> str:
+    """A link rate for people: three significant digits below 100 GB/s (0.149 stays apart from 0.15), whole GB/s
+    above."""
+    return f"{v:.3g}" if v < 100 else f"{v:,.0f}"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,8 +18,9 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
               (FlashAttention-2 recomputes the scores), in bf16 at the kernel's published share of the bf16 peak
               on this GPU generation (attention.py's `ATTN_PEAK_SHARE`: FlashAttention-2 reaches a third of an H100, cuDNN's and
               FlashAttention-3's Hopper-native kernels half), × its sequence roll-off (`ATTN_SEQ_RATE`, from the
-              same benchmarks) × `attn_rel`, what a model's attention keeps of the kernel benchmark. The kernel is
-              `attention_kernel`'s: --attention, or the stack's own.
+              same benchmarks) × the head dim over the one the kernel pads it to (`head_dim_padding`: 96 runs
+              128-wide tiles in the Triton kernel) × `attn_rel`, what a model's attention keeps of the kernel
+              benchmark. The kernel is `attention_kernel`'s: --attention, or the stack's own.
   stack       pytorch: memory-bound ops fused by torch.compile (× `nocompile` in eager), the loss as --loss
               says; megatron (Megatron-Core + Transformer Engine): fused kernels always, TP communication
               overlapped with the GEMMs (comm.py), and GEMM efficiencies of its own per generation. The loss
@@ -51,7 +52,7 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
 from __future__ import annotations
 
 from overdrive.formats import planned_format
-from overdrive.plan.attention import attention_override, attention_share
+from overdrive.plan.attention import attention_override, attention_share, head_dim_padding
 from overdrive.plan.choices import NO_STEP
 from overdrive.plan.memory import act_bytes_per_layer, recomputed_blocks
 from overdrive.plan.pipeline import stage_imbalance
@@ -261,6 +262,7 @@ def _attention_time(m: ModelSpec, s: TrainSetup, cal: dict, c: dict) -> tuple[fl
         return attn, 1 / 3
     attn_fwd = 4 * s.micro_batch * (s.seq / s.cp) * s.seq * (m.n_head * m.head_dim) / s.tp * 0.5
     rate = bf16_peak * 1e12 * attention_share(s, s.seq / s.cp) * cal["attn_rel"] * attention_override(s, cal)
+    rate *= head_dim_padding(s, m.head_dim)   # tiles as wide as the compiled head dim the head is padded to
     return L * 3.5 * attn_fwd / rate, 1 / 3.5
 
 
