@@ -84,8 +84,6 @@ _TIME = {
 }
 
 
-
-
 def _attention_line(e: Estimate) -> str:
     """Which kernel attention is planned with, at what share of the peak, and where that share comes from."""
     s = e.setup
