@@ -527,7 +527,10 @@ every micro-batch of the step: `_PipelineStageBase.forward_one_chunk` appends th
 128,256/8 × 4 bytes = 15.7 GiB, and the same at 32K with 8 micro-batches (the tokens per step per rank do not
 change, which is why the published peaks do not grow with the sequence). Counting it took the 1F1B run from
 -30% to the figure above and the interleaved one from -18%; Megatron's last stage returns the loss, so
-`--stack megatron` is unchanged. What is left: the 1F1B run keeps ~10 GiB more than the interleaved one
+`--stack megatron` is unchanged. It is `--pp-keep-outputs` since 2026-12-07 (these rows set it), no longer the
+`--stack pytorch` default: PyTorch's `step(return_outputs=False)` (pytorch#165822) lets torchtitan keep none since
+its #1922 (2025-10), and nanotron's and picotron's own 1F1B engines never kept more than the loss: a blind check
+found 8 of nanotron's published pipeline runs, measured at 19-66 GB, planned at 80-299 GiB by that default (all 8 fit without it). What is left: the 1F1B run keeps ~10 GiB more than the interleaved one
 with the same batch, which neither end's count explains, and the 2D 70B runs are ~20% under.
 
 ## Calibration runs
@@ -555,7 +558,7 @@ activation peak with `set_to_none`) with the counter, and reports the reserved-m
 - Communication is NCCL's cost model per call (above) with FSDP2's defaults (reshard after forward,
   reduce-scatter per micro-batch) and the buckets of each stack; compute slows by nothing while it overlaps
   (the 0.9 overlap factor is the only allowance); SHARP/NVLS and NCCL's PAT algorithm are not modelled.
-- Pipeline schedules: the 1F1B bubble (pp−1)/(vpp·micro-batches); the memory of the busier end (the first stage's micro-batches in flight, or the last stage's loss and, under torch.distributed.pipelining, every micro-batch's output).
+- Pipeline schedules: the 1F1B bubble (pp−1)/(vpp·micro-batches); the memory of the busier end (the first stage's micro-batches in flight, or the last stage's loss and, with `--pp-keep-outputs`, every micro-batch's output).
 - Megatron recipes: Megatron-FSDP is planned as FSDP2 (fp32 sharded weights; Megatron-FSDP may also keep a
   bf16 weight shard); activation offload keeps one block in flight (Transformer Engine's double-buffered
   handler); the embedding/loss pipeline slots change the first stage's memory, not the time model.

@@ -118,18 +118,23 @@ def test_interleaved_warmup_matches_korthikanti_and_counts_the_embedding_slot():
     assert pipeline_blocks_in_flight(m405, e) == 31 * 1 + 48 * 2
 
 
-def test_the_last_stage_keeps_every_micro_batch_output_on_the_pytorch_stack():
+def test_the_last_stage_keeps_every_micro_batch_output_only_with_pp_keep_outputs():
     from overdrive.plan.pipeline import pipeline_outputs_bytes
 
     m405 = get_model("llama3-405b")
     h100 = gpu_by_key("h100-96gb")
-    # torchtitan's 405B 1F1B run: 512 GPUs, TP8 PP8, 8 data-parallel ranks, 256 sequences of 8,192: 32 each
+    # torchtitan's 405B 1F1B run (2024-12, before step(return_outputs=False)): 512 GPUs, TP8 PP8, 8 data-parallel
+    # ranks, 256 sequences of 8,192: 32 each
     s = TrainSetup(gpu=h100, gpus_per_node=8, nodes=64, seq=8192, global_batch=256, precision="fp8", tp=8, pp=8,
-                   checkpointing="full", sharding="fsdp")
+                   checkpointing="full", sharding="fsdp", pp_keep_outputs=True)
     assert s.grad_accum == 32
     assert pipeline_outputs_bytes(m405, s) == 32 * 8192 * m405.vocab / 8 * 4      # fp32 logits, vocab-sharded
     assert pipeline_outputs_bytes(m405, dataclasses.replace(s, stack="megatron")) == 0   # Megatron keeps the loss
     assert pipeline_outputs_bytes(m405, dataclasses.replace(s, pp=1, global_batch=256)) == 0
+    # the default: today's torchtitan (return_outputs=False), nanotron's and picotron's engines keep the loss alone
+    loss_only = dataclasses.replace(s, pp_keep_outputs=False)
+    assert pipeline_outputs_bytes(m405, loss_only) == 0
+    assert terms(m405, s)["pp_last"] - terms(m405, loss_only)["pp_last"] == pytest.approx(pipeline_outputs_bytes(m405, s))
     # 1F1B: the first stage holds pp micro-batches in flight, the last one; 126 blocks over 8 stages split as
     # torchtitan splits them, the first six 16 blocks, the last two 15
     assert pipeline_blocks_in_flight(m405, s) == 8 * 16
@@ -146,9 +151,12 @@ def test_explain_names_the_pipeline_end_that_sets_the_peak():
 
     m405 = get_model("llama3-405b")
     s = TrainSetup(gpu=gpu_by_key("h100-96gb"), gpus_per_node=8, nodes=64, seq=8192, global_batch=256,
-                   precision="fp8", tp=8, pp=8, checkpointing="full", sharding="fsdp")
+                   precision="fp8", tp=8, pp=8, checkpointing="full", sharding="fsdp", pp_keep_outputs=True)
     line = next(x for x in explain(estimate(m405, s)) if "pipeline peak" in x)
-    assert "at the last stage" in line and "torch.distributed.pipelining" in line and "15.66 GiB" in line
+    assert "at the last stage" in line and "--pp-keep-outputs: torch.distributed.pipelining" in line
+    assert "15.66 GiB" in line
+    lean = next(x for x in explain(estimate(m405, dataclasses.replace(s, pp_keep_outputs=False))) if "pipeline peak" in x)
+    assert "fp32 output" not in lean
     meg = next(x for x in explain(estimate(m405, dataclasses.replace(s, stack="megatron", sharding="zero1")))
                if "pipeline peak" in x)
     assert "at the first stage" in meg and "torch.distributed.pipelining" not in meg

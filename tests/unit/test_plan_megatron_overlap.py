@@ -10,6 +10,7 @@ from overdrive.plan import TrainSetup, estimate, get_model
 from overdrive.plan.collectives import gather_s
 from overdrive.plan.comm import comm_times, group_layout
 from overdrive.plan.validation import plan_flags
+from plan_cli import run  # noqa: F401 (a fixture)
 
 H100 = gpu_by_key("h100-sxm")
 
@@ -90,3 +91,16 @@ def test_one_data_parallel_rank_says_the_flag_changes_nothing():
     m = get_model("llama3-8b")
     e = estimate(m, _setup(nodes=1, gpus_per_node=2, pp=2, global_batch=16, overlap_grad_reduce=False))
     assert any("changes nothing here: one data-parallel rank" in n for n in e.notes)
+
+
+def test_un_overlapped_reduction_is_called_unhidden_not_hidden_under_no_compute(run):
+    """--no-overlap-grad-reduce exposes all of the data-parallel traffic: the note says so, and never that there was
+    '0 ms of compute to hide it under' (the step has seconds of compute; nothing is overlapped with it)."""
+    import json as _json
+    d = _json.loads(run("--model", "llama2-13b", "--gpu", "a100-80", "--gpus", "8", "--nodes", "32", "--seq", "4096",
+                        "--global-batch", "512", "--micro-batch", "1", "--tp", "2", "--sharding", "zero1", "--stack",
+                        "megatron", "--checkpointing", "none", "--precision", "bf16", "--no-overlap-grad-reduce",
+                        "--json").stdout)
+    notes = [n for n in d["candidates"][0]["notes"] if n.startswith("communication-bound")]
+    assert len(notes) == 1 and "none of it hidden: --no-overlap-grad-reduce runs it after the backward" in notes[0]
+    assert "0 ms of compute" not in notes[0]

@@ -123,11 +123,10 @@ def _run_sweep(args: argparse.Namespace, console) -> int:
     return 0
 
 
-_SAME_NAME = ("nodes", "seq", "tp", "pp", "vpp", "cp", "optimizer_dtype", "optimizer", "master_weights",
-              "optimizer_in_backward", "fp8_all_gather", "intra_gbs", "inter_gbs", "offload", "loss", "lora_rank",
-              "pure_bf16", "fp8_activations", "recompute_layers", "offload_activations", "grad_dtype",
-              "embedding_in_pipeline_split", "stack", "attention", "z_loss", "fused_kernels", "deepspeed_pipeline",
-              "embed_norm", "dropout", "zero_broadcast")
+_SAME_NAME = ("nodes", "seq", "tp", "pp", "vpp", "cp", "optimizer_dtype", "optimizer", "master_weights", "optimizer_in_backward",
+              "fp8_all_gather", "intra_gbs", "inter_gbs", "offload", "loss", "lora_rank", "pure_bf16", "fp8_activations",
+              "recompute_layers", "offload_activations", "grad_dtype", "embedding_in_pipeline_split", "stack", "attention",
+              "z_loss", "fused_kernels", "deepspeed_pipeline", "embed_norm", "dropout", "zero_broadcast", "pp_keep_outputs")
 """Flags whose value is the TrainSetup field of the same name."""
 
 
@@ -330,12 +329,14 @@ def _add_stack_args(a) -> None:
     a("--deepspeed-pipeline", action="store_true",
       help="DeepSpeed's PipelineEngine (Megatron-DeepSpeed, GPT-NeoX): gradients reduced after the pipeline "
            "flush, not under the backward; bf16 through its BF16_Optimizer (fp32 accumulation, fp32 all-reduce)")
+    a("--pp-keep-outputs", action="store_true", help="with --pp, --stack pytorch: the last stage keeps every micro-"
+      "batch's fp32 logits for step()'s merged output (torchtitan before 2025-10; today's and nanotron's keep the loss)")
     a("--no-overlap-grad-reduce", action="store_true", help="with --stack megatron: gradients reduced after the "
       "backward, parameters gathered after the step, nothing overlapped (Megatron-LM's default)")
     a("--zero-broadcast", action="store_true", help="ZeRO-1 as InternLM's Hybrid ZeRO runs it: gradients "
       "all-reduced, then one broadcast of the updated weights per rank that owns any (latency grows with the group)")
-    a("--embed-norm", action="store_true", help="a norm after the embedding (BLOOM's --embed-layernorm)")
-    a("--dropout", action="store_true", help="dropout on (Megatron's default 0.1): its 1-byte masks are kept")
+    a("--embed-norm", action="store_true", help="a norm after the embedding (BLOOM's --embed-layernorm)"); a(
+      "--dropout", action="store_true", help="dropout on (Megatron's default 0.1): its 1-byte masks are kept")
     a("--no-partition-activations", action="store_true",
       help="with --tp and --sequence-parallel off: every TP rank keeps a checkpointed block's input whole "
            "(Megatron-DeepSpeed without --partition-activations)")
@@ -350,8 +351,8 @@ def _add_stack_args(a) -> None:
     a("--block-code", choices=["torchtune", "hf"], default=None,
       help="whose Llama block runs: torchtune (k, v copied to every head) or transformers (k, v shared); with "
            "--no-compile its eager activations (fp32 RMSNorm, unfused SwiGLU), compiled what torch.compile keeps")
-    a("--async-tp", action="store_true", help="overlap TP collectives with GEMMs (--stack megatron's default)")
-    a("--no-async-tp", action="store_true", help="TP collectives not overlapped, even on megatron (before tp_comm_overlap)")
+    a("--async-tp", action="store_true", help="overlap TP collectives with GEMMs (--stack megatron's default)"); a(
+      "--no-async-tp", action="store_true", help="TP collectives not overlapped, even on megatron (before tp_comm_overlap)")
     a("--efficiency", type=float, help="override the calibrated GEMM fraction of peak, in (0, 1]")
     a("--calibrate", metavar="RESULTS.json", help="take the GEMM efficiency from an overdrive bench result")
     a("--intra-gbs", type=float, help="per-GPU intra-node bandwidth GB/s (default: NVLink of the GPU)")
@@ -362,8 +363,7 @@ def _add_custom_model_args(a) -> None:
     """A custom model by its dimensions."""
     a("--layers", type=int, help="custom model: layers")
     a("--hidden", type=int, help="custom model: hidden size")
-    a("--heads", type=int, help="custom model: attention heads")
-    a("--kv-heads", type=int, help="custom model: KV heads (default: heads)")
+    a("--heads", type=int, help="custom model: attention heads"); a("--kv-heads", type=int, help="custom model: KV heads (default: heads)")
     a("--ffn", type=int, help="custom model: FFN size (default 4 x hidden)")
     a("--vocab", type=int, help=f"custom model: vocabulary (default {DEFAULT_VOCAB})")
     a("--tied", action="store_true", help="custom model: tied embeddings")

@@ -174,8 +174,15 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     if exposed > 0.05 * (n * t_mb) and cm["dp"] > s.overlap * hide:
         lat = (f", {cm['dp_latency'] * 1e3:.0f} ms of it latency over {cm['dp_calls']:.0f} calls"
                if cm["dp_latency"] > 0.2 * cm["dp"] else "")
-        notes.append(f"communication-bound: {cm['dp'] * 1e3:.0f} ms of data-parallel communication per step{lat} vs "
-                     f"{hide * 1e3:.0f} ms of compute to hide it under")
+        unhidden = ("none of it hidden: --no-overlap-grad-reduce runs it after the backward" if not s.overlap_grad_reduce
+                    else "none of it hidden: DeepSpeed's PipelineEngine reduces after the pipeline flush"
+                    if s.deepspeed_pipeline else f"vs {hide * 1e3:.0f} ms of compute to hide it under")
+        notes.append(f"communication-bound: {cm['dp'] * 1e3:.0f} ms of data-parallel communication per step{lat}, "
+                     f"{unhidden}")
+    if s.pp_keep_outputs and (s.pp == 1 or s.stack != "pytorch" or s.deepspeed_pipeline):
+        notes.append("--pp-keep-outputs changes nothing here: " + (
+            "no pipeline (--pp 1)" if s.pp == 1 else "DeepSpeed's PipelineEngine keeps its own (--deepspeed-pipeline)"
+            if s.deepspeed_pipeline else f"--stack {s.stack}'s last stage returns the loss alone"))
     if not s.overlap_grad_reduce and cm["dp"] <= 0:
         notes.append("--no-overlap-grad-reduce changes nothing here: one data-parallel rank, no gradient reduce")
     if s.fp8_all_gather and s.stack == "pytorch" and (not s.gathers_fp8 or s.sharding not in ("fsdp", "hsdp")):

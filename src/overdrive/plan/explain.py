@@ -140,8 +140,8 @@ def _pipeline_line(e: Estimate) -> str:
     last = pipeline_blocks_in_flight(m, s, s.pp - 1) / max(1, sum(sizes[s.pp - 1::s.pp]) - cut)
     r = t["pp_rank"]   # memory.terms: the stage whose states and peak, gradients included, are the largest
     end = "last" if r == s.pp - 1 else "first" if r == 0 else f"rank-{r}"
-    kept = (f" + every micro-batch's fp32 output, {t['pp_outputs'] / GIB:.2f} GiB (torch.distributed.pipelining "
-            "keeps them for step()'s merged output)" if t["pp_outputs"] else "")
+    kept = (f" + every micro-batch's fp32 output, {t['pp_outputs'] / GIB:.2f} GiB (--pp-keep-outputs: torch."
+            "distributed.pipelining keeps them for step()'s merged output)" if t["pp_outputs"] else "")
     params = ", ".join(f"{p / 1e9:.3g}" for p in stage_params(m, s))
     return (f"  pipeline peak at the {end} stage: first {t['pp_first'] / GIB:.2f} GiB ({first:.3g} micro-batches "
             f"of its blocks in flight, no head) vs last {t['pp_last'] / GIB:.2f} GiB ({last:.3g} in flight + the "

@@ -47,8 +47,8 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               one block short. The plan is the busiest stage's, all of its states and its activation peak
               counted: the first (the most micro-batches in flight, the embedding, with --embed-norm and
               --dropout what the embedding keeps of each), or the last (one micro-batch in flight, the head, the
-              loss, and under torch.distributed.pipelining every micro-batch's fp32 output, kept for step()'s
-              merged output), or a middle one with more blocks (1F1B: every stage compared; interleaved: the two
+              loss, and with --pp-keep-outputs every micro-batch's fp32 output, kept for torch.distributed.
+              pipelining's merged step() output), or a middle one with more blocks (1F1B: every stage compared; interleaved: the two
               ends); under DeepSpeed's PipelineEngine each stage also keeps its outputs in flight: `pipeline.py`.
               --dropout: the 1-byte masks after the attention projection and the MLP (Korthikanti et al.'s two
               s·b·h mask rows; on every TP rank without sequence parallelism) and, with unfused attention, the

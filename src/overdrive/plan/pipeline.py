@@ -6,11 +6,13 @@ keeps of every micro-batch until the step ends.
               micro-batches) micro-batches: the first stage pp, the last one. Interleaved (Megatron's schedule,
               Narayanan et al. 2021 §2.2.2) warms up (pp − 1 − r)·2 + (v − 1)·pp chunk forwards, cycling over
               its v chunks pp micro-batches at a time.
-  outputs     torch.distributed.pipelining keeps the last stage's output of every micro-batch for the merged
+  outputs     torch.distributed.pipelining kept the last stage's output of every micro-batch for the merged
               output `step()` returns (`_PipelineStageBase.forward_one_chunk`: `self.output_chunks.append(output)`
               when `is_last`; cleared at the next step), and torchtitan's model returns fp32 logits
               (`output = self.output(h).float()`), vocab-sharded under TP's loss parallel: micro-batches × tokens ×
-              V/tp × 4 bytes beside the loss of the micro-batch in backward. Megatron's last stage returns the loss
+              V/tp × 4 bytes beside the loss of the micro-batch in backward (--pp-keep-outputs). Since PyTorch's
+              `step(return_outputs=False)` (pytorch#165822) torchtitan keeps none (its #1922, 2025-10), nor do
+              nanotron's and picotron's 1F1B engines, which keep the loss: the default. Megatron's last stage returns the loss
               (a scalar), so `--stack megatron` keeps nothing of the kind. DeepSpeed's PipelineEngine keeps each
               stage's output for its backward (`pipe_buffers['outputs'][buffer_id]`, freed in `_exec_backward_pass`),
               split over the TP ranks when there are several (`is_pipe_partitioned`: a PartitionedTensor of 1/tp,
@@ -84,8 +86,8 @@ def pipeline_blocks_in_flight(m: ModelSpec, s: TrainSetup, rank: int = 0) -> flo
 
 def pipeline_outputs_bytes(m: ModelSpec, s: TrainSetup) -> float:
     """Bytes the last stage keeps of its outputs through the step (see the module docstring): --stack pytorch
-    with --pp > 1, every micro-batch's fp32 logits, vocab-sharded over tp."""
-    if s.pp == 1 or s.stack != "pytorch":
+    with --pp > 1 and --pp-keep-outputs, every micro-batch's fp32 logits, vocab-sharded over tp."""
+    if s.pp == 1 or s.stack != "pytorch" or not s.pp_keep_outputs or s.deepspeed_pipeline:
         return 0.0
     tokens = s.seq * s.micro_batch / s.cp
     return s.grad_accum * tokens * m.vocab / s.tp * 4

@@ -105,8 +105,9 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
     out = [f"the leanest configuration ({_named(smallest)}) needs {smallest.memory_gib:.1f} GiB per GPU, "
            f"{smallest.memory_gib - smallest.capacity_gib:.1f} GiB over the {smallest.capacity_gib:.0f} GiB of a "
            f"{s.gpu.key}"]
-    full = dataclasses.replace(s, checkpointing="full", micro_batch=1, recompute_layers=0, recompute_modules=())
-    n, opt = s.gpus_per_node, OPTIMIZER_NAMES[s.optimizer]
+    # the leanest's micro-batch: the user's when given (--micro-batch), else the smallest the search tried
+    full = dataclasses.replace(s, checkpointing="full", recompute_layers=0, recompute_modules=())
+    n, opt, ckpt = s.gpus_per_node, OPTIMIZER_NAMES[s.optimizer], "" if s.checkpointing == "full" else "full checkpointing + "
 
     def alt(**kw):  # None where the change is not a valid setup here (e.g. a tp the GPU count refuses)
         try:
@@ -115,7 +116,7 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
             return None
 
     tries = [
-        (alt(loss="fused"), "full checkpointing + fused cross-entropy"),
+        (alt(loss="fused"), f"{ckpt}fused cross-entropy"),
         (alt(optimizer_dtype="8bit"), f"8-bit {opt} states ({EIGHT_BIT.get(s.optimizer)})"),
         (alt(optimizer_dtype="8bit", loss="fused"), f"8-bit {opt} + fused cross-entropy"),
         (alt(offload="optimizer"), "CPU offload of the optimizer (states + step on the CPU)"),
@@ -125,6 +126,8 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
          f"tensor parallel {min(n, 8)} within the node + FSDP"),
         (alt(lora_rank=16, sharding="fsdp"), "LoRA rank 16 (frozen bf16 base, fine-tuning only)"),
     ]
+    if s.micro_batch > 1:   # a fixed micro-batch: one sequence a time, accumulation keeping the global batch
+        tries.insert(0, (alt(micro_batch=1), f"{ckpt}micro-batch 1"))
     if s.optimizer not in EIGHT_BIT:   # no states to shrink
         tries = [t for t in tries if not t[1].startswith("8-bit")]
     fp8_gather = None if s.fp8_all_gather else alt(fp8_all_gather=True)
@@ -148,7 +151,7 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
                 break
     seq = longest_seq(model, full, hi=s.seq)
     if 0 < seq < s.seq:
-        out.append(f"a shorter sequence: {seq} tokens fits with full checkpointing at micro-batch 1")
+        out.append(f"a shorter sequence: {seq} tokens fits with full checkpointing at micro-batch {full.micro_batch}")
     if not found:
         out.append("nothing within reach does it: shard over more GPUs" + (
             ", with the model built under deepspeed.zero.Init (--no-zero-init puts all of it on every GPU)"
@@ -307,7 +310,7 @@ def _result(model: ModelSpec, g: GpuSpec, base: TrainSetup, cands: list, precisi
 _SETTINGS = ("grad_dtype", "gather_dtype", "fp8_all_gather", "async_tp", "attention", "sequence_parallel",
              "sp_regather", "partition_activations", "overlap_grad_reduce", "deepspeed_pipeline",
              "embedding_in_pipeline_split", "z_loss", "block_code", "fused_kernels", "embed_norm", "dropout",
-             "zero_broadcast", "zero_init")
+             "zero_broadcast", "zero_init", "pp_keep_outputs")
 """TrainSetup fields a candidate records beside its search axes (each changes the plan's figures)."""
 
 

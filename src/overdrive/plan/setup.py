@@ -170,6 +170,11 @@ class TrainSetup:
     calls start_grad_sync synchronously) and the distributed optimizer gathers the parameters after its step,
     so all of the data-parallel communication is exposed. With little compute to hide under, that one bucket can
     beat the overlapped many (one call's latency instead of one per bucket), as it does on a GPU."""
+    pp_keep_outputs: bool = False
+    """--stack pytorch with --pp > 1: torch.distributed.pipelining's `step()` returns the last stage's outputs merged,
+    so that stage keeps every micro-batch's fp32 logits until the step ends (torchtitan until 2025-10, its #1922
+    passing `return_outputs=False` since; `pipeline.py`). False: the loss alone is kept, as today's torchtitan and
+    nanotron's and picotron's own 1F1B engines do."""
     embed_norm: bool = False
     """A norm right after the embedding (BLOOM's --embed-layernorm, Megatron-DeepSpeed `VocabParallelEmbedding.norm`):
     the first stage keeps its 16-bit input and fp32 mean and rstd per token for every micro-batch in flight."""

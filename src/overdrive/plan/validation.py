@@ -26,7 +26,7 @@ _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "t
                "optimizer", "master_weights", "optimizer_in_backward", "sequence_parallel", "z_loss", "gather_dtype",
                "fused_kernels", "lora_rank", "deepspeed_pipeline", "partition_activations",
                "overlap_grad_reduce", "embed_norm", "dropout", "sp_regather", "intra_gbs", "zero_broadcast", "offload",
-               "zero_init")
+               "zero_init", "pp_keep_outputs")
 
 
 def load_runs() -> list[dict]:
@@ -143,7 +143,8 @@ _BOOL_FLAGS = {"pure_bf16": "--pure-bf16", "fp8_all_gather": "--fp8-all-gather",
                "embedding_in_pipeline_split": "--embedding-in-pipeline-split",
                "optimizer_in_backward": "--optimizer-in-backward", "z_loss": "--z-loss",
                "fused_kernels": "--fused-kernels", "deepspeed_pipeline": "--deepspeed-pipeline",
-               "embed_norm": "--embed-norm", "dropout": "--dropout", "zero_broadcast": "--zero-broadcast"}
+               "embed_norm": "--embed-norm", "dropout": "--dropout", "zero_broadcast": "--zero-broadcast",
+               "pp_keep_outputs": "--pp-keep-outputs"}
 
 
 def plan_flags(r: dict) -> str:
