@@ -126,3 +126,8 @@ def test_what_would_fit_keeps_the_users_micro_batch_and_names_only_changes(run):
     out = " ".join(run("--model", "llama3-8b", "--gpu", "h200", "--gpus", "8", "--seq", "4096", "--micro-batch", "16",
                        "--sharding", "zero2", "--checkpointing", "none", "--precision", "bf16", "--no-compile").stdout.split())
     assert "- full checkpointing + micro-batch 1: " in out and "- full checkpointing + fused cross-entropy: " in out
+    assert "- full checkpointing + 8-bit AdamW states" in out     # every suggestion is planned at full checkpointing
+    # a suggestion that is the leanest setup itself is not offered (fused cross-entropy already asked)
+    out = " ".join(run("--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "8", "--seq", "8192", "--precision", "bf16",
+                       "--loss", "fused", "--checkpointing", "full", "--micro-batch", "1", "--sharding", "zero1").stdout.split())
+    assert "Nothing fits" in out and "- fused cross-entropy:" not in out

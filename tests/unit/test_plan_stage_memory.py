@@ -239,6 +239,8 @@ def test_a_pipeline_engine_that_keeps_the_loss_plans_no_kept_outputs(run):
     grown = (kept["memory_gib"] - lean["memory_gib"]) * 2 ** 30
     outputs = 16 * 4 * 4096 * 131072 * 4                       # micro-batches x tokens x vocab x fp32
     assert grown == pytest.approx(outputs, rel=0.06)           # the fragmentation reserve grows with it, to 3 GiB
+    plain = " ".join(run(*args[:-1], "--pp-keep-outputs").stdout.split())
+    assert "- the loss alone on the last stage (today's torchtitan: no --pp-keep-outputs): " in plain
     text = " ".join(run(*args[:-1], "--pp-keep-outputs", "--explain").stdout.split())
     assert "--pp-keep-outputs: torch.distributed.pipelining keeps them" in text
     for other in (("--pp", "1"), ("--stack", "megatron")):

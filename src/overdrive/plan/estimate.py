@@ -174,7 +174,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     if exposed > 0.05 * (n * t_mb) and cm["dp"] > s.overlap * hide:
         lat = (f", {cm['dp_latency'] * 1e3:.0f} ms of it latency over {cm['dp_calls']:.0f} calls"
                if cm["dp_latency"] > 0.2 * cm["dp"] else "")
-        unhidden = ("none of it hidden: --no-overlap-grad-reduce runs it after the backward" if not s.overlap_grad_reduce
+        unhidden = ("none of it hidden: with --no-overlap-grad-reduce nothing overlaps the compute" if not s.overlap_grad_reduce
                     else "none of it hidden: DeepSpeed's PipelineEngine reduces after the pipeline flush"
                     if s.deepspeed_pipeline else f"vs {hide * 1e3:.0f} ms of compute to hide it under")
         notes.append(f"communication-bound: {cm['dp'] * 1e3:.0f} ms of data-parallel communication per step{lat}, "

@@ -116,7 +116,7 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
             return None
 
     tries = [
-        (alt(loss="fused"), f"{ckpt}fused cross-entropy"),
+        (alt(loss="fused"), "fused cross-entropy"),
         (alt(optimizer_dtype="8bit"), f"8-bit {opt} states ({EIGHT_BIT.get(s.optimizer)})"),
         (alt(optimizer_dtype="8bit", loss="fused"), f"8-bit {opt} + fused cross-entropy"),
         (alt(offload="optimizer"), "CPU offload of the optimizer (states + step on the CPU)"),
@@ -127,7 +127,10 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
         (alt(lora_rank=16, sharding="fsdp"), "LoRA rank 16 (frozen bf16 base, fine-tuning only)"),
     ]
     if s.micro_batch > 1:   # a fixed micro-batch: one sequence a time, accumulation keeping the global batch
-        tries.insert(0, (alt(micro_batch=1), f"{ckpt}micro-batch 1"))
+        tries.insert(0, (alt(micro_batch=1), "micro-batch 1"))
+    lean = _option(model, dataclasses.replace(s, pp_keep_outputs=False), "the loss alone on the last stage (today's "
+                   "torchtitan: no --pp-keep-outputs)") if s.pp_keep_outputs and s.pp > 1 else None
+    out += [lean[0]] if lean else []   # the user's own setup, no checkpointing added
     if s.optimizer not in EIGHT_BIT:   # no states to shrink
         tries = [t for t in tries if not t[1].startswith("8-bit")]
     fp8_gather = None if s.fp8_all_gather else alt(fp8_all_gather=True)
@@ -141,9 +144,9 @@ def _suggestions(model: ModelSpec, smallest: Estimate) -> list[str]:
             if more is None:  # the global batch does not spread over that many data-parallel ranks
                 break
             tries.append((more, f"more GPUs: FSDP over {nodes} nodes ({nodes * n} GPUs)"))
-    found = 0
-    for cand, what in tries:
-        opt = _option(model, cand, what) if cand else None
+    found = int(bool(lean and lean[1].fits))
+    for cand, what in tries:   # each planned at full checkpointing, which the label says when it is a change
+        opt = _option(model, cand, ckpt + what) if cand and cand != s else None
         if opt and (opt[1].fits or not what.startswith("more GPUs")):
             out.append(opt[0])
             found += opt[1].fits
