@@ -6,7 +6,8 @@ roofline (throughput.py) and communication (comm.py) put together.
          DeepSpeed's PipelineEngine all of it) + the SMs NCCL takes from the compute it overlaps (`nccl_sms`)
          + the tied embedding's all-reduce between the pipeline's ends
   t_mb = GEMM + attention + memory-bound + recompute + exposed TP/CP/PP communication + exposed activation offload
-         (+ DeepSpeed's BF16_Optimizer fp32 gradient accumulation, throughput.py)
+         (+ DeepSpeed's BF16_Optimizer fp32 gradient accumulation, throughput.py), and at least the host's
+         dispatch of the micro-batch in eager PyTorch (host.py)
   tokens/s/GPU = GA · micro_batch · seq / (tp · pp · cp) / step
   MFU = tokens/s/GPU × (6N + 12·L·H·Q·T) / bf16 peak (nanoGPT/torchtitan's convention; FP8 runs are
   reported against the bf16 peak too, so the figures compare; LoRA: 4N + 6·adapters, `model_flops_per_token`).
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from overdrive.plan.attention import attention_kernel, head_dim_refusal
 from overdrive.plan.collectives import PCIE_GBS, nccl_channels
 from overdrive.plan.engine_memory import nccl_buffer_bytes
+from overdrive.plan.host import eager_ops, host_time
 from overdrive.plan.comm import comm_times, dp_exposed
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, GIB, lora_params, memory_breakdown,
                                    reserve_bytes, terms)
@@ -165,6 +167,14 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
         notes.append(f"activation offload: {ct['offload'] * 1e3:.0f} ms of host transfer per micro-batch vs "
                      f"{t_mb * 1e3:.0f} ms of compute to hide it under")
     t_mb += offload_exposed
+    # eager PyTorch: the GPU cannot run ahead of the host's dispatch (host.py)
+    host = host_time(m, s)
+    host_exposed = max(0.0, host - t_mb)
+    if host_exposed > 0:
+        notes.append(f"host-bound: eager PyTorch dispatches about {eager_ops(m, s):,.0f} ops per micro-batch, "
+                     f"{host * 1e3:.0f} ms on the host vs {t_mb * 1e3:.0f} ms of GPU work: the GPU waits "
+                     "(torch.compile, or more tokens per micro-batch, amortises it)")
+    t_mb += host_exposed
     n = s.grad_accum
     bubble = (s.pp - 1) / (s.vpp * n) if s.pp > 1 else 0.0
     compute = n * t_mb * (1 + bubble) + ct["optimizer"]
@@ -215,7 +225,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     mfu = tps * model_flops_per_token(m, s) / (s.gpu.bf16_tflops * 1e12)
     times = {"gemm": n * ct["gemm"], "attention": n * ct["attention"], "memory_bound": n * ct["memory"],
              "recompute": n * ct["recompute"], "optimizer": ct["optimizer"], "bubble": n * t_mb * bubble,
-             "offload_exposed": n * offload_exposed, "tp_exposed": n * cm["tp"], "cp_exposed": n * cm["cp"],
+             "offload_exposed": n * offload_exposed, "host_exposed": n * host_exposed, "tp_exposed": n * cm["tp"], "cp_exposed": n * cm["cp"],
              "pp_p2p": n * cm["pp"], "dp_comm": cm["dp"], "dp_latency": cm["dp_latency"], "dp_exposed": exposed,
              "nccl_sms": sms, "embed_allreduce": cm["embed"], "fp32_grad_accum": n * ct["grad_accum"],
              "zero_bcast_exposed": bcast}

@@ -1,0 +1,68 @@
+"""The host-bound floor of an eager micro-batch: the GPU cannot run an op before Python has dispatched it.
+
+Eager PyTorch (--no-compile on --stack pytorch) sends every ATen op through Python, the dispatcher and autograd
+and then launches its kernel; that costs the host microseconds per op whatever the tensors' size. The host runs
+ahead of the GPU while the GEMMs are long, so the cost hides, until a micro-batch's GPU work is shorter than its
+dispatch: short sequences, LoRA (twice the ops, a third less GPU work), small models. Then the micro-batch takes
+the host's time:
+
+  t_mb = max(GPU time of the micro-batch, (blocks on this GPU × ops per block + ops outside the blocks) × µs per op)
+
+The op counts are measured, not fitted: scripts/measure_host_ops.py counts the ops one forward + loss + backward
+dispatches with Hugging Face transformers' Llama block, per block and outside them, with and without PEFT's LoRA
+on every linear, with and without HF's gradient checkpointing, under torch.autocast or with the model in bf16
+(benchmarks/results/cpu/2026-12-07-host-ops/host-ops.json). Autocast's casts are counted where the planner's setup runs it: the
+model in fp32 masters without a sharded wrapper (`--sharding none`: DDP or one GPU under the HF Trainer,
+Lightning or plain AMP); DeepSpeed and FSDP cast the parameters once per gather instead. Other block code
+dispatches about as many ops per block (torchtune's and torchtitan's eager blocks are written the same way);
+fused kernels (--fused-kernels) dispatch fewer, so the floor is an upper bound there.
+
+The time per op is the same script's, on this project's CPU host (the fastest of 200 micro-steps of tiny
+tensors over their op count: 3.6 µs): a GPU host also pays each kernel's launch, so this is a lower bound there until
+scripts/gpu_check.sh measures it on a GPU. Compiled code (torch.compile) and the megatron stack (Transformer
+Engine's fused modules) dispatch a few ops per block; no floor is planned for them.
+"""
+
+from __future__ import annotations
+
+from overdrive.plan.memory import recomputed_blocks
+from overdrive.plan.setup import TrainSetup
+from overdrive.plan.specs import ModelSpec
+
+__all__ = ["HOST_US_PER_OP", "OPS_PER_BLOCK", "OPS_OUTSIDE_BLOCKS", "eager_ops", "host_time"]
+
+# scripts/measure_host_ops.py, 2026-12-07, torch 2.13.0 (CPU), transformers 5.25.0, peft 0.22.0:
+# benchmarks/results/cpu/2026-12-07-host-ops/host-ops.json. Keys: (LoRA, checkpointed, autocast).
+OPS_PER_BLOCK = {
+    (False, False, False): 227, (False, False, True): 253, (False, True, False): 350, (False, True, True): 386,
+    (True, False, False): 464, (True, False, True): 494, (True, True, False): 716, (True, True, True): 766,
+}
+OPS_OUTSIDE_BLOCKS = 80   # embedding, final norm, head and loss, forward and backward (72-86 measured; LoRA 8-76)
+HOST_US_PER_OP = 3.6      # the same run's fastest of 200 micro-steps / its ops (4 checkpointed blocks, fp32), 2-core AMD EPYC, load 0.2
+
+
+def _checkpointed_share(m: ModelSpec, s: TrainSetup) -> float:
+    """Share of this GPU's blocks whose forward runs twice (the memory model's choice of blocks)."""
+    L = m.n_layer / s.pp
+    if s.recompute_layers:
+        return recomputed_blocks(m, s) / L
+    return {"full": 1.0, "selective": (L // 2) / L if L >= 2 else 0.0}.get(s.checkpointing, 0.0)
+
+
+def _autocast(s: TrainSetup) -> bool:
+    return s.precision in ("bf16", "fp16") and s.master_weights == "fp32" and s.sharding == "none"
+
+
+def eager_ops(m: ModelSpec, s: TrainSetup) -> float:
+    """ATen ops one micro-batch dispatches on the busiest pipeline rank (the last: it holds the head)."""
+    lora, cast = s.lora_rank > 0, _autocast(s)
+    f = _checkpointed_share(m, s)
+    per_block = (1 - f) * OPS_PER_BLOCK[(lora, False, cast)] + f * OPS_PER_BLOCK[(lora, True, cast)]
+    return m.n_layer / s.pp * per_block + OPS_OUTSIDE_BLOCKS
+
+
+def host_time(m: ModelSpec, s: TrainSetup) -> float:
+    """Seconds the host needs to dispatch one micro-batch; 0 where no floor is planned (compiled, megatron)."""
+    if s.compile or s.stack != "pytorch":
+        return 0.0
+    return eager_ops(m, s) * HOST_US_PER_OP * 1e-6

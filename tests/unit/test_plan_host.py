@@ -1,0 +1,113 @@
+"""The host-bound floor of eager micro-batches (plan/host.py): the GPU waits for Python's per-op dispatch when a
+micro-batch's GPU work is short; the op counts are the committed measurement's, re-counted here."""
+
+import dataclasses
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from overdrive.plan import ModelSpec, TrainSetup
+from overdrive.plan.estimate import estimate
+from overdrive.plan.host import HOST_US_PER_OP, OPS_OUTSIDE_BLOCKS, OPS_PER_BLOCK, eager_ops, host_time
+
+from plan_cli import run  # noqa: F401 (a fixture)
+from plan_models import A100
+
+ROOT = Path(__file__).resolve().parents[2]
+MEASURED = ROOT / "benchmarks" / "results" / "cpu" / "2026-12-07-host-ops" / "host-ops.json"
+QWEN_18B = ModelSpec(name="qwen-1.8b-like", n_layer=24, hidden=2048, n_head=16, n_kv_head=16, ffn=5504,
+                     vocab=151936, tied=False)
+
+
+def _eager(**kw) -> TrainSetup:
+    base = dict(gpu=A100, gpus_per_node=1, nodes=1, seq=256, micro_batch=1, global_batch=8, precision="bf16",
+                sharding="none", checkpointing="full", compile=False, block_code="hf", lora_rank=64)
+    return TrainSetup(**(base | kw))
+
+
+def test_short_lora_micro_batches_wait_for_the_host():
+    e = estimate(QWEN_18B, _eager())
+    host = host_time(QWEN_18B, _eager())
+    gpu_work = (e.times["gemm"] + e.times["attention"] + e.times["memory_bound"] + e.times["recompute"]) / 8
+    assert host > gpu_work                      # 24 blocks x 766 ops x 3.6 us vs ~24 ms of GPU work
+    assert e.times["host_exposed"] == pytest.approx(8 * (host - gpu_work), rel=1e-6)
+    assert any(n.startswith("host-bound: eager PyTorch dispatches about 18,464 ops") for n in e.notes), e.notes
+    # the step is the host's: 8 micro-batches of dispatch plus the optimizer
+    assert e.step_s == pytest.approx(8 * host + e.times["optimizer"], rel=1e-6)
+
+
+def test_no_floor_where_the_code_is_compiled():
+    s = _eager(compile=True)   # (--stack megatron has no eager mode: refused with --no-compile)
+    assert host_time(QWEN_18B, s) == 0.0
+    e = estimate(QWEN_18B, s)
+    assert e.times["host_exposed"] == 0.0 and not any("host-bound" in n for n in e.notes)
+
+
+def test_long_sequences_hide_the_dispatch():
+    e = estimate(QWEN_18B, _eager(seq=8192))
+    assert e.times["host_exposed"] == 0.0 and host_time(QWEN_18B, _eager(seq=8192)) > 0
+    assert not any("host-bound" in n for n in e.notes)
+
+
+def test_the_ops_follow_the_blocks_checkpointing_lora_and_autocast():
+    rng = random.Random(7)
+    for _ in range(20):
+        L = rng.choice([2, 8, 24, 32, 80])
+        m = dataclasses.replace(QWEN_18B, n_layer=L)
+        lora = rng.choice([0, 8])
+        ckpt = rng.choice(["none", "full"])
+        sharding = rng.choice(["none", "zero2", "fsdp"])
+        s = _eager(lora_rank=lora, checkpointing=ckpt, sharding=sharding, gpus_per_node=8, global_batch=64)
+        per_block = OPS_PER_BLOCK[(lora > 0, ckpt == "full", sharding == "none")]
+        assert eager_ops(m, s) == pytest.approx(L * per_block + OPS_OUTSIDE_BLOCKS)
+        assert host_time(m, s) == pytest.approx(eager_ops(m, s) * HOST_US_PER_OP * 1e-6)
+    # a pipeline stage dispatches its own blocks only; selective checkpointing reruns half of them
+    m = dataclasses.replace(QWEN_18B, n_layer=32)
+    s1, s2 = _eager(gpus_per_node=8, global_batch=64), _eager(gpus_per_node=8, global_batch=64, pp=2, vpp=1)
+    assert eager_ops(m, s2) - OPS_OUTSIDE_BLOCKS == pytest.approx((eager_ops(m, s1) - OPS_OUTSIDE_BLOCKS) / 2)
+    sel = eager_ops(m, _eager(checkpointing="selective"))
+    assert eager_ops(m, _eager(checkpointing="none")) < sel < eager_ops(m, _eager())
+    # pure bf16 (no fp32 masters): no autocast casts
+    assert eager_ops(m, _eager(master_weights="none")) < eager_ops(m, _eager())
+
+
+def test_the_constants_are_the_committed_measurement():
+    rec = json.loads(MEASURED.read_text())
+    for (lora, ckpt, cast), n in OPS_PER_BLOCK.items():
+        key = f"{'lora' if lora else 'full'}-{'ckpt' if ckpt else 'none'}-{'autocast' if cast else 'bf16'}"
+        assert rec["ops_per_block"][key] == n, key
+    assert HOST_US_PER_OP == pytest.approx(rec["timing"]["us_per_op_fastest"], abs=0.05)
+    outside = [v for k, v in rec["ops_outside_blocks"].items() if not k.startswith("lora-none")]
+    assert min(outside) <= OPS_OUTSIDE_BLOCKS <= max(outside)
+
+
+def test_the_counts_still_hold_for_the_installed_transformers():
+    """Re-count the non-LoRA cases (peft is not a test dependency) with the installed transformers: a new
+    release that changes its Llama block's dispatch by more than 15% means re-running the script."""
+    pytest.importorskip("transformers")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("measure_host_ops", ROOT / "scripts" / "measure_host_ops.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for ckpt in (False, True):
+        for cast in (False, True):
+            c2, c4 = (mod.count_ops(n, lora=False, ckpt=ckpt, autocast=cast) for n in (2, 4))
+            assert (c4 - c2) / 2 == pytest.approx(OPS_PER_BLOCK[(False, ckpt, cast)], rel=0.15), (ckpt, cast)
+
+
+def test_the_cli_says_when_the_host_is_the_bottleneck(run):
+    flags = ["--layers", "24", "--hidden", "2048", "--heads", "16", "--kv-heads", "16", "--ffn", "5504",
+             "--vocab", "151936", "--gpu", "a100-80", "--gpus", "1", "--seq", "256", "--micro-batch", "1",
+             "--global-batch", "8", "--precision", "bf16", "--checkpointing", "full", "--block-code", "hf",
+             "--sharding", "none", "--lora-rank", "64"]
+    eager = run(*flags, "--no-compile", "--json")
+    assert eager.returncode == 0, eager.stderr
+    best = json.loads(eager.stdout)["candidates"][0]
+    assert best["times_s"]["host_exposed"] > 0 and any("host-bound" in n for n in best["notes"])
+    explained = run(*flags, "--no-compile", "--explain")
+    assert "host_exposed" in explained.stdout and "per-op dispatch on the host" in explained.stdout
+    compiled = json.loads(run(*flags, "--json").stdout)["candidates"][0]
+    assert compiled["times_s"]["host_exposed"] == 0
+    assert compiled["tokens_per_s_per_gpu"] > best["tokens_per_s_per_gpu"]
