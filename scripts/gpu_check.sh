@@ -81,7 +81,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 
 # The plan. Worst case (every step killed at its limit): 30 + 60 + 160 + 180 = 430 s (+5 s per kill),
-# then host_ops, tune and inference are skipped; tests/unit/test_gpu_check_plan.py checks this with fake timings.
+# then tune, inference and host_ops are skipped; tests/unit/test_gpu_check_plan.py checks this with fake timings.
 # The bench gets the most: its estimate on an H200 is ~20 s of set-up (5 workers spawned at once), the
 # cold compiles of a GPT-350m and a GPT-125m (forward+backward) in the two compiled workers at once
 # (~1-2 min; benchmarks/compile_time.py measures a model's cold compile), 3 rounds of 5 workers x 5
@@ -95,11 +95,11 @@ step gpu_tests 160 120 1 -- env OVERDRIVE_TEST_LOG="$OUT/gpu_tests.tsv" "$PY" -m
 # rounds, no micro-benchmarks; the workers warm up (compile) at once.
 step bench 180 100 1 -- "$PY" -m overdrive bench --suite gpu --configs amp-bf16,amp-bf16+compile,fp8+compile \
   --rounds 3 --no-micro --out "$RES/bench"
-# the host's time per eager op on a GPU host (plan/host.py's HOST_US_PER_OP is a CPU host's, a lower bound)
-step host_ops 40 45 0 -- "$PY" scripts/measure_host_ops.py --device cuda --repeats 100 --out "$RES/host_ops/host-ops.json"
 step tune 90 100 0 -- "$PY" -m overdrive tune --model examples/tune_gpt.py:make_model --batch examples/tune_gpt.py:batch \
   --loss-fn examples/tune_gpt.py:loss --budget-s 60 --out "$RES/tune"
 step inference 60 70 0 -- "$PY" -m overdrive bench --workload inference --suite inference-quick --out "$RES/inference"
+# the host's time per eager op on a GPU host (plan/host.py's HOST_US_PER_OP is a CPU host's, a lower bound): ~15 s
+step host_ops 25 20 0 -- "$PY" scripts/measure_host_ops.py --device cuda --repeats 100 --out "$RES/host_ops/host-ops.json"
 
 total=$(( $(now) - start ))
 printf 'total\t%s\t%s\t%s\t%s\n' "$BUDGET" "$total" "$status" "$([ "$status" = 0 ] && echo ok || echo failed)" >> "$STEPS"

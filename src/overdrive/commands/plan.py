@@ -347,7 +347,7 @@ def _add_stack_args(a) -> None:
     a("--fused-kernels", action="store_true",
       help="with --no-compile: hand-fused eager kernels (Apex/Liger/TE norms, fused SwiGLU/RoPE) move what "
            "compiled code moves")
-    a("--no-compile", action="store_true", help="eager mode: memory-bound ops unfused")
+    a("--no-compile", action="store_true", help="eager: memory-bound ops unfused, micro-batches >= the host's dispatch")
     a("--block-code", choices=["torchtune", "hf"], default=None,
       help="whose Llama block runs: torchtune (k, v copied to every head) or transformers (k, v shared); with "
            "--no-compile its eager activations (fp32 RMSNorm, unfused SwiGLU), compiled what torch.compile keeps")

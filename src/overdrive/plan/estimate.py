@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from overdrive.plan.attention import attention_kernel, head_dim_refusal
 from overdrive.plan.collectives import PCIE_GBS, nccl_channels
 from overdrive.plan.engine_memory import nccl_buffer_bytes
-from overdrive.plan.host import eager_ops, host_time
+from overdrive.plan.host import HOST_US_PER_OP, eager_ops, host_time
 from overdrive.plan.comm import comm_times, dp_exposed
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, GIB, lora_params, memory_breakdown,
                                    reserve_bytes, terms)
@@ -120,18 +120,18 @@ def estimate(m: ModelSpec, s: TrainSetup, *, cal: dict | None = None) -> Estimat
     return _estimate(m, s, cal)
 
 
-def nccl_sms(s: TrainSetup, c: dict, exposed: float) -> float:
+def nccl_sms(s: TrainSetup, c: dict, exposed: float, idle: float = 0.0) -> float:
     """Seconds the compute loses to the SMs NCCL holds while it overlaps the data-parallel collectives: each
     ring channel is one CTA on one SM (collectives.nccl_channels: 24 inside an A100/H100 node, 16 across
     nodes), so for the hidden part of the communication the compute runs on SMs − channels of the SMs. When the
     communication is what the step waits for (exposed beyond its first and last call), the compute has that
-    much slack before the slowdown shows."""
+    much slack before the slowdown shows; so has it while the GPU waits for the host (`idle`, host.py)."""
     hidden = max(0.0, c["dp"] - exposed)
     if hidden <= 0:
         return 0.0
     nvlink = s.gpu.nvlink_gbs > PCIE_GBS
     share = nccl_channels(s.gpu.sm[0], c["dp_nodes"], nvlink=nvlink) / SMS.get(s.gpu.key, 132)
-    return max(0.0, hidden * share - max(0.0, exposed - c["dp_edge"]))
+    return max(0.0, hidden * share - max(0.0, exposed - c["dp_edge"]) - idle)
 
 
 def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
@@ -171,9 +171,11 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     host = host_time(m, s)
     host_exposed = max(0.0, host - t_mb)
     if host_exposed > 0:
-        notes.append(f"host-bound: eager PyTorch dispatches about {eager_ops(m, s):,.0f} ops per micro-batch, "
-                     f"{host * 1e3:.0f} ms on the host vs {t_mb * 1e3:.0f} ms of GPU work: the GPU waits "
-                     "(torch.compile, or more tokens per micro-batch, amortises it)")
+        fused = " (counted unfused: --fused-kernels dispatch fewer)" if s.fused_kernels else ""
+        notes.append(f"host-bound: eager PyTorch dispatches about {eager_ops(m, s):,.0f} ops per micro-batch{fused}, "
+                     f"at least {host * 1e3:.1f} ms on the host ({HOST_US_PER_OP} µs per op, timed on a CPU host) vs "
+                     f"{t_mb * 1e3:.1f} ms of GPU work: the GPU waits (torch.compile, or more tokens per micro-batch, "
+                     "amortises it)")
     t_mb += host_exposed
     n = s.grad_accum
     bubble = (s.pp - 1) / (s.vpp * n) if s.pp > 1 else 0.0
@@ -212,7 +214,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
         notes.append(f"pipeline bubble {100 * bubble:.0f}%: more micro-batches per step or --vpp shrink it")
     # the tied embedding's gradient, all-reduced between the first and the last stage after the data-parallel
     # reduction, on the stage that finishes last (comm.py: nothing left to hide it under)
-    sms = nccl_sms(s, cm, exposed)
+    sms = nccl_sms(s, cm, exposed, n * host_exposed)
     # --zero-broadcast: the owners' broadcasts after the step, waited for before the step ends (comm.py)
     bcast = cm["dp_bcast"]
     if bcast > 0.05 * (n * t_mb):

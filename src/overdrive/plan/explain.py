@@ -7,6 +7,7 @@ from overdrive.plan.collectives import CONNECTION_BYTES, LINK_EFF
 from overdrive.formats import planned_format
 from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_groups, weight_copies
 from overdrive.plan.estimate import Estimate
+from overdrive.plan.host import HOST_US_PER_OP, OPS_OUTSIDE_BLOCKS
 from overdrive.plan.setup import gbs_text
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors,
                                    backward_grad_bytes, state_bytes_per_param, terms)
@@ -51,7 +52,9 @@ _TIME = {
     "recompute": "the forward again for checkpointed blocks (full: all, selective: half, selective-op: half the mms; "
                  "Megatron: recompute-layers blocks, recompute-modules parts)",
     "offload_exposed": "activation offload out and back over the host link beyond the micro-batch's compute",
-    "host_exposed": "the GPU waiting for eager PyTorch's per-op dispatch on the host (host.py)",
+    "host_exposed": f"the GPU waiting for eager PyTorch's per-op dispatch: (blocks × ops per block + "
+                    f"{OPS_OUTSIDE_BLOCKS}) × {HOST_US_PER_OP} µs per micro-batch beyond its GPU work (host.py; the µs "
+                    "timed on a CPU host: a lower bound)",
     "optimizer": "16 + 8 per state bytes per parameter of this GPU's shard over HBM (AdamW: 32; offloaded: PCIe "
                  "+ CPU step)",
     "bubble": "pipeline idle (pp−1)/(vpp·micro-batches) of the compute (Narayanan et al. 2021, §2.2)",

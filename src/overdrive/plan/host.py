@@ -13,9 +13,12 @@ dispatches with Hugging Face transformers' Llama block, per block and outside th
 on every linear, with and without HF's gradient checkpointing, under torch.autocast or with the model in bf16
 (benchmarks/results/cpu/2026-12-07-host-ops/host-ops.json). Autocast's casts are counted where the planner's setup runs it: the
 model in fp32 masters without a sharded wrapper (`--sharding none`: DDP or one GPU under the HF Trainer,
-Lightning or plain AMP); DeepSpeed and FSDP cast the parameters once per gather instead. Other block code
-dispatches about as many ops per block (torchtune's and torchtitan's eager blocks are written the same way);
-fused kernels (--fused-kernels) dispatch fewer, so the floor is an upper bound there.
+Lightning or plain AMP); DeepSpeed and FSDP cast the parameters once per gather instead. An FP8 format's linears
+cast their own inputs and weights in every call: counted as autocast's casts, fewer than they dispatch. Other
+block code dispatches about as many ops per block (torchtune's and torchtitan's eager blocks are written the same
+way); fused kernels (--fused-kernels: Liger, flash-attn's rotary, Triton norms) dispatch fewer, and their count
+is not measured, so they are planned at the unfused block's. Not counted: FSDP's and ZeRO-3's per-module hooks,
+DTensor's tensor-parallel dispatch.
 
 The time per op is the same script's, on this project's CPU host (the fastest of 200 micro-steps of tiny
 tensors over their op count: 3.6 µs): a GPU host also pays each kernel's launch, so this is a lower bound there until
@@ -26,6 +29,7 @@ Engine's fused modules) dispatch a few ops per block; no floor is planned for th
 from __future__ import annotations
 
 from overdrive.plan.memory import recomputed_blocks
+from overdrive.plan.pipeline import stage_imbalance
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
@@ -46,19 +50,25 @@ def _checkpointed_share(m: ModelSpec, s: TrainSetup) -> float:
     L = m.n_layer / s.pp
     if s.recompute_layers:
         return recomputed_blocks(m, s) / L
-    return {"full": 1.0, "selective": (L // 2) / L if L >= 2 else 0.0}.get(s.checkpointing, 0.0)
+    # selective-op reruns every other matmul and the memory-bound forward: about half a forward's ops
+    return {"full": 1.0, "selective": (L // 2) / L if L >= 2 else 0.0, "selective-op": 0.5}.get(s.checkpointing, 0.0)
 
 
-def _autocast(s: TrainSetup) -> bool:
-    return s.precision in ("bf16", "fp16") and s.master_weights == "fp32" and s.sharding == "none"
+def _casts(s: TrainSetup) -> bool:
+    """Per-op casts: autocast's (bf16/fp16 over fp32 masters, no sharded wrapper), or a low-precision format's
+    own (torchao's float8 linears cast their input and weight in every call: at least autocast's count)."""
+    if s.precision in ("bf16", "fp16"):
+        return s.master_weights == "fp32" and s.sharding == "none"
+    return s.precision != "fp32"
 
 
 def eager_ops(m: ModelSpec, s: TrainSetup) -> float:
-    """ATen ops one micro-batch dispatches on the busiest pipeline rank (the last: it holds the head)."""
-    lora, cast = s.lora_rank > 0, _autocast(s)
+    """ATen ops one micro-batch dispatches on the busiest pipeline rank (its blocks, as `stage_imbalance` counts
+    them, and the head's and the loss's, which the last rank holds)."""
+    lora, cast = s.lora_rank > 0, _casts(s)
     f = _checkpointed_share(m, s)
     per_block = (1 - f) * OPS_PER_BLOCK[(lora, False, cast)] + f * OPS_PER_BLOCK[(lora, True, cast)]
-    return m.n_layer / s.pp * per_block + OPS_OUTSIDE_BLOCKS
+    return m.n_layer / s.pp * stage_imbalance(m, s) * per_block + OPS_OUTSIDE_BLOCKS
 
 
 def host_time(m: ModelSpec, s: TrainSetup) -> float:
