@@ -15,7 +15,8 @@ micro-steps divided by their op count (4 checkpointed blocks, no LoRA): a lower 
 kernel-launching op also pays cudaLaunchKernel. scripts/gpu_check.sh runs this with --device cuda, which times
 the real thing (without peft there it counts the non-LoRA cases only; the counts do not depend on the device).
 
-  python scripts/measure_host_ops.py [--device cpu|cuda] [--out FILE]   (default benchmarks/results/<device>/<date>-host-ops/)
+  python scripts/measure_host_ops.py [--device cpu|cuda] [--out FILE]
+  (default FILE: benchmarks/results/<device>/<date>-host-ops/host-ops.json)
 
 Needs transformers, and peft for the LoRA counts (the planner reads the committed numbers, not this script).
 """
@@ -147,7 +148,8 @@ def main(argv=None) -> int:
           f"median {timing['us_per_op_median']:.2f} us ({timing['ops']} ops per micro-step)")
     result = {"date": datetime.date.today().isoformat(), "device": a.device,
               "cpu": _cpu_name(), "cpus": os.cpu_count(), "load_1min": os.getloadavg()[0],
-              "torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__ if peft else None,
+              "torch": torch.__version__, "transformers": transformers.__version__,
+              "peft": peft.__version__ if peft else None,
               "python": sys.version.split()[0], "ops_per_block": per_block, "ops_outside_blocks": rest,
               "timing": timing}
     if torch.cuda.is_available() and a.device == "cuda":

@@ -227,7 +227,8 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     mfu = tps * model_flops_per_token(m, s) / (s.gpu.bf16_tflops * 1e12)
     times = {"gemm": n * ct["gemm"], "attention": n * ct["attention"], "memory_bound": n * ct["memory"],
              "recompute": n * ct["recompute"], "optimizer": ct["optimizer"], "bubble": n * t_mb * bubble,
-             "offload_exposed": n * offload_exposed, "host_exposed": n * host_exposed, "tp_exposed": n * cm["tp"], "cp_exposed": n * cm["cp"],
+             "offload_exposed": n * offload_exposed, "host_exposed": n * host_exposed, "tp_exposed": n * cm["tp"],
+             "cp_exposed": n * cm["cp"],
              "pp_p2p": n * cm["pp"], "dp_comm": cm["dp"], "dp_latency": cm["dp_latency"], "dp_exposed": exposed,
              "nccl_sms": sms, "embed_allreduce": cm["embed"], "fp32_grad_accum": n * ct["grad_accum"],
              "zero_bcast_exposed": bcast}

@@ -11,9 +11,9 @@ the host's time:
 The op counts are measured, not fitted: scripts/measure_host_ops.py counts the ops one forward + loss + backward
 dispatches with Hugging Face transformers' Llama block, per block and outside them, with and without PEFT's LoRA
 on every linear, with and without HF's gradient checkpointing, under torch.autocast or with the model in bf16
-(benchmarks/results/cpu/2026-12-07-host-ops/host-ops.json). Autocast's casts are counted where the planner's setup runs it: the
-model in fp32 masters without a sharded wrapper (`--sharding none`: DDP or one GPU under the HF Trainer,
-Lightning or plain AMP); DeepSpeed and FSDP cast the parameters once per gather instead. An FP8 format's linears
+(benchmarks/results/cpu/2026-12-07-host-ops/host-ops.json). Autocast's casts are counted where the planner's
+setup runs it: the model in fp32 masters without a sharded wrapper (`--sharding none`: DDP or one GPU under the
+HF Trainer, Lightning or plain AMP); DeepSpeed and FSDP cast the parameters once per gather instead. An FP8 format's linears
 cast their own inputs and weights in every call: counted as autocast's casts, fewer than they dispatch. Other
 block code dispatches about as many ops per block (torchtune's and torchtitan's eager blocks are written the same
 way); fused kernels (--fused-kernels: Liger, flash-attn's rotary, Triton norms) dispatch fewer, and their count
@@ -21,8 +21,8 @@ is not measured, so they are planned at the unfused block's. Not counted: FSDP's
 DTensor's tensor-parallel dispatch.
 
 The time per op is the same script's, on this project's CPU host (the fastest of 200 micro-steps of tiny
-tensors over their op count: 3.6 µs): a GPU host also pays each kernel's launch, so this is a lower bound there until
-scripts/gpu_check.sh measures it on a GPU. Compiled code (torch.compile) and the megatron stack (Transformer
+tensors over their op count: 3.6 µs): a GPU host also pays each kernel's launch, so this is a lower bound there
+until scripts/gpu_check.sh measures it on a GPU. Compiled code (torch.compile) and the megatron stack (Transformer
 Engine's fused modules) dispatch a few ops per block; no floor is planned for them.
 """
 
@@ -42,7 +42,8 @@ OPS_PER_BLOCK = {
     (True, False, False): 464, (True, False, True): 494, (True, True, False): 716, (True, True, True): 766,
 }
 OPS_OUTSIDE_BLOCKS = 80   # embedding, final norm, head and loss, forward and backward (72-86 measured; LoRA 8-76)
-HOST_US_PER_OP = 3.6      # the same run's fastest of 200 micro-steps / its ops (4 checkpointed blocks, fp32), 2-core AMD EPYC, load 0.2
+# the same run's fastest of 200 micro-steps over their ops (4 checkpointed blocks, fp32), 2-core AMD EPYC, load 0.2
+HOST_US_PER_OP = 3.6
 
 
 def _checkpointed_share(m: ModelSpec, s: TrainSetup) -> float:
