@@ -10,13 +10,15 @@ import pytest
 
 from overdrive.plan import ModelSpec, TrainSetup
 from overdrive.plan.estimate import estimate
-from overdrive.plan.host import HOST_US_PER_OP, OPS_OUTSIDE_BLOCKS, OPS_PER_BLOCK, eager_ops, host_time
+from overdrive.plan.host import (HOST_US_PER_OP, OPS_OUTSIDE_BLOCKS, OPS_PER_BLOCK, ZERO3_OPS_PER_BLOCK, eager_ops,
+                                 host_time, zero3_ops)
 
 from plan_cli import run  # noqa: F401 (a fixture)
 from plan_models import A100
 
 ROOT = Path(__file__).resolve().parents[2]
 MEASURED = ROOT / "benchmarks" / "results" / "cpu" / "2026-12-07-host-ops" / "host-ops.json"
+ZERO3_MEASURED = ROOT / "benchmarks" / "results" / "cpu" / "2026-12-07-zero3-host" / "zero3-host.json"
 QWEN_18B = ModelSpec(name="qwen-1.8b-like", n_layer=24, hidden=2048, n_head=16, n_kv_head=16, ffn=5504,
                      vocab=151936, tied=False)
 
@@ -109,7 +111,8 @@ def test_the_cli_says_when_the_host_is_the_bottleneck(run):
     explained = run(*flags, "--no-compile", "--explain")
     text = " ".join(explained.stdout.split())   # rich wraps the lines
     assert "host_exposed" in text
-    assert "eager PyTorch's per-op dispatch: (blocks × ops per block + 80) × 3.6 µs" in text
+    assert ("eager PyTorch's per-op dispatch: (blocks × ops per block + 80 + blocks × ZeRO-3's hooks in ops' worth) "
+            "× 3.6 µs") in text
     compiled = json.loads(run(*flags, "--json").stdout)["candidates"][0]
     assert compiled["times_s"]["host_exposed"] == 0
     assert compiled["tokens_per_s_per_gpu"] > best["tokens_per_s_per_gpu"]
@@ -154,3 +157,41 @@ def test_the_note_says_it_is_a_lower_bound_and_names_fused_kernels():
     tiny = ModelSpec(name="tiny", n_layer=2, hidden=256, n_head=4, n_kv_head=4, ffn=512, vocab=1024, tied=False)
     note = next(n for n in estimate(tiny, _eager()).notes if n.startswith("host-bound"))
     assert " vs 0 ms" not in note and " ms of GPU work" in note   # one decimal: never "vs 0 ms"
+
+
+def test_deepspeed_zero3_hooks_every_block_on_top_of_the_dispatch():
+    """ZeRO-3's per-module hooks (scripts/measure_zero3_host.py) add to the eager ops on every block, one GPU or
+    many, LoRA's adapter modules included; other shardings add nothing."""
+    rng = random.Random(3)
+    for _ in range(20):
+        L, lora, ckpt = rng.choice([2, 24, 80]), rng.choice([0, 64]), rng.choice(["none", "full"])
+        m = dataclasses.replace(QWEN_18B, n_layer=L)
+        gpus = rng.choice([1, 8])
+        z3 = _eager(lora_rank=lora, checkpointing=ckpt, sharding="zero3", gpus_per_node=gpus, global_batch=8 * gpus)
+        other = dataclasses.replace(z3, sharding=rng.choice(["zero2", "fsdp"]) if gpus > 1 else "none")
+        assert zero3_ops(m, other) == 0.0
+        assert zero3_ops(m, z3) == pytest.approx(L * ZERO3_OPS_PER_BLOCK[(lora > 0, ckpt == "full")])
+        assert host_time(m, z3) == pytest.approx((eager_ops(m, z3) + zero3_ops(m, z3)) * HOST_US_PER_OP * 1e-6)
+    m = QWEN_18B
+    assert zero3_ops(m, _eager(sharding="zero3")) > zero3_ops(m, _eager(sharding="zero3", lora_rank=0))
+
+
+def test_a_compiled_module_keeps_zero3s_hooks_and_the_note_names_them():
+    """DeepSpeed runs its hooks eagerly around a compiled module: the floor is theirs alone, and the note does not
+    offer torch.compile as the fix."""
+    s = _eager(sharding="zero3", lora_rank=0, compile=True)
+    assert host_time(QWEN_18B, s) == pytest.approx(zero3_ops(QWEN_18B, s) * HOST_US_PER_OP * 1e-6)
+    tiny = ModelSpec(name="tiny", n_layer=4, hidden=256, n_head=4, n_kv_head=4, ffn=512, vocab=1024, tied=False)
+    note = next(n for n in estimate(tiny, s).notes if n.startswith("host-bound"))
+    assert "DeepSpeed ZeRO-3's module hooks cost about 2,448 ops' worth" in note      # 4 checkpointed blocks x 612
+    assert "eager PyTorch" not in note and "torch.compile" not in note and "FSDP hooks a block" in note
+    note = next(n for n in estimate(tiny, dataclasses.replace(s, compile=False)).notes if n.startswith("host-bound"))
+    assert "eager PyTorch dispatches about" in note and " and DeepSpeed ZeRO-3's module hooks" in note
+
+
+def test_the_zero3_constants_are_the_committed_measurement():
+    rec = json.loads(ZERO3_MEASURED.read_text())
+    for (lora, ckpt), n in ZERO3_OPS_PER_BLOCK.items():
+        case = rec["cases"][f"{'lora' if lora else 'full'}-{'ckpt' if ckpt else 'none'}"]
+        assert case["zero3_ops_worth_per_block"] == pytest.approx(n, abs=0.5)
+        assert case["zero3_us_per_block"] > 0 and case["modules_per_block"] == (83 if lora else 13)

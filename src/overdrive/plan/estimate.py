@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from overdrive.plan.attention import attention_kernel, head_dim_refusal
 from overdrive.plan.collectives import PCIE_GBS, nccl_channels
 from overdrive.plan.engine_memory import nccl_buffer_bytes
-from overdrive.plan.host import HOST_US_PER_OP, eager_ops, host_time
+from overdrive.plan.host import host_note, host_time
 from overdrive.plan.comm import comm_times, dp_exposed
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, GIB, lora_params, memory_breakdown,
                                    reserve_bytes, terms)
@@ -171,11 +171,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     host = host_time(m, s)
     host_exposed = max(0.0, host - t_mb)
     if host_exposed > 0:
-        fused = " (counted unfused: --fused-kernels dispatch fewer)" if s.fused_kernels else ""
-        notes.append(f"host-bound: eager PyTorch dispatches about {eager_ops(m, s):,.0f} ops per micro-batch{fused}, "
-                     f"at least {host * 1e3:.1f} ms on the host ({HOST_US_PER_OP} µs per op, timed on a CPU host) vs "
-                     f"{t_mb * 1e3:.1f} ms of GPU work: the GPU waits (torch.compile, or more tokens per micro-batch, "
-                     "amortises it)")
+        notes.append(host_note(m, s, host, t_mb))
     t_mb += host_exposed
     n = s.grad_accum
     bubble = (s.pp - 1) / (s.vpp * n) if s.pp > 1 else 0.0

@@ -53,8 +53,8 @@ _TIME = {
                  "Megatron: recompute-layers blocks, recompute-modules parts)",
     "offload_exposed": "activation offload out and back over the host link beyond the micro-batch's compute",
     "host_exposed": f"the GPU waiting for eager PyTorch's per-op dispatch: (blocks × ops per block + "
-                    f"{OPS_OUTSIDE_BLOCKS}) × {HOST_US_PER_OP} µs per micro-batch beyond its GPU work (host.py; the µs "
-                    "timed on a CPU host: a lower bound)",
+                    f"{OPS_OUTSIDE_BLOCKS} + blocks × ZeRO-3's hooks in ops' worth) × {HOST_US_PER_OP} µs per "
+                    "micro-batch beyond its GPU work (host.py; the µs timed on a CPU host: a lower bound)",
     "optimizer": "16 + 8 per state bytes per parameter of this GPU's shard over HBM (AdamW: 32; offloaded: PCIe "
                  "+ CPU step)",
     "bubble": "pipeline idle (pp−1)/(vpp·micro-batches) of the compute (Narayanan et al. 2021, §2.2)",

@@ -17,13 +17,21 @@ HF Trainer, Lightning or plain AMP); DeepSpeed and FSDP cast the parameters once
 cast their own inputs and weights in every call: counted as autocast's casts, fewer than they dispatch. Other
 block code dispatches about as many ops per block (torchtune's and torchtitan's eager blocks are written the same
 way); fused kernels (--fused-kernels: Liger, flash-attn's rotary, Triton norms) dispatch fewer, and their count
-is not measured, so they are planned at the unfused block's. Not counted: FSDP's and ZeRO-3's per-module hooks,
-DTensor's tensor-parallel dispatch.
+is not measured, so they are planned at the unfused block's.
+
+DeepSpeed ZeRO-3 (--sharding zero3) hooks every submodule: the fetch and release of its parameters around each
+forward and backward, each trained parameter's gradient into the reduce bucket, every micro-batch. That is Python
+per module, timed by scripts/measure_zero3_host.py as the difference between the same Hugging Face Llama plain
+and under deepspeed.initialize (benchmarks/results/cpu/2026-12-07-zero3-host/zero3-host.json): per block, in ops'
+worth (its time over the same run's time per op), 539 plain and 612 checkpointed; with LoRA on every linear,
+whose adapters are modules of their own (83 modules a block, not 13), 1,416 and 1,824. One rank over gloo: the
+collectives, CUDA's events and stream waits are not in it, nor the hooks outside the blocks. Not counted:
+FSDP's per-block hooks (one a block, not thirteen), DTensor's tensor-parallel dispatch.
 
 The time per op is the same script's, on this project's CPU host (the fastest of 200 micro-steps of tiny
 tensors over their op count: 3.6 µs): a GPU host also pays each kernel's launch, so this is a lower bound there
 until scripts/gpu_check.sh measures it on a GPU. Compiled code (torch.compile) and the megatron stack (Transformer
-Engine's fused modules) dispatch a few ops per block; no floor is planned for them.
+Engine's fused modules) dispatch a few ops per block; no floor is planned for them, but for ZeRO-3's hooks.
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ from overdrive.plan.pipeline import stage_imbalance
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
-__all__ = ["HOST_US_PER_OP", "OPS_PER_BLOCK", "OPS_OUTSIDE_BLOCKS", "eager_ops", "host_time"]
+__all__ = ["HOST_US_PER_OP", "OPS_PER_BLOCK", "OPS_OUTSIDE_BLOCKS", "ZERO3_OPS_PER_BLOCK", "eager_ops", "zero3_ops",
+           "host_time", "host_note"]
 
 # scripts/measure_host_ops.py, 2026-12-07, torch 2.13.0 (CPU), transformers 5.25.0, peft 0.22.0:
 # benchmarks/results/cpu/2026-12-07-host-ops/host-ops.json. Keys: (LoRA, checkpointed, autocast).
@@ -44,6 +53,9 @@ OPS_PER_BLOCK = {
 OPS_OUTSIDE_BLOCKS = 80   # embedding, final norm, head and loss, forward and backward (72-86 measured; LoRA 8-76)
 # the same run's fastest of 200 micro-steps over their ops (4 checkpointed blocks, fp32), 2-core AMD EPYC, load 0.2
 HOST_US_PER_OP = 3.6
+# scripts/measure_zero3_host.py, 2026-12-07, deepspeed 0.19.8, torch 2.13.0 (CPU), transformers 5.25.0, peft 0.22.0:
+# benchmarks/results/cpu/2026-12-07-zero3-host/zero3-host.json, ops' worth per block. Keys: (LoRA, checkpointed).
+ZERO3_OPS_PER_BLOCK = {(False, False): 539, (False, True): 612, (True, False): 1416, (True, True): 1824}
 
 
 def _checkpointed_share(m: ModelSpec, s: TrainSetup) -> float:
@@ -72,8 +84,31 @@ def eager_ops(m: ModelSpec, s: TrainSetup) -> float:
     return m.n_layer / s.pp * stage_imbalance(m, s) * per_block + OPS_OUTSIDE_BLOCKS
 
 
-def host_time(m: ModelSpec, s: TrainSetup) -> float:
-    """Seconds the host needs to dispatch one micro-batch; 0 where no floor is planned (compiled, megatron)."""
-    if s.compile or s.stack != "pytorch":
+def zero3_ops(m: ModelSpec, s: TrainSetup) -> float:
+    """DeepSpeed ZeRO-3's hooks on the busiest rank's blocks, in ops' worth per micro-batch (0 without ZeRO-3)."""
+    if s.sharding != "zero3":
         return 0.0
-    return eager_ops(m, s) * HOST_US_PER_OP * 1e-6
+    lora, f = s.lora_rank > 0, _checkpointed_share(m, s)
+    per_block = (1 - f) * ZERO3_OPS_PER_BLOCK[(lora, False)] + f * ZERO3_OPS_PER_BLOCK[(lora, True)]
+    return m.n_layer / s.pp * stage_imbalance(m, s) * per_block
+
+
+def host_time(m: ModelSpec, s: TrainSetup) -> float:
+    """Seconds the host needs to dispatch one micro-batch; 0 where no floor is planned (compiled code without
+    ZeRO-3, megatron). DeepSpeed runs its hooks eagerly around a compiled module (`compiler.disable`)."""
+    if s.stack != "pytorch":
+        return 0.0
+    return ((0.0 if s.compile else eager_ops(m, s)) + zero3_ops(m, s)) * HOST_US_PER_OP * 1e-6
+
+
+def host_note(m: ModelSpec, s: TrainSetup, host: float, gpu: float) -> str:
+    """The plan's note when the host's `host` seconds per micro-batch exceed its `gpu` seconds of GPU work."""
+    z3, eager = zero3_ops(m, s), 0.0 if s.compile else eager_ops(m, s)
+    parts = ([f"eager PyTorch dispatches about {eager:,.0f} ops"] if eager else []) + (
+        [f"DeepSpeed ZeRO-3's module hooks cost about {z3:,.0f} ops' worth"] if z3 else [])
+    fused = " (counted unfused: --fused-kernels dispatch fewer)" if s.fused_kernels and eager else ""
+    fix = "more tokens per micro-batch amortise it" + ("" if s.compile else ", torch.compile the eager ops") + (
+        ", FSDP hooks a block where ZeRO-3 hooks each module" if z3 else "")
+    return (f"host-bound: {' and '.join(parts)} per micro-batch{fused}, at least {host * 1e3:.1f} ms on the host "
+            f"({HOST_US_PER_OP} µs per op, timed on a CPU host) vs {gpu * 1e3:.1f} ms of GPU work: the GPU waits "
+            f"({fix})")
