@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import tempfile
 
 from overdrive.errors import UserError
+from overdrive.io import check_writable
 
 
 def _check_writable(path: str) -> None:
@@ -19,7 +22,6 @@ def _check_writable(path: str) -> None:
         raise UserError(f"--png {path} is a directory: give a file name such as {os.path.join(path, 'plan.png')}")
     if not os.path.isdir(d):
         raise UserError(f"--png {path}: folder {d} does not exist: create it or pick another path")
-    import tempfile
     try:  # a real write, as os.access says yes to root on read-only mounts and /proc
         with tempfile.NamedTemporaryFile(dir=d, suffix=".png"):
             pass
@@ -30,28 +32,12 @@ def _check_writable(path: str) -> None:
         raise UserError(f"--png {path} is not writable ({e.strerror}): pick a path in a folder you can write") from None
 
 
-DEFAULT_MODEL = "llama3-8b"
-DEFAULT_VOCAB = 128256
+DEFAULT_MODEL, DEFAULT_VOCAB = "llama3-8b", 128256
 _CUSTOM_DIMS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "tied", "gelu_mlp", "squared_relu",
                 "learned_pos", "bias")
 _SWEEP_FLAGS = ("sweep", "json", "markdown", "png", "func", "verbose")
 """What --sweep reads; it runs its own grid, so any other flag set would be silently ignored."""
 _DEFAULTS: dict = {}
-
-
-def _check_out(out: str) -> None:
-    """Refuse an --out folder we could not create or write, before any work."""
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise UserError(f"--out {out} is a file: pass a folder (it is created if missing)")
-    d = os.path.abspath(out)
-    while not os.path.exists(d):
-        d = os.path.dirname(d)
-    import tempfile
-    try:
-        with tempfile.NamedTemporaryFile(dir=d):
-            pass
-    except OSError as e:
-        raise UserError(f"--out {out}: cannot write in {d} ({e.strerror}): pick a folder you can write") from None
 
 
 def _model(args):
@@ -106,7 +92,7 @@ def _check_flags(args: argparse.Namespace) -> None:
     if args.png:
         _check_writable(args.png)
     if args.out:
-        _check_out(args.out)
+        check_writable(args.out, flag="--out")   # a file, or a folder that cannot be made: before any work
 
 
 def _run_sweep(args: argparse.Namespace, console) -> int:
@@ -126,7 +112,8 @@ def _run_sweep(args: argparse.Namespace, console) -> int:
 _SAME_NAME = ("nodes", "seq", "tp", "pp", "vpp", "cp", "optimizer_dtype", "optimizer", "master_weights", "optimizer_in_backward",
               "fp8_all_gather", "intra_gbs", "inter_gbs", "offload", "loss", "lora_rank", "pure_bf16", "fp8_activations",
               "recompute_layers", "offload_activations", "grad_dtype", "embedding_in_pipeline_split", "stack", "attention",
-              "z_loss", "fused_kernels", "deepspeed_pipeline", "embed_norm", "dropout", "zero_broadcast", "pp_keep_outputs")
+              "z_loss", "fused_kernels", "deepspeed_pipeline", "embed_norm", "dropout", "zero_broadcast", "pp_keep_outputs",
+              "doc_len")
 """Flags whose value is the TrainSetup field of the same name."""
 
 
@@ -138,6 +125,8 @@ def _setup_kwargs(args: argparse.Namespace) -> dict:
     gb = args.global_batch
     if args.async_tp and args.no_async_tp:
         raise ValueError("--async-tp and --no-async-tp contradict each other: keep one")
+    if args.doc_len and not 0 < args.doc_len <= args.seq:
+        raise ValueError(f"--doc-len {args.doc_len}: give 1 to --seq {args.seq} tokens (documents pack a sequence)")
     if args.fused_kernels and not args.no_compile:
         raise ValueError("--fused-kernels describes eager code: add --no-compile (compiled code fuses anyway)")
     if args.global_batch_tokens is not None:
@@ -197,8 +186,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         model = _model(args)
         setup = _setup_kwargs(args)
         if args.qk_norm and not model.qk_norm:
-            import dataclasses
-
             model = dataclasses.replace(model, qk_norm=True)
         r = plan(model, args.gpu, min_headroom_gib=args.min_headroom, **_search_lists(args), **setup)
     except ValueError as e:
@@ -259,6 +246,8 @@ def _add_layout_args(a) -> None:
            "GPU's memory, about the memory estimate's worst error; 0 ranks by speed alone)")
     a("--nodes", type=int, default=1, help="number of nodes (GPUs in all = nodes x --gpus)")
     a("--seq", type=int, default=4096, help="sequence length in tokens")
+    a("--doc-len", type=int, default=0, metavar="D",
+      help="packed documents of about D tokens, each attending to itself only (varlen / document-masked attention)")
     a("--micro-batch", type=int, default=None, help="sequences per GPU per step (default: search 1-16)")
     a("--global-batch", type=int, help="global batch in sequences (sets gradient accumulation)")
     a("--global-batch-tokens", type=int, help="global batch in tokens")

@@ -88,11 +88,12 @@ def vpp_choices(m: ModelSpec, s: TrainSetup) -> list[int]:
 
 
 def model_flops_per_token(m: ModelSpec, s: TrainSetup) -> float:
-    """The FLOPs a token's training step does: 6N + 12·L·H·Q·T (ModelSpec.flops_per_token); with LoRA the
+    """The FLOPs a token's training step does: 6N + 12·L·H·Q·T (ModelSpec.flops_per_token; T the document's
+    tokens with --doc-len, which is what document-masked attention computes); with LoRA the
     frozen base weights get no weight gradient (forward and input gradient only, 4N) and the adapters their 6."""
     if not s.lora_rank:
-        return m.flops_per_token(s.seq)
-    return m.flops_per_token(s.seq) - 2 * m.n_params_matmul() + 6 * lora_params(m, s.lora_rank)
+        return m.flops_per_token(s.attn_len)
+    return m.flops_per_token(s.attn_len) - 2 * m.n_params_matmul() + 6 * lora_params(m, s.lora_rank)
 
 
 def estimate(m: ModelSpec, s: TrainSetup, *, cal: dict | None = None) -> Estimate:
@@ -199,6 +200,8 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     if s.sp_regather and (s.tp == 1 or s.stack == "megatron"):
         notes.append("--sequence-parallel regather changes nothing here: " + (
             "no tensor parallelism" if s.tp == 1 else "Megatron's sequence parallelism regathers already"))
+    if s.doc_len and s.attention == "unfused":
+        notes.append("--doc-len changes nothing here: unfused attention computes every masked score of the s × s")
     if s.nodes == 1 and s.inter_gbs is not None:
         notes.append(f"--inter-gbs {gbs_text(s.inter_gbs)} changes nothing here: one node, nothing crosses the network")
     if s.world == 1 and s.intra_gbs is not None:

@@ -44,7 +44,8 @@ _TIME = {
     "gemm": "per linear, forward (M×N over K), input grad (M×K over N), weight grad (K×N over M), each 2·M·K·N / "
             "(peak × e[stack][GPU generation] × tile/wave quantization over the SMs × inner/(inner + k0)); low "
             "precision at its peak × lowp_rel, head in bf16",
-    "attention": "causal flash attention 3.5 × 2·b·s²·h/(tp·cp) / (bf16 peak × the kernel's share at this sequence × "
+    "attention": "causal flash attention 3.5 × 2·b·s²·h/(tp·cp) (packed documents: s·d, --doc-len d) / (bf16 peak × "
+                 "the kernel's share at this sequence (or document) × "
                  "attn_rel: the attention kernel line below); --attention unfused: "
                  "the two score GEMMs over the full s × s at their shape's rate + 20 bytes per score over HBM",
     "memory_bound": "(12h + 2kv + 3F)·2 bytes ×3 per token per block (10h of it on every token of a TP rank "
@@ -91,9 +92,9 @@ _TIME = {
 def _attention_line(e: Estimate) -> str:
     """Which kernel attention is planned with, at what share of the peak, and where that share comes from."""
     s = e.setup
-    kernel, tokens = attention_kernel(s), s.seq // s.cp
+    kernel, tokens = attention_kernel(s), min(s.seq // s.cp, s.attn_len)   # a packed document's own, --doc-len
     hd = e.model.head_dim if e.model is not None else 128
-    share, rel = attention_share(s, s.seq / s.cp), CALIBRATION["attn_rel"] * attention_override(s, CALIBRATION)
+    share, rel = attention_share(s, tokens), CALIBRATION["attn_rel"] * attention_override(s, CALIBRATION)
     peak = peak_tflops(s, "fp32" if s.precision == "fp32" else "bf16")
     why = "--attention" if s.attention != "flash" else f"the {s.stack} stack's on {s.gpu.key}"
     src = ("the FlashAttention-3 paper's H100 figures" if s.gpu.sm[0] == 9 and tokens >= 512 else

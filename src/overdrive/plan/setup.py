@@ -55,6 +55,10 @@ class TrainSetup:
     seq: int = 4096
     micro_batch: int = 1
     """Sequences per GPU per forward/backward (per data-parallel rank)."""
+    doc_len: int = 0
+    """Packed documents: each sequence holds documents of about this many tokens, each attending only to itself
+    (document masking: flash attention's varlen kernels, FlexAttention's block mask, Transformer Engine's THD), so
+    attention does s·d work per sequence instead of s². 0: one document fills the sequence."""
     global_batch: int | None = None
     """Sequences per optimizer step; sets gradient accumulation. None: one micro-batch per rank."""
     precision: str = "bf16"
@@ -209,6 +213,11 @@ class TrainSetup:
         """GB/s per GPU across nodes: `--inter-gbs`, else the GPU's reference system (catalog `nic_gbs`: 25 on
         DGX A100, 50 on DGX H100/H200/B200 and GB200, 100 on DGX B300 and GB300)."""
         return self.inter_gbs or self.gpu.nic_gbs
+
+    @property
+    def attn_len(self) -> int:
+        """Tokens a query attends over at most: the document's with --doc-len, else the sequence's."""
+        return min(self.doc_len, self.seq) if self.doc_len else self.seq
 
     @property
     def world(self) -> int:

@@ -199,6 +199,8 @@ def _check_counts(s) -> None:
                          "parameters are offloaded per shard; with ZeRO-1/2 or DDP use --offload optimizer")
     if s.lora_rank < 0:
         raise ValueError(f"--lora-rank must be >= 0, got {s.lora_rank}")
+    if isinstance(s.doc_len, bool) or not isinstance(s.doc_len, int) or s.doc_len < 0:   # > seq: cut at it
+        raise ValueError(f"--doc-len must be a whole number of tokens, got {s.doc_len}")
     if s.global_batch is not None and s.global_batch < 1:
         raise ValueError(f"--global-batch must be a positive number of sequences, got {s.global_batch}")
 

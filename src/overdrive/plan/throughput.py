@@ -14,7 +14,8 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
               TP-sliced dimensions (hidden 2304, or 8192/8) get less of peak this way, wide ones nearly all.
               FP8/MXFP8/NVFP4 run the block GEMMs at their own peak × `lowp_rel`; the output head stays bf16
               (torchtitan's and NVIDIA's recipes); NVFP4 keeps the last 16% of blocks in bf16 (NVIDIA's recipe).
-  attention   causal flash attention: forward 4·b·s_q·s·h/tp FLOPs × 1/2 (causal), backward 2.5× forward
+  attention   causal flash attention: forward 4·b·s_q·s·h/tp FLOPs × 1/2 (causal; packed documents of d tokens,
+              --doc-len: 4·b·s_q·d·h/tp × 1/2 at the kernel's rate for d tokens), backward 2.5× forward
               (FlashAttention-2 recomputes the scores), in bf16 at the kernel's published share of the bf16 peak
               on this GPU generation (attention.py's `ATTN_PEAK_SHARE`: FlashAttention-2 reaches a third of an H100, cuDNN's and
               FlashAttention-3's Hopper-native kernels half), × its sequence roll-off (`ATTN_SEQ_RATE`, from the
@@ -260,8 +261,10 @@ def _attention_time(m: ModelSpec, s: TrainSetup, cal: dict, c: dict) -> tuple[fl
         per_score = UNFUSED_ATTN_BYTES + (UNFUSED_DROPOUT_BYTES if s.dropout else 0.0)
         attn += L * s.micro_batch * heads * (s.seq / s.cp) * s.seq * per_score / c["hbm"]
         return attn, 1 / 3
-    attn_fwd = 4 * s.micro_batch * (s.seq / s.cp) * s.seq * (m.n_head * m.head_dim) / s.tp * 0.5
-    rate = bf16_peak * 1e12 * attention_share(s, s.seq / s.cp) * cal["attn_rel"] * attention_override(s, cal)
+    # each query over its own document's keys (s·d: --doc-len), the kernel's rate at that many tokens a launch
+    attn_fwd = 4 * s.micro_batch * (s.seq / s.cp) * s.attn_len * (m.n_head * m.head_dim) / s.tp * 0.5
+    share = attention_share(s, min(s.seq / s.cp, s.attn_len))
+    rate = bf16_peak * 1e12 * share * cal["attn_rel"] * attention_override(s, cal)
     rate *= head_dim_padding(s, m.head_dim)   # tiles as wide as the compiled head dim the head is padded to
     return L * 3.5 * attn_fwd / rate, 1 / 3.5
 

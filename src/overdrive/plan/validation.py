@@ -26,7 +26,7 @@ _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "t
                "optimizer", "master_weights", "optimizer_in_backward", "sequence_parallel", "z_loss", "gather_dtype",
                "fused_kernels", "lora_rank", "deepspeed_pipeline", "partition_activations",
                "overlap_grad_reduce", "embed_norm", "dropout", "sp_regather", "intra_gbs", "zero_broadcast", "offload",
-               "zero_init", "pp_keep_outputs")
+               "zero_init", "pp_keep_outputs", "doc_len")
 
 
 def load_runs() -> list[dict]:
@@ -138,7 +138,7 @@ _FLAG_DEFAULTS = {"micro_batch": None, "precision": None, "sharding": None, "tp"
                   "checkpointing": None, "stack": "pytorch", "loss": "standard", "grad_dtype": "fp32",
                   "optimizer_dtype": "fp32", "intra_gbs": None, "inter_gbs": None, "recompute_layers": 0, "offload_activations": 0,
                   "attention": "flash", "optimizer": "adamw", "master_weights": "fp32", "block_code": "", "lora_rank": 0,
-                  "offload": "none"}
+                  "offload": "none", "doc_len": 0}
 _BOOL_FLAGS = {"pure_bf16": "--pure-bf16", "fp8_all_gather": "--fp8-all-gather", "fp8_activations": "--fp8-activations",
                "embedding_in_pipeline_split": "--embedding-in-pipeline-split",
                "optimizer_in_backward": "--optimizer-in-backward", "z_loss": "--z-loss",
