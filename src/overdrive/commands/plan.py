@@ -161,19 +161,19 @@ def _search_lists(args: argparse.Namespace) -> dict:
             "checkpointing": args.checkpointing.split(",") if args.checkpointing else None}
 
 
-def _explain_top(r: dict, model, setup: dict) -> list[str]:
+def _explain_top(r: dict, model, setup: dict, gpu) -> list[str]:
     """--explain: every term of the pick, re-planned from the precision asked (before "→"), so the explanation
     carries the fallback's label and note."""
-    from overdrive.env import gpu_by_key
     from overdrive.plan import TrainSetup, estimate, explain
 
     e = r["top"] or r["candidates"][0]
-    s = TrainSetup(gpu=gpu_by_key(r["gpu"]), **{**setup, "micro_batch": e["micro_batch"]},
+    s = TrainSetup(gpu=gpu, **{**setup, "micro_batch": e["micro_batch"]},
                    precision=e["label"].split("→")[0], sharding=e["sharding"], checkpointing=e["checkpointing"])
     return explain(estimate(model, s))
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    from overdrive.env import gpu_by_key
     from overdrive.plan import plan
     from overdrive.report.console import wide_console
     from overdrive.report.plan_view import render_plan, write_breakdown_png
@@ -187,10 +187,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         setup = _setup_kwargs(args)
         if args.qk_norm and not model.qk_norm:
             model = dataclasses.replace(model, qk_norm=True)
-        r = plan(model, args.gpu, min_headroom_gib=args.min_headroom, **_search_lists(args), **setup)
+        gpu = gpu_by_key(args.gpu, mem_gib=args.gpu_mem)
+        r = plan(model, gpu, min_headroom_gib=args.min_headroom, **_search_lists(args), **setup)
     except ValueError as e:
         raise UserError(str(e)) from None
-    lines = _explain_top(r, model, setup) if args.explain else []
+    lines = _explain_top(r, model, setup, gpu) if args.explain else []
     if args.json:  # one JSON document on stdout, the explanation inside it
         print(json.dumps({**r, "explain": lines} if args.explain else r, indent=1))
     else:
@@ -241,6 +242,8 @@ def _add_layout_args(a) -> None:
     a("--gpu", default="h100-sxm", help="gb300, gb200, b300, b200, h200, h200-nvl, h100-sxm, h100-96gb, h100-nvl, "
                                         "h100-pcie, h800, a100-80, a100-40, a800, l40s, l4, rtx4090")
     a("--gpus", type=int, default=8, help="GPUs per node")
+    a("--gpu-mem", type=float, metavar="GIB", help="the GPU's memory in GiB where the board differs from the catalog "
+      "(e.g. a DGX Station's GB300: 252)")
     a("--min-headroom", type=float, default=None, metavar="GIB",
       help="safety margin: configurations leaving less than GIB free rank after the rest (default: 10%% of the "
            "GPU's memory, about the memory estimate's worst error; 0 ranks by speed alone)")

@@ -8,7 +8,7 @@ what `nvidia-smi --query-gpu=memory.total` reports, in MiB (an "80GB" H100 shows
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 __all__ = ["GpuSpec", "GPU_CATALOG", "lookup_gpu", "gpu_by_key"]
 
@@ -164,13 +164,19 @@ _ALIASES = {"h100": "h100-sxm", "a100": "a100-80", "4090": "rtx4090", "rtx-4090"
             "h200-sxm": "h200", "b200-sxm": "b200"}
 
 
-def gpu_by_key(key: str) -> GpuSpec:
-    """The catalog entry for a command-line name; raises ValueError listing the known names."""
+def gpu_by_key(key: str, mem_gib: float | None = None) -> GpuSpec:
+    """The catalog entry for a command-line name, with `mem_gib` GiB of memory where given (a board that has more
+    or less than the catalog's, `overdrive plan --gpu-mem`); raises ValueError listing the known names."""
     k = key.strip().lower().replace("_", "-")
     k = _ALIASES.get(k, k)
     for spec in GPU_CATALOG:
-        if spec.key == k:
+        if spec.key == k and mem_gib is None:
             return spec
+        if spec.key == k:
+            if not (isinstance(mem_gib, (int, float)) and 1 <= mem_gib <= 4096):
+                raise ValueError(f"--gpu-mem {mem_gib}: give the GPU's memory in GiB, 1 to 4096 (the catalog's "
+                                 f"{spec.key} has {spec.mem_gib:.0f})")
+            return replace(spec, mem_mib=round(mem_gib * 1024), note=f"memory {mem_gib:g} GiB by --gpu-mem")
     known = ", ".join(s.key for s in GPU_CATALOG)
     raise ValueError(f"unknown GPU '{key}': known GPUs are {known}")
 
