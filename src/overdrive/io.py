@@ -40,11 +40,13 @@ def write_atomic(path: str, data: str | bytes) -> None:
         raise
 
 
-def check_writable(path: str, *, flag: str, kind: str = "folder", fix: str = "pass a path you can write to") -> None:
+def check_writable(path: str, *, flag: str, kind: str = "folder", fix: str = "pass a path you can write to",
+                   create: bool = True) -> None:
     """Refuse, before any work, an output that could not be written at the end.
 
     kind="folder": `path` is (or will be created as) a folder that receives files;
-    kind="file": `path` is a file to (over)write. Creates missing folders, writes and deletes a probe
+    kind="file": `path` is a file to (over)write. Creates missing folders (create=False: probes the nearest
+    existing one instead, so a run refused later leaves nothing behind), writes and deletes a probe
     file, and raises UserError naming the flag and `fix`.
     """
     p = os.path.abspath(path)
@@ -56,8 +58,12 @@ def check_writable(path: str, *, flag: str, kind: str = "folder", fix: str = "pa
         if os.path.exists(p) and not os.path.isdir(p):
             raise UserError(f"{flag} {path} is a file: pass a folder (it is created if missing)")
         folder = p
+    if not create:
+        while not os.path.exists(folder):
+            folder = os.path.dirname(folder)
     try:
-        os.makedirs(folder, exist_ok=True)
+        if create:
+            os.makedirs(folder, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".overdrive-probe-")
         os.close(fd)
         os.unlink(probe)

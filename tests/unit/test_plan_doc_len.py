@@ -52,7 +52,9 @@ def test_mfu_counts_the_attention_the_documents_do():
 def test_unfused_attention_computes_the_masked_scores_anyway_and_says_so():
     whole, packed = (estimate(M, _setup(seq=4096, attention="unfused", doc_len=x)) for x in (0, 512))
     assert packed.times["attention"] == whole.times["attention"]
-    assert any(n.startswith("--doc-len changes nothing here: unfused attention") for n in packed.notes)
+    assert any(n.startswith("--doc-len changes no time here: unfused attention") and "MFU counts only" in n
+               for n in packed.notes)
+    assert packed.mfu == pytest.approx(whole.mfu * M.flops_per_token(512) / M.flops_per_token(4096))
     assert not any("--doc-len" in n for n in estimate(M, _setup(seq=4096, doc_len=512)).notes)
 
 
@@ -79,8 +81,31 @@ def test_the_cli_plans_packed_documents_and_reports_them(run):
     assert packed["tokens_per_s_per_gpu"] > 1.5 * whole["tokens_per_s_per_gpu"]   # attention is most of 64K
     text = " ".join(run(*flags[:-1], "--doc-len", "2048", "--explain").stdout.split())
     assert "at 2048 tokens" in text and "(packed documents: s·d, --doc-len d)" in text
-    refused(run(*flags, "--doc-len", "70000"), "--doc-len 70000: give 1 to --seq 65536 tokens")
-    refused(run(*flags, "--doc-len", "-5"), "--doc-len -5: give 1 to --seq 65536 tokens")
+    assert "seq 65536 of 2048-token documents" in text
+    table = " ".join(run(*flags[:-1], "--doc-len", "2048").stdout.split())
+    assert "seq 65536 of 2048-token documents" in table
+    refused(run(*flags, "--doc-len", "-5"), "--doc-len -5: give the documents' tokens")
+
+
+def test_a_suggested_shorter_sequence_can_be_run_with_the_same_doc_len(run, tmp_path):
+    """'Nothing fits' suggests a shorter sequence; the user re-runs it with their --doc-len, now longer than the
+    sequence: planned with the documents cut at it, and said so (not refused)."""
+    flags = ["--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "2", "--doc-len", "131072", "--json"]
+    r = json.loads(run(*flags, "--seq", "262144").stdout)
+    assert r["top"] is None and any("shorter sequence" in x for x in r["suggestions"])
+    cp = run(*flags, "--seq", "8192")
+    assert cp.returncode == 0, cp.stderr
+    c = json.loads(cp.stdout)["candidates"][0]
+    assert any("--doc-len 131072 is longer than the sequence: documents are cut at 8192" in n for n in c["notes"])
+    plain = json.loads(run(*flags[:-3], "--json", "--seq", "8192").stdout)["candidates"][0]
+    assert c["tokens_per_s_per_gpu"] == plain["tokens_per_s_per_gpu"]
+
+
+def test_a_refused_plan_leaves_no_out_folder(run, tmp_path):
+    out = tmp_path / "a" / "b"
+    refused(run("--seq", "4096", "--tp", "3", "--out", str(out)), "tp 3 .* does not divide")
+    refused(run("--seq", "4096", "--doc-len", "-1", "--out", str(out)), "--doc-len -1")
+    assert not (tmp_path / "a").exists()
 
 
 def test_a_published_run_with_packed_documents_is_expressed_with_its_flag():

@@ -200,8 +200,12 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     if s.sp_regather and (s.tp == 1 or s.stack == "megatron"):
         notes.append("--sequence-parallel regather changes nothing here: " + (
             "no tensor parallelism" if s.tp == 1 else "Megatron's sequence parallelism regathers already"))
-    if s.doc_len and s.attention == "unfused":
-        notes.append("--doc-len changes nothing here: unfused attention computes every masked score of the s × s")
+    if s.doc_len > s.seq:
+        notes.append(f"--doc-len {s.doc_len} is longer than the sequence: documents are cut at {s.seq} tokens, "
+                     "each sequence one document")
+    elif s.doc_len and s.attention == "unfused":
+        notes.append("--doc-len changes no time here: unfused attention computes every masked score of the s × s "
+                     f"(MFU counts only the documents' s·{s.doc_len})")
     if s.nodes == 1 and s.inter_gbs is not None:
         notes.append(f"--inter-gbs {gbs_text(s.inter_gbs)} changes nothing here: one node, nothing crosses the network")
     if s.world == 1 and s.intra_gbs is not None:

@@ -53,9 +53,10 @@ _TIME = {
     "recompute": "the forward again for checkpointed blocks (full: all, selective: half, selective-op: half the mms; "
                  "Megatron: recompute-layers blocks, recompute-modules parts)",
     "offload_exposed": "activation offload out and back over the host link beyond the micro-batch's compute",
-    "host_exposed": f"the GPU waiting for eager PyTorch's per-op dispatch: (blocks × ops per block + "
-                    f"{OPS_OUTSIDE_BLOCKS} + blocks × ZeRO-3's hooks in ops' worth) × {HOST_US_PER_OP} µs per "
-                    "micro-batch beyond its GPU work (host.py; the µs timed on a CPU host: a lower bound)",
+    "host_exposed": f"the GPU waiting for the host: (eager PyTorch's dispatch, blocks × ops per block + "
+                    f"{OPS_OUTSIDE_BLOCKS}, none when compiled; + blocks × ZeRO-3's hooks in ops' worth with "
+                    f"--sharding zero3, compiled or not) × {HOST_US_PER_OP} µs per micro-batch beyond its GPU work "
+                    "(host.py; the µs timed on a CPU host: a lower bound)",
     "optimizer": "16 + 8 per state bytes per parameter of this GPU's shard over HBM (AdamW: 32; offloaded: PCIe "
                  "+ CPU step)",
     "bubble": "pipeline idle (pp−1)/(vpp·micro-batches) of the compute (Narayanan et al. 2021, §2.2)",
@@ -169,9 +170,10 @@ def explain(e: Estimate) -> list[str]:
     """Lines describing every memory term (GiB) and time term (ms) of one estimate, with formulas."""
     s = e.setup
     vpp = f" vpp{s.vpp}" if s.pp > 1 else ""
+    docs = f" of {s.doc_len}-token documents" if s.attn_len < s.seq else ""
     lines = [f"{e.label} · {s.stack} · {s.sharding} tp{s.tp} pp{s.pp}{vpp} cp{s.cp} · AC {s.checkpointing} · "
-             f"mb {s.micro_batch} "
-             f"x {s.grad_accum} accum · seq {s.seq} on {s.nodes}x{s.gpus_per_node} {s.gpu.key}", "memory per GPU:"]
+             f"mb {s.micro_batch} x {s.grad_accum} accum · seq {s.seq}{docs} on {s.nodes}x{s.gpus_per_node} "
+             f"{s.gpu.key}", "memory per GPU:"]
     for k, v in e.breakdown_gib.items():
         lines.append(f"  {k:<12} {v:8.2f} GiB  {_MEM[k]}")
     lines.append(f"  {'total':<12} {e.memory_gib:8.2f} GiB of {e.capacity_gib:.1f} "

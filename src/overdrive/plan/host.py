@@ -88,7 +88,8 @@ def zero3_ops(m: ModelSpec, s: TrainSetup) -> float:
     """DeepSpeed ZeRO-3's hooks on the busiest rank's blocks, in ops' worth per micro-batch (0 without ZeRO-3)."""
     if s.sharding != "zero3":
         return 0.0
-    lora, f = s.lora_rank > 0, _checkpointed_share(m, s)
+    # selective-op reruns every block's forward (saving some ops' outputs): every module's hooks fire again
+    lora, f = s.lora_rank > 0, 1.0 if s.checkpointing == "selective-op" else _checkpointed_share(m, s)
     per_block = (1 - f) * ZERO3_OPS_PER_BLOCK[(lora, False)] + f * ZERO3_OPS_PER_BLOCK[(lora, True)]
     return m.n_layer / s.pp * stage_imbalance(m, s) * per_block
 

@@ -295,6 +295,7 @@ def _result(model: ModelSpec, g: GpuSpec, base: TrainSetup, cands: list, precisi
     rest = sorted((e for e in cands if not e.fits), key=lambda e: e.memory_gib)
     result = {"model": dataclasses.asdict(model), "params_b": model.n_params() / 1e9, "gpu": g.key,
               "capacity_gib": g.mem_gib, "gpus_per_node": base.gpus_per_node, "nodes": base.nodes, "seq": base.seq,
+              "doc_len": base.doc_len,
               "global_batch": base.global_batch, "tp": base.tp, "pp": base.pp, "cp": base.cp, "stack": base.stack,
               "efficiency": base.efficiency, "min_headroom_gib": margin, "intra_gbs": base.link_gbs,
               "inter_gbs": base.net_gbs, "inter_gbs_source": "--inter-gbs" if base.inter_gbs else g.nic_source,

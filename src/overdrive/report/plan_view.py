@@ -40,6 +40,7 @@ def render_plan(r: dict, console: Console, *, limit: int = 15) -> None:
     # The model's name comes from the user's file: literal text, never console markup.
     t = Table(title=escape(f"overdrive plan — {m['name']} ({fmt_params(r['params_b'])} params) on {r['nodes']}x"
                            f"{r['gpus_per_node']} {r['gpu']} ({r['capacity_gib']:.1f} GiB){par}, seq {r['seq']}"
+                           + (f" of {r['doc_len']}-token documents" if 0 < r.get("doc_len", 0) < r["seq"] else "")
                            + (f", {r['stack']} stack" if r.get("stack", "pytorch") != "pytorch" else "")
                            + (f", vpp {fitting[0]['vpp']}" if r.get("pp", 1) > 1 and fitting else "")
                            + (f", global batch {r['global_batch']}" if r["global_batch"] else "")),
