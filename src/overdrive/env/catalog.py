@@ -170,13 +170,14 @@ def gpu_by_key(key: str, mem_gib: float | None = None) -> GpuSpec:
     k = key.strip().lower().replace("_", "-")
     k = _ALIASES.get(k, k)
     for spec in GPU_CATALOG:
-        if spec.key == k and mem_gib is None:
+        if spec.key != k:
+            continue
+        if mem_gib is None:
             return spec
-        if spec.key == k:
-            if not (isinstance(mem_gib, (int, float)) and 1 <= mem_gib <= 4096):
-                raise ValueError(f"--gpu-mem {mem_gib}: give the GPU's memory in GiB, 1 to 4096 (the catalog's "
-                                 f"{spec.key} has {spec.mem_gib:.0f})")
-            return replace(spec, mem_mib=round(mem_gib * 1024), note=f"memory {mem_gib:g} GiB by --gpu-mem")
+        if not (isinstance(mem_gib, (int, float)) and 1 <= mem_gib <= 4096):
+            raise ValueError(f"--gpu-mem {mem_gib}: give the GPU's memory in GiB, 1 to 4096 (the catalog's "
+                             f"{spec.key} has {spec.mem_gib:.0f})")
+        return replace(spec, mem_mib=round(mem_gib * 1024), note=f"memory {mem_gib:g} GiB by --gpu-mem")
     known = ", ".join(s.key for s in GPU_CATALOG)
     raise ValueError(f"unknown GPU '{key}': known GPUs are {known}")
 
