@@ -14,6 +14,7 @@ from overdrive.plan.memory import GIB
 from overdrive.plan.throughput import (CALIBRATION, MEGATRON_CE_BYTES, SRELU_UNFUSED_ELEMS, UNFUSED_ATTN_BYTES,
                                       UNFUSED_DROPOUT_BYTES, Z_LOSS_BYTES)
 from overdrive.plan.validation import expressed_table, load_runs, summary
+from plan_doc_blind2 import BLIND2_SHAPED
 from plan_doc_helpers import _span
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -202,12 +203,13 @@ def is_older_stack(r: dict) -> bool:
 
 
 SHAPED_AFTER_FIRST_SIGHT = (OLDER_STACK_SOURCES + ("InternLM/InternLM", "NVIDIA/Megatron-LM") + MCORE_UNSEEN
-                            + ("stas00/ml-engineering",))
+                            + ("stas00/ml-engineering",) + BLIND2_SHAPED)
 """Sources first planned unseen that then sent us to a term or into the calibration: the older stacks
 (--deepspeed-pipeline and the rest), InternLM's table (--zero-broadcast), the Megatron-core bf16 runs planned
 fast (Megatron-LM's weak-scaling table and FlagPerf, fitted on nothing; dgxc-benchmarking, calibration since), and
 ml-engineering's sweep (its memory to the backward's gradients and --no-zero-init; its long-context throughput to
-llm-foundry's rows, which had run the Triton attention kernel, not FlashAttention-2). Their first-sight errors are
+llm-foundry's rows, which had run the Triton attention kernel, not FlashAttention-2), and the second blind check's
+Qwen, nanotron and ArcticTraining rows (`plan_doc_blind2.BLIND2_SHAPED`). Their first-sight errors are
 kept; they are not "sources that shaped nothing"."""
 
 

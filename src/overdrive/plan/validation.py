@@ -35,7 +35,9 @@ def load_runs() -> list[dict]:
 
 def _setup(r: dict) -> TrainSetup:
     per_node = r.get("gpus_per_node", min(8, r["gpus"]))
-    return TrainSetup(gpu=gpu_by_key(r["gpu"]), gpus_per_node=per_node, nodes=r["gpus"] // per_node,
+    # a board whose memory differs from the catalog's (plan --gpu-mem)
+    return TrainSetup(gpu=gpu_by_key(r["gpu"], r.get("gpu_mem_gib")), gpus_per_node=per_node,
+                      nodes=r["gpus"] // per_node,
                       **{"vpp": None, **{k: r[k] for k in _SETUP_KEYS if k in r}})   # no VP published: searched
 
 
@@ -77,7 +79,9 @@ def predict(r: dict, cal: dict | None = None) -> dict:
     if r.get("memory_gib"):
         # torchtitan logs max_reserved: the allocator's view on a GPU with room (allocated + its cache), no CUDA
         # context; torchtune's "peak memory active" is the allocator's active bytes, what allocated models
-        planned = e.allocated_gib if r.get("memory_measure") == "active" else e.allocated_gib * (1 + RESERVED_SHARE)
+        # max_memory_allocated reads the same
+        allocated = r.get("memory_measure") in ("active", "allocated")
+        planned = e.allocated_gib if allocated else e.allocated_gib * (1 + RESERVED_SHARE)
         if r.get("memory_measure") == "nvidia-smi":   # the process's whole footprint: the cache, the CUDA context
             planned += CONTEXT_BYTES / GIB + e.nccl_gib  # and NCCL's buffers
         out.update(memory_published=r["memory_gib"], memory_predicted=planned,
