@@ -1,7 +1,7 @@
 """The second blind check of 2026-12-07 in docs/plan-validation.md: six sources the project had never used (Qwen's
 fine-tuning profile, Colossal-AI's benchmark table, Megatron-LLaMA, nanotron's scaling figure, picotron,
 ArcticTraining's DGX Station post), each run planned by a helper from the CLI and the docs alone before the published
-figure was read back. Every row keeps that plan (`first_planned`); three of the sources then sent us to a term."""
+figure was read back. Every row keeps that plan (`first_planned`); four of the sources then sent us to a term."""
 
 import statistics
 
@@ -9,11 +9,12 @@ from overdrive.plan.validation import expressed_table, load_runs, summary
 
 BLIND2_SOURCES = ("QwenLM/Qwen", "hpcaitech/ColossalAI", "alibaba/Megatron-LLaMA", "huggingface/nanotron",
                   "huggingface/picotron", "snowflakedb/ArcticTraining")
-BLIND2_SHAPED = ("QwenLM/Qwen", "huggingface/nanotron", "snowflakedb/ArcticTraining")
+BLIND2_SHAPED = ("QwenLM/Qwen", "huggingface/nanotron", "snowflakedb/ArcticTraining", "alibaba/Megatron-LLaMA")
 """Sources of the second blind check that sent us to a term after first sight: Qwen's short sequences to the
 host-bound floor and DeepSpeed ZeRO-3's per-module hooks, nanotron's 1F1B rows to the last stage keeping the loss
 alone (--pp-keep-outputs for the engines that keep more), ArcticTraining's packed 136K sequences to --doc-len and
-its 252 GiB board to --gpu-mem. Colossal-AI's, Megatron-LLaMA's and picotron's rows shaped nothing."""
+its 252 GiB board to --gpu-mem, Megatron-LLaMA's flash-attn 1.x import to --attention fa1. Colossal-AI's and
+picotron's rows shaped nothing."""
 DROPPED = ("ColossalAI llama2-70b 16xH200 bf16 zero2 seq 4096: its 146.5 GiB peak is above an H200's 140.4 GiB, "
            "and ZeRO-2 keeps the whole model's 140 GB of bf16 weights on every GPU, so the row cannot have run as "
            "labelled; it was planned (573 GiB, not fitting) and left out of the data")
@@ -74,8 +75,11 @@ def blind2_bullet(val: list[dict]) -> str:
     parallel 128 across 64 nodes {_span_ids(rows, nano64)} where its DDP twin reads
     {_span_ids(rows, ('nanotron 8.86B 512x',))} and every run at 4 to 32 data-parallel ranks
     {_span_ids(rows, nano_rest)}; nanotron's 80B {_span_ids(rows, ('nanotron 80.0B',))} (TP8·PP4 published at half
-    the MFU of TP4·PP16, no term gives that); Megatron-LLaMA's 13B on A100 {_span_ids(rows, ('Megatron-LLaMA',))}
-    (FlashAttention 1, no Transformer Engine, a replicated head: the Megatron-on-A100 over-prediction again);
+    the MFU of TP4·PP16, no term gives that); Megatron-LLaMA's 13B on A100
+    {_span_ids(rows, ('Megatron-LLaMA',), 'first_error')} as first planned with FlashAttention-2, now
+    {_span_ids(rows, ('Megatron-LLaMA',))} with the FlashAttention 1 its code imports (`--attention fa1`, at the
+    FlashAttention-2 paper's half rate; no Transformer Engine and a replicated head remain: the Megatron-on-A100
+    over-prediction again);
     ArcticTraining's 136K packed sequences {_span_ids(rows, ('ArcticTraining',), 'first_error')} first, now
     {_span_ids(rows, ('ArcticTraining',))} with `--doc-len` and `--gpu-mem` (Ulysses sequence parallelism, tiled MLP
     and a partial optimizer offload remain inexpressible); nanotron's 1F1B rows planned 80-299 GiB and not to fit

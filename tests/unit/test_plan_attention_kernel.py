@@ -109,6 +109,12 @@ def test_published_rows_that_name_a_kernel_say_why_from_their_source():
     from overdrive.plan.validation import load_runs, plan_flags
 
     named = [r for r in load_runs() if r.get("attention") in ("fa2", "cudnn")]
+    # the second blind check's PyTorch rows name the flash-attn 2 call their code makes
+    fa2_calls = {"nanotron": "flash_attn_varlen_func (FA2)", "picotron": "flash_attn_func (FA2)",
+                 "ArcticTraining": "flash_attention_2"}
+    for r in [r for r in named if r["id"].split()[0] in fa2_calls]:
+        assert r["attention"] == "fa2" and fa2_calls[r["id"].split()[0]] in r["note"], r["id"]
+    named = [r for r in named if r["id"].split()[0] not in fa2_calls]
     assert {r["id"].split()[0] for r in named} == {"OLMo-core", "dgxc-benchmarking", "ms-swift"}
     # Megatron-SWIFT on A800: Transformer Engine prefers flash-attn to cuDNN's kernels off sm90
     swift = [r for r in named if r["id"].startswith("ms-swift")]
@@ -147,7 +153,7 @@ def test_explain_marks_assumed_shares_and_odd_head_dims():
 
 
 @pytest.mark.parametrize("asked, hint", [("FA2", "did you mean --attention fa2"), (" cudnn", "did you mean --attention cudnn"),
-                                         ("flash3", r"is not one of flash, fa2, fa3, cudnn, triton, unfused$")])
+                                         ("flash3", r"is not one of flash, fa1, fa2, fa3, cudnn, triton, unfused$")])
 def test_attention_typos_get_the_near_value(run, asked, hint):
     from plan_cli import refused
 
@@ -178,7 +184,8 @@ def test_head_dims_other_than_128_are_shown_at_the_published_ratios_not_planned(
     ("triton", 96, 128), ("triton", 100, 128), ("triton", 128, 128), ("triton", 64, 64), ("triton", 8, 16),
     ("triton", 112, 128), ("fa2", 96, 96), ("fa2", 100, 128), ("fa2", 80, 96), ("fa2", 112, 128), ("fa2", 200, 224),
     ("fa2", 230, 256), ("fa2", 192, 192), ("fa2", 300, 300), ("triton", 200, 200), ("fa3", 80, 96), ("fa3", 160, 192), ("fa3", 64, 64), ("fa3", 32, 64),
-    ("cudnn", 100, 100), ("unfused", 100, 100),
+    ("cudnn", 100, 100), ("unfused", 100, 100), ("fa1", 40, 64), ("fa1", 96, 128), ("fa1", 128, 128),
+    ("fa1", 24, 32), ("fa1", 160, 160),
 ])
 def test_each_kernel_pads_a_head_to_the_dim_it_was_compiled_for(kernel, head_dim, padded):
     """FlashAttention-2's HEADDIM_SWITCH (PyTorch's vendored copy keeps 224), FlashAttention-3's round_up_headdim,
@@ -303,6 +310,36 @@ def test_triton_explain_names_its_derived_share_and_its_head_dim_limit():
     """Its share is FlashAttention-2's times a ratio (no figure of its own), and flash_attn_triton.py asserts d <= 128."""
     wide = dataclasses.replace(M8, n_head=16, n_kv_head=8)   # head dim 256
     text = "\n".join(explain(estimate(wide, _setup("h100-sxm", attention="triton"))))
-    assert "FlashAttention-2's share x the FlashAttention-2 paper's A100 Triton ratio" in text
+    assert "FlashAttention-2's share x the FlashAttention-2 paper's A100 ratio to the Triton kernel" in text
     assert "FlashAttention's Triton kernel takes head dims up to 128: 256 would not run there" in text
     assert "at most 128" not in "\n".join(explain(estimate(M8, _setup("h100-sxm", attention="triton"))))
+
+
+def test_flash_attention_1_runs_at_half_fa2_on_ampere_and_hopper_and_is_refused_on_blackwell(run):
+    """--attention fa1: flash-attn 1.x (`flash_attn_unpadded_func`, the Megatron forks of 2023), FlashAttention-2's
+    share x the FlashAttention-2 paper's "around 2x"; head dims multiples of 8 up to 128 in 32/64/128-wide kernels."""
+    from plan_cli import refused
+    from overdrive.plan.attention import FA1_VS_FA2, head_dim_refusal
+
+    assert FA1_VS_FA2 == 0.5
+    for gpu, gen in (("a100-80", 8), ("h100-sxm", 9)):
+        fa2, fa1 = (compute_times(M8, _setup(gpu, attention=k))["attention"] for k in ("fa2", "fa1"))
+        assert fa1 / fa2 == pytest.approx(ATTN_PEAK_SHARE["fa2"][gen] / ATTN_PEAK_SHARE["fa1"][gen])
+        assert 1.9 < fa1 / fa2 < 2.1
+    assert "up to 128" in head_dim_refusal("fa1", 160) and "fa2 takes up to 256" in head_dim_refusal("fa1", 160)
+    assert "divisible by 8" in head_dim_refusal("fa1", 100) and not head_dim_refusal("fa1", 96)
+    text = "\n".join(explain(estimate(M8, _setup("a100-80", attention="fa1"))))
+    assert "attention kernel: FlashAttention (1.x) (--attention)" in text and "ratio to FlashAttention, 0.50" in text
+    with pytest.raises(ValueError, match="--attention fa1: .* sm100: use --attention flash"):
+        estimate(M8, _setup("b200", attention="fa1"))
+    refused(run("--model", "llama3-8b", "--gpu", "b200", "--precision", "bf16", "--micro-batch", "1",
+                "--attention", "fa1"), "sm100: use --attention flash")
+
+
+def test_megatron_llama_rows_carry_the_flash_attention_1_their_code_imports():
+    from overdrive.plan.validation import load_runs, predict
+
+    rows = [r for r in load_runs() if r["id"].startswith("Megatron-LLaMA")]
+    assert len(rows) == 5 and all(r["attention"] == "fa1" and "flash_attn_unpadded_func" in r["note"] for r in rows)
+    # FlashAttention 1 is slower: each row planned slower than as FlashAttention-2
+    assert all(predict(r)["predicted"] < predict({**r, "attention": "fa2"})["predicted"] for r in rows)

@@ -295,7 +295,8 @@ def _add_stack_args(a) -> None:
       "fp32 logits kept in the output), torch.compile'd, Transformer Engine's (gradient written over the logits), or "
       "chunked/fused with the head; compiled-fp32: compiled on the model's fp32 logits (torchtune), chunked: "
       "torchtune's CEWithChunkedOutputLoss, megatron-v07: Megatron-Core <= 0.7's (one more fp32 copy)")
-    a("--attention", default="flash", help="flash (the stack's: cuDNN's on megatron/Blackwell, else FA2), fa2 (SDPA <= 2.10), "
+    a("--attention", default="flash", help="flash (the stack's: cuDNN's on megatron/Blackwell, else FA2), fa1 (flash-"
+      "attn 1.x), fa2 (SDPA <= 2.10), "
       "fa3 (Hopper), cudnn (cuDNN, FA4; SDPA >= 2.11), triton (MPT's attn_impl triton), unfused (scores in HBM)")
     a("--stack", default="pytorch", help="software stack: pytorch (FSDP2/torchtitan/Hugging Face; --no-compile for "
       "eager) or megatron (Megatron-Core/NeMo + Transformer Engine: fused kernels, TP comm overlap); each has its "

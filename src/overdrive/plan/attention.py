@@ -10,7 +10,7 @@ import math
 
 from overdrive.plan.setup import TrainSetup
 
-__all__ = ["ATTN_PEAK_SHARE", "TRITON_VS_FA2", "ATTN_SEQ_RATE", "ATTN_HEAD_DIM", "CUDNN_HINT", "attention_kernel", "fa2_by_default",
+__all__ = ["ATTN_PEAK_SHARE", "TRITON_VS_FA2", "FA1_VS_FA2", "ATTN_SEQ_RATE", "ATTN_HEAD_DIM", "CUDNN_HINT", "attention_kernel", "fa2_by_default",
            "attention_share", "attention_override", "head_dim_ratio", "KERNEL_HEAD_DIMS", "padded_head_dim",
            "head_dim_padding", "KERNEL_MAX_HEAD_DIM", "head_dim_refusal",
            "KERNEL_NAMES"]
@@ -19,8 +19,13 @@ TRITON_VS_FA2 = 3.5 / (1.4 * 1.0 + 2.0 * 2.5)
 """FlashAttention's Triton kernel (flash_attn_triton.py) over FlashAttention-2, forward + backward weighted 1 : 2.5:
 the FlashAttention-2 paper (Dao 2023, section 4.1, A100) has FlashAttention-2 "around 1.3-1.5x faster than
 FlashAttention in Triton in the forward pass and around 2x faster in the backward pass" (1.4 and 2 taken): 0.55."""
+FA1_VS_FA2 = 0.5
+"""FlashAttention (flash-attn 1.x) over FlashAttention-2: the FlashAttention-2 paper (Dao 2023) reports FlashAttention-2
+"around 2x" faster ("1.7-3.0x faster than FlashAttention", section 4, A100; FlashAttention at "25-40% of the
+theoretical maximum FLOPs/s" against FlashAttention-2's 50-73%): 0.5, the same sm80 MMA code on Hopper."""
 ATTN_PEAK_SHARE = {"fa2": {8: 0.60, 9: 0.33, 10: 0.26}, "cudnn": {8: 0.60, 9: 0.53, 10: 0.50}, "fa3": {9: 0.58},
-                   "triton": {8: round(0.60 * TRITON_VS_FA2, 2), 9: round(0.33 * TRITON_VS_FA2, 2)}}
+                   "triton": {8: round(0.60 * TRITON_VS_FA2, 2), 9: round(0.33 * TRITON_VS_FA2, 2)},
+                   "fa1": {8: round(0.60 * FA1_VS_FA2, 2), 9: round(0.33 * FA1_VS_FA2, 2)}}
 """Share of the dense bf16 peak a fused attention kernel reaches, head dim 128, forward (causal) + backward weighted
 1 : 2.5 by FLOPs, at 16K tokens. Hopper: FlashAttention-3 paper (Shah et al. 2024), H100 SXM5 figures: FlashAttention-2
 forward 335 and backward 322 TFLOP/s (0.33 of 989; the paper's "35% utilization"), cuDNN 539 and 516 (0.53),
@@ -33,7 +38,8 @@ Blackwell, assumed: FlashAttention-4 (Zadouri et al. 2026) reaches up to 71% of 
 has no Blackwell-native path (sm80 MMA, as Triton's kernels, which FlashAttention-4 outruns up to 2.7x): 0.26.
 triton, FlashAttention's 2022 Triton kernel (MPT's `attn_impl: triton`, llm-foundry's benchmarks): FlashAttention-2's
 share × `TRITON_VS_FA2` on both generations it runs on (its pre-MLIR compiler emits the same sm80 MMA code on Hopper,
-as FlashAttention-2 does; no Hopper figure of it is published)."""
+as FlashAttention-2 does; no Hopper figure of it is published). fa1, FlashAttention (flash-attn 1.x): FlashAttention-2's
+share × `FA1_VS_FA2` on Ampere and Hopper (its kernels are sm75/sm80 code)."""
 ATTN_SEQ_RATE = ((512, 0.61), (1024, 0.79), (2048, 0.90), (4096, 0.96), (8192, 0.99), (16384, 1.0))
 """The kernels' rate at a sequence length, relative to 16K tokens (FlashAttention-3 paper, H100, head dim 128, the
 same tokens per launch: FlashAttention-2 and cuDNN alike, forward causal 0.57-0.58 at 512, 0.89-0.90 at 2K, 0.95-0.96
@@ -46,20 +52,22 @@ not planned: timing attention at these ratios was tried (2026-12-03) and left le
 higher and TinyLlama's head-dim-64 A100 row 2 points further off (the ratios are H100's forward alone), so a compiled
 head dim other than 128 is planned at 128's rate and said to be. The padding to a compiled head dim is planned
 (`head_dim_padding`): its zeros are computed, whatever the kernel's rate."""
-KERNEL_HEAD_DIMS = {"fa2": (32, 64, 96, 128, 160, 192, 224, 256), "fa3": (64, 96, 128, 192, 256)}
+KERNEL_HEAD_DIMS = {"fa2": (32, 64, 96, 128, 160, 192, 224, 256), "fa3": (64, 96, 128, 192, 256), "fa1": (32, 64, 128)}
 """The head dims a kernel is compiled for; a head runs in the smallest that holds it, its tiles that wide, the rest
 zeros. FlashAttention-2: HEADDIM_SWITCH (csrc/flash_attn/src/static_switch.h; PyTorch's vendored copy,
 aten/src/ATen/native/transformers/cuda/flash_attn, keeps the 224 that flash-attn 2 itself has since dropped: 193-224
 pad to 256 there); SDPA first pads a head dim to a multiple of 8 (attention.cpp, pad_last_dim<8>), 100 runs as 128.
 FlashAttention-3: round_up_headdim (hopper/flash_api.cpp). The Triton kernel (flash_attn/flash_attn_triton.py @
 00583fb1) tiles at BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16), masking the loads past d. cuDNN's tiling is
-not published: planned unpadded."""
-KERNEL_MAX_HEAD_DIM = {"fa2": 256, "fa3": 256, "cudnn": 256, "triton": 128}
+not published: planned unpadded. FlashAttention 1.x (csrc/flash_attn/fmha_api.cpp): its first releases took head
+sizes 16, 32, 64 and 128 alone; 1.0 takes any multiple of 8 up to 128 and runs it in the 32-, 64- or 128-wide kernel.
+"""
+KERNEL_MAX_HEAD_DIM = {"fa2": 256, "fa3": 256, "cudnn": 256, "triton": 128, "fa1": 128}
 """The widest head each kernel takes (the Triton kernel asserts d <= 128; PyTorch's cuDNN backend takes 256 on Hopper
 with cuDNN >= 9.1, 128 before); past it the kernel does not run."""
-NEEDS_MULTIPLE_OF_8 = ("fa3", "cudnn")
+NEEDS_MULTIPLE_OF_8 = ("fa3", "cudnn", "fa1")
 """Kernels that refuse a head dim not divisible by 8 rather than pad it (flash-attn 3's check; PyTorch's
-check_cudnn_tensor_shapes)."""
+check_cudnn_tensor_shapes; flash-attn 1.0's head_size % 8)."""
 
 
 def padded_head_dim(kernel: str, head_dim: int) -> int:
@@ -79,7 +87,7 @@ def head_dim_padding(s: TrainSetup, head_dim: int) -> float:
 
 
 KERNEL_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3", "cudnn": "cuDNN's fused attention",
-                "triton": "FlashAttention's Triton kernel"}
+                "triton": "FlashAttention's Triton kernel", "fa1": "FlashAttention (1.x)"}
 
 
 def head_dim_refusal(kernel: str, head_dim: int) -> str:
@@ -87,7 +95,8 @@ def head_dim_refusal(kernel: str, head_dim: int) -> str:
     name = KERNEL_NAMES.get(kernel, kernel)
     if head_dim > KERNEL_MAX_HEAD_DIM.get(kernel, head_dim):
         return (f"{name} takes head dims up to {KERNEL_MAX_HEAD_DIM[kernel]}: {head_dim} would not run there"
-                + ("; --attention fa2 takes up to 256" if kernel == "triton" else "; --attention unfused has no limit"))
+                + ("; --attention fa2 takes up to 256" if kernel in ("triton", "fa1")
+                   else "; --attention unfused has no limit"))
     if kernel in NEEDS_MULTIPLE_OF_8 and head_dim % 8:
         return (f"{name} needs a head dim divisible by 8: {head_dim} would not run there; --attention fa2 pads it "
                 "(planned at its own tiles)")
@@ -127,9 +136,9 @@ def _loglinear(pts, x: float) -> float:
 def head_dim_ratio(s: TrainSetup, head_dim: int) -> float:
     """The kernel's published rate at `head_dim` relative to 128 (`ATTN_HEAD_DIM`; shown, not planned)."""
     # FlashAttention-3's own head-dim curve is not in the table read: shown on cuDNN's, the other Hopper-native one;
-    # the Triton kernel's on FlashAttention-2's, the same sm80 MMA code
+    # the Triton kernel's and FlashAttention 1.x's on FlashAttention-2's, the same sm80 MMA code
     kernel = attention_kernel(s)
-    curve = ATTN_HEAD_DIM.get(kernel, ATTN_HEAD_DIM["fa2" if kernel == "triton" else "cudnn"])
+    curve = ATTN_HEAD_DIM.get(kernel, ATTN_HEAD_DIM["fa2" if kernel in ("triton", "fa1") else "cudnn"])
     return _loglinear(curve, max(head_dim, 1))
 
 

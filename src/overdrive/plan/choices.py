@@ -30,8 +30,9 @@ RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm")
 mlp = the whole MLP from its input, layernorm = the norm outputs. MoE modules (moe_act, moe, shared_experts)
 have nothing to act on in the dense models the planner knows."""
 GRAD_DTYPES = ("fp32", "bf16")
-ATTENTIONS = ("flash", "fa2", "fa3", "cudnn", "triton", "unfused")
-"""flash = the kernel the stack picks (`attention.attention_kernel`); fa2 = FlashAttention-2 (flash-attn 2, PyTorch
+ATTENTIONS = ("flash", "fa1", "fa2", "fa3", "cudnn", "triton", "unfused")
+"""flash = the kernel the stack picks (`attention.attention_kernel`); fa1 = FlashAttention (flash-attn 1.x: its
+`flash_attn_unpadded_func`, the Megatron forks of 2023); fa2 = FlashAttention-2 (flash-attn 2, PyTorch
 SDPA's flash backend); fa3 = FlashAttention-3 (flash-attn 3's Hopper kernels, sm90 only); cudnn = the
 Hopper/Blackwell-native fused kernels (cuDNN's, which Transformer Engine and PyTorch >= 2.11 on sm90/sm100 call;
 FlashAttention-4 on Blackwell); triton = FlashAttention's Triton implementation (flash_attn_triton.py, 2022: MPT's

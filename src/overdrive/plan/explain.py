@@ -11,8 +11,9 @@ from overdrive.plan.host import HOST_US_PER_OP, OPS_OUTSIDE_BLOCKS
 from overdrive.plan.setup import gbs_text
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors,
                                    backward_grad_bytes, state_bytes_per_param, terms)
-from overdrive.plan.attention import (CUDNN_HINT, attention_kernel, attention_override, attention_share, fa2_by_default,
-                                      KERNEL_NAMES, head_dim_ratio, head_dim_refusal, padded_head_dim)
+from overdrive.plan.attention import (CUDNN_HINT, FA1_VS_FA2, TRITON_VS_FA2, attention_kernel, attention_override,
+                                      attention_share, fa2_by_default, KERNEL_NAMES, head_dim_ratio, head_dim_refusal,
+                                      padded_head_dim)
 from overdrive.plan.throughput import CALIBRATION, cast_bytes_per_micro_batch, peak_tflops
 from overdrive.plan.pipeline import chunk_slots, embedding_bytes, embedding_micro_batches, pipeline_blocks_in_flight, stage_params
 
@@ -100,8 +101,10 @@ def _attention_line(e: Estimate) -> str:
     why = "--attention" if s.attention != "flash" else f"the {s.stack} stack's on {s.gpu.key}"
     src = ("the FlashAttention-3 paper's H100 figures" if s.gpu.sm[0] == 9 and tokens >= 512 else
            "assumed: the papers publish H100 figures from 512 tokens up")
-    if kernel == "triton":   # no Hopper or A100 figure of its own: FlashAttention-2's share x the FA2 paper's ratio
-        src = "FlashAttention-2's share x the FlashAttention-2 paper's A100 Triton ratio, 0.55"
+    if kernel in ("triton", "fa1"):   # no figure of their own: FlashAttention-2's share x the FA2 paper's ratio
+        src = (f"FlashAttention-2's share x the FlashAttention-2 paper's A100 ratio to "
+               f"{'the Triton kernel' if kernel == 'triton' else 'FlashAttention'}, "
+               f"{TRITON_VS_FA2 if kernel == 'triton' else FA1_VS_FA2:.2f}")
     pad = padded_head_dim(kernel, hd)   # the kernel's tiles are as wide as the head dim it was compiled for
     tiles = f" x {hd / pad:.2f} (head dim {hd} runs in the kernel's {pad}-wide tiles, the rest zeros)" if pad != hd else ""
     eff = share * rel * hd / pad

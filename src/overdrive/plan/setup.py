@@ -187,7 +187,8 @@ class TrainSetup:
     dropout site (after the embedding, the attention projection and the MLP; and, with --attention unfused, on the
     scores, whose dropped-out copy the product with V keeps as well). Flash attention regenerates its dropout mask."""
     attention: str = "flash"
-    """flash (fused attention, the kernel the stack picks: `attention.attention_kernel`) | fa2 (FlashAttention-2) |
+    """flash (fused attention, the kernel the stack picks: `attention.attention_kernel`) | fa1 (FlashAttention 1.x;
+    Ampere and Hopper) | fa2 (FlashAttention-2) |
     fa3 (FlashAttention-3, Hopper only) | cudnn (cuDNN / FlashAttention-4, Hopper- and Blackwell-native) | triton
     (FlashAttention's 2022 Triton kernel: MPT's attn_impl triton; Ampere and Hopper) | unfused (the s × s scores and probabilities
     in HBM, with softmax, mask and dropout kernels: Megatron before 2022, eager attention)."""

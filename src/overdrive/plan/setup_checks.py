@@ -144,6 +144,10 @@ def _resolve_names(s) -> None:
     if s.attention == "fa3" and s.gpu.sm[0] != 9:
         raise ValueError(f"--attention fa3: FlashAttention-3's kernels are Hopper's (sm90), and {s.gpu.key} is "
                          f"sm{s.gpu.sm[0]}{s.gpu.sm[1]}: use --attention cudnn or fa2 (or flash, the stack's own)")
+    if s.attention == "fa1" and s.gpu.sm[0] not in (8, 9):
+        raise ValueError(f"--attention fa1: FlashAttention 1.x's kernels are Ampere's (sm80, run on Hopper as they "
+                         f"are), and {s.gpu.key} is sm{s.gpu.sm[0]}{s.gpu.sm[1]}: use --attention flash (the stack's "
+                         "own kernel)")
     if s.attention == "triton" and s.gpu.sm[0] not in (8, 9):
         raise ValueError(f"--attention triton: FlashAttention's 2022 Triton kernel runs on the pre-MLIR Triton "
                          f"compiler, which targets Ampere/Ada (sm8x) and Hopper (sm90), and {s.gpu.key} is "
