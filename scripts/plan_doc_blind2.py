@@ -37,6 +37,10 @@ def _span_ids(rows: list[dict], prefixes: tuple, key: str = "error") -> str:
     return f"{100 * errs[0]:+.0f}%" if len(errs) == 1 else f"{100 * errs[0]:+.0f}% to {100 * errs[-1]:+.0f}%"
 
 
+def _runs(n: int) -> str:
+    return f"{n} completed run" + ("" if n == 1 else "s")
+
+
 def _med_worst(errs: list[float]) -> str:
     return (f"median {100 * statistics.median(abs(e) for e in errs):.1f}%, "
             f"worst {100 * max(errs, key=abs):+.0f}%")
@@ -60,33 +64,40 @@ def blind2_bullet(val: list[dict]) -> str:
     nano64 = ("nanotron 1.34B 512x", "nanotron 3.57B 512x")
     nano_rest = tuple(f"nanotron {m} {g}xH100" for m in ("1.34B", "3.57B", "8.86B") for g in (8, 16, 32, 64))
     n_src = len(BLIND2_SOURCES)
-    return f"""  - The second blind check (2026-12-07; {n_src} more sources, {s['n']} runs, A100 to GB300, 1-512 GPUs):
-    planned by a helper from the CLI and these docs before anything was read back. First sight:
-    {_med_worst([r['first_error'] for r in rows])}; now {_med_worst([r['error'] for r in rows])}; memory now
-    {_med_worst(mem)} ({len(mem)} runs); {len(s['not_fitting'])} completed run(s) planned not to fit.
-    By source: {by_src}.
-    What it found: a fixed cost per micro-step the planner did not have (Qwen's LoRA at 256 tokens planned
-    {_span_ids(rows, ('Qwen qwen-1.8b LoRA 1xA100-80 bf16 none seq 256',), 'first_error')}, now
-    {_span_ids(rows, ('Qwen qwen-1.8b LoRA 1xA100-80 bf16 none seq 256',))} with the host-bound floor); DeepSpeed
-    ZeRO-3 at short sequences still planned fast ({_span_ids(rows, ('Qwen qwen-7b Full', 'Qwen qwen-1.8b Full'))}:
-    its per-module hooks are in the floor at this CPU's 3.6 µs an op, where Qwen's own rows imply 11-16 µs on their
-    GPU host, a figure gpu_check's host_ops step is there to measure); Qwen's LoRA under ZeRO-2 on 2 nodes at half the
-    one-GPU rate ({_span_ids(rows, ('Qwen qwen-7b LoRA multinode',))}, not modelled); nanotron's ZeRO-1 at data
-    parallel 128 across 64 nodes {_span_ids(rows, nano64)} where its DDP twin reads
-    {_span_ids(rows, ('nanotron 8.86B 512x',))} and every run at 4 to 32 data-parallel ranks
-    {_span_ids(rows, nano_rest)}; nanotron's 80B {_span_ids(rows, ('nanotron 80.0B',))} (TP8·PP4 published at half
-    the MFU of TP4·PP16, no term gives that); Megatron-LLaMA's 13B on A100
-    {_span_ids(rows, ('Megatron-LLaMA',), 'first_error')} as first planned with FlashAttention-2, now
-    {_span_ids(rows, ('Megatron-LLaMA',))} with the FlashAttention 1 its code imports (`--attention fa1`, at the
-    FlashAttention-2 paper's half rate; no Transformer Engine and a replicated head remain: the Megatron-on-A100
-    over-prediction again);
-    ArcticTraining's 136K packed sequences {_span_ids(rows, ('ArcticTraining',), 'first_error')} first, now
-    {_span_ids(rows, ('ArcticTraining',))} with `--doc-len` and `--gpu-mem` (Ulysses sequence parallelism, tiled MLP
-    and a partial optimizer offload remain inexpressible); nanotron's 1F1B rows planned 80-299 GiB and not to fit
-    until the last stage kept the loss alone (`--pp-keep-outputs` for the engines that keep more); Colossal-AI's 7B
-    ZeRO-2 at micro-batch 36 planned {_span_ids(rows, ('ColossalAI llama-7b 8xH200',), 'memory_error')} on memory
-    and not to fit (its Apex fused RMSNorm is not expressible beside `--block-code hf`). One row was left out:
-    {DROPPED}."""
+    return f"""- **The second blind check (2026-12-07; {n_src} more sources, {s['n']} runs, A100 to GB300, 1-512 GPUs)**:
+  planned by a helper from the CLI and these docs before anything was read back; Colossal-AI's and picotron's rows
+  shaped nothing (they count among the sources above), Qwen's, nanotron's, ArcticTraining's and Megatron-LLaMA's
+  each sent us to a term, so their figures now are not unseen-source figures. First sight:
+  {_med_worst([r['first_error'] for r in rows])}; now {_med_worst([r['error'] for r in rows])}; memory now
+  {_med_worst(mem)} ({len(mem)} runs); {_runs(len(s['not_fitting']))} planned not to fit.
+  By source: {by_src}.
+  What it found: a fixed cost per micro-step the planner did not have (Qwen's LoRA at 256 tokens planned
+  {_span_ids(rows, ('Qwen qwen-1.8b LoRA 1xA100-80 bf16 none seq 256',), 'first_error')}, now
+  {_span_ids(rows, ('Qwen qwen-1.8b LoRA 1xA100-80 bf16 none seq 256',))} with the host-bound floor); DeepSpeed
+  ZeRO-3 at short sequences still planned fast ({_span_ids(rows, ('Qwen qwen-7b Full', 'Qwen qwen-1.8b Full'))}:
+  its per-module hooks are in the floor at this CPU's 3.6 µs an op, where Qwen's own rows imply 11-16 µs on their
+  GPU host, a figure gpu_check's host_ops step is there to measure); Qwen's LoRA under ZeRO-2 on 2 nodes at half the
+  one-GPU rate ({_span_ids(rows, ('Qwen qwen-7b LoRA multinode',))}, not modelled); nanotron's ZeRO-1 at data
+  parallel 128 across 64 nodes {_span_ids(rows, nano64)} where its DDP twin reads
+  {_span_ids(rows, ('nanotron 8.86B 512x',))} and every run at 4 to 32 data-parallel ranks
+  {_span_ids(rows, nano_rest)} (not planned yet; the likely term, read from its source at the figure's commit:
+  ZeroDistributedOptimizer slices every tensor across the data-parallel ranks, and its coalesced helpers move
+  each rank's slice of each tensor by an op of its own, a reduce-scatter's per-rank copies in every DDP bucket's
+  hook and an all-gather's per-rank, per-tensor copies after the step, about dp × (3 × tensors + 2 × buckets)
+  host ops a step: 83,000 for the 3.57B at dp 128, about 0.3 s at this CPU's 3.6 µs an op against the 0.37 s the
+  plan is short; at dp 32 a twentieth of a step); nanotron's 80B {_span_ids(rows, ('nanotron 80.0B',))} (TP8·PP4 published at half
+  the MFU of TP4·PP16, no term gives that); Megatron-LLaMA's 13B on A100
+  {_span_ids(rows, ('Megatron-LLaMA',), 'first_error')} as first planned with FlashAttention-2, now
+  {_span_ids(rows, ('Megatron-LLaMA',))} with the FlashAttention 1 its code imports (`--attention fa1`, at the
+  FlashAttention-2 paper's half rate; no Transformer Engine and a replicated head remain: the Megatron-on-A100
+  over-prediction again);
+  ArcticTraining's 136K packed sequences {_span_ids(rows, ('ArcticTraining',), 'first_error')} first, now
+  {_span_ids(rows, ('ArcticTraining',))} with `--doc-len` and `--gpu-mem` (Ulysses sequence parallelism, tiled MLP
+  and a partial optimizer offload remain inexpressible); nanotron's 1F1B rows planned 80-299 GiB and not to fit
+  until the last stage kept the loss alone (`--pp-keep-outputs` for the engines that keep more); Colossal-AI's 7B
+  ZeRO-2 at micro-batch 36 planned {_span_ids(rows, ('ColossalAI llama-7b 8xH200',), 'memory_error')} on memory
+  and not to fit (its Apex fused RMSNorm is not expressible beside `--block-code hf`). One row was left out:
+  {DROPPED}."""
 
 
 def blind2_section(val: list[dict]) -> str:

@@ -223,7 +223,6 @@ tables from the data file and fails if they differ.
   {su['n']} predicted low; {len(su['not_fitting'])} planned not to fit.
   - by source: {_held_out_groups(untouched)}
 {blind_check_bullet(val)}
-{blind2_bullet(val)}
   - OLMo-core's and TinyLlama's PyTorch-stack rows: their own section below. OLMo-core's rows are expressed with
     `--attention cudnn` since the attention kernels got their own rates: read from its source after first sight (the
     PyTorch nightly its scripts ran put cuDNN's SDPA first on H100), no term or constant; as first planned (attention
@@ -241,6 +240,7 @@ tables from the data file and fails if they differ.
   FSDP1's hybrid sharding all-reduces each block's shard across nodes after its
   intra-node reduce-scatter, during the backward only; the planner lets the whole micro-batch hide it, which
   at the assumed 25 GB/s changes nothing (0.3 s of all-reduce against 1.2 s of backward), so no term was added.
+{blind2_bullet(val)}
 - **ml-engineering's sweep, unseen when first planned, fitted on nothing, then pointing at a misread source**:
   {_ml_engineering(unseen)}
 - **The older stacks, unseen when first planned: BLOOM-176B and MT-NLG 530B** (Megatron-DeepSpeed, A100, 48 to
@@ -313,7 +313,7 @@ memory as first planned (every such row with a published peak, {len(mem_first)} 
 | gemm_k0 | {CALIBRATION['gemm_k0']} | inner-dimension roll-off: a GEMM over K runs at K/(K + k0) of its tile rate (fixed, no longer fitted) |
 | lowp_rel | {CALIBRATION['lowp_rel']} | FP8/MXFP8/NVFP4 GEMM efficiency relative to bf16 |
 | rowwise_rel | {CALIBRATION['rowwise_rel']} | rowwise-scaled FP8 GEMMs relative to tensorwise |
-| attn_rel | {CALIBRATION['attn_rel']} | fused attention's fraction of its kernel's published rate (FlashAttention-2: {ATTN_PEAK_SHARE['fa2'][8]:g} / {ATTN_PEAK_SHARE['fa2'][9]:g} / {ATTN_PEAK_SHARE['fa2'][10]:g} of the bf16 peak on SM 8.x / 9.x / 10.x; cuDNN's: {ATTN_PEAK_SHARE['cudnn'][8]:g} / {ATTN_PEAK_SHARE['cudnn'][9]:g} / {ATTN_PEAK_SHARE['cudnn'][10]:g}; FlashAttention-3: {ATTN_PEAK_SHARE['fa3'][9]:g} on SM 9.x; FlashAttention's Triton kernel (MPT's attn_impl triton): {ATTN_PEAK_SHARE['triton'][8]:g} / {ATTN_PEAK_SHARE['triton'][9]:g} on SM 8.x / 9.x, FlashAttention-2's × the FlashAttention-2 paper's ratio; the shares are not fitted: H100's from the FlashAttention-3 paper's figures, A100's and Blackwell's assumed within what the FlashAttention-2 and -4 papers publish; attn_rel itself is fitted) |
+| attn_rel | {CALIBRATION['attn_rel']} | fused attention's fraction of its kernel's published rate (FlashAttention-2: {ATTN_PEAK_SHARE['fa2'][8]:g} / {ATTN_PEAK_SHARE['fa2'][9]:g} / {ATTN_PEAK_SHARE['fa2'][10]:g} of the bf16 peak on SM 8.x / 9.x / 10.x; cuDNN's: {ATTN_PEAK_SHARE['cudnn'][8]:g} / {ATTN_PEAK_SHARE['cudnn'][9]:g} / {ATTN_PEAK_SHARE['cudnn'][10]:g}; FlashAttention-3: {ATTN_PEAK_SHARE['fa3'][9]:g} on SM 9.x; FlashAttention's Triton kernel (MPT's attn_impl triton): {ATTN_PEAK_SHARE['triton'][8]:g} / {ATTN_PEAK_SHARE['triton'][9]:g} on SM 8.x / 9.x, FlashAttention-2's × the FlashAttention-2 paper's ratio; FlashAttention 1.x: {ATTN_PEAK_SHARE['fa1'][8]:g} / {ATTN_PEAK_SHARE['fa1'][9]:g} on SM 8.x / 9.x, FlashAttention-2's × that paper's "around 2x"; the shares are not fitted: H100's from the FlashAttention-3 paper's figures, A100's and Blackwell's assumed within what the FlashAttention-2 and -4 papers publish; attn_rel itself is fitted) |
 | nocompile | {CALIBRATION['nocompile']} | memory-bound traffic without torch.compile (pytorch stack only) |
 
 Which runs fitted which constant:

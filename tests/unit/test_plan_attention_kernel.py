@@ -18,7 +18,7 @@ M8 = get_model("llama3-8b")
 
 def _setup(gpu="h100-sxm", **kw):
     kw = {"seq": 8192, "micro_batch": 1, "precision": "bf16", "sharding": "fsdp", **kw}
-    return TrainSetup(gpu=gpu_by_key(gpu), gpus_per_node=8, nodes=1, **kw)
+    return TrainSetup(gpu=gpu_by_key(gpu), nodes=1, **{"gpus_per_node": 8, **kw})
 
 
 @pytest.mark.parametrize("gpu, stack, want", [
@@ -332,6 +332,19 @@ def test_flash_attention_1_runs_at_half_fa2_on_ampere_and_hopper_and_is_refused_
     assert "attention kernel: FlashAttention (1.x) (--attention)" in text and "ratio to FlashAttention, 0.50" in text
     with pytest.raises(ValueError, match="--attention fa1: .* sm100: use --attention flash"):
         estimate(M8, _setup("b200", attention="fa1"))
+    # ATTN_PEAK_SHARE keeps the ratio on Hopper too (0.165, not 0.17)
+    assert ATTN_PEAK_SHARE["fa1"][9] / ATTN_PEAK_SHARE["fa2"][9] == pytest.approx(0.5)
+    # flash-attn 1.x's README: "Head dim > 64 backward requires A100 or H100": said on Ada (sm89), not on A100
+    ada = estimate(M8, _setup("l40s", attention="fa1", sharding="none", gpus_per_node=1))
+    assert any("over 64 on A100 and H100 alone: 128 would not train on sm89" in n for n in ada.notes)
+    assert not any("would not train" in n for n in estimate(M8, _setup("a100-80", attention="fa1")).notes)
+    small = dataclasses.replace(M8, n_head=64, n_kv_head=8)   # head dim 64: its backward runs anywhere
+    assert not any("would not train" in n for n in
+                   estimate(small, _setup("l40s", attention="fa1", sharding="none", gpus_per_node=1)).notes)
+    # context parallelism's ring attention calls SDPA's or Transformer Engine's kernels, never flash-attn 1.x's
+    for kernel in ("fa1", "triton"):
+        with pytest.raises(ValueError, match=f"--attention {kernel} with --cp 2: .* use --attention fa2 or cudnn"):
+            estimate(M8, _setup("h100-sxm", attention=kernel, cp=2))
     refused(run("--model", "llama3-8b", "--gpu", "b200", "--precision", "bf16", "--micro-batch", "1",
                 "--attention", "fa1"), "sm100: use --attention flash")
 

@@ -25,7 +25,7 @@ FA1_VS_FA2 = 0.5
 theoretical maximum FLOPs/s" against FlashAttention-2's 50-73%): 0.5, the same sm80 MMA code on Hopper."""
 ATTN_PEAK_SHARE = {"fa2": {8: 0.60, 9: 0.33, 10: 0.26}, "cudnn": {8: 0.60, 9: 0.53, 10: 0.50}, "fa3": {9: 0.58},
                    "triton": {8: round(0.60 * TRITON_VS_FA2, 2), 9: round(0.33 * TRITON_VS_FA2, 2)},
-                   "fa1": {8: round(0.60 * FA1_VS_FA2, 2), 9: round(0.33 * FA1_VS_FA2, 2)}}
+                   "fa1": {8: round(0.60 * FA1_VS_FA2, 3), 9: round(0.33 * FA1_VS_FA2, 3)}}
 """Share of the dense bf16 peak a fused attention kernel reaches, head dim 128, forward (causal) + backward weighted
 1 : 2.5 by FLOPs, at 16K tokens. Hopper: FlashAttention-3 paper (Shah et al. 2024), H100 SXM5 figures: FlashAttention-2
 forward 335 and backward 322 TFLOP/s (0.33 of 989; the paper's "35% utilization"), cuDNN 539 and 516 (0.53),
@@ -90,9 +90,14 @@ KERNEL_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3", "cudnn": "
                 "triton": "FlashAttention's Triton kernel", "fa1": "FlashAttention (1.x)"}
 
 
-def head_dim_refusal(kernel: str, head_dim: int) -> str:
-    """Why `kernel` would not run a head of `head_dim` (planned as if it did, said wherever the plan is), or ''."""
+def head_dim_refusal(kernel: str, head_dim: int, sm: tuple[int, int] = (8, 0)) -> str:
+    """Why `kernel` would not run a head of `head_dim` on an `sm` GPU (planned as if it did, said wherever the plan
+    is), or ''."""
     name = KERNEL_NAMES.get(kernel, kernel)
+    if kernel == "fa1" and 64 < head_dim <= KERNEL_MAX_HEAD_DIM["fa1"] and tuple(sm) not in ((8, 0), (9, 0)):
+        # flash-attn 1.x's README: "Head dim > 64 backward requires A100 or H100"
+        return (f"{name}'s backward takes head dims over 64 on A100 and H100 alone: {head_dim} would not train on "
+                f"sm{sm[0]}{sm[1]}; --attention fa2 does")
     if head_dim > KERNEL_MAX_HEAD_DIM.get(kernel, head_dim):
         return (f"{name} takes head dims up to {KERNEL_MAX_HEAD_DIM[kernel]}: {head_dim} would not run there"
                 + ("; --attention fa2 takes up to 256" if kernel in ("triton", "fa1")

@@ -144,7 +144,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
         need = "SM 10.x" if needs_blackwell(asked) else "FP8 tensor cores (SM >= 8.9)"
         notes.append(f"{asked} is not supported on {s.gpu.key} (needs {need}): planned as {fb}, what would run")
         s = dataclasses.replace(s, precision=fb)
-    refused = head_dim_refusal(attention_kernel(s), m.head_dim)   # "" for the unfused GEMMs: no limit
+    refused = head_dim_refusal(attention_kernel(s), m.head_dim, s.gpu.sm)   # "" for the unfused GEMMs: no limit
     if refused:
         notes.append(refused + "; planned as if it ran")
     if s.pp > 1 and s.sharding in ("fsdp", "hsdp") and s.stack == "pytorch":

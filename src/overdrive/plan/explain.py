@@ -113,7 +113,7 @@ def _attention_line(e: Estimate) -> str:
             f"{eff:.2f}, {eff * peak:,.0f} TFLOP/s")
     if fa2_by_default(s):
         line += "; " + CUDNN_HINT
-    refused = head_dim_refusal(kernel, hd)
+    refused = head_dim_refusal(kernel, hd, s.gpu.sm)
     if pad != 128 and not refused:
         line += (f"; head dim {pad} planned at 128's rate (the FlashAttention-3 paper's H100 forward puts it at "
                  f"{head_dim_ratio(s, pad):.2f} of that)")

@@ -148,6 +148,10 @@ def _resolve_names(s) -> None:
         raise ValueError(f"--attention fa1: FlashAttention 1.x's kernels are Ampere's (sm80, run on Hopper as they "
                          f"are), and {s.gpu.key} is sm{s.gpu.sm[0]}{s.gpu.sm[1]}: use --attention flash (the stack's "
                          "own kernel)")
+    if s.attention in ("fa1", "triton") and s.cp > 1:
+        # torch's ring attention calls SDPA's kernels, Transformer Engine's context parallelism its own
+        raise ValueError(f"--attention {s.attention} with --cp {s.cp}: context parallelism's ring attention calls "
+                         "SDPA's or Transformer Engine's kernels, not this one: use --attention fa2 or cudnn")
     if s.attention == "triton" and s.gpu.sm[0] not in (8, 9):
         raise ValueError(f"--attention triton: FlashAttention's 2022 Triton kernel runs on the pre-MLIR Triton "
                          f"compiler, which targets Ampere/Ada (sm8x) and Hopper (sm90), and {s.gpu.key} is "
