@@ -64,7 +64,8 @@ def blind2_bullet(val: list[dict]) -> str:
     nano64 = ("nanotron 1.34B 512x", "nanotron 3.57B 512x")
     nano_rest = tuple(f"nanotron {m} {g}xH100" for m in ("1.34B", "3.57B", "8.86B") for g in (8, 16, 32, 64))
     n_src = len(BLIND2_SOURCES)
-    return f"""- **The second blind check (2026-12-07; {n_src} more sources, {s['n']} runs, A100 to GB300, 1-512 GPUs)**:
+    head = f"{n_src} more sources, {s['n']} runs, A100 to GB300, 1-512 GPUs"
+    return f"""- **The second blind check (2026-12-07; {head})**:
   planned by a helper from the CLI and these docs before anything was read back; Colossal-AI's and picotron's rows
   shaped nothing (they count among the sources above), Qwen's, nanotron's, ArcticTraining's and Megatron-LLaMA's
   each sent us to a term, so their figures now are not unseen-source figures. First sight:
@@ -85,7 +86,8 @@ def blind2_bullet(val: list[dict]) -> str:
   each rank's slice of each tensor by an op of its own, a reduce-scatter's per-rank copies in every DDP bucket's
   hook and an all-gather's per-rank, per-tensor copies after the step, about dp × (3 × tensors + 2 × buckets)
   host ops a step: 83,000 for the 3.57B at dp 128, about 0.3 s at this CPU's 3.6 µs an op against the 0.37 s the
-  plan is short; at dp 32 a twentieth of a step); nanotron's 80B {_span_ids(rows, ('nanotron 80.0B',))} (TP8·PP4 published at half
+  plan is short; at dp 32 a twentieth of a step); nanotron's 80B {_span_ids(rows, ('nanotron 80.0B',))}
+  (TP8·PP4 published at half
   the MFU of TP4·PP16, no term gives that); Megatron-LLaMA's 13B on A100
   {_span_ids(rows, ('Megatron-LLaMA',), 'first_error')} as first planned with FlashAttention-2, now
   {_span_ids(rows, ('Megatron-LLaMA',))} with the FlashAttention 1 its code imports (`--attention fa1`, at the

@@ -10,7 +10,8 @@ import math
 
 from overdrive.plan.setup import TrainSetup
 
-__all__ = ["ATTN_PEAK_SHARE", "TRITON_VS_FA2", "FA1_VS_FA2", "ATTN_SEQ_RATE", "ATTN_HEAD_DIM", "CUDNN_HINT", "attention_kernel", "fa2_by_default",
+__all__ = ["ATTN_PEAK_SHARE", "TRITON_VS_FA2", "FA1_VS_FA2", "ATTN_SEQ_RATE", "ATTN_HEAD_DIM", "CUDNN_HINT",
+           "attention_kernel", "fa2_by_default",
            "attention_share", "attention_override", "head_dim_ratio", "KERNEL_HEAD_DIMS", "padded_head_dim",
            "head_dim_padding", "KERNEL_MAX_HEAD_DIM", "head_dim_refusal",
            "KERNEL_NAMES"]
