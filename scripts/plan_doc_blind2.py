@@ -3,9 +3,9 @@ fine-tuning profile, Colossal-AI's benchmark table, Megatron-LLaMA, nanotron's s
 ArcticTraining's DGX Station post), each run planned by a helper from the CLI and the docs alone before the published
 figure was read back. Every row keeps that plan (`first_planned`); four of the sources then sent us to a term."""
 
-import statistics
 
 from overdrive.plan.validation import expressed_table, load_runs, summary
+from plan_doc_helpers import _med_worst
 
 BLIND2_SOURCES = ("QwenLM/Qwen", "hpcaitech/ColossalAI", "alibaba/Megatron-LLaMA", "huggingface/nanotron",
                   "huggingface/picotron", "snowflakedb/ArcticTraining")
@@ -41,9 +41,6 @@ def _runs(n: int) -> str:
     return f"{n} completed run" + ("" if n == 1 else "s")
 
 
-def _med_worst(errs: list[float]) -> str:
-    return (f"median {100 * statistics.median(abs(e) for e in errs):.1f}%, "
-            f"worst {100 * max(errs, key=abs):+.0f}%")
 
 
 def blind2_rows(val: list[dict]) -> list[dict]:

@@ -161,3 +161,9 @@ def _sp_effect() -> str:
             on = estimate(run_model(r), dataclasses.replace(s, sequence_parallel=True)).tokens_per_s_per_gpu
             d.append(100 * (1 - off / on))
     return f"{min(d):.0f}-{max(d):.0f}%"
+
+
+def _med_worst(errs: list[float]) -> str:
+    """"median 7.3%, worst +41%": the median |error| and the signed worst."""
+    worst = max(errs, key=abs)
+    return f"median {100 * statistics.median(abs(e) for e in errs):.1f}%, worst {100 * worst:+.0f}%"

@@ -15,7 +15,7 @@ from overdrive.plan.throughput import (CALIBRATION, MEGATRON_CE_BYTES, SRELU_UNF
                                       UNFUSED_DROPOUT_BYTES, Z_LOSS_BYTES)
 from overdrive.plan.validation import expressed_table, load_runs, summary
 from plan_doc_blind2 import BLIND2_SHAPED
-from plan_doc_helpers import _span
+from plan_doc_helpers import _med_worst, _span
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOSO = os.path.join(HERE, "..", "docs", "plan-loso.json")
@@ -217,9 +217,6 @@ def shaped_after_first_sight(r: dict) -> bool:
     return r["source"].startswith(SHAPED_AFTER_FIRST_SIGHT)
 
 
-def _med_worst(errs: list[float]) -> str:
-    worst = max(errs, key=abs)
-    return f"median {100 * statistics.median(abs(e) for e in errs):.1f}%, worst {100 * worst:+.0f}%"
 
 
 def _older_facts(rows: list[dict], val: list[dict]) -> dict:
