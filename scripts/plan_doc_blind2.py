@@ -4,7 +4,9 @@ ArcticTraining's DGX Station post), each run planned by a helper from the CLI an
 figure was read back. Every row keeps that plan (`first_planned`); four of the sources then sent us to a term."""
 
 
-from overdrive.plan.validation import expressed_table, load_runs, summary
+from overdrive.plan.comm import comm_times
+from overdrive.plan.host import HOST_US_PER_OP, ZERO_SLICED_AFTER_STEP
+from overdrive.plan.validation import _setup, expressed_table, load_runs, run_model, summary
 from plan_doc_helpers import _med_worst
 
 BLIND2_SOURCES = ("QwenLM/Qwen", "hpcaitech/ColossalAI", "alibaba/Megatron-LLaMA", "huggingface/nanotron",
@@ -12,7 +14,8 @@ BLIND2_SOURCES = ("QwenLM/Qwen", "hpcaitech/ColossalAI", "alibaba/Megatron-LLaMA
 BLIND2_SHAPED = ("QwenLM/Qwen", "huggingface/nanotron", "snowflakedb/ArcticTraining", "alibaba/Megatron-LLaMA")
 """Sources of the second blind check that sent us to a term after first sight: Qwen's short sequences to the
 host-bound floor and DeepSpeed ZeRO-3's per-module hooks, nanotron's 1F1B rows to the last stage keeping the loss
-alone (--pp-keep-outputs for the engines that keep more), ArcticTraining's packed 136K sequences to --doc-len and
+alone (--pp-keep-outputs for the engines that keep more) and its ZeRO-1 at 128 data-parallel ranks to --zero-sliced,
+ArcticTraining's packed 136K sequences to --doc-len and
 its 252 GiB board to --gpu-mem, Megatron-LLaMA's flash-attn 1.x import to --attention fa1. Colossal-AI's and
 picotron's rows shaped nothing."""
 DROPPED = ("ColossalAI llama2-70b 16xH200 bf16 zero2 seq 4096: its 146.5 GiB peak is above an H200's 140.4 GiB, "
@@ -49,6 +52,28 @@ def blind2_rows(val: list[dict]) -> list[dict]:
     return [{**p, "first_error": _first(runs[p["id"]])} for p in val if is_blind2(p)]
 
 
+def _zero_sliced_text(rows: list[dict]) -> str:
+    """nanotron's ZeRO-1 at dp 128: first sight, now with --zero-sliced, what that term is and what it leaves."""
+    nano64 = ("nanotron 1.34B 512x", "nanotron 3.57B 512x")
+    runs = {r["id"]: r for r in load_runs()}
+    r3 = next(runs[r["id"]] for r in rows if r["id"].startswith("nanotron 3.57B 512x"))
+    c = comm_times(run_model(r3), _setup(r3), 0.0)
+    host_ms = c["zero_sliced_after_ops"] * HOST_US_PER_OP * 1e-3
+    short_s = 2 * 4096 / 4 * (1 / r3["tps"] - 1 / r3["first_planned"])
+    mem_first = r3["first_memory"] / r3["memory_gib"] - 1
+    mem_now = next(r["memory_error"] for r in rows if r["id"] == r3["id"])
+    return (f"nanotron's ZeRO-1 at data parallel 128 across 64 nodes {_span_ids(rows, nano64, 'first_error')} at "
+            f"first sight, now {_span_ids(rows, nano64)} with `--zero-sliced`: its ZeroDistributedOptimizer slices "
+            "every tensor across the data-parallel ranks and moves each rank's slice of each tensor in Python, after "
+            "the step (an all-gather's per-rank, per-tensor slices, flattens and copies, waited for) and in every DDP "
+            "bucket's hook; scripts/measure_zero_sliced_host.py runs those loops from its source and times them at "
+            f"{ZERO_SLICED_AFTER_STEP} ops' worth per rank and tensor, {host_ms:.0f} ms after the step for the 3.57B at "
+            f"dp 128 against the {short_s:.2f} s the first plan was short. Most of the gap stays: this CPU's clock "
+            "pays no kernel launch, which each of those copies costs a GPU host (gpu_check runs the same script with "
+            "--device cuda to measure it). Its fp32 accumulator and DDP's buckets, which nanotron never frees, took "
+            f"the 3.57B's memory from {100 * mem_first:+.0f}% to {100 * mem_now:+.0f}%")
+
+
 def blind2_bullet(val: list[dict]) -> str:
     """The check's figures in the summary: first sight and now, by source, and what it found missing."""
     rows = blind2_rows(val)
@@ -58,7 +83,6 @@ def blind2_bullet(val: list[dict]) -> str:
         f"{_med_worst([r['error'] for r in rows if r['source'].startswith(src)])} now "
         f"(n={sum(r['source'].startswith(src) for r in rows)})" for src in BLIND2_SOURCES)
     mem = [r["memory_error"] for r in rows if "memory_error" in r]
-    nano64 = ("nanotron 1.34B 512x", "nanotron 3.57B 512x")
     nano_rest = tuple(f"nanotron {m} {g}xH100" for m in ("1.34B", "3.57B", "8.86B") for g in (8, 16, 32, 64))
     n_src = len(BLIND2_SOURCES)
     head = f"{n_src} more sources, {s['n']} runs, A100 to GB300, 1-512 GPUs"
@@ -75,15 +99,9 @@ def blind2_bullet(val: list[dict]) -> str:
   ZeRO-3 at short sequences still planned fast ({_span_ids(rows, ('Qwen qwen-7b Full', 'Qwen qwen-1.8b Full'))}:
   its per-module hooks are in the floor at this CPU's 3.6 µs an op, where Qwen's own rows imply 11-16 µs on their
   GPU host, a figure gpu_check's host_ops step is there to measure); Qwen's LoRA under ZeRO-2 on 2 nodes at half the
-  one-GPU rate ({_span_ids(rows, ('Qwen qwen-7b LoRA multinode',))}, not modelled); nanotron's ZeRO-1 at data
-  parallel 128 across 64 nodes {_span_ids(rows, nano64)} where its DDP twin reads
-  {_span_ids(rows, ('nanotron 8.86B 512x',))} and every run at 4 to 32 data-parallel ranks
-  {_span_ids(rows, nano_rest)} (not planned yet; the likely term, read from its source at the figure's commit:
-  ZeroDistributedOptimizer slices every tensor across the data-parallel ranks, and its coalesced helpers move
-  each rank's slice of each tensor by an op of its own, a reduce-scatter's per-rank copies in every DDP bucket's
-  hook and an all-gather's per-rank, per-tensor copies after the step, about dp × (3 × tensors + 2 × buckets)
-  host ops a step: 83,000 for the 3.57B at dp 128, about 0.3 s at this CPU's 3.6 µs an op against the 0.37 s the
-  plan is short; at dp 32 a twentieth of a step); nanotron's 80B {_span_ids(rows, ('nanotron 80.0B',))}
+  one-GPU rate ({_span_ids(rows, ('Qwen qwen-7b LoRA multinode',))}, not modelled); {_zero_sliced_text(rows)},
+  where its DDP twin reads {_span_ids(rows, ('nanotron 8.86B 512x',))} and every run at 4 to 32 data-parallel
+  ranks {_span_ids(rows, nano_rest)}; nanotron's 80B {_span_ids(rows, ('nanotron 80.0B',))}
   (TP8·PP4 published at half
   the MFU of TP4·PP16, no term gives that); Megatron-LLaMA's 13B on A100
   {_span_ids(rows, ('Megatron-LLaMA',), 'first_error')} as first planned with FlashAttention-2, now

@@ -112,7 +112,8 @@ def _run_sweep(args: argparse.Namespace, console) -> int:
 _SAME_NAME = ("nodes", "seq", "tp", "pp", "vpp", "cp", "optimizer_dtype", "optimizer", "master_weights", "optimizer_in_backward",
               "fp8_all_gather", "intra_gbs", "inter_gbs", "offload", "loss", "lora_rank", "pure_bf16", "fp8_activations",
               "recompute_layers", "offload_activations", "grad_dtype", "embedding_in_pipeline_split", "stack", "attention",
-              "z_loss", "fused_kernels", "deepspeed_pipeline", "embed_norm", "dropout", "zero_broadcast", "pp_keep_outputs",
+              "z_loss", "fused_kernels", "deepspeed_pipeline", "embed_norm", "dropout", "zero_broadcast", "zero_sliced",
+              "pp_keep_outputs",
               "doc_len")
 """Flags whose value is the TrainSetup field of the same name."""
 
@@ -329,6 +330,8 @@ def _add_stack_args(a) -> None:
       "backward, parameters gathered after the step, nothing overlapped (Megatron-LM's default)")
     a("--zero-broadcast", action="store_true", help="ZeRO-1 as InternLM's Hybrid ZeRO runs it: gradients "
       "all-reduced, then one broadcast of the updated weights per rank that owns any (latency grows with the group)")
+    a("--zero-sliced", action="store_true", help="ZeRO-1 as nanotron runs it: every tensor sliced over the data-"
+      "parallel ranks, the weights all-gathered after the step with per-rank, per-tensor host work (grows with dp)")
     a("--embed-norm", action="store_true", help="a norm after the embedding (BLOOM's --embed-layernorm)"); a(
       "--dropout", action="store_true", help="dropout on (Megatron's default 0.1): its 1-byte masks are kept")
     a("--no-partition-activations", action="store_true",

@@ -42,6 +42,12 @@ fastest), so a group's members per node are gpus_per_node / (the degrees inside 
                   last micro-batch's backward; after the step every owner broadcasts its updated weights to the whole
                   ZeRO group, one call each (collectives.broadcast_s: nRanks hops of latency per call), and
                   `broadcast_params(overlap=False)` waits for every call before the step ends: all of it exposed.
+  nanotron ZeRO-1 --zero-sliced (huggingface/nanotron src/nanotron/optim/zero.py and gradient_accumulator.py @
+                  c252843): every tensor sliced over the ZeRO group; DDP's comm hook adds each bucket's 16-bit
+                  gradients into the fp32 accumulator and reduce-scatters it, under the backward, per DDP bucket
+                  (25 MB of the model-dtype gradients, the first 1 MB; a larger tensor fills one alone: `ddp_buckets`);
+                  after the step one all-gather of the updated 16-bit weights (`dp_after`), which the next forward
+                  waits for, with the host's dp·T slices, flattens and copies around it (host.py): nothing hides it.
   DeepSpeed       --deepspeed-pipeline (Megatron-DeepSpeed, GPT-NeoX; microsoft/DeepSpeed
                   deepspeed/runtime/pipe/engine.py @ 0050fdad and schedule.py @ af8f2596): the engine sets
                   `enable_backward_allreduce = False` and its TrainSchedule appends ReduceTiedGrads, ReduceGrads,
@@ -64,7 +70,7 @@ from overdrive.plan.specs import ModelSpec
 from overdrive.plan.zero3 import zero3_comm
 
 __all__ = ["comm_times", "dp_exposed", "LINK_EFF", "ASYNC_TP_EXPOSED", "DDP_BUCKET_BYTES", "DS_ALLREDUCE_ELEMENTS",
-           "group_layout", "ZERO_BUCKET_ELEMENTS", "zero_owners"]
+           "group_layout", "ZERO_BUCKET_ELEMENTS", "zero_owners", "ddp_buckets"]
 
 ASYNC_TP_EXPOSED = 0.3
 DS_ALLREDUCE_ELEMENTS = 500_000_000
@@ -72,6 +78,8 @@ DS_ALLREDUCE_ELEMENTS = 500_000_000
 (deepspeed/runtime/engine.py)."""
 DDP_BUCKET_BYTES = 25 * 2**20
 """torch.nn.parallel.DistributedDataParallel's bucket_cap_mb default."""
+DDP_FIRST_BUCKET_BYTES = 2**20
+"""torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: DDP's first bucket (the first parameters) is capped at 1 MiB."""
 ZERO_BUCKET_ELEMENTS = 512 * 1024 * 1024
 """InternLM's hybrid_zero_optimizer reduce_bucket_size (configs/7B_sft.py @ 00478761): gradient elements per
 all-reduce."""
@@ -180,6 +188,18 @@ def _tensors(m: ModelSpec, s: TrainSetup) -> list[int]:
     return [m.vocab * h // tp] + pos + block * math.ceil(m.n_layer / s.pp) + last
 
 
+def ddp_buckets(sizes: list[float]) -> int:
+    """Buckets DistributedDataParallel packs tensors of `sizes` bytes (in the model's order) into: a bucket closes
+    once it holds its cap (1 MiB for the first, 25 MiB after), so a tensor above the cap fills one alone
+    (torch/csrc/distributed/c10d/reducer.cpp compute_bucket_assignment_by_size, with DDP's limits)."""
+    buckets, held, cap = 0, 0.0, DDP_FIRST_BUCKET_BYTES
+    for b in sizes:
+        held += b
+        if held >= cap:
+            buckets, held, cap = buckets + 1, 0.0, DDP_BUCKET_BYTES
+    return buckets + (1 if held else 0)
+
+
 def zero_owners(m: ModelSpec, s: TrainSetup, n: int) -> int:
     """Ranks of a ZeRO group of n that own parameters. InternLM's `_partition_param_list` (@ 20fe5ac2) sorts the
     tensors by size and gives each to the least-loaded rank, so every rank gets one before any gets a second:
@@ -199,6 +219,26 @@ def _zero_broadcast_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) ->
     b_t, b_lat = broadcast_s(m.n_params() / (s.tp * s.pp) * weight_b / owners, n, nodes, bw)
     out.update(dp=nb * t, dp_calls=nb, dp_latency=nb * lat, dp_algo=algo, dp_edge=t, dp_buckets=nb, dp_nodes=nodes,
                dp_bcast=owners * b_t, dp_bcast_calls=owners, dp_bcast_latency=owners * b_lat)
+
+
+def _zero_sliced_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
+    """nanotron's ZeRO-1: the fp32 accumulated gradients reduce-scattered per DDP bucket (`dp`, overlapped as DDP's),
+    then one all-gather of the updated 16-bit weights after the step (`dp_after`, exposed); the host's loops around
+    both, in ops' worth (`zero_sliced_hook_ops`, `zero_sliced_after_ops`: host.py)."""
+    from overdrive.plan.host import zero_sliced_ops
+
+    n, trained = s.shards, _trained(m, s)
+    nodes, bw = group_layout(s, n, s.tp)
+    weight_b = 4 if s.precision == "fp32" else 2
+    tensors = _tensors(m, s)
+    nb = ddp_buckets([t * weight_b for t in tensors])   # DDP buckets the model-dtype gradients
+    t = gather_s(trained * grad_b / nb, n, nodes, bw)
+    ag = gather_s(m.n_params() / (s.tp * s.pp) * weight_b, n, nodes, bw)
+    hook_ops, after_ops = zero_sliced_ops(s, len(tensors), nb)
+    out.update(dp=nb * t, dp_calls=nb, dp_latency=nb * ring_latency_s(n, nodes, allreduce=False), dp_algo="ring",
+               dp_edge=t, dp_buckets=nb, dp_nodes=nodes, dp_after=ag,
+               dp_after_latency=ring_latency_s(n, nodes, allreduce=False), zero_sliced_hook_ops=hook_ops,
+               zero_sliced_after_ops=after_ops, zero_sliced_tensors=len(tensors))
 
 
 def _tp_comm(m: ModelSpec, s: TrainSetup, out: dict) -> None:
@@ -248,7 +288,9 @@ def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict:
     and how the data-parallel time splits (calls, latency, algorithm, the call nothing hides)."""
     grad_b = s.grad_bytes
     out = {"dp": 0.0, "dp_calls": 0.0, "dp_latency": 0.0, "dp_algo": "", "dp_edge": 0.0, "dp_buckets": 0,
-           "dp_nodes": 1, "dp_bcast": 0.0, "dp_bcast_calls": 0, "dp_bcast_latency": 0.0, "tp": 0.0, "tp_latency": 0.0,
+           "dp_nodes": 1, "dp_bcast": 0.0, "dp_bcast_calls": 0, "dp_bcast_latency": 0.0, "dp_after": 0.0,
+           "dp_after_latency": 0.0, "zero_sliced_hook_ops": 0.0, "zero_sliced_after_ops": 0.0,
+           "zero_sliced_tensors": 0, "tp": 0.0, "tp_latency": 0.0,
            "tp_nodes": 1, "cp": 0.0, "pp": 0.0, "embed": 0.0}
     if s.sharding == "zero3" and s.shards > 1:
         zero3_comm(m, s, out, _trained(m, s))   # DeepSpeed's module-by-module gathers
@@ -256,6 +298,8 @@ def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict:
         _fsdp_comm(m, s, out, grad_b)
     elif s.zero_broadcast and s.shards > 1:
         _zero_broadcast_comm(m, s, out, grad_b)
+    elif s.zero_sliced and s.shards > 1 and s.optimizer != NO_STEP:
+        _zero_sliced_comm(m, s, out, grad_b)
     elif (s.sharding != "none" and s.shards > 1 or s.sharding == "none" and s.dp * s.cp > 1) and s.optimizer != NO_STEP:
         _ddp_comm(m, s, out, grad_b)   # (DDP under no_sync with no step reduces nothing)
     if s.tp > 1:

@@ -28,6 +28,15 @@ whose adapters are modules of their own (83 modules a block, not 13), 1,416 and 
 collectives, CUDA's events and stream waits are not in it, nor the hooks outside the blocks. Not counted:
 FSDP's per-block hooks (one a block, not thirteen), DTensor's tensor-parallel dispatch.
 
+nanotron's ZeRO-1 (--zero-sliced) slices every tensor over the data-parallel ranks and moves the slices in Python:
+after the step its all-gather builds, flattens and copies back dp·T pieces (T tensors on this GPU), and in the
+backward DDP's comm hook splits and flattens every bucket's fp32 gradients dp ways. scripts/measure_zero_sliced_host.py
+runs those loops op for op from nanotron's source, the collective stood in by what ProcessGroupNCCL does around it
+(benchmarks/results/cpu/2026-12-07-zero-sliced-host/zero-sliced-host.json): after the step 0.87 ops' worth per rank
+and tensor (0.82-0.94 over dp 8-128 and 16-200 tensors); per bucket in the backward 0.21·dp·k + 0.55·dp + 2.3·k + 1
+for a bucket of k tensors. The after-step part is exposed (the next forward needs the weights); the hook's adds to
+the host's work for the step's last micro-batch.
+
 The time per op is the same script's, on this project's CPU host (the fastest of 200 micro-steps of tiny
 tensors over their op count: 3.6 µs): a GPU host also pays each kernel's launch, so this is a lower bound there
 until scripts/gpu_check.sh measures it on a GPU. Compiled code (torch.compile) and the megatron stack (Transformer
@@ -42,7 +51,7 @@ from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["HOST_US_PER_OP", "OPS_PER_BLOCK", "OPS_OUTSIDE_BLOCKS", "ZERO3_OPS_PER_BLOCK", "eager_ops", "zero3_ops",
-           "host_time", "host_note"]
+           "host_time", "host_note", "ZERO_SLICED_AFTER_STEP", "ZERO_SLICED_HOOK", "zero_sliced_ops"]
 
 # scripts/measure_host_ops.py, 2026-12-07, torch 2.13.0 (CPU), transformers 5.25.0, peft 0.22.0:
 # benchmarks/results/cpu/2026-12-07-host-ops/host-ops.json. Keys: (LoRA, checkpointed, autocast).
@@ -56,6 +65,12 @@ HOST_US_PER_OP = 3.6
 # scripts/measure_zero3_host.py, 2026-12-07, deepspeed 0.19.8, torch 2.13.0 (CPU), transformers 5.25.0, peft 0.22.0:
 # benchmarks/results/cpu/2026-12-07-zero3-host/zero3-host.json, ops' worth per block. Keys: (LoRA, checkpointed).
 ZERO3_OPS_PER_BLOCK = {(False, False): 539, (False, True): 612, (True, False): 1416, (True, True): 1824}
+# scripts/measure_zero_sliced_host.py, 2026-12-07, torch 2.13.0 (CPU), nanotron @ c252843's loops:
+# benchmarks/results/cpu/2026-12-07-zero-sliced-host/zero-sliced-host.json, ops' worth. After the step: per rank and
+# tensor (the median of nine cases); the backward's hook, per bucket of k tensors:
+# (per rank·k, per rank, per k, per call).
+ZERO_SLICED_AFTER_STEP = 0.87
+ZERO_SLICED_HOOK = (0.21, 0.55, 2.3, 1.2)
 
 
 def _checkpointed_share(m: ModelSpec, s: TrainSetup) -> float:
@@ -92,6 +107,16 @@ def zero3_ops(m: ModelSpec, s: TrainSetup) -> float:
     lora, f = s.lora_rank > 0, 1.0 if s.checkpointing == "selective-op" else _checkpointed_share(m, s)
     per_block = (1 - f) * ZERO3_OPS_PER_BLOCK[(lora, False)] + f * ZERO3_OPS_PER_BLOCK[(lora, True)]
     return m.n_layer / s.pp * stage_imbalance(m, s) * per_block
+
+
+def zero_sliced_ops(s: TrainSetup, tensors: int, buckets: int) -> tuple[float, float]:
+    """(ops' worth in the backward's hooks per step, ops' worth after the step) of nanotron's sliced ZeRO-1 for
+    `tensors` parameter tensors on this GPU in `buckets` DDP buckets; (0, 0) without --zero-sliced or one rank."""
+    n = s.shards
+    if not s.zero_sliced or n <= 1:
+        return 0.0, 0.0
+    a, b, c, d = ZERO_SLICED_HOOK
+    return a * n * tensors + b * n * buckets + c * tensors + d * buckets, ZERO_SLICED_AFTER_STEP * n * tensors
 
 
 def host_time(m: ModelSpec, s: TrainSetup) -> float:

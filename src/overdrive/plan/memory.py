@@ -9,6 +9,11 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               --pure-bf16: 2 bytes, no master. LoRA: frozen bf16 base (2·P_l, /S under FSDP).
   grads       fp32 4·P_l (2 with --pure-bf16 or --grad-dtype bf16, Megatron's grad_reduce_in_fp32=False), /S
               under ZeRO-2/3 (reduce-scattered); Megatron's distributed optimizer (ZeRO-1) keeps the whole buffer.
+              PyTorch DDP (--sharding none over several ranks) allocates its reducer's buckets once, a gradient's
+              size in the parameters' dtype, alive all run beside the gradients (reducer.cpp initialize_buckets,
+              gradient_as_bucket_view False by default: `ddp_bucket_bytes`). nanotron's ZeRO-1 (--zero-sliced) wraps
+              the model in DDP (16-bit buckets) and accumulates into an fp32 buffer of every parameter's gradient
+              that it never frees (gradient_accumulator.py build_grad_buffers): both stay through the forward.
   optimizer   n·b·P_l, n states per parameter (--optimizer: AdamW 2, Lion 1, SGD with momentum 1, Adafactor's
               factored moment ~0) of b = 4 / 2 / 1 bytes (fp32 / bf16 / 8-bit), /S under any ZeRO.
               --master-weights remainder: 16-bit weights + the 16 low bits of the fp32 master (Apex/TE
@@ -93,7 +98,8 @@ from overdrive.plan.zero3 import zero3_buffers, zero3_startup_bytes, zero3_state
 __all__ = ["memory_breakdown", "peak_allocated", "GIB", "CONTEXT_BYTES", "FRAGMENTATION", "FRAGMENTATION_CAP",
            "RESERVED_SHARE",
            "reserve_bytes", "OPT_BYTES",
-           "act_bytes_per_layer", "backward_grad_bytes", "eager_act_tensors", "master_bytes", "largest_param", "state_bytes_per_param", "act_tensors", "recomputed_blocks", "pipeline_blocks_in_flight", "lora_params", "terms"]
+           "act_bytes_per_layer", "backward_grad_bytes", "eager_act_tensors", "master_bytes", "largest_param", "state_bytes_per_param", "act_tensors", "recomputed_blocks", "pipeline_blocks_in_flight", "lora_params", "terms",
+           "ddp_bucket_bytes"]
 
 GIB = 2**30
 OPT_BYTES = {"fp32": 4, "bf16": 2, "8bit": 1 + 4 / 256}
@@ -275,6 +281,18 @@ def _states(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, float, f
     return params, grads, opt
 
 
+def ddp_bucket_bytes(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
+    """PyTorch DDP's bucket buffers on pipeline rank `rank`: a copy of every trained gradient in the parameters' dtype
+    (fp32 masters under autocast, 16-bit with --pure-bf16 or --grad-dtype bf16; nanotron's bf16 model under
+    --zero-sliced), allocated at wrap time and alive all run. 0 where DDP does not run (one rank, sharded or other
+    stacks' optimizers, DeepSpeed's engine)."""
+    ddp = s.sharding == "none" and s.dp * s.cp > 1 or s.zero_sliced and s.shards > 1
+    if s.stack != "pytorch" or s.deepspeed_pipeline or s.zero_broadcast or not ddp:
+        return 0.0
+    b = (2 if s.precision != "fp32" else 4) if s.zero_sliced else s.grad_bytes
+    return b * _trained(m, s, rank)[1]
+
+
 def _buffers(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
     """FSDP's gathered blocks and unsharded gradients (see the module docstring); DeepSpeed ZeRO-3's gathered
     modules and reduce bucket (`zero3.py`)."""
@@ -312,8 +330,10 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
         lg = logits + kept if rank == s.pp - 1 else 0.0
         # one micro-batch a step: grads are None while activations peak (set_to_none), then replace them in backward;
         # without a step (--optimizer none) nothing zeroes them: they stay from the micro-batch before
-        kept_grads = s.grad_accum > 1 or s.lora_rank or s.optimizer == NO_STEP
+        # (nanotron's fp32 accumulator, --zero-sliced, is never freed); DDP's buckets stay all run
+        kept_grads = s.grad_accum > 1 or s.lora_rank or s.optimizer == NO_STEP or s.zero_sliced
         peak = acts + lg + grads if kept_grads else max(acts + lg, grads + per_layer + lg)
+        peak += ddp_bucket_bytes(m, s, rank)
         if s.sharding == "zero3":   # DeepSpeed's step casts a sub-group of the gradients to fp32 after the backward
             peak = max(peak, grads + zero3_step_bytes(_trained(m, s, rank)[0], s.shards, s))
         te_cache = te_weight_cache_bytes(m, s, rank)

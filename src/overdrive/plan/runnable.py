@@ -31,8 +31,10 @@ def not_in_overdrive(c: dict) -> list[str]:
                    "it there")
     if c.get("zero_broadcast"):
         out.append("--zero-broadcast plans InternLM's Hybrid ZeRO trainer, another stack: run it there")
+    if c.get("zero_sliced"):
+        out.append("--zero-sliced plans nanotron's ZeRO-1 (its own trainer), another stack: run it there")
     sh = c.get("sharding", "fsdp")
-    if sh in ("zero1", "zero2") and not c.get("zero_broadcast"):
+    if sh in ("zero1", "zero2") and not (c.get("zero_broadcast") or c.get("zero_sliced")):
         out.append(f"{sh} (a sharded optimizer without sharded weights) is Megatron-Core's distributed optimizer "
                    "or DeepSpeed's ZeRO, not Overdrive's: distributed=\"fsdp\" is the nearest (it also shards "
                    "the weights)")

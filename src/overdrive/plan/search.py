@@ -213,12 +213,12 @@ def _search_space(base: TrainSetup, setup: dict, precisions, shardings, checkpoi
         raise ValueError(f"--sharding {fsdp[0]} with --loss megatron-v07: Megatron-Core before 0.10 has no FSDP; "
                          "use --sharding zero1 (its distributed optimizer) or none")
     shardings = shardings or (("zero3",) if not base.zero_init else ("fsdp", "hsdp") if base.offload == "params" else
-                              ("zero1",) if base.zero_broadcast else
+                              ("zero1",) if base.zero_broadcast or base.zero_sliced else
                               ("zero1", "none") if (base.deepspeed_pipeline or not base.overlap_grad_reduce
                                                     or base.loss == "megatron-v07") else
                               ("fsdp", "hsdp", "none") if base.optimizer == "none" else   # no_sync: DDP's and FSDP's
                               ("fsdp", "hsdp", "zero1", "none"))
-    if base.dp * base.cp == 1 and not asked_shardings and not base.zero_broadcast:
+    if base.dp * base.cp == 1 and not asked_shardings and not (base.zero_broadcast or base.zero_sliced):
         # one data-parallel rank: every sharding holds the same bytes and runs the same step; rank one, not three
         shardings = ("zero3",) if not base.zero_init else ("fsdp",) if base.offload == "params" else ("none",)
     return precisions, shardings, ckpts, mbs
@@ -262,11 +262,12 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
         raise ValueError(f"--min-headroom {min_headroom_gib:g} GiB is outside 0-{g.mem_gib:.0f} (the {g.key}'s "
                          "memory): give the GiB to keep free, 0 to rank by speed alone")
     margin = default_margin_gib(g) if min_headroom_gib is None else float(min_headroom_gib)
-    # DeepSpeed's PipelineEngine refuses ZeRO-2/3, Megatron's non-overlapped reduce is DDP's or its distributed
-    # optimizer's, --zero-broadcast is InternLM's ZeRO-1: their base is ZeRO-1 (the searched shardings say the rest)
+    # DeepSpeed's PipelineEngine refuses ZeRO-2/3, Megatron's non-overlapped reduce is DDP's or its distributed optimizer's,
+    # --zero-broadcast/--zero-sliced are InternLM's/nanotron's ZeRO-1: their base is ZeRO-1 (searched shardings: the rest)
     if model.embed_norm:   # the model has it (BLOOM's config): what --embed-norm says
         setup = {**setup, "embed_norm": True}
-    zero1 = setup.get("deepspeed_pipeline") or setup.get("overlap_grad_reduce") is False or setup.get("zero_broadcast")
+    zero1 = (setup.get("deepspeed_pipeline") or setup.get("overlap_grad_reduce") is False or setup.get("zero_broadcast")
+             or setup.get("zero_sliced"))
     # --no-zero-init is DeepSpeed ZeRO-3's: its base, and the only sharding searched
     first = {"sharding": "zero1"} if zero1 else {"sharding": "zero3"} if setup.get("zero_init") is False else {}
     base = TrainSetup(gpu=g, **{**first, **setup})
@@ -314,7 +315,7 @@ def _result(model: ModelSpec, g: GpuSpec, base: TrainSetup, cands: list, precisi
 _SETTINGS = ("grad_dtype", "gather_dtype", "fp8_all_gather", "async_tp", "attention", "sequence_parallel",
              "sp_regather", "partition_activations", "overlap_grad_reduce", "deepspeed_pipeline",
              "embedding_in_pipeline_split", "z_loss", "block_code", "fused_kernels", "embed_norm", "dropout",
-             "zero_broadcast", "zero_init", "pp_keep_outputs", "doc_len")
+             "zero_broadcast", "zero_sliced", "zero_init", "pp_keep_outputs", "doc_len")
 """TrainSetup fields a candidate records beside its search axes (each changes the plan's figures)."""
 
 

@@ -278,6 +278,14 @@ def _check_layout(s) -> None:
                          f"by their owners), not --stack {s.stack} --sharding {s.sharding}"
                          f"{' --deepspeed-pipeline' if s.deepspeed_pipeline else ''}: use --stack pytorch "
                          "--sharding zero1, or drop the flag")
+    if s.zero_sliced and (s.sharding != "zero1" or s.stack != "pytorch" or s.deepspeed_pipeline or s.zero_broadcast):
+        other = ("--zero-broadcast" if s.zero_broadcast else "--deepspeed-pipeline" if s.deepspeed_pipeline
+                 else f"--stack {s.stack} --sharding {s.sharding}")
+        raise ValueError(f"--zero-sliced is nanotron's ZeRO-1 (every tensor sliced over the data-parallel ranks), not "
+                         f"{other}: use --stack pytorch --sharding zero1 without the other ZeRO flags, or drop it")
+    if s.zero_sliced and s.optimizer_in_backward:
+        raise ValueError("--zero-sliced steps after the backward (nanotron's ZeroDistributedOptimizer), not "
+                         "--optimizer-in-backward: drop one")
     if s.zero_broadcast and (s.lora_rank or s.optimizer_in_backward):
         raise ValueError("--zero-broadcast plans InternLM's full-model ZeRO-1 step, not "
                          f"{'--lora-rank' if s.lora_rank else '--optimizer-in-backward'}: drop one")

@@ -25,7 +25,8 @@ _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "t
                "recompute_modules", "offload_activations", "embedding_in_pipeline_split", "attention", "block_code",
                "optimizer", "master_weights", "optimizer_in_backward", "sequence_parallel", "z_loss", "gather_dtype",
                "fused_kernels", "lora_rank", "deepspeed_pipeline", "partition_activations",
-               "overlap_grad_reduce", "embed_norm", "dropout", "sp_regather", "intra_gbs", "zero_broadcast", "offload",
+               "overlap_grad_reduce", "embed_norm", "dropout", "sp_regather", "intra_gbs", "zero_broadcast",
+               "zero_sliced", "offload",
                "zero_init", "pp_keep_outputs", "doc_len")
 
 
@@ -148,7 +149,7 @@ _BOOL_FLAGS = {"pure_bf16": "--pure-bf16", "fp8_all_gather": "--fp8-all-gather",
                "optimizer_in_backward": "--optimizer-in-backward", "z_loss": "--z-loss",
                "fused_kernels": "--fused-kernels", "deepspeed_pipeline": "--deepspeed-pipeline",
                "embed_norm": "--embed-norm", "dropout": "--dropout", "zero_broadcast": "--zero-broadcast",
-               "pp_keep_outputs": "--pp-keep-outputs"}
+               "zero_sliced": "--zero-sliced", "pp_keep_outputs": "--pp-keep-outputs"}
 
 
 def plan_flags(r: dict) -> str:
