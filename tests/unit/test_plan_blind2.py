@@ -62,14 +62,15 @@ def test_what_it_found_missing_is_held_to_its_sign(rows):
     # Qwen's LoRA under ZeRO-2 on 2 nodes, published at half the one-GPU rate: planned as the one-GPU rate
     multinode = _ids(rows, "Qwen qwen-7b LoRA multinode")
     assert len(multinode) == 2 and all(0.7 <= r["error"] <= 1.3 for r in multinode), multinode
-    # nanotron's ZeRO-1 at data parallel 128 across 64 nodes: +198% and +263% at first sight; --zero-sliced (its
-    # per-rank, per-tensor host work after the step, timed on a CPU host: a lower bound) takes them to +136..+156%
+    # nanotron's ZeRO-1 at data parallel 128 across 64 nodes: +198% and +263% at first sight; --zero-sliced (its fp32
+    # all-reduce after the backward, its per-rank, per-tensor host work after the step timed on a CPU host: a lower
+    # bound) takes them to +73% and +130%
     dp128 = _ids(rows, "nanotron 1.34B 512x", "nanotron 3.57B 512x")
-    assert len(dp128) == 2 and all(1.2 <= r["error"] <= 1.7 for r in dp128), dp128
+    assert len(dp128) == 2 and all(0.6 <= r["error"] <= 1.4 for r in dp128), dp128
     assert all(r["zero_sliced"] for r in load_runs() if r["id"].startswith("nanotron") and " zero1 " in r["id"])
     # nanotron's 80B: TP16 across nodes, TP4·PP16, TP8·PP4 (published at half the MFU of TP4·PP16)
     big = _ids(rows, "nanotron 80.0B")
-    assert len(big) == 3 and all(0.3 <= r["error"] <= 2.4 for r in big), big
+    assert len(big) == 3 and all(0.25 <= r["error"] <= 2.4 for r in big), big
     # Megatron-LLaMA's 13B on A100 with the FlashAttention 1 its code imports (+24% to +42% as FlashAttention-2): no
     # Transformer Engine, a replicated head
     mllama = _ids(rows, "Megatron-LLaMA")

@@ -42,12 +42,15 @@ fastest), so a group's members per node are gpus_per_node / (the degrees inside 
                   last micro-batch's backward; after the step every owner broadcasts its updated weights to the whole
                   ZeRO group, one call each (collectives.broadcast_s: nRanks hops of latency per call), and
                   `broadcast_params(overlap=False)` waits for every call before the step ends: all of it exposed.
-  nanotron ZeRO-1 --zero-sliced (huggingface/nanotron src/nanotron/optim/zero.py and gradient_accumulator.py @
-                  c252843): every tensor sliced over the ZeRO group; DDP's comm hook adds each bucket's 16-bit
-                  gradients into the fp32 accumulator and reduce-scatters it, under the backward, per DDP bucket
-                  (25 MB of the model-dtype gradients, the first 1 MB; a larger tensor fills one alone: `ddp_buckets`);
-                  after the step one all-gather of the updated 16-bit weights (`dp_after`), which the next forward
-                  waits for, with the host's dp·T slices, flattens and copies around it (host.py): nothing hides it.
+  nanotron ZeRO-1 --zero-sliced (huggingface/nanotron src/nanotron/optim/zero.py, gradient_accumulator.py and
+                  trainer.py @ c252843, with accumulate_grad_in_fp32 as its benchmarks ran): every tensor sliced over
+                  the ZeRO group; no DDP (make_ddp is false with fp32 accumulation and ZeRO), so after the last
+                  backward one all-reduce of the whole fp32 gradient buffer (`sync_gradients_across_dp`,
+                  reduce_scatter False), synchronous, nothing to hide under; after the step one all-gather of the
+                  updated 16-bit weights (`dp_after`), which the next forward waits for, with the host's dp·T
+                  slices and flattens before the call and copies after it (host.py). When a tensor does not split
+                  evenly over the ranks, the ranks' pieces differ in size and ProcessGroupNCCL's all-gather falls back
+                  to one broadcast per rank, coalesced (collectives.broadcast_s each).
   DeepSpeed       --deepspeed-pipeline (Megatron-DeepSpeed, GPT-NeoX; microsoft/DeepSpeed
                   deepspeed/runtime/pipe/engine.py @ 0050fdad and schedule.py @ af8f2596): the engine sets
                   `enable_backward_allreduce = False` and its TrainSchedule appends ReduceTiedGrads, ReduceGrads,
@@ -70,7 +73,7 @@ from overdrive.plan.specs import ModelSpec
 from overdrive.plan.zero3 import zero3_comm
 
 __all__ = ["comm_times", "dp_exposed", "LINK_EFF", "ASYNC_TP_EXPOSED", "DDP_BUCKET_BYTES", "DS_ALLREDUCE_ELEMENTS",
-           "group_layout", "ZERO_BUCKET_ELEMENTS", "zero_owners", "ddp_buckets"]
+           "group_layout", "ZERO_BUCKET_ELEMENTS", "zero_owners", "zero_sliced_tensors"]
 
 ASYNC_TP_EXPOSED = 0.3
 DS_ALLREDUCE_ELEMENTS = 500_000_000
@@ -78,8 +81,6 @@ DS_ALLREDUCE_ELEMENTS = 500_000_000
 (deepspeed/runtime/engine.py)."""
 DDP_BUCKET_BYTES = 25 * 2**20
 """torch.nn.parallel.DistributedDataParallel's bucket_cap_mb default."""
-DDP_FIRST_BUCKET_BYTES = 2**20
-"""torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: DDP's first bucket (the first parameters) is capped at 1 MiB."""
 ZERO_BUCKET_ELEMENTS = 512 * 1024 * 1024
 """InternLM's hybrid_zero_optimizer reduce_bucket_size (configs/7B_sft.py @ 00478761): gradient elements per
 all-reduce."""
@@ -177,27 +178,17 @@ def _ddp_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
                dp_nodes=nodes)
 
 
-def _tensors(m: ModelSpec, s: TrainSetup) -> list[int]:
+def _tensors(m: ModelSpec, s: TrainSetup, gate_up: bool = False) -> list[int]:
     """The parameter tensors of one TP rank's first pipeline stage, elements each: the embedding, each block's
-    fused QKV, output, two norms and MLP matrices; with one stage, the final norm and the head as well."""
+    fused QKV, output, two norms and MLP matrices (`gate_up`: a gated MLP's gate and up in one tensor, as nanotron's
+    gate_up_proj); with one stage, the final norm and the head as well."""
     h, tp = m.hidden, s.tp
     block = [h * (m.q_dim + 2 * m.kv_dim) // tp, m.q_dim * h // tp, h, h]
-    block += [h * m.ffn // tp] * (3 if m.gated_mlp else 2)
+    block += ([2 * h * m.ffn // tp, h * m.ffn // tp] if gate_up and m.gated_mlp
+              else [h * m.ffn // tp] * (3 if m.gated_mlp else 2))
     last = ([h] + ([] if m.tied else [m.vocab * h // tp])) if s.pp == 1 else []
     pos = [m.learned_pos * h] if m.learned_pos else []
     return [m.vocab * h // tp] + pos + block * math.ceil(m.n_layer / s.pp) + last
-
-
-def ddp_buckets(sizes: list[float]) -> int:
-    """Buckets DistributedDataParallel packs tensors of `sizes` bytes (in the model's order) into: a bucket closes
-    once it holds its cap (1 MiB for the first, 25 MiB after), so a tensor above the cap fills one alone
-    (torch/csrc/distributed/c10d/reducer.cpp compute_bucket_assignment_by_size, with DDP's limits)."""
-    buckets, held, cap = 0, 0.0, DDP_FIRST_BUCKET_BYTES
-    for b in sizes:
-        held += b
-        if held >= cap:
-            buckets, held, cap = buckets + 1, 0.0, DDP_BUCKET_BYTES
-    return buckets + (1 if held else 0)
 
 
 def zero_owners(m: ModelSpec, s: TrainSetup, n: int) -> int:
@@ -221,24 +212,30 @@ def _zero_broadcast_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) ->
                dp_bcast=owners * b_t, dp_bcast_calls=owners, dp_bcast_latency=owners * b_lat)
 
 
-def _zero_sliced_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
-    """nanotron's ZeRO-1: the fp32 accumulated gradients reduce-scattered per DDP bucket (`dp`, overlapped as DDP's),
-    then one all-gather of the updated 16-bit weights after the step (`dp_after`, exposed); the host's loops around
-    both, in ops' worth (`zero_sliced_hook_ops`, `zero_sliced_after_ops`: host.py)."""
-    from overdrive.plan.host import zero_sliced_ops
+def zero_sliced_tensors(m: ModelSpec, s: TrainSetup) -> list[int]:
+    """nanotron's parameter tensors on one GPU, elements each (its Llama: qkv_proj, o_proj, gate_up_proj, down_proj and
+    two norms a block; models/llama.py @ c252843)."""
+    return _tensors(m, s, gate_up=True)
 
+
+def _zero_sliced_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
+    """nanotron's ZeRO-1: one all-reduce of the fp32 gradient buffer after the backward (`dp`, exposed: dp_exposed),
+    then one all-gather of the updated 16-bit weights after the step (`dp_after`, exposed; n broadcasts when the
+    ranks' pieces differ in size)."""
     n, trained = s.shards, _trained(m, s)
     nodes, bw = group_layout(s, n, s.tp)
-    weight_b = 4 if s.precision == "fp32" else 2
-    tensors = _tensors(m, s)
-    nb = ddp_buckets([t * weight_b for t in tensors])   # DDP buckets the model-dtype gradients
-    t = gather_s(trained * grad_b / nb, n, nodes, bw)
-    ag = gather_s(m.n_params() / (s.tp * s.pp) * weight_b, n, nodes, bw)
-    hook_ops, after_ops = zero_sliced_ops(s, len(tensors), nb)
-    out.update(dp=nb * t, dp_calls=nb, dp_latency=nb * ring_latency_s(n, nodes, allreduce=False), dp_algo="ring",
-               dp_edge=t, dp_buckets=nb, dp_nodes=nodes, dp_after=ag,
-               dp_after_latency=ring_latency_s(n, nodes, allreduce=False), zero_sliced_hook_ops=hook_ops,
-               zero_sliced_after_ops=after_ops, zero_sliced_tensors=len(tensors))
+    weights = m.n_params() / (s.tp * s.pp) * (4 if s.precision == "fp32" else 2)
+    tensors = zero_sliced_tensors(m, s)
+    algo, t, lat = choose_allreduce(trained * grad_b, n, nodes, bw)
+    uneven = any(x % n for x in tensors)
+    if uneven:
+        b_t, b_lat = broadcast_s(weights / n, n, nodes, bw)
+        ag, ag_lat = n * b_t, n * b_lat
+    else:
+        ag, ag_lat = gather_s(weights, n, nodes, bw), ring_latency_s(n, nodes, allreduce=False)
+    out.update(dp=t, dp_calls=1, dp_latency=lat, dp_algo=algo, dp_edge=t, dp_buckets=1, dp_nodes=nodes,
+               dp_after=ag, dp_after_latency=ag_lat, dp_after_calls=n if uneven else 1,
+               zero_sliced_tensors=len(tensors))
 
 
 def _tp_comm(m: ModelSpec, s: TrainSetup, out: dict) -> None:
@@ -289,8 +286,7 @@ def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict:
     grad_b = s.grad_bytes
     out = {"dp": 0.0, "dp_calls": 0.0, "dp_latency": 0.0, "dp_algo": "", "dp_edge": 0.0, "dp_buckets": 0,
            "dp_nodes": 1, "dp_bcast": 0.0, "dp_bcast_calls": 0, "dp_bcast_latency": 0.0, "dp_after": 0.0,
-           "dp_after_latency": 0.0, "zero_sliced_hook_ops": 0.0, "zero_sliced_after_ops": 0.0,
-           "zero_sliced_tensors": 0, "tp": 0.0, "tp_latency": 0.0,
+           "dp_after_latency": 0.0, "dp_after_calls": 0, "zero_sliced_tensors": 0, "tp": 0.0, "tp_latency": 0.0,
            "tp_nodes": 1, "cp": 0.0, "pp": 0.0, "embed": 0.0}
     if s.sharding == "zero3" and s.shards > 1:
         zero3_comm(m, s, out, _trained(m, s))   # DeepSpeed's module-by-module gathers
@@ -314,9 +310,10 @@ def dp_exposed(s: TrainSetup, c: dict, t_mb: float, bubble: float) -> tuple[floa
     n = s.grad_accum
     if c["dp"] <= 0:
         return 0.0, 0.0
-    if not s.overlap_grad_reduce:
+    if not s.overlap_grad_reduce or s.zero_sliced:
         # Megatron without --overlap-grad-reduce: finish_grad_sync reduces after the backward, synchronously,
-        # and without --overlap-param-gather the distributed optimizer gathers after its step
+        # and without --overlap-param-gather the distributed optimizer gathers after its step; nanotron's ZeRO-1
+        # all-reduces its fp32 buffer after the backward, synchronously
         return c["dp"], 0.0
     if s.deepspeed_pipeline:
         # DeepSpeed's PipelineEngine turns the backward's all-reduce off ("We schedule the all-reduces") and runs

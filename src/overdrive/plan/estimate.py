@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from overdrive.plan.attention import attention_kernel, head_dim_refusal
 from overdrive.plan.collectives import PCIE_GBS, nccl_channels
 from overdrive.plan.engine_memory import nccl_buffer_bytes
-from overdrive.plan.host import HOST_US_PER_OP, host_note, host_time
+from overdrive.plan.host import HOST_US_PER_OP, host_note, host_time, zero_sliced_ops
 from overdrive.plan.comm import comm_times, dp_exposed
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, GIB, lora_params, memory_breakdown,
                                    reserve_bytes, terms)
@@ -174,18 +174,21 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     if host_exposed > 0:
         notes.append(host_note(m, s, host, t_mb))
     t_mb += host_exposed
-    # --zero-sliced: the backward's hooks add to the host's work in the step's last micro-batch, and the host's
-    # loops after the step go with the weights' all-gather, which the next forward waits for (comm.py, host.py)
-    hook_s = cm["zero_sliced_hook_ops"] * HOST_US_PER_OP * 1e-6
-    hook_exposed = max(0.0, host + hook_s - (t_mb - host_exposed)) - host_exposed
-    after = max(cm["dp_after"], cm["zero_sliced_after_ops"] * HOST_US_PER_OP * 1e-6)
-    if after + hook_exposed > 0.05 * (s.grad_accum * t_mb):
-        notes.append(f"nanotron's sliced ZeRO-1: {cm['zero_sliced_tensors']} tensors sliced {s.shards} ways, about "
-                     f"{cm['zero_sliced_after_ops'] + cm['zero_sliced_hook_ops']:,.0f} ops' worth of host work a step "
-                     f"({HOST_US_PER_OP} µs per op, timed on a CPU host); after the step {after * 1e3:.0f} ms, the "
-                     f"weights' all-gather ({cm['dp_after'] * 1e3:.0f} ms on the wire) and the host's loops around "
-                     "it, with nothing to hide under (a contiguous ZeRO-1, Megatron's or DeepSpeed's, moves one buffer "
-                     "per bucket)")
+    # --zero-sliced: after the step the host slices and flattens, the all-gather runs, and the copies back wait for
+    # it; the next forward waits for them (comm.py, host.py)
+    pre, post = (x * HOST_US_PER_OP * 1e-6 for x in zero_sliced_ops(s, cm["zero_sliced_tensors"]))
+    after = pre + max(cm["dp_after"], post) if cm["dp_after"] else 0.0
+    if after > 0.05 * (s.grad_accum * t_mb):
+        uneven = (f", as {cm['dp_after_calls']} broadcasts: a tensor does not split evenly over the ranks"
+                  if cm["dp_after_calls"] > 1 else "")
+        notes.append(f"nanotron's sliced ZeRO-1: after the step {after * 1e3:.0f} ms with nothing to hide under, the "
+                     f"host's slices, flattens and copies of {cm['zero_sliced_tensors']} tensors {s.shards} ways "
+                     f"({(pre + post) * 1e3:.0f} ms at {HOST_US_PER_OP} µs per op, timed on a CPU host) around the "
+                     f"weights' all-gather ({cm['dp_after'] * 1e3:.0f} ms on the wire{uneven}); a contiguous ZeRO-1, "
+                     "Megatron's or DeepSpeed's, moves one buffer per bucket")
+    if s.zero_sliced and s.shards <= 1:
+        notes.append("--zero-sliced on one data-parallel rank: nothing is sliced, reduced or gathered; nanotron's fp32 "
+                     "accumulator and its pass after each backward remain")
     n = s.grad_accum
     bubble = (s.pp - 1) / (s.vpp * n) if s.pp > 1 else 0.0
     compute = n * t_mb * (1 + bubble) + ct["optimizer"]
@@ -236,7 +239,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
         notes.append(f"{cm['dp_bcast_calls']} broadcasts of the updated weights per step, all exposed: "
                      f"{bcast * 1e3:.0f} ms, {cm['dp_bcast_latency'] * 1e3:.0f} ms of it latency (without "
                      "--zero-broadcast, a ZeRO-1 that all-gathers pays one call per bucket)")
-    step = compute + exposed + sms + cm["embed"] + bcast + after + hook_exposed
+    step = compute + exposed + sms + cm["embed"] + bcast + after
     tokens = n * s.micro_batch * s.seq / (s.tp * s.pp * s.cp)
     tps = tokens / step
     mfu = tps * model_flops_per_token(m, s) / (s.gpu.bf16_tflops * 1e12)
@@ -246,7 +249,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
              "cp_exposed": n * cm["cp"],
              "pp_p2p": n * cm["pp"], "dp_comm": cm["dp"], "dp_latency": cm["dp_latency"], "dp_exposed": exposed,
              "nccl_sms": sms, "embed_allreduce": cm["embed"], "fp32_grad_accum": n * ct["grad_accum"],
-             "zero_bcast_exposed": bcast, "zero_sliced_exposed": after + hook_exposed}
+             "zero_bcast_exposed": bcast, "zero_sliced_exposed": after}
     return Estimate(setup=s, breakdown_gib=bd, memory_gib=total, allocated_gib=t["allocated"] / GIB,
                     reserved_margin_gib=reserve_bytes(t["allocated"]) / GIB, capacity_gib=s.gpu.mem_gib,
                     nccl_gib=nccl_buffer_bytes(s) / GIB,

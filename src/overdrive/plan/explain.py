@@ -86,13 +86,12 @@ _TIME = {
                           "weights to the ZeRO group, one call each, all waited for: B/busBW + (8.4 + n·14 µs "
                           "across nodes, n·4 µs in a node) latency (NCCL tuning.cc's ring broadcast); dp_comm is "
                           "then an all-reduce per 512M gradient elements",
-    "zero_sliced_exposed": "--zero-sliced (nanotron's ZeRO-1): after the step max(the all-gather of the updated "
-                           "16-bit weights, the host's 0.87 ops' worth per rank and tensor of slices, flattens and "
-                           "copies), plus what the backward's hooks (0.21·n·k + 0.55·n + 2.3·k + 1 ops' worth per "
-                           "bucket of k tensors) add to the last micro-batch beyond its GPU work; ops timed on a CPU "
-                           "host",
+    "zero_sliced_exposed": "--zero-sliced (nanotron's ZeRO-1): after the step the host's slices and flattens (0.41 "
+                           "ops' worth per rank and tensor), then max(the all-gather of the updated 16-bit weights, "
+                           "the copies back: 0.56 per rank and tensor); ops timed on a CPU host from nanotron's loops",
     "fp32_grad_accum": "DeepSpeed's BF16_Optimizer: every micro-batch the bf16 gradients cast and added into fp32 "
-                       "ones, 18 bytes per parameter of the stage over HBM (in the micro-batch time)",
+                       "ones, 18 bytes per parameter of the stage over HBM (in the micro-batch time); nanotron's "
+                       "accumulator (--zero-sliced): 10 bytes, the add promoting in place",
 }
 
 
@@ -254,11 +253,12 @@ def explain(e: Estimate) -> list[str]:
                      f"{1e3 * c['dp_bcast_latency']:.1f} ms latency (one per rank owning parameters: min(ranks, "
                      "tensors), InternLM's partition)")
     if c.get("dp_after"):
-        lines.append(f"  after the step: one all-gather of the updated weights, {1e3 * c['dp_after']:.1f} ms on the "
-                     f"wire; the host's loops over {c['zero_sliced_tensors']} tensors × {s.shards} ranks "
-                     f"{c['zero_sliced_after_ops']:,.0f} ops' worth, the backward's hooks "
-                     f"{c['zero_sliced_hook_ops']:,.0f} (nanotron's zero.py and gradient_accumulator.py; "
-                     "scripts/measure_zero_sliced_host.py)")
+        how = (f"{c['dp_after_calls']} broadcasts (a tensor does not split evenly over the ranks)"
+               if c["dp_after_calls"] > 1 else "one all-gather")
+        lines.append(f"  after the step: {how} of the updated weights, {1e3 * c['dp_after']:.1f} ms on the wire, "
+                     f"around the host's loops over {c['zero_sliced_tensors']} tensors × {s.shards} ranks (nanotron's "
+                     "zero.py; scripts/measure_zero_sliced_host.py); the fp32 gradients all-reduced in one call after "
+                     "the backward, synchronously")
     lines.append(f"  {'step':<12} {1e3 * e.step_s:9.1f} ms -> {e.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
                  f"{100 * e.mfu:.0f}% MFU vs the bf16 peak")
     lines.extend(f"note: {n}" for n in e.notes)

@@ -29,13 +29,13 @@ collectives, CUDA's events and stream waits are not in it, nor the hooks outside
 FSDP's per-block hooks (one a block, not thirteen), DTensor's tensor-parallel dispatch.
 
 nanotron's ZeRO-1 (--zero-sliced) slices every tensor over the data-parallel ranks and moves the slices in Python:
-after the step its all-gather builds, flattens and copies back dp·T pieces (T tensors on this GPU), and in the
-backward DDP's comm hook splits and flattens every bucket's fp32 gradients dp ways. scripts/measure_zero_sliced_host.py
-runs those loops op for op from nanotron's source, the collective stood in by what ProcessGroupNCCL does around it
-(benchmarks/results/cpu/2026-12-07-zero-sliced-host/zero-sliced-host.json): after the step 0.87 ops' worth per rank
-and tensor (0.82-0.94 over dp 8-128 and 16-200 tensors); per bucket in the backward 0.21·dp·k + 0.55·dp + 2.3·k + 1
-for a bucket of k tensors. The after-step part is exposed (the next forward needs the weights); the hook's adds to
-the host's work for the step's last micro-batch.
+after the step its all-gather builds and flattens dp·T pieces (T tensors on this GPU) before the call and unflattens
+and copies them back after it; after every backward its fp32 accumulator adds each gradient in, tensor by tensor.
+scripts/measure_zero_sliced_host.py runs those loops op for op from nanotron's source, the collective stood in by what
+ProcessGroupNCCL does around it (benchmarks/results/cpu/2026-12-07-zero-sliced-host/zero-sliced-host.json): 0.41 ops'
+worth per rank and tensor before the call and 0.56 after it (through the origin over dp 8-128 and 16-200 tensors,
+residuals -6% to +11%), 0.91 per tensor accumulating. The after-step loops are exposed (the next forward needs the
+weights; the copies back wait for the call); the accumulation joins each micro-batch's host work.
 
 The time per op is the same script's, on this project's CPU host (the fastest of 200 micro-steps of tiny
 tensors over their op count: 3.6 µs): a GPU host also pays each kernel's launch, so this is a lower bound there
@@ -51,7 +51,8 @@ from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["HOST_US_PER_OP", "OPS_PER_BLOCK", "OPS_OUTSIDE_BLOCKS", "ZERO3_OPS_PER_BLOCK", "eager_ops", "zero3_ops",
-           "host_time", "host_note", "ZERO_SLICED_AFTER_STEP", "ZERO_SLICED_HOOK", "zero_sliced_ops"]
+           "host_time", "host_note", "ZERO_SLICED_PRE", "ZERO_SLICED_POST", "ZERO_SLICED_ACCUMULATE", "zero_sliced_ops",
+           "accumulate_ops"]
 
 # scripts/measure_host_ops.py, 2026-12-07, torch 2.13.0 (CPU), transformers 5.25.0, peft 0.22.0:
 # benchmarks/results/cpu/2026-12-07-host-ops/host-ops.json. Keys: (LoRA, checkpointed, autocast).
@@ -66,11 +67,11 @@ HOST_US_PER_OP = 3.6
 # benchmarks/results/cpu/2026-12-07-zero3-host/zero3-host.json, ops' worth per block. Keys: (LoRA, checkpointed).
 ZERO3_OPS_PER_BLOCK = {(False, False): 539, (False, True): 612, (True, False): 1416, (True, True): 1824}
 # scripts/measure_zero_sliced_host.py, 2026-12-07, torch 2.13.0 (CPU), nanotron @ c252843's loops:
-# benchmarks/results/cpu/2026-12-07-zero-sliced-host/zero-sliced-host.json, ops' worth. After the step: per rank and
-# tensor (the median of nine cases); the backward's hook, per bucket of k tensors:
-# (per rank·k, per rank, per k, per call).
-ZERO_SLICED_AFTER_STEP = 0.87
-ZERO_SLICED_HOOK = (0.21, 0.55, 2.3, 1.2)
+# benchmarks/results/cpu/2026-12-07-zero-sliced-host/zero-sliced-host.json, ops' worth per rank and tensor before and
+# after the all-gather's call, and per tensor of the fp32 accumulation after each backward
+ZERO_SLICED_PRE = 0.41
+ZERO_SLICED_POST = 0.56
+ZERO_SLICED_ACCUMULATE = 0.91
 
 
 def _checkpointed_share(m: ModelSpec, s: TrainSetup) -> float:
@@ -109,14 +110,22 @@ def zero3_ops(m: ModelSpec, s: TrainSetup) -> float:
     return m.n_layer / s.pp * stage_imbalance(m, s) * per_block
 
 
-def zero_sliced_ops(s: TrainSetup, tensors: int, buckets: int) -> tuple[float, float]:
-    """(ops' worth in the backward's hooks per step, ops' worth after the step) of nanotron's sliced ZeRO-1 for
-    `tensors` parameter tensors on this GPU in `buckets` DDP buckets; (0, 0) without --zero-sliced or one rank."""
+def zero_sliced_ops(s: TrainSetup, tensors: int) -> tuple[float, float]:
+    """(ops' worth before the after-step all-gather's call, after it) of nanotron's sliced ZeRO-1 for `tensors`
+    parameter tensors on this GPU; (0, 0) without --zero-sliced or with one rank (nothing to gather)."""
     n = s.shards
     if not s.zero_sliced or n <= 1:
         return 0.0, 0.0
-    a, b, c, d = ZERO_SLICED_HOOK
-    return a * n * tensors + b * n * buckets + c * tensors + d * buckets, ZERO_SLICED_AFTER_STEP * n * tensors
+    return ZERO_SLICED_PRE * n * tensors, ZERO_SLICED_POST * n * tensors
+
+
+def accumulate_ops(m: ModelSpec, s: TrainSetup) -> float:
+    """nanotron's fp32 accumulation after each backward (--zero-sliced), ops' worth per micro-batch: one per tensor."""
+    if not s.zero_sliced:
+        return 0.0
+    from overdrive.plan.comm import zero_sliced_tensors
+
+    return ZERO_SLICED_ACCUMULATE * len(zero_sliced_tensors(m, s))
 
 
 def host_time(m: ModelSpec, s: TrainSetup) -> float:
@@ -124,7 +133,7 @@ def host_time(m: ModelSpec, s: TrainSetup) -> float:
     ZeRO-3, megatron). DeepSpeed runs its hooks eagerly around a compiled module (`compiler.disable`)."""
     if s.stack != "pytorch":
         return 0.0
-    return ((0.0 if s.compile else eager_ops(m, s)) + zero3_ops(m, s)) * HOST_US_PER_OP * 1e-6
+    return ((0.0 if s.compile else eager_ops(m, s)) + zero3_ops(m, s) + accumulate_ops(m, s)) * HOST_US_PER_OP * 1e-6
 
 
 def host_note(m: ModelSpec, s: TrainSetup, host: float, gpu: float) -> str:

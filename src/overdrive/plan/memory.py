@@ -11,9 +11,11 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               under ZeRO-2/3 (reduce-scattered); Megatron's distributed optimizer (ZeRO-1) keeps the whole buffer.
               PyTorch DDP (--sharding none over several ranks) allocates its reducer's buckets once, a gradient's
               size in the parameters' dtype, alive all run beside the gradients (reducer.cpp initialize_buckets,
-              gradient_as_bucket_view False by default: `ddp_bucket_bytes`). nanotron's ZeRO-1 (--zero-sliced) wraps
-              the model in DDP (16-bit buckets) and accumulates into an fp32 buffer of every parameter's gradient
-              that it never frees (gradient_accumulator.py build_grad_buffers): both stay through the forward.
+              gradient_as_bucket_view False by default: `ddp_bucket_bytes`). nanotron's ZeRO-1 (--zero-sliced) has
+              no DDP; it accumulates into an fp32 buffer of every parameter's gradient that it never frees
+              (gradient_accumulator.py build_grad_buffers), beside which the 16-bit gradients of a backward live
+              until the accumulation after it, and the after-step all-gather's flattened outputs and NCCL's flat
+              buffer (two 16-bit copies of the weights) while the activations are gone (`_zero_sliced_peak`).
   optimizer   n·b·P_l, n states per parameter (--optimizer: AdamW 2, Lion 1, SGD with momentum 1, Adafactor's
               factored moment ~0) of b = 4 / 2 / 1 bytes (fp32 / bf16 / 8-bit), /S under any ZeRO.
               --master-weights remainder: 16-bit weights + the 16 low bits of the fp32 master (Apex/TE
@@ -283,14 +285,19 @@ def _states(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, float, f
 
 def ddp_bucket_bytes(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
     """PyTorch DDP's bucket buffers on pipeline rank `rank`: a copy of every trained gradient in the parameters' dtype
-    (fp32 masters under autocast, 16-bit with --pure-bf16 or --grad-dtype bf16; nanotron's bf16 model under
-    --zero-sliced), allocated at wrap time and alive all run. 0 where DDP does not run (one rank, sharded or other
-    stacks' optimizers, DeepSpeed's engine)."""
-    ddp = s.sharding == "none" and s.dp * s.cp > 1 or s.zero_sliced and s.shards > 1
-    if s.stack != "pytorch" or s.deepspeed_pipeline or s.zero_broadcast or not ddp:
+    (fp32 masters under autocast, 16-bit with --pure-bf16 or --grad-dtype bf16), allocated at wrap time and alive
+    all run. 0 where DDP does not run (one rank, sharded or other stacks' optimizers, DeepSpeed's engine)."""
+    if s.stack != "pytorch" or s.deepspeed_pipeline or s.sharding != "none" or s.dp * s.cp == 1:
         return 0.0
-    b = (2 if s.precision != "fp32" else 4) if s.zero_sliced else s.grad_bytes
-    return b * _trained(m, s, rank)[1]
+    return s.grad_bytes * _trained(m, s, rank)[1]
+
+
+def _zero_sliced_peak(m: ModelSpec, s: TrainSetup, rank: int, acts: float, per_layer: float) -> float:
+    """nanotron's ZeRO-1 above its fp32 accumulator: the forward's activations; the 16-bit gradients of the whole
+    backward beside its last block's activations (freed by the accumulation after it); after the step the
+    all-gather's flattened outputs and ProcessGroupNCCL's flat output, two 16-bit copies of the weights."""
+    half = (4 if s.precision == "fp32" else 2) * _trained(m, s, rank)[1]
+    return max(acts, half + per_layer, 2 * half)
 
 
 def _buffers(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
@@ -331,8 +338,10 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
         # one micro-batch a step: grads are None while activations peak (set_to_none), then replace them in backward;
         # without a step (--optimizer none) nothing zeroes them: they stay from the micro-batch before
         # (nanotron's fp32 accumulator, --zero-sliced, is never freed); DDP's buckets stay all run
-        kept_grads = s.grad_accum > 1 or s.lora_rank or s.optimizer == NO_STEP or s.zero_sliced
+        kept_grads = s.grad_accum > 1 or s.lora_rank or s.optimizer == NO_STEP
         peak = acts + lg + grads if kept_grads else max(acts + lg, grads + per_layer + lg)
+        if s.zero_sliced:
+            peak = grads + lg + _zero_sliced_peak(m, s, rank, acts, per_layer)
         peak += ddp_bucket_bytes(m, s, rank)
         if s.sharding == "zero3":   # DeepSpeed's step casts a sub-group of the gradients to fp32 after the backward
             peak = max(peak, grads + zero3_step_bytes(_trained(m, s, rank)[0], s.shards, s))

@@ -194,7 +194,7 @@ def _why(model: ModelSpec, top: Estimate, ranked: list[Estimate], margin: float)
 
 def _search_space(base: TrainSetup, setup: dict, precisions, shardings, checkpointing, micro_batches):
     """(precisions, shardings, checkpointings, micro-batches) to search, each name validated first."""
-    precisions = list(precisions or DEFAULT_PRECISIONS)
+    precisions = list(precisions or (("bf16",) if base.zero_sliced else DEFAULT_PRECISIONS))   # nanotron: a bf16 model
     for p in precisions:  # validate every name before the search (the stack's gaps are skipped when searching)
         if not (len(precisions) > 1 and stack_lacks(base.stack, p)):
             dataclasses.replace(base, precision=p)
@@ -204,7 +204,8 @@ def _search_space(base: TrainSetup, setup: dict, precisions, shardings, checkpoi
         dataclasses.replace(base, checkpointing=ac)
     mbs = micro_batches or ([base.micro_batch] if "micro_batch" in setup else MICRO_BATCHES)
     # --recompute-layers/-modules are Megatron's own choice of what to recompute: no torch-style checkpointing beside
-    ckpts = checkpointing or (("none",) if base.recompute_layers or base.recompute_modules else CHECKPOINTING)
+    ckpts = checkpointing or (("none",) if base.recompute_layers or base.recompute_modules else
+                              ("none", "full") if base.zero_sliced else CHECKPOINTING)
     # parameter offload is FSDP's (CPUOffloadPolicy): search only the shardings that have it
     asked_shardings = shardings
     fsdp = [sh for sh in shardings or () if sh in ("fsdp", "hsdp")]
@@ -262,8 +263,7 @@ def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=Non
         raise ValueError(f"--min-headroom {min_headroom_gib:g} GiB is outside 0-{g.mem_gib:.0f} (the {g.key}'s "
                          "memory): give the GiB to keep free, 0 to rank by speed alone")
     margin = default_margin_gib(g) if min_headroom_gib is None else float(min_headroom_gib)
-    # DeepSpeed's PipelineEngine refuses ZeRO-2/3, Megatron's non-overlapped reduce is DDP's or its distributed optimizer's,
-    # --zero-broadcast/--zero-sliced are InternLM's/nanotron's ZeRO-1: their base is ZeRO-1 (searched shardings: the rest)
+    # ZeRO-1 is the base of DeepSpeed's PipelineEngine, Megatron's non-overlapped reduce, InternLM's and nanotron's ZeRO
     if model.embed_norm:   # the model has it (BLOOM's config): what --embed-norm says
         setup = {**setup, "embed_norm": True}
     zero1 = (setup.get("deepspeed_pipeline") or setup.get("overlap_grad_reduce") is False or setup.get("zero_broadcast")

@@ -56,7 +56,35 @@ def validate(s) -> None:
     _check_rates(s)
     _check_layout(s)
     _check_precision_and_steps(s)
+    _check_zero_sliced(s)
     _check_no_step(s)
+
+
+def _check_zero_sliced(s) -> None:
+    """--zero-sliced plans nanotron's ZeRO-1 as its benchmarks ran it (bf16/fp16 model, fp32 gradient accumulation,
+    full recompute at most; trainer.py, config.py @ c252843): what nanotron does not have is refused."""
+    if not s.zero_sliced:
+        return
+    what, fix = next(((w, f) for on, w, f in (
+        (s.stack != "pytorch", f"--stack {s.stack}", "use --stack pytorch"),
+        (s.sharding != "zero1", f"--sharding {s.sharding}", "use --sharding zero1"),
+        (s.zero_broadcast or s.deepspeed_pipeline, "--zero-broadcast" if s.zero_broadcast else "--deepspeed-pipeline",
+         "another stack's ZeRO: drop one"),
+        (s.precision not in ("bf16", "fp16"), f"--precision {s.precision}",
+         "its fp32 accumulator takes a 16-bit model: use --precision bf16"),
+        (s.pure_bf16 or s.grad_dtype != "fp32" or s.master_weights != "fp32", "16-bit gradients or masters"
+         if s.pure_bf16 or s.grad_dtype != "fp32" else f"--master-weights {s.master_weights}",
+         "planned with accumulate_grad_in_fp32 (its benchmarks' setting): use --grad-dtype fp32"),
+        (s.lora_rank, "--lora-rank", "nanotron trains the full model: drop --lora-rank"),
+        (s.optimizer == NO_STEP or s.optimizer_in_backward, "--optimizer none" if s.optimizer == NO_STEP
+         else "--optimizer-in-backward", "nanotron steps after the backward: drop it"),
+        (s.cp > 1, f"--cp {s.cp}", "nanotron of that commit has no context parallelism: drop --cp"),
+        (s.offload != "none", f"--offload {s.offload}", "nanotron does not offload: drop --offload"),
+        (s.checkpointing not in ("none", "full"), f"--checkpointing {s.checkpointing}",
+         "nanotron recomputes whole blocks (recompute_layer): use none or full")) if on), ("", ""))
+    if what:
+        raise ValueError(f"--zero-sliced plans nanotron's ZeRO-1, which does not run with {what}: {fix}, or drop "
+                         "--zero-sliced")
 
 
 def _check_no_step(s) -> None:
@@ -278,14 +306,6 @@ def _check_layout(s) -> None:
                          f"by their owners), not --stack {s.stack} --sharding {s.sharding}"
                          f"{' --deepspeed-pipeline' if s.deepspeed_pipeline else ''}: use --stack pytorch "
                          "--sharding zero1, or drop the flag")
-    if s.zero_sliced and (s.sharding != "zero1" or s.stack != "pytorch" or s.deepspeed_pipeline or s.zero_broadcast):
-        other = ("--zero-broadcast" if s.zero_broadcast else "--deepspeed-pipeline" if s.deepspeed_pipeline
-                 else f"--stack {s.stack} --sharding {s.sharding}")
-        raise ValueError(f"--zero-sliced is nanotron's ZeRO-1 (every tensor sliced over the data-parallel ranks), not "
-                         f"{other}: use --stack pytorch --sharding zero1 without the other ZeRO flags, or drop it")
-    if s.zero_sliced and s.optimizer_in_backward:
-        raise ValueError("--zero-sliced steps after the backward (nanotron's ZeroDistributedOptimizer), not "
-                         "--optimizer-in-backward: drop one")
     if s.zero_broadcast and (s.lora_rank or s.optimizer_in_backward):
         raise ValueError("--zero-broadcast plans InternLM's full-model ZeRO-1 step, not "
                          f"{'--lora-rank' if s.lora_rank else '--optimizer-in-backward'}: drop one")

@@ -46,7 +46,8 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
   optimizer   AdamW over this GPU's shard: 32 bytes per parameter (read p, g, m, v; write p, m, v; the
               grad-norm pass), once per step. --deepspeed-pipeline with bf16: DeepSpeed's BF16_Optimizer also
               adds every micro-batch's bf16 gradients into fp32 ones (`BF16_ACCUM_BYTES` per parameter of the
-              stage, in the micro-batch time). Offloaded: PCIe 6 bytes per parameter at 25 GB/s and a CPU
+              stage, in the micro-batch time); so does nanotron's ZeRO-1 (--zero-sliced, `NANOTRON_ACCUM_BYTES`).
+              Offloaded: PCIe 6 bytes per parameter at 25 GB/s and a CPU
               step at 1e9 parameters/s per GPU.
 """
 
@@ -61,7 +62,8 @@ from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["CALIBRATION", "compute_times", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
-           "HOST_GBS", "MEGATRON_CE_BYTES", "UNFUSED_DROPOUT_BYTES", "BF16_ACCUM_BYTES", "LOSS_BYTES", "loss_bytes_per_logit", "Z_LOSS_BYTES", "SRELU_UNFUSED_ELEMS"]
+           "HOST_GBS", "MEGATRON_CE_BYTES", "UNFUSED_DROPOUT_BYTES", "BF16_ACCUM_BYTES",
+           "NANOTRON_ACCUM_BYTES", "LOSS_BYTES", "loss_bytes_per_logit", "Z_LOSS_BYTES", "SRELU_UNFUSED_ELEMS"]
 
 # Fitted by scripts/plan_calibrate.py on the calibration runs of src/overdrive/plan/published_runs.json only
 # (docs/plan-validation.md lists which run fitted which constant); never on the validation runs.
@@ -350,13 +352,17 @@ PipelineEngine (deepspeed/runtime/pipe/engine.py `_exec_backward_pass` calls `up
 deepspeed/runtime/bf16_optimizer.py @ 196e63ac: `hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))`): the cast
 of the bf16 gradient to a new fp32 tensor (read 2, write 4) and the in-place add into the fp32 accumulator (read
 4 + 4, write 4)."""
+NANOTRON_ACCUM_BYTES = 10.0
+"""nanotron's fp32 accumulation after every backward (--zero-sliced; gradient_accumulator.py `_accumulate_grad`:
+`fp32_grad.add_(half_param.grad)`, the bf16 gradient promoted inside the add): read 2 + 4, write 4."""
 
 
 def _grad_accum_time(m: ModelSpec, s: TrainSetup, hbm: float) -> float:
-    """Per micro-batch: DeepSpeed's BF16_Optimizer folds the bf16 gradients into its fp32 ones (BF16_ACCUM_BYTES)."""
-    if not (s.deepspeed_pipeline and s.precision == "bf16"):
-        return 0.0
-    return BF16_ACCUM_BYTES * m.n_params() / (s.tp * s.pp) / hbm
+    """Per micro-batch: DeepSpeed's BF16_Optimizer (BF16_ACCUM_BYTES) or nanotron's accumulator
+    (NANOTRON_ACCUM_BYTES) folds the 16-bit gradients into fp32 ones."""
+    per = (BF16_ACCUM_BYTES if s.deepspeed_pipeline and s.precision == "bf16" else
+           NANOTRON_ACCUM_BYTES if s.zero_sliced else 0.0)
+    return per * m.n_params() / (s.tp * s.pp) / hbm
 
 
 def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[str, float]:
