@@ -200,7 +200,8 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
                if cm["dp_latency"] > 0.2 * cm["dp"] else "")
         unhidden = ("none of it hidden: with --no-overlap-grad-reduce nothing overlaps the compute" if not s.overlap_grad_reduce
                     else "none of it hidden: DeepSpeed's PipelineEngine reduces after the pipeline flush"
-                    if s.deepspeed_pipeline else f"vs {hide * 1e3:.0f} ms of compute to hide it under")
+                    if s.deepspeed_pipeline else "none of it hidden: nanotron all-reduces its fp32 gradients after the "
+                    "backward" if s.zero_sliced else f"vs {hide * 1e3:.0f} ms of compute to hide it under")
         notes.append(f"communication-bound: {cm['dp'] * 1e3:.0f} ms of data-parallel communication per step{lat}, "
                      f"{unhidden}")
     if s.pp_keep_outputs and (s.pp == 1 or s.stack != "pytorch" or s.deepspeed_pipeline):

@@ -68,13 +68,14 @@ _TIME = {
     "pp_p2p": "per micro-batch and virtual stage, activations on and gradients back: p2p latency + b·s·h·2/tp "
               "bytes over NVLink or the NIC",
     "dp_comm": "FSDP: per block an all-gather forward, one backward, a reduce-scatter (per micro-batch); ZeRO-1/2: "
-               "reduce-scatter + all-gather per bucket; DDP: all-reduce per bucket (per step); --optimizer none: "
+               "reduce-scatter + all-gather per bucket; DDP: all-reduce per bucket (per step); --zero-sliced: one "
+               "all-reduce of the fp32 gradients (the weights' gather is in zero_sliced_exposed); --optimizer none: "
                "the gathers alone; each call factor·B/busBW + latency, ring or tree as NCCL's model picks",
     "dp_latency": "the latency part of dp_comm: calls × NCCL's per-call latency (tuning.cc: ring 8.4 µs + 3.4 µs per "
                   "NVLink hop + 9.6 µs per network hop; tree 2·(hops in node·28 + log2(nodes)·50) µs)",
     "dp_exposed": "FSDP: max(first gather + last reduce-scatter, dp_comm − overlap × compute); DDP/ZeRO: "
                   "max(t, nb·t − (nb−1)·overlap·c), nb buckets of t s over c s of compute each; DeepSpeed's "
-                  "PipelineEngine and Megatron without --overlap-grad-reduce: all of dp_comm",
+                  "PipelineEngine, Megatron without --overlap-grad-reduce and nanotron's ZeRO-1: all of dp_comm",
     "nccl_sms": "the compute the hidden data-parallel calls slow: (dp_comm − dp_exposed) × NCCL channels / SMs "
                 "(ring channels, one CTA on an SM each: 24 inside an A100/H100 node, 16 across nodes, 32 inside a "
                 "B200 node; NCCL src/graph/search.cc, connect.cc), less the compute's slack when communication "
