@@ -182,6 +182,16 @@ DESIGN = {
                                    "re-expressed with the cuDNN attention its PyTorch nightly ran and the loss of the "
                                    "commits its figures were measured at, read from its source after first sight",
     "jzhang38/TinyLlama README.md": "none: added after every term, fitted on nothing, no term added for it",
+    "QwenLM/Qwen README.md": "unseen when first planned (the second blind check); then sent us to the host-bound floor "
+                             "and DeepSpeed ZeRO-3's module hooks (measured, no constant fitted)",
+    "huggingface/nanotron docs/benchmark_summary.svg": "unseen when first planned (the second blind check); then sent "
+                                                       "us to the last stage keeping the loss alone and --zero-sliced",
+    "snowflakedb/ArcticTraining news/qwen3-32b-dgx-station.md": "unseen when first planned (the second blind check); "
+                                                                "then sent us to --doc-len and --gpu-mem",
+    "alibaba/Megatron-LLaMA README.md": "unseen when first planned (the second blind check); then sent us to "
+                                        "--attention fa1",
+    "hpcaitech/ColossalAI README.md": "none: the second blind check, fitted on nothing, no term added for it",
+    "huggingface/picotron README.md": "none: the second blind check, fitted on nothing, no term added for it",
     "stas00/ml-engineering insights/when-to-upgrade-gpus/README.md":
         "none fitted: added after every term, fitted on nothing; --attention fa3 added for the kernel its "
         "benchmark.py ran, at the FlashAttention-3 paper's share (no constant); its H200 memory rows sent us to "
