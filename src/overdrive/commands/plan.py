@@ -215,7 +215,9 @@ def _print_next_step(r: dict, console) -> None:
     h = r.get("how_to_run")
     if not h:
         return
-    console.print(f"Next step: in your training script, {h['call']}  (micro-batch {h['micro_batch']}, sequence "
+    lead = "Next step (the pick runs on another stack, below; the nearest in Overdrive)" if h.get("other_stack") \
+        else "Next step"
+    console.print(f"{lead}: in your training script, {h['call']}  (micro-batch {h['micro_batch']}, sequence "
                   f"{h['seq']}); launch: {h['launch']}", markup=False, highlight=False)
     for gap in h["not_in_overdrive"]:
         console.print(f"  not run by Overdrive: {gap}", markup=False, highlight=False)
