@@ -137,7 +137,10 @@ def test_cli_searches_zero1_explains_and_refuses_in_one_line(capsys):
     cands = out["candidates"]
     assert {c["sharding"] for c in cands} == {"zero1"} and all(c["zero_sliced"] for c in cands)
     assert {c["precision"] for c in cands} == {"bf16"} and {c["checkpointing"] for c in cands} <= {"none", "full"}
-    assert any("nanotron" in g for g in out["how_to_run"]["not_in_overdrive"])
+    assert any("nanotron" in g for g in out["how_to_run"]["not_in_overdrive"]) and out["how_to_run"]["other_stack"]
+    cp = invoke(capsys, *args)
+    assert cp.returncode == 0 and "Next step (the pick runs on another stack, below; the nearest in Overdrive)" in (
+        " ".join(cp.stdout.split()))
     cp = invoke(capsys, *args, "--sharding", "zero1", "--micro-batch", "2", "--checkpointing", "none", "--explain")
     assert cp.returncode == 0, cp.stderr
     assert "after the step: one all-gather" in cp.stdout and "zero_sliced_exposed" in cp.stdout
