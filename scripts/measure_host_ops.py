@@ -36,6 +36,8 @@ import time
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from overdrive.io import write_atomic
+
 
 class _Count(TorchDispatchMode):
     def __init__(self):
@@ -155,11 +157,7 @@ def main(argv=None) -> int:
     if torch.cuda.is_available() and a.device == "cuda":
         result["gpu"] = torch.cuda.get_device_name()
     out = a.out or f"benchmarks/results/{a.device}/{datetime.date.today().isoformat()}-host-ops/host-ops.json"
-    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-    tmp = out + ".part"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(tmp, out)
+    write_atomic(out, json.dumps(result, indent=1))   # a crash leaves the old file or the new one
     print(f"wrote {out}")
     return 0
 

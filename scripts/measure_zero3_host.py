@@ -40,6 +40,7 @@ for _k, _v in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29531"), ("RANK", 
     os.environ.setdefault(_k, _v)
 
 import torch  # noqa: E402
+from overdrive.io import write_atomic  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from measure_host_ops import _Count, _cpu_name, _model  # noqa: E402
@@ -122,10 +123,7 @@ def main(argv=None) -> int:
               "transformers": transformers.__version__, "peft": peft.__version__, "python": sys.version.split()[0],
               "repeats": a.repeats, "cases": cases}
     out = a.out or f"benchmarks/results/cpu/{datetime.date.today().isoformat()}-zero3-host/zero3-host.json"
-    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-    with open(out + ".part", "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(out + ".part", out)
+    write_atomic(out, json.dumps(result, indent=1))   # a crash leaves the old file or the new one
     print(f"wrote {out}")
     return 0
 

@@ -39,6 +39,8 @@ import time
 import numpy as np
 import torch
 
+from overdrive.io import write_atomic
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from measure_host_ops import _cpu_name, us_per_op  # noqa: E402
 
@@ -189,10 +191,7 @@ def main(argv=None) -> int:
         result["gpu"] = torch.cuda.get_device_name()
     out = a.out or (f"benchmarks/results/{a.device}/{datetime.date.today().isoformat()}-zero-sliced-host/"
                     "zero-sliced-host.json")
-    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-    with open(out + ".part", "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(out + ".part", out)
+    write_atomic(out, json.dumps(result, indent=1))   # a crash leaves the old file or the new one
     print(f"wrote {out}")
     return 0
 
