@@ -68,12 +68,14 @@ def _zero_sliced_text(rows: list[dict]) -> str:
             "ZeRO nanotron builds no DDP and all-reduces its whole fp32 gradient buffer in one call after the "
             f"backward, nothing hidden ({1e3 * c['dp']:.0f} ms for the 3.57B at dp 128), and its "
             "ZeroDistributedOptimizer slices every tensor across the data-parallel ranks and, after the step, builds, "
-            "flattens and copies back each rank's slice of each tensor around the weights' all-gather; "
-            "scripts/measure_zero_sliced_host.py runs those loops from its source and times them at "
-            f"{ZERO_SLICED_PRE} + {ZERO_SLICED_POST} ops' worth per rank and tensor, {host_ms:.0f} ms for the 3.57B, "
-            f"against the {short_s:.2f} s the first plan was short. The rest stays: this CPU's clock pays no kernel "
-            "launch, which each of those copies costs a GPU host (gpu_check runs the same script with --device cuda "
-            "to measure it). Its never-freed fp32 accumulator took the 3.57B's memory from "
+            "flattens and copies back each rank's slice of each tensor around the weights' all-gather "
+            f"({1e3 * c['dp_after']:.0f} ms on the wire); scripts/measure_zero_sliced_host.py runs those loops from "
+            f"its source and times them at {ZERO_SLICED_PRE} + {ZERO_SLICED_POST} ops' worth per rank and tensor, "
+            f"{host_ms:.0f} ms for the 3.57B, which nothing makes wait for the all-reduce, so they hide under it; "
+            f"against the {short_s:.2f} s the first plan was short. The rest stays: the GPU time of the "
+            f"{c['zero_sliced_tensors'] * s3.shards:,} copies after the gather, and the launch each costs a GPU host, "
+            "which this CPU's clock does not see (gpu_check runs the same script with --device cuda to measure it). "
+            "Its never-freed fp32 accumulator took the 3.57B's memory from "
             f"{100 * mem_first:+.0f}% to {100 * mem_now:+.0f}%")
 
 

@@ -63,10 +63,10 @@ def test_what_it_found_missing_is_held_to_its_sign(rows):
     multinode = _ids(rows, "Qwen qwen-7b LoRA multinode")
     assert len(multinode) == 2 and all(0.7 <= r["error"] <= 1.3 for r in multinode), multinode
     # nanotron's ZeRO-1 at data parallel 128 across 64 nodes: +198% and +263% at first sight; --zero-sliced (its fp32
-    # all-reduce after the backward, its per-rank, per-tensor host work after the step timed on a CPU host: a lower
-    # bound) takes them to +73% and +130%
+    # all-reduce after the backward and the weights' gather after the step, both exposed; its per-rank, per-tensor
+    # host loops hide under the all-reduce) takes them to +156% and +110%
     dp128 = _ids(rows, "nanotron 1.34B 512x", "nanotron 3.57B 512x")
-    assert len(dp128) == 2 and all(0.6 <= r["error"] <= 1.4 for r in dp128), dp128
+    assert len(dp128) == 2 and all(0.9 <= r["error"] <= 1.7 for r in dp128), dp128
     assert all(r["zero_sliced"] for r in load_runs() if r["id"].startswith("nanotron") and " zero1 " in r["id"])
     # nanotron's 80B: TP16 across nodes, TP4·PP16, TP8·PP4 (published at half the MFU of TP4·PP16)
     big = _ids(rows, "nanotron 80.0B")

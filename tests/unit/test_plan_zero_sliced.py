@@ -77,10 +77,17 @@ def test_gradients_are_one_exposed_all_reduce_and_the_gather_waits():
     on = estimate(NANO_3B, s)
     assert on.times["dp_exposed"] == pytest.approx(c["dp"]) and on.times["nccl_sms"] == 0   # nothing hides it
     pre, post = (x * HOST_US_PER_OP * 1e-6 for x in zero_sliced_ops(s, c["zero_sliced_tensors"]))
-    assert on.times["zero_sliced_exposed"] == pytest.approx(pre + max(post, c["dp_after"]))
-    assert post > c["dp_after"]   # at 128 ranks the host's copies, not the wire
+    # the host's loops need not wait for the all-reduce: the tail is the longer of the GPU's calls and the host's loops
+    ar = on.times["dp_exposed"]
+    assert on.times["zero_sliced_exposed"] == pytest.approx(max(ar + c["dp_after"], pre + post) - ar)
+    assert on.times["zero_sliced_exposed"] == pytest.approx(c["dp_after"])   # the wire after the all-reduce
+    # a fast network leaves the host's loops as the tail
+    quick = estimate(NANO_3B, _setup(64, inter_gbs=400))
+    cq = quick.comm
+    assert pre + post > quick.times["dp_exposed"] + cq["dp_after"]
+    assert quick.times["zero_sliced_exposed"] == pytest.approx(pre + post - quick.times["dp_exposed"])
     off = estimate(NANO_3B, _setup(64, zero_sliced=False))
-    assert on.step_s > off.step_s + pre + post
+    assert on.step_s > off.step_s + pre + post - c["dp"]
     assert any("sliced ZeRO-1" in n for n in on.notes)
     # 2 ranks in one node: the host's part is small
     small = _setup(1, tp=4)
@@ -115,10 +122,14 @@ def test_memory_keeps_the_fp32_accumulator_not_ddp_buckets():
 @pytest.mark.parametrize("kw, needle", [
     (dict(sharding="fsdp"), "--sharding fsdp"), (dict(sharding="none"), "--sharding none"),
     (dict(stack="megatron", compile=True), "--stack megatron"),
-    (dict(zero_broadcast=True, grad_dtype="bf16"), "--zero-broadcast"),
+    (dict(zero_broadcast=True), "--zero-broadcast"), (dict(sharding="zero3", zero_init=False), "--no-zero-init"),
     (dict(optimizer_in_backward=True), "--optimizer-in-backward"), (dict(optimizer="none"), "--optimizer none"),
     (dict(precision="fp32"), "--precision fp32"), (dict(precision="fp8"), "--precision fp8"),
-    (dict(grad_dtype="bf16"), "16-bit gradients"), (dict(pure_bf16=True), "16-bit gradients"),
+    (dict(grad_dtype="bf16"), "--grad-dtype bf16"), (dict(pure_bf16=True), "--pure-bf16"),
+    (dict(master_weights="remainder"), "--master-weights remainder"), (dict(compile=True), "--no-compile"),
+    (dict(optimizer="lion"), "--optimizer lion"), (dict(optimizer_dtype="8bit"), "--optimizer-dtype 8bit"),
+    (dict(zero_init=False), "--no-zero-init"), (dict(overlap_grad_reduce=False), "--no-overlap-grad-reduce"),
+    (dict(offload="params"), "--offload params"),
     (dict(lora_rank=16), "--lora-rank"), (dict(cp=2), "--cp 2"), (dict(offload="optimizer"), "--offload optimizer"),
     (dict(checkpointing="selective"), "--checkpointing selective")])
 def test_refused_outside_nanotrons_zero1(kw, needle):
@@ -139,14 +150,14 @@ def test_cli_searches_zero1_explains_and_refuses_in_one_line(capsys):
     assert {c["precision"] for c in cands} == {"bf16"} and {c["checkpointing"] for c in cands} <= {"none", "full"}
     assert any("nanotron" in g for g in out["how_to_run"]["not_in_overdrive"]) and out["how_to_run"]["other_stack"]
     cp = invoke(capsys, *args)
-    assert cp.returncode == 0 and "Next step (the pick runs on another stack, below; the nearest in Overdrive)" in (
-        " ".join(cp.stdout.split()))
+    assert cp.returncode == 0 and "Next step (parts of the pick are not Overdrive's, below; the nearest in Overdrive)" \
+        in " ".join(cp.stdout.split())
     cp = invoke(capsys, *args, "--sharding", "zero1", "--micro-batch", "2", "--checkpointing", "none", "--explain")
     assert cp.returncode == 0, cp.stderr
     assert "after the step: one all-gather" in cp.stdout and "zero_sliced_exposed" in cp.stdout
     one = ("--layers", "2", "--hidden", "3072", "--heads", "32", "--ffn", "8192", "--vocab", "131072", "--gpu",
            "h100-sxm", "--gpus", "1", "--seq", "4096", "--precision", "bf16", "--zero-sliced", "--sharding", "zero1",
-           "--micro-batch", "1", "--checkpointing", "none")
+           "--micro-batch", "1", "--checkpointing", "none", "--no-compile")
     cp = invoke(capsys, *one)
     assert cp.returncode == 0 and "one data-parallel rank: nothing is sliced" in cp.stdout, cp.stdout + cp.stderr
     cp = invoke(capsys, *args, "--sharding", "fsdp")

@@ -215,7 +215,7 @@ def _print_next_step(r: dict, console) -> None:
     h = r.get("how_to_run")
     if not h:
         return
-    lead = "Next step (the pick runs on another stack, below; the nearest in Overdrive)" if h.get("other_stack") \
+    lead = "Next step (parts of the pick are not Overdrive's, below; the nearest in Overdrive)" if h.get("other_stack") \
         else "Next step"
     console.print(f"{lead}: in your training script, {h['call']}  (micro-batch {h['micro_batch']}, sequence "
                   f"{h['seq']}); launch: {h['launch']}", markup=False, highlight=False)

@@ -174,18 +174,6 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     if host_exposed > 0:
         notes.append(host_note(m, s, host, t_mb))
     t_mb += host_exposed
-    # --zero-sliced: after the step the host slices and flattens, the all-gather runs, and the copies back wait for
-    # it; the next forward waits for them (comm.py, host.py)
-    pre, post = (x * HOST_US_PER_OP * 1e-6 for x in zero_sliced_ops(s, cm["zero_sliced_tensors"]))
-    after = pre + max(cm["dp_after"], post) if cm["dp_after"] else 0.0
-    if after > 0.05 * (s.grad_accum * t_mb):
-        uneven = (f", as {cm['dp_after_calls']} broadcasts: a tensor does not split evenly over the ranks"
-                  if cm["dp_after_calls"] > 1 else "")
-        notes.append(f"nanotron's sliced ZeRO-1: after the step {after * 1e3:.0f} ms with nothing to hide under, the "
-                     f"host's slices, flattens and copies of {cm['zero_sliced_tensors']} tensors {s.shards} ways "
-                     f"({(pre + post) * 1e3:.0f} ms at {HOST_US_PER_OP} µs per op, timed on a CPU host) around the "
-                     f"weights' all-gather ({cm['dp_after'] * 1e3:.0f} ms on the wire{uneven}); a contiguous ZeRO-1, "
-                     "Megatron's or DeepSpeed's, moves one buffer per bucket")
     if s.zero_sliced and s.shards <= 1:
         notes.append("--zero-sliced on one data-parallel rank: nothing is sliced, reduced or gathered; nanotron's fp32 "
                      "accumulator and its pass after each backward remain")
@@ -195,6 +183,20 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     # FSDP reduces every micro-batch, under that micro-batch; DDP and ZeRO-1/2 once per step, bucket by bucket
     # (comm.dp_exposed); every call carries its latency (collectives.py)
     exposed, hide = dp_exposed(s, cm, t_mb, bubble)
+    # --zero-sliced, after the backward: the GPU runs the gradients' all-reduce, then the weights' all-gather (then
+    # the copies back, whose GPU time is not measured); the host, which nothing makes wait for the all-reduce,
+    # slices and flattens, then enqueues the copies: the next forward starts when both are done (comm.py, host.py)
+    pre, post = (x * HOST_US_PER_OP * 1e-6 for x in zero_sliced_ops(s, cm["zero_sliced_tensors"]))
+    after = max(exposed + cm["dp_after"], pre + post) - exposed if cm["dp_after"] else 0.0
+    if after > 0.05 * (n * t_mb):
+        uneven = (f", as {cm['dp_after_calls']} broadcasts: a tensor does not split evenly over the ranks"
+                  if cm["dp_after_calls"] > 1 else "")
+        notes.append(f"nanotron's sliced ZeRO-1: after the backward, beyond the gradients' all-reduce, "
+                     f"{after * 1e3:.0f} ms with nothing to hide under: the host's slices, flattens and copies of "
+                     f"{cm['zero_sliced_tensors']} tensors {s.shards} ways ({(pre + post) * 1e3:.0f} ms at "
+                     f"{HOST_US_PER_OP} µs per op, timed on a CPU host; the copies' GPU time not counted) against the "
+                     f"weights' all-gather ({cm['dp_after'] * 1e3:.0f} ms on the wire{uneven}); a contiguous ZeRO-1, "
+                     "Megatron's or DeepSpeed's, moves one buffer per bucket")
     if exposed > 0.05 * (n * t_mb) and cm["dp"] > s.overlap * hide:
         lat = (f", {cm['dp_latency'] * 1e3:.0f} ms of it latency over {cm['dp_calls']:.0f} calls"
                if cm["dp_latency"] > 0.2 * cm["dp"] else "")

@@ -87,9 +87,10 @@ _TIME = {
                           "weights to the ZeRO group, one call each, all waited for: B/busBW + (8.4 + n·14 µs "
                           "across nodes, n·4 µs in a node) latency (NCCL tuning.cc's ring broadcast); dp_comm is "
                           "then an all-reduce per 512M gradient elements",
-    "zero_sliced_exposed": "--zero-sliced (nanotron's ZeRO-1): after the step the host's slices and flattens (0.41 "
-                           "ops' worth per rank and tensor), then max(the all-gather of the updated 16-bit weights, "
-                           "the copies back: 0.56 per rank and tensor); ops timed on a CPU host from nanotron's loops",
+    "zero_sliced_exposed": "--zero-sliced (nanotron's ZeRO-1): max(dp_exposed + the all-gather of the updated 16-bit "
+                           "weights, the host's slices, flattens and copies: 0.41 + 0.56 ops' worth per rank and "
+                           "tensor, timed on a CPU host from nanotron's loops) − dp_exposed; the copies' GPU time is "
+                           "not counted",
     "fp32_grad_accum": "DeepSpeed's BF16_Optimizer: every micro-batch the bf16 gradients cast and added into fp32 "
                        "ones, 18 bytes per parameter of the stage over HBM (in the micro-batch time); nanotron's "
                        "accumulator (--zero-sliced): 10 bytes, the add promoting in place",

@@ -297,7 +297,11 @@ def _zero_sliced_peak(m: ModelSpec, s: TrainSetup, rank: int, acts: float, per_l
     backward beside its last block's activations (freed by the accumulation after it); after the step the
     all-gather's flattened outputs and ProcessGroupNCCL's flat output, two 16-bit copies of the weights."""
     half = (4 if s.precision == "fp32" else 2) * _trained(m, s, rank)[1]
-    return max(acts, half + per_layer, 2 * half)
+    # one rank gathers nothing; uneven pieces go by broadcasts into the outputs, with no flat buffer of NCCL's
+    from overdrive.plan.comm import zero_sliced_tensors
+
+    copies = 0 if s.shards <= 1 else 1 if any(x % s.shards for x in zero_sliced_tensors(m, s)) else 2
+    return max(acts, half + per_layer, copies * half)
 
 
 def _buffers(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:

@@ -105,4 +105,4 @@ def how_to_run(c: dict, *, gpus_per_node: int = 1, nodes: int = 1, grad_accum: i
               + (f" --nnodes={nodes}" if nodes > 1 else "") + " train.py")
     gaps = not_in_overdrive(c)
     return {"recipe": name, "call": call, "launch": launch, "micro_batch": c.get("micro_batch"),
-            "seq": c.get("seq"), "not_in_overdrive": gaps, "other_stack": any("another stack" in g for g in gaps)}
+            "seq": c.get("seq"), "not_in_overdrive": gaps, "other_stack": bool(gaps)}

@@ -168,10 +168,11 @@ class TrainSetup:
     buckets of 512M elements, the updated weights sent back by one broadcast per rank that owns any, all waited for
     before the step ends (comm.py)."""
     zero_sliced: bool = False
-    """ZeRO-1 as nanotron's ZeroDistributedOptimizer runs it (src/nanotron/optim/zero.py @ c252843): every tensor
-    sliced over the data-parallel ranks; DDP's comm hook reduce-scatters each 25 MB bucket's fp32 accumulated gradients
-    under the backward, tensor by tensor in Python; after the step one all-gather of the updated weights, its dp·T
-    slices built, flattened and copied back on the host, waited for before the step ends (comm.py, host.py)."""
+    """ZeRO-1 as nanotron's benchmarks ran it (ZeroDistributedOptimizer with accumulate_grad_in_fp32,
+    src/nanotron/optim/zero.py and trainer.py @ c252843): no DDP, so the fp32 gradient buffer is all-reduced in one
+    call after the backward; every tensor sliced over the data-parallel ranks; after the step one all-gather of the
+    updated weights, its dp·T slices built and flattened on the host before the call and copied back after it, which
+    the next forward waits for (comm.py, host.py). Eager, AdamW or plain SGD, whole-block recompute at most."""
     overlap_grad_reduce: bool = True
     """Megatron's --overlap-grad-reduce and --overlap-param-gather (on in NeMo's and Megatron-Bridge's recipes;
     off by default in Megatron-LM's own arguments, megatron/training/arguments.py). False: the gradients are

@@ -51,37 +51,47 @@ def stack_lacks(stack: str, precision: str) -> str:
 def validate(s) -> None:
     """Every check, in the order a user meets them: names, then numbers, then how they combine."""
     _resolve_names(s)
+    _check_zero_sliced(s)   # before the generic checks: their fixes would lead into this one's refusals
     _check_recompute(s)
     _check_counts(s)
     _check_rates(s)
     _check_layout(s)
     _check_precision_and_steps(s)
-    _check_zero_sliced(s)
     _check_no_step(s)
 
 
 def _check_zero_sliced(s) -> None:
-    """--zero-sliced plans nanotron's ZeRO-1 as its benchmarks ran it (bf16/fp16 model, fp32 gradient accumulation,
-    full recompute at most; trainer.py, config.py @ c252843): what nanotron does not have is refused."""
+    """--zero-sliced plans nanotron's ZeRO-1 as its benchmarks ran it (eager bf16/fp16 model, fp32 gradient
+    accumulation, AdamW or plain SGD with fp32 states, whole-block recompute at most; trainer.py, helpers.py,
+    config.py @ c252843): what nanotron does not have is refused, each with the flag the user gave and its fix."""
     if not s.zero_sliced:
         return
     what, fix = next(((w, f) for on, w, f in (
         (s.stack != "pytorch", f"--stack {s.stack}", "use --stack pytorch"),
+        (s.zero_broadcast or s.deepspeed_pipeline or not s.zero_init,
+         "--zero-broadcast" if s.zero_broadcast else "--deepspeed-pipeline" if s.deepspeed_pipeline
+         else "--no-zero-init", "another stack's ZeRO: drop it"),
         (s.sharding != "zero1", f"--sharding {s.sharding}", "use --sharding zero1"),
-        (s.zero_broadcast or s.deepspeed_pipeline, "--zero-broadcast" if s.zero_broadcast else "--deepspeed-pipeline",
-         "another stack's ZeRO: drop one"),
+        (not s.overlap_grad_reduce, "--no-overlap-grad-reduce", "Megatron's option: drop it"),
+        (s.compile, "torch.compile", "nanotron runs eager: add --no-compile (and --fused-kernels for its Triton "
+                                     "norms and rotary)"),
         (s.precision not in ("bf16", "fp16"), f"--precision {s.precision}",
          "its fp32 accumulator takes a 16-bit model: use --precision bf16"),
-        (s.pure_bf16 or s.grad_dtype != "fp32" or s.master_weights != "fp32", "16-bit gradients or masters"
-         if s.pure_bf16 or s.grad_dtype != "fp32" else f"--master-weights {s.master_weights}",
-         "planned with accumulate_grad_in_fp32 (its benchmarks' setting): use --grad-dtype fp32"),
+        (s.pure_bf16, "--pure-bf16", "planned with accumulate_grad_in_fp32 (its benchmarks' setting): drop it"),
+        (s.master_weights != "fp32", f"--master-weights {s.master_weights}", "use --master-weights fp32"),
+        (s.grad_dtype != "fp32", f"--grad-dtype {s.grad_dtype}", "planned with accumulate_grad_in_fp32 (its "
+                                                                 "benchmarks' setting): use --grad-dtype fp32"),
+        (s.optimizer not in ("adamw", "sgd-nomomentum", NO_STEP), f"--optimizer {s.optimizer}",
+         "nanotron has AdamW and plain SGD: use --optimizer adamw"),
+        (s.optimizer_dtype != "fp32", f"--optimizer-dtype {s.optimizer_dtype}", "its states are fp32: drop it"),
         (s.lora_rank, "--lora-rank", "nanotron trains the full model: drop --lora-rank"),
         (s.optimizer == NO_STEP or s.optimizer_in_backward, "--optimizer none" if s.optimizer == NO_STEP
          else "--optimizer-in-backward", "nanotron steps after the backward: drop it"),
         (s.cp > 1, f"--cp {s.cp}", "nanotron of that commit has no context parallelism: drop --cp"),
         (s.offload != "none", f"--offload {s.offload}", "nanotron does not offload: drop --offload"),
-        (s.checkpointing not in ("none", "full"), f"--checkpointing {s.checkpointing}",
-         "nanotron recomputes whole blocks (recompute_layer): use none or full")) if on), ("", ""))
+        (s.checkpointing not in ("none", "full") or s.recompute_layers or s.recompute_modules,
+         f"--checkpointing {s.checkpointing}" if s.checkpointing not in ("none", "full") else "Megatron's recompute",
+         "nanotron recomputes whole blocks (recompute_layer): use --checkpointing none or full")) if on), ("", ""))
     if what:
         raise ValueError(f"--zero-sliced plans nanotron's ZeRO-1, which does not run with {what}: {fix}, or drop "
                          "--zero-sliced")

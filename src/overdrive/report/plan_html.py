@@ -24,7 +24,7 @@ def plan_next_step(r: dict) -> str:
                    grad_accum=c.get("grad_accum", 1))
     gaps = h["not_in_overdrive"]
     tail = (" Not run by Overdrive: " + "; ".join(gaps) + ".") if gaps else ""
-    lead = ("Next step (the pick runs on another stack, below; the nearest in Overdrive)" if h.get("other_stack")
+    lead = ("Next step (parts of the pick are not Overdrive's, below; the nearest in Overdrive)" if h.get("other_stack")
             else "Next step")
     return (f"{lead}: in your training script, <code>{esc(h['call'])}</code> with micro-batch "
             f"{h['micro_batch']} at sequence {h['seq']}; launch: <code>{esc(h['launch'])}</code>.{esc(tail)}")
