@@ -215,8 +215,8 @@ def _print_next_step(r: dict, console) -> None:
     h = r.get("how_to_run")
     if not h:
         return
-    lead = "Next step (parts of the pick are not Overdrive's, below; the nearest in Overdrive)" if h.get("other_stack") \
-        else "Next step"
+    lead = ("Next step (parts of the pick are not Overdrive's, below; the nearest in Overdrive)"
+            if h.get("other_stack") else "Next step")
     console.print(f"{lead}: in your training script, {h['call']}  (micro-batch {h['micro_batch']}, sequence "
                   f"{h['seq']}); launch: {h['launch']}", markup=False, highlight=False)
     for gap in h["not_in_overdrive"]:
