@@ -224,18 +224,16 @@ def _zero_sliced_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> No
     ranks' pieces differ in size)."""
     n, trained = s.shards, _trained(m, s)
     nodes, bw = group_layout(s, n, s.tp)
-    weights = m.n_params() / (s.tp * s.pp) * (4 if s.precision == "fp32" else 2)
+    weights = m.n_params() / (s.tp * s.pp) * 2   # the 16-bit model (setup_checks refuses fp32)
     tensors = zero_sliced_tensors(m, s)
     algo, t, lat = choose_allreduce(trained * grad_b, n, nodes, bw)
     uneven = any(x % n for x in tensors)
     if uneven:
-        b_t, b_lat = broadcast_s(weights / n, n, nodes, bw)
-        ag, ag_lat = n * b_t, n * b_lat
+        ag = n * broadcast_s(weights / n, n, nodes, bw)[0]
     else:
-        ag, ag_lat = gather_s(weights, n, nodes, bw), ring_latency_s(n, nodes, allreduce=False)
+        ag = gather_s(weights, n, nodes, bw)
     out.update(dp=t, dp_calls=1, dp_latency=lat, dp_algo=algo, dp_edge=t, dp_buckets=1, dp_nodes=nodes,
-               dp_after=ag, dp_after_latency=ag_lat, dp_after_calls=n if uneven else 1,
-               zero_sliced_tensors=len(tensors))
+               dp_after=ag, dp_after_calls=n if uneven else 1, zero_sliced_tensors=len(tensors))
 
 
 def _tp_comm(m: ModelSpec, s: TrainSetup, out: dict) -> None:
@@ -286,7 +284,7 @@ def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict:
     grad_b = s.grad_bytes
     out = {"dp": 0.0, "dp_calls": 0.0, "dp_latency": 0.0, "dp_algo": "", "dp_edge": 0.0, "dp_buckets": 0,
            "dp_nodes": 1, "dp_bcast": 0.0, "dp_bcast_calls": 0, "dp_bcast_latency": 0.0, "dp_after": 0.0,
-           "dp_after_latency": 0.0, "dp_after_calls": 0, "zero_sliced_tensors": 0, "tp": 0.0, "tp_latency": 0.0,
+           "dp_after_calls": 0, "zero_sliced_tensors": 0, "tp": 0.0, "tp_latency": 0.0,
            "tp_nodes": 1, "cp": 0.0, "pp": 0.0, "embed": 0.0}
     if s.sharding == "zero3" and s.shards > 1:
         zero3_comm(m, s, out, _trained(m, s))   # DeepSpeed's module-by-module gathers

@@ -34,8 +34,9 @@ and copies them back after it; after every backward its fp32 accumulator adds ea
 scripts/measure_zero_sliced_host.py runs those loops op for op from nanotron's source, the collective stood in by what
 ProcessGroupNCCL does around it (benchmarks/results/cpu/2026-12-07-zero-sliced-host/zero-sliced-host.json): 0.41 ops'
 worth per rank and tensor before the call and 0.56 after it (through the origin over dp 8-128 and 16-200 tensors,
-residuals -6% to +11%), 0.91 per tensor accumulating. The after-step loops are exposed (the next forward needs the
-weights; the copies back wait for the call); the accumulation joins each micro-batch's host work.
+residuals -6% to +11%), 0.91 per tensor accumulating. The after-step loops run while the GPU all-reduces the
+gradients and gathers the weights (nothing makes the host wait): the longer of the two is exposed (estimate.py); the
+accumulation joins each micro-batch's host work.
 
 The time per op is the same script's, on this project's CPU host (the fastest of 200 micro-steps of tiny
 tensors over their op count: 3.6 µs): a GPU host also pays each kernel's launch, so this is a lower bound there

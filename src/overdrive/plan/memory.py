@@ -296,7 +296,7 @@ def _zero_sliced_peak(m: ModelSpec, s: TrainSetup, rank: int, acts: float, per_l
     """nanotron's ZeRO-1 above its fp32 accumulator: the forward's activations; the 16-bit gradients of the whole
     backward beside its last block's activations (freed by the accumulation after it); after the step the
     all-gather's flattened outputs and ProcessGroupNCCL's flat output, two 16-bit copies of the weights."""
-    half = (4 if s.precision == "fp32" else 2) * _trained(m, s, rank)[1]
+    half = 2 * _trained(m, s, rank)[1]   # the 16-bit model (setup_checks refuses fp32)
     # one rank gathers nothing; uneven pieces go by broadcasts into the outputs, with no flat buffer of NCCL's
     from overdrive.plan.comm import zero_sliced_tensors
 
