@@ -71,9 +71,9 @@ def _one_hop(nbytes, n, nodes, bus_bps):
 
 def _with_biases(m, s, n):
     """The owners had the model its attention's QKV and output biases, two more tensors per block."""
-    from overdrive.plan.comm import _tensors
+    from overdrive.plan.pipeline import param_tensors
 
-    return min(n, len(_tensors(m, s)) + 2 * m.n_layer)
+    return min(n, len(param_tensors(m, s)) + 2 * m.n_layer)
 
 
 def internlm_bullet(val: list[dict]) -> str:

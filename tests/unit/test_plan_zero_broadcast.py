@@ -41,9 +41,9 @@ def _partition_param_list(sizes: list[int], zero_world_size: int) -> int:
                                        (4096, 1, 1), (64, 1, 2)])
 def test_owners_are_internlms_greedy_partition(n, tp, pp):
     s = _setup(max(1, n * tp * pp // 8), tp=tp, pp=pp, global_batch=None)
-    from overdrive.plan.comm import _tensors
+    from overdrive.plan.pipeline import param_tensors
 
-    assert zero_owners(INTERNLM_7B, s, n) == _partition_param_list(_tensors(INTERNLM_7B, s), n)
+    assert zero_owners(INTERNLM_7B, s, n) == _partition_param_list(param_tensors(INTERNLM_7B, s), n)
 
 
 def test_owner_count_at_1024_ranks():

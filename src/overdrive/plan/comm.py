@@ -67,7 +67,7 @@ import math
 from overdrive.plan.choices import NO_STEP
 from overdrive.plan.collectives import (LINK_EFF, broadcast_s, choose_allreduce, gather_s, group_layout, p2p_s,
                                        ring_latency_s)
-from overdrive.plan.pipeline import stage_imbalance
+from overdrive.plan.pipeline import param_tensors, stage_imbalance, zero_sliced_tensors
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 from overdrive.plan.zero3 import zero3_comm
@@ -178,24 +178,11 @@ def _ddp_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
                dp_nodes=nodes)
 
 
-def _tensors(m: ModelSpec, s: TrainSetup, gate_up: bool = False) -> list[int]:
-    """The parameter tensors of one TP rank's first pipeline stage, elements each: the embedding, each block's
-    fused QKV, output, two norms and MLP matrices (`gate_up`: a gated MLP's gate and up in one tensor, as nanotron's
-    gate_up_proj); with one stage, the final norm and the head as well."""
-    h, tp = m.hidden, s.tp
-    block = [h * (m.q_dim + 2 * m.kv_dim) // tp, m.q_dim * h // tp, h, h]
-    block += ([2 * h * m.ffn // tp, h * m.ffn // tp] if gate_up and m.gated_mlp
-              else [h * m.ffn // tp] * (3 if m.gated_mlp else 2))
-    last = ([h] + ([] if m.tied else [m.vocab * h // tp])) if s.pp == 1 else []
-    pos = [m.learned_pos * h] if m.learned_pos else []
-    return [m.vocab * h // tp] + pos + block * math.ceil(m.n_layer / s.pp) + last
-
-
 def zero_owners(m: ModelSpec, s: TrainSetup, n: int) -> int:
     """Ranks of a ZeRO group of n that own parameters. InternLM's `_partition_param_list` (@ 20fe5ac2) sorts the
     tensors by size and gives each to the least-loaded rank, so every rank gets one before any gets a second:
     min(n, tensors)."""
-    return min(n, len(_tensors(m, s)))
+    return min(n, len(param_tensors(m, s)))
 
 
 def _zero_broadcast_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
@@ -210,12 +197,6 @@ def _zero_broadcast_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) ->
     b_t, b_lat = broadcast_s(m.n_params() / (s.tp * s.pp) * weight_b / owners, n, nodes, bw)
     out.update(dp=nb * t, dp_calls=nb, dp_latency=nb * lat, dp_algo=algo, dp_edge=t, dp_buckets=nb, dp_nodes=nodes,
                dp_bcast=owners * b_t, dp_bcast_calls=owners, dp_bcast_latency=owners * b_lat)
-
-
-def zero_sliced_tensors(m: ModelSpec, s: TrainSetup) -> list[int]:
-    """nanotron's parameter tensors on one GPU, elements each (its Llama: qkv_proj, o_proj, gate_up_proj, down_proj and
-    two norms a block; models/llama.py @ c252843)."""
-    return _tensors(m, s, gate_up=True)
 
 
 def _zero_sliced_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:

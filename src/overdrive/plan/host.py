@@ -47,7 +47,7 @@ Engine's fused modules) dispatch a few ops per block; no floor is planned for th
 from __future__ import annotations
 
 from overdrive.plan.memory import recomputed_blocks
-from overdrive.plan.pipeline import stage_imbalance
+from overdrive.plan.pipeline import stage_imbalance, zero_sliced_tensors
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
@@ -124,8 +124,6 @@ def accumulate_ops(m: ModelSpec, s: TrainSetup) -> float:
     """nanotron's fp32 accumulation after each backward (--zero-sliced), ops' worth per micro-batch: one per tensor."""
     if not s.zero_sliced:
         return 0.0
-    from overdrive.plan.comm import zero_sliced_tensors
-
     return ZERO_SLICED_ACCUMULATE * len(zero_sliced_tensors(m, s))
 
 

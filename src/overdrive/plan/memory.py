@@ -92,7 +92,8 @@ from overdrive.plan.choices import NO_STEP
 from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_buffer_bytes, te_weight_cache_bytes
 from overdrive.plan.logits import logits_bytes as _logits
 from overdrive.plan.pipeline import (embedding_bytes, embedding_micro_batches, pipeline_blocks_in_flight,
-                                     pipeline_outputs_bytes, stage_blocks, stage_outputs_bytes, stage_params)
+                                     pipeline_outputs_bytes, stage_blocks, stage_outputs_bytes, stage_params,
+                                     zero_sliced_tensors)
 from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 from overdrive.plan.zero3 import zero3_buffers, zero3_startup_bytes, zero3_states, zero3_step_bytes
@@ -298,8 +299,6 @@ def _zero_sliced_peak(m: ModelSpec, s: TrainSetup, rank: int, acts: float, per_l
     all-gather's flattened outputs and ProcessGroupNCCL's flat output, two 16-bit copies of the weights."""
     half = 2 * _trained(m, s, rank)[1]   # the 16-bit model (setup_checks refuses fp32)
     # one rank gathers nothing; uneven pieces go by broadcasts into the outputs, with no flat buffer of NCCL's
-    from overdrive.plan.comm import zero_sliced_tensors
-
     copies = 0 if s.shards <= 1 else 1 if any(x % s.shards for x in zero_sliced_tensors(m, s)) else 2
     return max(acts, half + per_layer, copies * half)
 

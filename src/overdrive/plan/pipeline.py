@@ -35,11 +35,14 @@ keeps of every micro-batch until the step ends.
 
 from __future__ import annotations
 
+import math
+
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["pipeline_blocks_in_flight", "pipeline_outputs_bytes", "chunk_slots", "stage_imbalance", "stage_blocks",
-           "stage_params", "embedding_micro_batches", "embedding_bytes", "stage_outputs_bytes"]
+           "stage_params", "embedding_micro_batches", "embedding_bytes", "stage_outputs_bytes", "param_tensors",
+           "zero_sliced_tensors"]
 
 
 def chunk_slots(m: ModelSpec, s: TrainSetup) -> list[int]:
@@ -137,3 +140,22 @@ def stage_outputs_bytes(m: ModelSpec, s: TrainSetup, rank: int) -> float:
         return 0.0
     w = 4 if s.precision == "fp32" else 2
     return min(s.pp - rank, s.grad_accum) * s.seq * s.micro_batch / s.cp * m.hidden * w / s.tp
+
+
+def param_tensors(m: ModelSpec, s: TrainSetup, gate_up: bool = False) -> list[int]:
+    """The parameter tensors of one TP rank's first pipeline stage, elements each: the embedding, each block's
+    fused QKV, output, two norms and MLP matrices (`gate_up`: a gated MLP's gate and up in one tensor, as nanotron's
+    gate_up_proj); with one stage, the final norm and the head as well."""
+    h, tp = m.hidden, s.tp
+    block = [h * (m.q_dim + 2 * m.kv_dim) // tp, m.q_dim * h // tp, h, h]
+    block += ([2 * h * m.ffn // tp, h * m.ffn // tp] if gate_up and m.gated_mlp
+              else [h * m.ffn // tp] * (3 if m.gated_mlp else 2))
+    last = ([h] + ([] if m.tied else [m.vocab * h // tp])) if s.pp == 1 else []
+    pos = [m.learned_pos * h] if m.learned_pos else []
+    return [m.vocab * h // tp] + pos + block * math.ceil(m.n_layer / s.pp) + last
+
+
+def zero_sliced_tensors(m: ModelSpec, s: TrainSetup) -> list[int]:
+    """nanotron's parameter tensors on one GPU, elements each (its Llama: qkv_proj, o_proj, gate_up_proj, down_proj and
+    two norms a block; models/llama.py @ c252843)."""
+    return param_tensors(m, s, gate_up=True)
