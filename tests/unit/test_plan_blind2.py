@@ -71,10 +71,11 @@ def test_what_it_found_missing_is_held_to_its_sign(rows):
     # nanotron's 80B: TP16 across nodes, TP4·PP16, TP8·PP4 (published at half the MFU of TP4·PP16)
     big = _ids(rows, "nanotron 80.0B")
     assert len(big) == 3 and all(0.25 <= r["error"] <= 2.4 for r in big), big
-    # Megatron-LLaMA's 13B on A100 with the FlashAttention 1 its code imports (+24% to +42% as FlashAttention-2): no
-    # Transformer Engine, a replicated head
+    # Megatron-LLaMA's 13B on A100 with the FlashAttention 1 its code imports (+24% to +42% as FlashAttention-2),
+    # its pre-TE eager RoPE/SwiGLU/layout copies, blocking TP collectives and ZeRO-2's reduce-scatter in every
+    # micro-batch (+5% to +30%); left: a replicated head, no gradient-accumulation fusion
     mllama = _ids(rows, "Megatron-LLaMA")
-    assert len(mllama) == 5 and all(0.15 <= r["error"] <= 0.40 for r in mllama), mllama
+    assert len(mllama) == 5 and all(0.0 <= r["error"] <= 0.32 for r in mllama), mllama
     # ArcticTraining's packed 136K sequences with --doc-len and --gpu-mem: -76% at first sight
     arctic = _ids(rows, "ArcticTraining")
     assert len(arctic) == 1 and -0.3 <= arctic[0]["error"] < 0, arctic

@@ -113,7 +113,7 @@ _SAME_NAME = ("nodes", "seq", "tp", "pp", "vpp", "cp", "optimizer_dtype", "optim
               "fp8_all_gather", "intra_gbs", "inter_gbs", "offload", "loss", "lora_rank", "pure_bf16", "fp8_activations",
               "recompute_layers", "offload_activations", "grad_dtype", "embedding_in_pipeline_split", "stack", "attention",
               "z_loss", "fused_kernels", "deepspeed_pipeline", "embed_norm", "dropout", "zero_broadcast", "zero_sliced",
-              "pp_keep_outputs",
+              "pp_keep_outputs", "unfused_ops",
               "doc_len")
 """Flags whose value is the TrainSetup field of the same name."""
 
@@ -308,6 +308,7 @@ def _add_stack_args(a) -> None:
     a("--recompute-layers", type=int, default=0, metavar="N",
       help="Megatron full recompute, block method: the first N blocks of each pipeline chunk keep only their input")
     a("--recompute-modules", metavar="LIST", help="Megatron selective recompute, comma list of core_attn,mlp,layernorm")
+    a("--unfused-ops", default="", metavar="LIST", help="megatron: pre-TE eager ops, of rope,swiglu,attn-layout")
     a("--offload-activations", type=int, default=0, metavar="N",
       help="move the activations of N blocks to host memory (Megatron cpu_offloading_num_layers; needs --pp 1)")
     a("--grad-dtype", default="fp32", choices=["fp32", "bf16"], help="gradient buffer dtype (bf16: Megatron's "

@@ -7,7 +7,7 @@ from overdrive.formats import planned_presets
 __all__ = ["PRECISIONS", "LOW_PRECISION", "LOW_PRECISION_SEARCHED", "SHARDINGS", "SHARDING_ALIASES", "CHECKPOINTING",
            "SHARDED_WEIGHTS", "RECOMPUTE_MODULES", "GRAD_DTYPES", "ATTENTIONS", "MIN_EFFICIENCY", "BANDWIDTH_GBS", "MAX_COUNT", "OPTIMIZER_DTYPES",
            "OPTIMIZER_STATES", "STATELESS", "OPTIMIZER_NAMES", "EIGHT_BIT", "OPTIMIZERS", "OPTIMIZER_ALIASES", "MASTER_WEIGHTS", "OFFLOADS", "LOSSES", "STACKS",
-           "STACK_ALIASES", "BLOCK_CODES", "GATHER_DTYPES"]
+           "STACK_ALIASES", "BLOCK_CODES", "GATHER_DTYPES", "UNFUSED_OPS"]
 
 LOW_PRECISION = planned_presets()  # the formats the planner models (`overdrive.formats`, `Format.plan_bytes`)
 LOW_PRECISION_SEARCHED = planned_presets(default_only=True)
@@ -15,7 +15,8 @@ LOW_PRECISION_SEARCHED = planned_presets(default_only=True)
 default recipe, NeMo 24.x's), not offered beside FP8's current scaling."""
 PRECISIONS = ("fp32", "bf16", "fp16", *LOW_PRECISION)
 SHARDINGS = ("none", "zero1", "zero2", "fsdp", "hsdp", "zero3")
-"""none = DDP (replicated); zero1 = DDP with a distributed optimizer (Megatron's); zero2 = + sharded grads;
+"""none = DDP (replicated); zero1 = DDP with a distributed optimizer (Megatron's); zero2 = + sharded grads (so
+reduce-scattered in every micro-batch's backward, as DeepSpeed's stage 2: `comm.reduces_every_micro_batch`);
 fsdp = weights sharded too, gathered block by block (FSDP2 fully_shard); hsdp = FSDP within a node, replicated
 across nodes; zero3 = DeepSpeed's ZeRO stage 3: weights sharded, gathered module by module (`zero3.py`)."""
 SHARDED_WEIGHTS = ("fsdp", "hsdp", "zero3")
@@ -30,6 +31,10 @@ RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm")
 mlp = the whole MLP from its input, layernorm = the norm outputs. MoE modules (moe_act, moe, shared_experts)
 have nothing to act on in the dense models the planner knows."""
 GRAD_DTYPES = ("fp32", "bf16")
+UNFUSED_OPS = ("rope", "swiglu", "attn-layout")
+"""--stack megatron's block ops that Megatron-LM's pre-Transformer-Engine code (megatron/model/, 2023, and its forks)
+runs as plain PyTorch kernels: rope = apply_rotary_pos_emb on q and k; swiglu = chunk, silu, multiply;
+attn-layout = the [s, b] <-> [b, s] copies around flash attention (`throughput.UNFUSED_ELEMS`)."""
 ATTENTIONS = ("flash", "fa1", "fa2", "fa3", "cudnn", "triton", "unfused")
 """flash = the kernel the stack picks (`attention.attention_kernel`); fa1 = FlashAttention (flash-attn 1.x: its
 `flash_attn_unpadded_func`, the Megatron forks of 2023); fa2 = FlashAttention-2 (flash-attn 2, PyTorch

@@ -72,8 +72,8 @@ from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 from overdrive.plan.zero3 import zero3_comm
 
-__all__ = ["comm_times", "dp_exposed", "LINK_EFF", "ASYNC_TP_EXPOSED", "DDP_BUCKET_BYTES", "DS_ALLREDUCE_ELEMENTS",
-           "group_layout", "ZERO_BUCKET_ELEMENTS", "zero_owners", "zero_sliced_tensors"]
+__all__ = ["comm_times", "dp_exposed", "reduces_every_micro_batch", "LINK_EFF", "ASYNC_TP_EXPOSED", "DDP_BUCKET_BYTES",
+           "DS_ALLREDUCE_ELEMENTS", "group_layout", "ZERO_BUCKET_ELEMENTS", "zero_owners", "zero_sliced_tensors"]
 
 ASYNC_TP_EXPOSED = 0.3
 DS_ALLREDUCE_ELEMENTS = 500_000_000
@@ -172,10 +172,24 @@ def _ddp_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
     else:   # ZeRO-1/2: reduce-scatter the gradients, all-gather the updated 16-bit parameters
         algo = "ring"
         P = m.n_params() / (s.tp * s.pp)
-        t = gather_s(grads / nb, n, nodes, bw) + gather_s(P * 2 / nb, n, nodes, bw)
-        lat_one = 2 * ring_latency_s(n, nodes, allreduce=False)
-    out.update(dp=nb * t, dp_calls=nb, dp_latency=nb * lat_one, dp_algo=algo, dp_edge=t, dp_buckets=nb,
-               dp_nodes=nodes)
+        rs, lat_one = gather_s(grads / nb, n, nodes, bw), ring_latency_s(n, nodes, allreduce=False)
+        if reduces_every_micro_batch(s):   # the reduce-scatters again in each of the other micro-batches
+            out.update(dp_rs_mb=nb * rs, dp_calls_mb=nb, dp_latency_mb=nb * lat_one)
+        t, lat_one = rs + gather_s(P * 2 / nb, n, nodes, bw), 2 * lat_one
+    extra = (s.grad_accum - 1) * out.get("dp_rs_mb", 0.0)
+    out.update(dp=nb * t + extra, dp_calls=nb + (s.grad_accum - 1) * out.get("dp_calls_mb", 0),
+               dp_latency=nb * lat_one + (s.grad_accum - 1) * out.get("dp_latency_mb", 0.0), dp_algo=algo,
+               dp_edge=t, dp_buckets=nb, dp_nodes=nodes)
+
+
+def reduces_every_micro_batch(s: TrainSetup) -> bool:
+    """ZeRO-2 keeps only its shard of the gradients, so it reduce-scatters them in every micro-batch's backward and
+    adds the shard in: DeepSpeed's stage 2 (stage_1_and_2.py reduce_ready_partitions_and_remove_grads: "if
+    self.partition_gradients or self.is_gradient_accumulation_boundary()"), Megatron-LLaMA's overlapped distributed
+    optimizer (a grad hook per parameter, backward_epilogue after each micro-batch). Under pipelining on the
+    pytorch stack (Llama 3's FSDP without resharding) torch.distributed.pipelining syncs gradients in the last
+    backward only."""
+    return s.sharding == "zero2" and s.grad_accum > 1 and not (s.pp > 1 and s.stack == "pytorch")
 
 
 def zero_owners(m: ModelSpec, s: TrainSetup, n: int) -> int:
@@ -308,6 +322,12 @@ def dp_exposed(s: TrainSetup, c: dict, t_mb: float, bubble: float) -> tuple[floa
     # for the parameter all-gather) and the pipeline's drain (no_sync on the others): bucket by bucket
     hide = t_mb + n * t_mb * bubble
     nb = max(1, c["dp_buckets"])
-    t = c["dp"] / nb
     per_bucket = s.overlap * hide / nb
-    return max(t, nb * t - (nb - 1) * per_bucket), hide
+    other = (n - 1) * c.get("dp_rs_mb", 0.0)   # ZeRO-2's reduce-scatters in the other micro-batches, each under its own
+    t = (c["dp"] - other) / nb
+    last = max(t, nb * t - (nb - 1) * per_bucket)
+    if not other:
+        return last, hide
+    rs = c["dp_rs_mb"] / nb
+    each = max(rs, nb * rs - (nb - 1) * s.overlap * t_mb / nb)
+    return last + (n - 1) * each, hide + (n - 1) * t_mb

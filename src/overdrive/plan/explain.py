@@ -50,7 +50,9 @@ _TIME = {
                  "attn_rel: the attention kernel line below); --attention unfused: "
                  "the two score GEMMs over the full s × s at their shape's rate + 20 bytes per score over HBM",
     "memory_bound": "(12h + 2kv + 3F)·2 bytes ×3 per token per block (10h of it on every token of a TP rank "
-                    "without SP; + 2(q+kv) with QK-norm; + 8F unfused squared ReLU on megatron) + FP8 casts + loss (+12 B/logit z-loss unfused), at 80% of HBM",
+                    "without SP; + 2(q+kv) with QK-norm; + 8F unfused squared ReLU on megatron; --unfused-ops: "
+                    "+ 20(q+kv) rope, + 9F swiglu, + 6q+4kv attn-layout) + FP8 casts + loss (+12 B/logit z-loss "
+                    "unfused), at 80% of HBM",
     "recompute": "the forward again for checkpointed blocks (full: all, selective: half, selective-op: half the mms; "
                  "Megatron: recompute-layers blocks, recompute-modules parts)",
     "offload_exposed": "activation offload out and back over the host link beyond the micro-batch's compute",
@@ -68,13 +70,15 @@ _TIME = {
     "pp_p2p": "per micro-batch and virtual stage, activations on and gradients back: p2p latency + b·s·h·2/tp "
               "bytes over NVLink or the NIC",
     "dp_comm": "FSDP: per block an all-gather forward, one backward, a reduce-scatter (per micro-batch); ZeRO-1/2: "
-               "reduce-scatter + all-gather per bucket; DDP: all-reduce per bucket (per step); --zero-sliced: one "
+               "reduce-scatter + all-gather per bucket (ZeRO-2: the reduce-scatters again in every micro-batch, "
+               "DeepSpeed's stage 2); DDP: all-reduce per bucket (per step); --zero-sliced: one "
                "all-reduce of the fp32 gradients (the weights' gather is in zero_sliced_exposed); --optimizer none: "
                "the gathers alone; each call factor·B/busBW + latency, ring or tree as NCCL's model picks",
     "dp_latency": "the latency part of dp_comm: calls × NCCL's per-call latency (tuning.cc: ring 8.4 µs + 3.4 µs per "
                   "NVLink hop + 9.6 µs per network hop; tree 2·(hops in node·28 + log2(nodes)·50) µs)",
     "dp_exposed": "FSDP: max(first gather + last reduce-scatter, dp_comm − overlap × compute); DDP/ZeRO: "
-                  "max(t, nb·t − (nb−1)·overlap·c), nb buckets of t s over c s of compute each; DeepSpeed's "
+                  "max(t, nb·t − (nb−1)·overlap·c), nb buckets of t s over c s of compute each (ZeRO-2: each "
+                  "micro-batch's reduce-scatters under its own compute); DeepSpeed's "
                   "PipelineEngine, Megatron without --overlap-grad-reduce and nanotron's ZeRO-1: all of dp_comm",
     "nccl_sms": "the compute the hidden data-parallel calls slow: (dp_comm − dp_exposed) × NCCL channels / SMs "
                 "(ring channels, one CTA on an SM each: 24 inside an A100/H100 node, 16 across nodes, 32 inside a "

@@ -315,7 +315,7 @@ def _result(model: ModelSpec, g: GpuSpec, base: TrainSetup, cands: list, precisi
 _SETTINGS = ("grad_dtype", "gather_dtype", "fp8_all_gather", "async_tp", "attention", "sequence_parallel",
              "sp_regather", "partition_activations", "overlap_grad_reduce", "deepspeed_pipeline",
              "embedding_in_pipeline_split", "z_loss", "block_code", "fused_kernels", "embed_norm", "dropout",
-             "zero_broadcast", "zero_sliced", "zero_init", "pp_keep_outputs", "doc_len")
+             "zero_broadcast", "zero_sliced", "zero_init", "pp_keep_outputs", "doc_len", "unfused_ops")
 """TrainSetup fields a candidate records beside its search axes (each changes the plan's figures)."""
 
 

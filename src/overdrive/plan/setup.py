@@ -113,6 +113,8 @@ class TrainSetup:
     pipeline chunk keep only their input and run their forward again in backward."""
     recompute_modules: tuple[str, ...] = ()
     """Megatron selective recompute of named parts of every block (see RECOMPUTE_MODULES)."""
+    unfused_ops: tuple[str, ...] = ()
+    """--stack megatron: the block's ops that run as eager PyTorch kernels, not fused (see UNFUSED_OPS)."""
     offload_activations: int = 0
     """Megatron/Transformer Engine activation offload (`cpu_offloading_num_layers`): the activations of N blocks
     go to host memory after their forward and come back for their backward (weights stay)."""
@@ -324,6 +326,10 @@ def check_layout(m: ModelSpec, s: TrainSetup) -> None:
         # cannot all go, the last block's are needed at once
         raise ValueError(f"--offload-activations {s.offload_activations}: offload at most the model's {m.n_layer} "
                          f"blocks with --checkpointing full, fewer ({m.n_layer - 1}) without it")
+    if "swiglu" in s.unfused_ops and not m.gated_mlp:
+        raise ValueError(f"--unfused-ops swiglu: {m.name} has no gated (SwiGLU) MLP; drop swiglu from the list")
+    if "rope" in s.unfused_ops and m.learned_pos:
+        raise ValueError(f"--unfused-ops rope: {m.name} has learned positions, not RoPE; drop rope from the list")
     if s.lora_rank > m.hidden:
         raise ValueError(f"--lora-rank {s.lora_rank} is above the hidden size {m.hidden} of {m.name}: a LoRA rank "
                          "is small (8-256)")

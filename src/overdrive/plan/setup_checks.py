@@ -15,7 +15,7 @@ from overdrive.plan.choices import (ATTENTIONS, BANDWIDTH_GBS, BLOCK_CODES, CHEC
                                     GRAD_DTYPES, LOSSES, MASTER_WEIGHTS, MAX_COUNT, MIN_EFFICIENCY, OFFLOADS,
                                     NO_STEP, OPTIMIZER_ALIASES, OPTIMIZER_DTYPES, OPTIMIZERS, PRECISIONS, RECOMPUTE_MODULES,
                                     STATELESS, EIGHT_BIT,
-                                    SHARDING_ALIASES, SHARDINGS, STACK_ALIASES, STACKS)
+                                    SHARDING_ALIASES, SHARDINGS, STACK_ALIASES, STACKS, UNFUSED_OPS)
 
 __all__ = ["validate"]
 
@@ -211,6 +211,16 @@ def _check_recompute(s) -> None:
         v = getattr(s, name)
         if not isinstance(v, int) or v < 0:
             raise ValueError(f"--{name.replace('_', '-')} must be a number of blocks >= 0, got {v}")
+    if isinstance(s.unfused_ops, (list, str)):
+        ops = s.unfused_ops.split(",") if isinstance(s.unfused_ops, str) else s.unfused_ops
+        _set(s, "unfused_ops", tuple(dict.fromkeys(x.strip() for x in ops if x.strip())))
+    for op in s.unfused_ops:
+        _choice("unfused-ops", op, UNFUSED_OPS)
+    if s.unfused_ops and s.stack != "megatron":
+        raise ValueError(f"--unfused-ops {','.join(s.unfused_ops)} names Megatron-LM's eager kernels: add --stack "
+                         "megatron (on --stack pytorch, eager code is --no-compile)")
+    if "attn-layout" in s.unfused_ops and s.attention == "unfused":
+        raise ValueError("--unfused-ops attn-layout is the copies around flash attention: --attention unfused has none")
     if s.recompute_modules and s.checkpointing != "none":
         # Megatron recomputes either named parts of every block or whole blocks; both would count twice
         raise ValueError(f"--recompute-modules {','.join(s.recompute_modules)} and --checkpointing "

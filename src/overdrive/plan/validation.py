@@ -22,7 +22,8 @@ __all__ = ["load_runs", "predict", "evaluate", "summary", "markdown_table", "why
 
 _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "tp", "pp", "vpp", "cp", "checkpointing",
                "pure_bf16", "fp8_all_gather", "compile", "async_tp", "inter_gbs", "optimizer_dtype", "stack", "loss", "fp8_activations", "grad_dtype", "recompute_layers",
-               "recompute_modules", "offload_activations", "embedding_in_pipeline_split", "attention", "block_code",
+               "recompute_modules", "unfused_ops", "offload_activations", "embedding_in_pipeline_split", "attention",
+               "block_code",
                "optimizer", "master_weights", "optimizer_in_backward", "sequence_parallel", "z_loss", "gather_dtype",
                "fused_kernels", "lora_rank", "deepspeed_pipeline", "partition_activations",
                "overlap_grad_reduce", "embed_norm", "dropout", "sp_regather", "intra_gbs", "zero_broadcast",
@@ -182,6 +183,8 @@ def plan_flags(r: dict) -> str:
     if r.get("recompute_modules"):
         mods = r["recompute_modules"]
         out.append(f"--recompute-modules {mods if isinstance(mods, str) else ','.join(mods)}")
+    if r.get("unfused_ops"):
+        out.append(f"--unfused-ops {','.join(r['unfused_ops'])}")
     out += [flag for k, flag in _BOOL_FLAGS.items() if r.get(k)]
     if r.get("sequence_parallel") is False:
         out.append("--sequence-parallel off")
