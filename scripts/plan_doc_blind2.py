@@ -111,8 +111,12 @@ def blind2_bullet(val: list[dict]) -> str:
   the MFU of TP4·PP16, no term gives that); Megatron-LLaMA's 13B on A100
   {_span_ids(rows, ('Megatron-LLaMA',), 'first_error')} as first planned with FlashAttention-2, now
   {_span_ids(rows, ('Megatron-LLaMA',))} with the FlashAttention 1 its code imports (`--attention fa1`, at the
-  FlashAttention-2 paper's half rate; no Transformer Engine and a replicated head remain: the Megatron-on-A100
-  over-prediction again);
+  FlashAttention-2 paper's half rate), what its pre-Transformer-Engine code runs eagerly (`--unfused-ops
+  rope,swiglu,attn-layout`: RoPE, SwiGLU and the layout copies around flash attention, 26, 18 and 10 elements moved
+  per element as scripts/measure_eager_bytes.py counts them from the code, against the fused 6, 9 and 0), its
+  blocking TP collectives (`--no-async-tp`) and its overlapped optimizer's reduce-scatter in every micro-batch (as
+  DeepSpeed's ZeRO-2 does; the planner had reduced once a step); a replicated head, no gradient-accumulation fusion
+  and most of the data-parallel scaling (12% lost from 32 to 256 GPUs as published, 1% as planned) remain;
   ArcticTraining's 136K packed sequences {_span_ids(rows, ('ArcticTraining',), 'first_error')} first, now
   {_span_ids(rows, ('ArcticTraining',))} with `--doc-len` and `--gpu-mem` (Ulysses sequence parallelism, tiled MLP
   and a partial optimizer offload remain inexpressible); nanotron's 1F1B rows planned 80-299 GiB and not to fit

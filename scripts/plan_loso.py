@@ -189,7 +189,8 @@ DESIGN = {
     "snowflakedb/ArcticTraining news/qwen3-32b-dgx-station.md": "unseen when first planned (the second blind check); "
                                                                 "then sent us to --doc-len and --gpu-mem",
     "alibaba/Megatron-LLaMA README.md": "unseen when first planned (the second blind check); then sent us to "
-                                        "--attention fa1",
+                                        "--attention fa1, --unfused-ops and ZeRO-2's reduce-scatter in every "
+                                        "micro-batch",
     "hpcaitech/ColossalAI README.md": "none: the second blind check, fitted on nothing, no term added for it",
     "huggingface/picotron README.md": "none: the second blind check, fitted on nothing, no term added for it",
     "stas00/ml-engineering insights/when-to-upgrade-gpus/README.md":

@@ -308,7 +308,7 @@ def _add_stack_args(a) -> None:
     a("--recompute-layers", type=int, default=0, metavar="N",
       help="Megatron full recompute, block method: the first N blocks of each pipeline chunk keep only their input")
     a("--recompute-modules", metavar="LIST", help="Megatron selective recompute, comma list of core_attn,mlp,layernorm")
-    a("--unfused-ops", default="", metavar="LIST", help="megatron: pre-TE eager ops, of rope,swiglu,attn-layout")
+    a("--unfused-ops", metavar="LIST", help="megatron: pre-TE eager ops, of rope,swiglu,attn-layout")
     a("--offload-activations", type=int, default=0, metavar="N",
       help="move the activations of N blocks to host memory (Megatron cpu_offloading_num_layers; needs --pp 1)")
     a("--grad-dtype", default="fp32", choices=["fp32", "bf16"], help="gradient buffer dtype (bf16: Megatron's "

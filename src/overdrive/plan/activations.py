@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
+from overdrive.plan.unfused import UNFUSED_SAVED
 
 __all__ = ["act_tensors", "eager_act_tensors", "REPLICATED_WITHOUT_SP"]
 
@@ -70,19 +71,25 @@ def act_tensors(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
         # (Table 2: softmax 2as²b, dropout mask as²b, attention over values 2as²b); without dropout the product
         # saves the softmax output itself (torch's dropout at p = 0 returns its input): 2·heads·s
         t["scores"] = (5 if s.dropout else 2) * m.n_head * s.seq / s.cp
+    if "swiglu" in s.unfused_ops:   # pre-TE Megatron's eager SwiGLU keeps silu's output too (unfused.py)
+        t["silu_out"] = F * w * UNFUSED_SAVED["swiglu"]["F"]
+    if "attn-layout" in s.unfused_ops:   # flash-attn's [b, s] output beside the projection's [s, b] copy
+        t["attn_out_bs"] = qd * w * UNFUSED_SAVED["attn-layout"]["q"]
     if s.dropout:
         # the 1-byte masks of the dropout after the attention projection and after the MLP (Korthikanti et al.'s
         # two sbh "dropout mask" rows; Megatron's bias_dropout_add saves its mask)
         t["dropout_masks"] = 2 * h
     # Megatron selective recompute: what each named module no longer keeps (its inputs stay saved).
     # core_attn without flash attention: the s × s scores (softmax output, dropout mask) are what it drops
-    drop = {"core_attn": (("attn_out",) if q != w else ()) + (("scores",) if s.attention == "unfused" else ()),
-            "mlp": ("mlp_in", "fc_out", "act_out"),         # the MLP reruns from its input (norm2_in, kept)
+    drop = {"core_attn": (("attn_out",) if q != w else ()) + (("scores",) if s.attention == "unfused" else ())
+            + ("attn_out_bs",),   # the kernel's own output goes with it
+            "mlp": ("mlp_in", "fc_out", "act_out", "silu_out"),   # the MLP reruns from its input (norm2_in, kept)
             # norm outputs rerun from the norm inputs; with FP8 storage the GEMMs keep their own FP8 copies
             "layernorm": ("qkv_in", "mlp_in") if q == w else ()}
     for mod in s.recompute_modules:
         for k in drop[mod]:
-            t[k] = 0
+            if k in t:
+                t[k] = 0
     if s.block_code:
         # torch.compile'd torchtune / transformers block (measured with the min-cut partitioner Inductor uses,
         # `saved_acts.measure_per_token(compiled=True)`): the fused count above, plus the k and v the code copies

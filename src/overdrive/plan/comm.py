@@ -179,7 +179,7 @@ def _ddp_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
     extra = (s.grad_accum - 1) * out.get("dp_rs_mb", 0.0)
     out.update(dp=nb * t + extra, dp_calls=nb + (s.grad_accum - 1) * out.get("dp_calls_mb", 0),
                dp_latency=nb * lat_one + (s.grad_accum - 1) * out.get("dp_latency_mb", 0.0), dp_algo=algo,
-               dp_edge=t, dp_buckets=nb, dp_nodes=nodes)
+               dp_edge=t + extra / nb, dp_buckets=nb, dp_nodes=nodes)   # ZeRO-2: each micro-batch's last bucket
 
 
 def reduces_every_micro_batch(s: TrainSetup) -> bool:

@@ -80,7 +80,8 @@ def vpp_choices(m: ModelSpec, s: TrainSetup) -> list[int]:
     takes uneven chunks, so the pytorch stack tries every v that leaves each chunk a block."""
     slots = m.n_layer + (2 if s.embedding_in_pipeline_split else 0)
     out = [1]
-    if s.grad_accum % s.pp == 0 and not s.deepspeed_pipeline:   # DeepSpeed's PipelineEngine: 1F1B only
+    # DeepSpeed's PipelineEngine, Megatron-LLaMA's ZeRO-2 (--stack megatron --sharding zero2): 1F1B only
+    if s.grad_accum % s.pp == 0 and not s.deepspeed_pipeline and not (s.stack == "megatron" and s.sharding == "zero2"):
         even = s.stack == "megatron"
         out += [v for v in range(2, VPP_MAX + 1) if slots >= s.pp * v and (not even or slots % (s.pp * v) == 0)
                 and s.recompute_layers <= slots // (s.pp * v)]

@@ -194,7 +194,7 @@ def _why(model: ModelSpec, top: Estimate, ranked: list[Estimate], margin: float)
 
 def _search_space(base: TrainSetup, setup: dict, precisions, shardings, checkpointing, micro_batches):
     """(precisions, shardings, checkpointings, micro-batches) to search, each name validated first."""
-    precisions = list(precisions or (("bf16",) if base.zero_sliced else DEFAULT_PRECISIONS))   # nanotron: a bf16 model
+    precisions = list(precisions or (("bf16",) if base.zero_sliced or base.unfused_ops else DEFAULT_PRECISIONS))
     for p in precisions:  # validate every name before the search (the stack's gaps are skipped when searching)
         if not (len(precisions) > 1 and stack_lacks(base.stack, p)):
             dataclasses.replace(base, precision=p)

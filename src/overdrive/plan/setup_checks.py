@@ -211,16 +211,7 @@ def _check_recompute(s) -> None:
         v = getattr(s, name)
         if not isinstance(v, int) or v < 0:
             raise ValueError(f"--{name.replace('_', '-')} must be a number of blocks >= 0, got {v}")
-    if isinstance(s.unfused_ops, (list, str)):
-        ops = s.unfused_ops.split(",") if isinstance(s.unfused_ops, str) else s.unfused_ops
-        _set(s, "unfused_ops", tuple(dict.fromkeys(x.strip() for x in ops if x.strip())))
-    for op in s.unfused_ops:
-        _choice("unfused-ops", op, UNFUSED_OPS)
-    if s.unfused_ops and s.stack != "megatron":
-        raise ValueError(f"--unfused-ops {','.join(s.unfused_ops)} names Megatron-LM's eager kernels: add --stack "
-                         "megatron (on --stack pytorch, eager code is --no-compile)")
-    if "attn-layout" in s.unfused_ops and s.attention == "unfused":
-        raise ValueError("--unfused-ops attn-layout is the copies around flash attention: --attention unfused has none")
+    _check_unfused(s)
     if s.recompute_modules and s.checkpointing != "none":
         # Megatron recomputes either named parts of every block or whole blocks; both would count twice
         raise ValueError(f"--recompute-modules {','.join(s.recompute_modules)} and --checkpointing "
@@ -231,6 +222,32 @@ def _check_recompute(s) -> None:
     if s.offload_activations and s.pp > 1:
         raise ValueError("--offload-activations needs --pp 1 (Megatron has no activation offload with "
                          "pipeline parallelism)")
+
+
+def _check_unfused(s) -> None:
+    """--unfused-ops: a comma list of UNFUSED_OPS, once each, for what pre-Transformer-Engine Megatron-LM could run."""
+    ops = s.unfused_ops.split(",") if isinstance(s.unfused_ops, str) else s.unfused_ops or ()
+    if isinstance(s.unfused_ops, str) and s.unfused_ops.strip() and not "".join(ops).strip():
+        raise ValueError(f"--unfused-ops {s.unfused_ops!r} names no op: give a comma list of {', '.join(UNFUSED_OPS)}")
+    if not isinstance(ops, (list, tuple)) or not all(isinstance(x, str) for x in ops):
+        raise ValueError(f"--unfused-ops {s.unfused_ops!r}: give a comma list of {', '.join(UNFUSED_OPS)}")
+    _set(s, "unfused_ops", tuple(dict.fromkeys(x.strip() for x in ops if x.strip())))
+    for op in s.unfused_ops:
+        if op not in UNFUSED_OPS and any(c in op for c in "; +"):
+            raise ValueError(f"--unfused-ops {op!r}: separate the ops with commas, e.g. rope,swiglu,attn-layout")
+        _choice("unfused-ops", op, UNFUSED_OPS, fuzzy=True)
+    if not s.unfused_ops:
+        return
+    if s.stack != "megatron":
+        raise ValueError(f"--unfused-ops {','.join(s.unfused_ops)} names Megatron-LM's eager kernels: add --stack "
+                         "megatron (on --stack pytorch, eager code is --no-compile)")
+    if s.low_precision or s.cp > 1:
+        what = f"--precision {s.precision}" if s.low_precision else f"--cp {s.cp}"
+        raise ValueError(f"--unfused-ops with {what}: Megatron-LM before Transformer Engine, whose eager kernels "
+                         "--unfused-ops plans, had neither FP8 nor context parallelism; drop one of them")
+    if "attn-layout" in s.unfused_ops and s.attention not in ("fa1", "fa2", "triton"):
+        raise ValueError(f"--unfused-ops attn-layout is the layout copies around a flash-attn kernel called from "
+                         f"Python, not --attention {s.attention}: add --attention fa1 (or fa2), or drop attn-layout")
 
 
 def _check_counts(s) -> None:
@@ -342,6 +359,11 @@ def _check_layout(s) -> None:
     if s.dropout and s.block_code:
         raise ValueError(f"--dropout with --block-code {s.block_code}: that Llama block has no hidden dropout "
                          "(and transformers' attention_dropout is 0 unless set): drop --dropout")
+    if s.sharding == "zero2" and s.stack == "megatron" and s.vpp is not None and s.vpp > 1:
+        # Megatron-Core has no ZeRO-2; Megatron-LLaMA's overlapped optimizer runs in the non-interleaved schedules
+        # only (its interleaved one never calls backward_epilogue)
+        raise ValueError(f"--sharding zero2 on --stack megatron (Megatron-LLaMA's overlapped distributed optimizer) "
+                         f"with --vpp {s.vpp}: it has no interleaved schedule; drop --vpp or use --sharding zero1")
     if s.deepspeed_pipeline and s.vpp is not None and s.vpp > 1:
         raise ValueError(f"--deepspeed-pipeline with --vpp {s.vpp}: DeepSpeed's PipelineEngine has no interleaved "
                          "schedule, drop --vpp")

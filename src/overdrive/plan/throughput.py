@@ -37,7 +37,7 @@ the loss, the optimizer) by their bytes over HBM bandwidth.
               with current scaling, none with Transformer Engine's delayed scaling, whose norms write FP8 and
               whose weights Megatron casts once a step); a squared ReLU on the megatron stack unfused (+8F
               elements per token, `SRELU_UNFUSED_ELEMS`); --unfused-ops, what pre-TE Megatron-LM runs eagerly
-              (`UNFUSED_ELEMS`); the loss by `loss_bytes_per_logit` (PyTorch's fp32 one 36, Megatron's 52,
+              (`unfused.py`); the loss by `loss_bytes_per_logit` (PyTorch's fp32 one 36, Megatron's 52,
               fused 8). At 80% of HBM bandwidth.
   recompute   full: another forward of every block (GEMM, attention, memory-bound); selective (every 2nd
               block): half of that; selective-op: every other block matmul and the memory-bound forward;
@@ -60,13 +60,13 @@ from overdrive.plan.attention import attention_override, attention_share, head_d
 from overdrive.plan.choices import NO_STEP
 from overdrive.plan.memory import act_bytes_per_layer, recomputed_blocks
 from overdrive.plan.pipeline import stage_imbalance
+from overdrive.plan.unfused import unfused_bytes
 from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
 
 __all__ = ["CALIBRATION", "compute_times", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
            "HOST_GBS", "MEGATRON_CE_BYTES", "UNFUSED_DROPOUT_BYTES", "BF16_ACCUM_BYTES",
-           "NANOTRON_ACCUM_BYTES", "LOSS_BYTES", "loss_bytes_per_logit", "Z_LOSS_BYTES", "SRELU_UNFUSED_ELEMS",
-           "UNFUSED_ELEMS"]
+           "NANOTRON_ACCUM_BYTES", "LOSS_BYTES", "loss_bytes_per_logit", "Z_LOSS_BYTES", "SRELU_UNFUSED_ELEMS"]
 
 # Fitted by scripts/plan_calibrate.py on the calibration runs of src/overdrive/plan/published_runs.json only
 # (docs/plan-validation.md lists which run fitted which constant); never on the validation runs.
@@ -122,13 +122,6 @@ its MLP fuses only GeLU and SwiGLU (megatron/core/transformer/mlp.py: "Only supp
 so squared_relu (megatron/core/activations.py, torch.pow(F.relu(x), 2)) runs as eager kernels: forward relu and
 pow (read and write each: 4), backward pow's grad·(2·x^1) (x^1 a copy: 2, the scale: 2, the multiply: 3) and
 relu's threshold_backward (3): 14 elements, against the 6 (2 forward, ×3) a fused activation is counted at."""
-
-UNFUSED_ELEMS = {"rope": 20.0, "swiglu": 9.0, "attn-layout": 10.0}
-"""--unfused-ops: elements moved, forward + backward, beyond the fused count, per element of q and k (rope), per F
-(swiglu), per element of q/k/v/out (attn-layout; 6·q + 4·kv with GQA: a copy each forward, the output's again in
-backward). Counted by scripts/measure_eager_bytes.py on Megatron-LM's pre-TE code (every non-view ATen op's inputs and
-outputs, benchmarks/results/cpu/2026-12-07-eager-bytes/): rope 26 (12 forward, 14 backward, an empty slice's zeros
-among them) less the fused 6; swiglu 18 less 9; attn-layout 10 less 0."""
 
 Z_LOSS_BYTES = 12.0
 """PaLM's z-loss beside an unfused cross-entropy: logsumexp over the fp32 logits again (read 4), and in backward
@@ -295,9 +288,7 @@ def _elementwise_bytes(m: ModelSpec, s: TrainSetup, cal: dict, L: float) -> floa
         ew_bytes += L * (s.micro_batch * s.seq / s.cp / s.tp) * SRELU_UNFUSED_ELEMS * m.ffn * width
     if not s.compile and s.stack != "megatron" and not s.fused_kernels:
         ew_bytes *= cal["nocompile"]
-    eager = {"rope": UNFUSED_ELEMS["rope"] * (m.q_dim + m.kv_dim), "swiglu": UNFUSED_ELEMS["swiglu"] * m.ffn,
-             "attn-layout": 6 * m.q_dim + 4 * m.kv_dim}   # --unfused-ops (megatron only: setup_checks)
-    ew_bytes += L * (s.micro_batch * s.seq / s.cp / s.tp) * sum(eager[op] for op in s.unfused_ops) * width
+    ew_bytes += unfused_bytes(m, s, L)   # --unfused-ops: pre-TE Megatron's eager kernels (unfused.py)
     return ew_bytes
 
 
@@ -309,15 +300,18 @@ def _recompute_time(m: ModelSpec, s: TrainSetup, c: dict, block, gemm_block: flo
     frac_fwd = {"none": 0.0, "selective": (L // 2) / L, "full": 1.0, "selective-op": 0.0}[s.checkpointing]
     if s.recompute_layers:
         frac_fwd = recomputed_blocks(m, s) / L
-    recompute = frac_fwd * (gemm_block / passes + attn * fwd_share + (ew_bytes / 3 + L * quant_fwd) / hbm)
+    # the fused elementwise forward is a third of its bytes; the eager ops' forward share is measured (unfused.py)
+    ew_fwd = (ew_bytes - unfused_bytes(m, s, L)) / 3 + unfused_bytes(m, s, L, forward=True)
+    recompute = frac_fwd * (gemm_block / passes + attn * fwd_share + (ew_fwd + L * quant_fwd) / hbm)
     if s.checkpointing == "selective-op":
-        recompute = 0.5 * gemm_block / passes + ew_bytes / 3 / hbm
+        recompute = 0.5 * gemm_block / passes + ew_fwd / hbm
     tok, width = s.micro_batch * s.seq / s.cp / s.tp, 4 if s.precision == "fp32" else 2
     if "mlp" in s.recompute_modules:   # the MLP's forward GEMMs and activation again
         n_mlp = 3 if m.gated_mlp else 2
         recompute += (gemm_block / passes * _gemm_s(block[-n_mlp:], bf16_peak, e, 1, sms, k0)
                       / _gemm_s(block, bf16_peak, e, 1, sms, k0))
         recompute += L * tok * (3 * m.ffn if m.gated_mlp else 2 * m.ffn) * width / hbm
+        recompute += unfused_bytes(m, s, L, forward=True, ops=("swiglu",) if "swiglu" in s.unfused_ops else ()) / hbm
     if "core_attn" in s.recompute_modules:
         recompute += attn * fwd_share
     if "layernorm" in s.recompute_modules:
