@@ -60,9 +60,9 @@ from overdrive.plan.attention import attention_override, attention_share, head_d
 from overdrive.plan.choices import NO_STEP
 from overdrive.plan.memory import act_bytes_per_layer, recomputed_blocks
 from overdrive.plan.pipeline import stage_imbalance
-from overdrive.plan.unfused import unfused_bytes
 from overdrive.plan.setup import OPTIMIZER_STATES, TrainSetup
 from overdrive.plan.specs import ModelSpec
+from overdrive.plan.unfused import unfused_bytes
 
 __all__ = ["CALIBRATION", "compute_times", "gemm_eff", "gemm_shape_eff", "peak_tflops", "HBM_EFF", "SMS", "TILES",
            "HOST_GBS", "MEGATRON_CE_BYTES", "UNFUSED_DROPOUT_BYTES", "BF16_ACCUM_BYTES",
