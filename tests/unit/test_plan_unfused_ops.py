@@ -206,7 +206,8 @@ def test_cli_plans_explains_and_refuses_in_one_line(capsys):
     cands = json.loads(cp.stdout)["candidates"]
     assert cands and all(c["unfused_ops"] == ["rope", "swiglu", "attn-layout"] for c in cands)
     cp = invoke(capsys, *args, "--unfused-ops", "rope", "--explain")
-    assert cp.returncode == 0 and "20(q+kv) rope" in " ".join(cp.stdout.split())
+    text = " ".join(cp.stdout.split())
+    assert cp.returncode == 0 and "20(q+kv) rope" in text and "fused kernels but rope (--unfused-ops)" in text
     refused(invoke(capsys, *args, "--unfused-ops", "gelu"), "--unfused-ops")
     pytorch = args[:-5] + ("--attention", "fa2", "--no-compile")   # without --stack megatron
     refused(invoke(capsys, *pytorch, "--unfused-ops", "rope"), "--stack megatron")

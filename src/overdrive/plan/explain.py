@@ -214,7 +214,8 @@ def explain(e: Estimate) -> list[str]:
     acts = act_tensors(e.model, s) if getattr(e, "model", None) is not None else None
     if acts is not None:
         kind = (f"eager {s.block_code} block (fp32 RMSNorm, unfused SwiGLU)" if s.block_code and not s.compile else
-                f"compiled {s.block_code} block" if s.block_code else "fused kernels")
+                f"compiled {s.block_code} block" if s.block_code else
+                f"fused kernels but {','.join(s.unfused_ops)} (--unfused-ops)" if s.unfused_ops else "fused kernels")
         lines.append(f"  activations saved per token per block, {kind}: {sum(acts.values()):,.0f} B = "
                      + " + ".join(f"{k} {v:,.0f}" for k, v in acts.items() if v))
         lines.append(f"  + the backward's own gradients as the last block's MLP backward starts (its output's, whole "
