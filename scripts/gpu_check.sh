@@ -98,7 +98,7 @@ step bench 180 100 1 -- "$PY" -m overdrive bench --suite gpu --configs amp-bf16,
 step tune 90 100 0 -- "$PY" -m overdrive tune --model examples/tune_gpt.py:make_model --batch examples/tune_gpt.py:batch \
   --loss-fn examples/tune_gpt.py:loss --budget-s 60 --out "$RES/tune"
 step inference 60 70 0 -- "$PY" -m overdrive bench --workload inference --suite inference-quick --out "$RES/inference"
-# the host's time per eager op on a GPU host (plan/host.py's HOST_US_PER_OP is a CPU host's, a lower bound): ~15 s
+# the host's time per eager op on this GPU's host (plan/host.py's HOST_US_PER_OP is a published B200 host's): ~15 s
 step host_ops 25 20 0 -- "$PY" scripts/measure_host_ops.py --device cuda --repeats 100 --out "$RES/host_ops/host-ops.json"
 # nanotron's sliced ZeRO-1 loops with their kernel launches (plan/host.py's ZERO_SLICED_* are a CPU host's): ~12 s
 step zero_sliced 20 15 0 -- "$PY" scripts/measure_zero_sliced_host.py --device cuda --repeats 5 \

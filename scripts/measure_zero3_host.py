@@ -16,8 +16,8 @@ overlap_comm), A and B interleaved, the fastest of many micro-steps each, at 2 a
 as well) and with HF's gradient checkpointing (the recomputed forward fetches again). One process, gloo, world
 size 1 (DS_ACCELERATOR=cpu): the hooks run, the collectives are one-rank no-ops, CUDA's events and stream waits
 are absent, so this is a lower bound of what a GPU host pays. The same run times plain PyTorch's host cost per
-ATen op, so the result is also given in ops' worth (extra time / time per op): the planner multiplies that by
-its own time per op (`HOST_US_PER_OP`), which keeps the two on one host's clock.
+ATen op, so the result is also given in ops' worth (extra time / time per op, on this host's clock:
+`HOST_US_PER_OP_CPU`): the planner multiplies that by a GPU host's time per op (`HOST_US_PER_OP`).
 
   DS_ACCELERATOR=cpu python scripts/measure_zero3_host.py [--repeats N] [--out FILE]
   (default FILE: benchmarks/results/cpu/<date>-zero3-host/zero3-host.json)

@@ -18,9 +18,9 @@ updated weights slice by slice:
 Those loops are reproduced here op for op from the source at that commit; only the collective is replaced by what
 ProcessGroupNCCL does around it on the host (its flat buffer and copies), since one process cannot be dp ranks.
 Tiny tensors (4 elements per rank) so that the time is the host's. The same run times a plain eager micro-step per
-ATen op (`measure_host_ops.us_per_op`: the planner's HOST_US_PER_OP), and each case is given in ops' worth (its time
-over that time per op), which the planner multiplies by its own time per op: one host's clock for both. A CPU host
-pays no kernel launch, so on a GPU host this is a lower bound (each copy_ and cat launches one there).
+ATen op (`measure_host_ops.us_per_op`: the planner's HOST_US_PER_OP_CPU), and each case is given in ops' worth (its
+time over that time per op), which the planner multiplies by a GPU host's time per op (HOST_US_PER_OP): one host's
+clock for both sides of the ratio. A CPU host pays no kernel launch, so each copy_ and cat costs a GPU host more.
 
   python scripts/measure_zero_sliced_host.py [--device cpu|cuda] [--repeats N] [--out FILE]
   (default FILE: benchmarks/results/<device>/<date>-zero-sliced-host/zero-sliced-host.json; scripts/gpu_check.sh runs

@@ -71,10 +71,11 @@ def _zero_sliced_text(rows: list[dict]) -> str:
             "flattens and copies back each rank's slice of each tensor around the weights' all-gather "
             f"({1e3 * c['dp_after']:.0f} ms on the wire); scripts/measure_zero_sliced_host.py runs those loops from "
             f"its source and times them at {ZERO_SLICED_PRE} + {ZERO_SLICED_POST} ops' worth per rank and tensor, "
-            f"{host_ms:.0f} ms for the 3.57B, which nothing makes wait for the all-reduce, so they hide under it; "
-            f"against the {short_s:.2f} s the first plan was short. The rest stays: the GPU time of the "
-            f"{c['zero_sliced_tensors'] * s3.shards:,} copies after the gather, and the launch each costs a GPU host, "
-            "which this CPU's clock does not see (gpu_check runs the same script with --device cuda to measure it). "
+            f"{host_ms:.0f} ms for the 3.57B at a GPU host's {HOST_US_PER_OP} µs an op; nothing makes them wait for "
+            f"the all-reduce, so {max(0.0, host_ms - 1e3 * (c['dp'] + c['dp_after'])):.0f} ms of them are exposed "
+            f"beyond it and the gather, against the {short_s:.2f} s the first plan was short. The rest stays: the GPU "
+            f"time of the {c['zero_sliced_tensors'] * s3.shards:,} copies after the gather, and this GPU host's own "
+            "time per op (gpu_check runs the same script with --device cuda to measure it). "
             "Its never-freed fp32 accumulator took the 3.57B's memory from "
             f"{100 * mem_first:+.0f}% to {100 * mem_now:+.0f}%")
 
@@ -102,8 +103,9 @@ def blind2_bullet(val: list[dict]) -> str:
   {_span_ids(rows, ('Qwen qwen-1.8b LoRA 1xA100-80 bf16 none seq 256',), 'first_error')}, now
   {_span_ids(rows, ('Qwen qwen-1.8b LoRA 1xA100-80 bf16 none seq 256',))} with the host-bound floor); DeepSpeed
   ZeRO-3 at short sequences still planned fast ({_span_ids(rows, ('Qwen qwen-7b Full', 'Qwen qwen-1.8b Full'))}:
-  its per-module hooks are in the floor at this CPU's 3.6 µs an op, where Qwen's own rows imply 11-16 µs on their
-  GPU host, a figure gpu_check's host_ops step is there to measure); Qwen's LoRA under ZeRO-2 on 2 nodes at half the
+  its per-module hooks are in the floor at {HOST_US_PER_OP} µs an op, a published B200 host's eager step over its
+  ops, where Qwen's own rows imply 11-16 µs on their 2023 A100 hosts with PyTorch 2.0, and gpu_check's host_ops
+  step is there to measure a GPU host's); Qwen's LoRA under ZeRO-2 on 2 nodes at half the
   one-GPU rate ({_span_ids(rows, ('Qwen qwen-7b LoRA multinode',))}, not modelled); {_zero_sliced_text(rows)},
   where its DDP twin reads {_span_ids(rows, ('nanotron 8.86B 512x',))} and every run at 4 to 32 data-parallel
   ranks {_span_ids(rows, nano_rest)}; nanotron's 80B {_span_ids(rows, ('nanotron 80.0B',))}

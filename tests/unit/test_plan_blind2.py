@@ -45,12 +45,17 @@ def test_the_doc_states_the_figures_from_the_data(rows):
 
 
 def test_short_sequences_wait_on_a_fixed_cost_per_micro_step(rows):
-    """Qwen's rows up to 2,048 tokens (HF Trainer, PEFT, DeepSpeed ZeRO-3's module hooks): all planned fast, most
-    by the ZeRO-3 hooks at a host cost per op this CPU times lower than Qwen's GPU host implies."""
+    """Qwen's rows up to 2,048 tokens (HF Trainer, PEFT, DeepSpeed ZeRO-3's module hooks) at a GPU host's time per
+    op (a published B200 eager step's): the ZeRO-3 rows still planned fast (their hooks timed on one CPU rank,
+    without the collectives' events and waits), the LoRA rows at 256 tokens now planned slow (counted as Hugging
+    Face's Llama block, where Qwen's block with flash-attn's rotary dispatches fewer ops)."""
     short = [r for r in _ids(rows, "Qwen ") if int(r["id"].split()[-1]) <= 2048 and "multinode" not in r["id"]]
-    assert len(short) == 9 and all(0 < r["error"] <= 2.5 for r in short), short
-    # the host-bound floor took the 256-token LoRA row from +410% to under +100%
-    assert _ids(rows, "Qwen qwen-1.8b LoRA 1xA100-80 bf16 none seq 256")[0]["error"] < 1.0
+    assert len(short) == 9 and all(abs(r["error"]) <= 0.8 for r in short), short
+    assert all(r["error"] > 0 for r in short if "zero3" in r["id"]), short
+    lora256 = _ids(rows, "Qwen qwen-1.8b LoRA 1xA100-80 bf16 none seq 256",
+                   "Qwen qwen-7b LoRA 1xA100-80 bf16 none seq 256")
+    # the host-bound floor took the 256-token LoRA rows from +410% (no floor) and +88% (a CPU host's 3.6 µs an op)
+    assert len(lora256) == 2 and all(-0.35 <= r["error"] < 0 for r in lora256), lora256
 
 
 def test_long_sequences_of_the_same_table_are_within_a_quarter(rows):
@@ -64,9 +69,9 @@ def test_what_it_found_missing_is_held_to_its_sign(rows):
     assert len(multinode) == 2 and all(0.7 <= r["error"] <= 1.3 for r in multinode), multinode
     # nanotron's ZeRO-1 at data parallel 128 across 64 nodes: +198% and +263% at first sight; --zero-sliced (its fp32
     # all-reduce after the backward and the weights' gather after the step, both exposed; its per-rank, per-tensor
-    # host loops hide under the all-reduce) takes them to +156% and +110%
+    # host loops, at a GPU host's 8.6 µs an op, outlast them) takes them to +115% and +65%
     dp128 = _ids(rows, "nanotron 1.34B 512x", "nanotron 3.57B 512x")
-    assert len(dp128) == 2 and all(0.9 <= r["error"] <= 1.7 for r in dp128), dp128
+    assert len(dp128) == 2 and all(0.5 <= r["error"] <= 1.3 for r in dp128), dp128
     assert all(r["zero_sliced"] for r in load_runs() if r["id"].startswith("nanotron") and " zero1 " in r["id"])
     # nanotron's 80B: TP16 across nodes, TP4·PP16, TP8·PP4 (published at half the MFU of TP4·PP16)
     big = _ids(rows, "nanotron 80.0B")

@@ -12,8 +12,8 @@ from overdrive.env.catalog import gpu_by_key
 from overdrive.plan.collectives import choose_allreduce, group_layout
 from overdrive.plan.comm import comm_times, zero_sliced_tensors
 from overdrive.plan.estimate import estimate
-from overdrive.plan.host import (HOST_US_PER_OP, ZERO_SLICED_ACCUMULATE, ZERO_SLICED_POST, ZERO_SLICED_PRE,
-                                 accumulate_ops, zero_sliced_ops)
+from overdrive.plan.host import (HOST_US_PER_OP, HOST_US_PER_OP_CPU, ZERO_SLICED_ACCUMULATE, ZERO_SLICED_POST,
+                                 ZERO_SLICED_PRE, accumulate_ops, zero_sliced_ops)
 from overdrive.plan.memory import ddp_bucket_bytes, terms
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
@@ -43,7 +43,7 @@ def test_host_constants_are_the_committed_measurement():
     assert ZERO_SLICED_POST == pytest.approx(fit["post_per_rank_tensor"], abs=0.005)
     assert ZERO_SLICED_ACCUMULATE == pytest.approx(fit["accumulate_per_tensor"], abs=0.005)
     # the measurement's clock is the planner's, and the fit describes every case it was made from
-    assert m["plain_clock"]["us_per_op_fastest"] == pytest.approx(HOST_US_PER_OP, rel=0.1)
+    assert m["plain_clock"]["us_per_op_fastest"] == pytest.approx(HOST_US_PER_OP_CPU, rel=0.1)
     for case in m["after_step"]:
         want = (ZERO_SLICED_PRE + ZERO_SLICED_POST) * case["dp"] * case["tensors"]
         assert want == pytest.approx(case["ops_worth"], rel=0.2), case
@@ -80,19 +80,21 @@ def test_gradients_are_one_exposed_all_reduce_and_the_gather_waits():
     # the host's loops need not wait for the all-reduce: the tail is the longer of the GPU's calls and the host's loops
     ar = on.times["dp_exposed"]
     assert on.times["zero_sliced_exposed"] == pytest.approx(max(ar + c["dp_after"], pre + post) - ar)
-    assert on.times["zero_sliced_exposed"] == pytest.approx(c["dp_after"])   # the wire after the all-reduce
-    # a fast network leaves the host's loops as the tail
-    quick = estimate(NANO_3B, _setup(64, inter_gbs=400))
-    cq = quick.comm
-    assert pre + post > quick.times["dp_exposed"] + cq["dp_after"]
-    assert quick.times["zero_sliced_exposed"] == pytest.approx(pre + post - quick.times["dp_exposed"])
+    # at 128 ranks over 50 GB/s NICs the host's loops outlast the all-reduce and the gather: they are the tail
+    assert pre + post > ar + c["dp_after"]
+    assert on.times["zero_sliced_exposed"] == pytest.approx(pre + post - ar)
+    # a slow network leaves the wire after the all-reduce (the gather) as the tail
+    slow = estimate(NANO_3B, _setup(64, inter_gbs=5))
+    cs = slow.comm
+    assert pre + post < slow.times["dp_exposed"] + cs["dp_after"]
+    assert slow.times["zero_sliced_exposed"] == pytest.approx(cs["dp_after"])
     off = estimate(NANO_3B, _setup(64, zero_sliced=False))
     assert on.step_s > off.step_s + pre + post - c["dp"]
     assert any("sliced ZeRO-1" in n for n in on.notes)
-    # 2 ranks in one node: the host's part is small
+    # 2 ranks in one node: the host's part is small (2% of the step at 8.6 µs an op)
     small = _setup(1, tp=4)
     cs = comm_times(NANO_3B, small, 0.0)
-    assert sum(zero_sliced_ops(small, cs["zero_sliced_tensors"])) * HOST_US_PER_OP * 1e-6 < 0.01 * estimate(
+    assert sum(zero_sliced_ops(small, cs["zero_sliced_tensors"])) * HOST_US_PER_OP * 1e-6 < 0.03 * estimate(
         NANO_3B, small).step_s
 
 

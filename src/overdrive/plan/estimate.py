@@ -195,7 +195,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
         notes.append(f"nanotron's sliced ZeRO-1: after the backward, beyond the gradients' all-reduce, "
                      f"{after * 1e3:.0f} ms with nothing to hide under: the host's slices, flattens and copies of "
                      f"{cm['zero_sliced_tensors']} tensors {s.shards} ways ({(pre + post) * 1e3:.0f} ms at "
-                     f"{HOST_US_PER_OP} µs per op, timed on a CPU host; the copies' GPU time not counted) against the "
+                     f"{HOST_US_PER_OP} µs per op; the copies' GPU time not counted) against the "
                      f"weights' all-gather ({cm['dp_after'] * 1e3:.0f} ms on the wire{uneven}); a contiguous ZeRO-1, "
                      "Megatron's or DeepSpeed's, moves one buffer per bucket")
     if exposed > 0.05 * (n * t_mb) and cm["dp"] > s.overlap * hide:

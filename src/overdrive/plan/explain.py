@@ -59,7 +59,7 @@ _TIME = {
     "host_exposed": f"the GPU waiting for the host: (eager PyTorch's dispatch, blocks × ops per block + "
                     f"{OPS_OUTSIDE_BLOCKS}, none when compiled; + blocks × ZeRO-3's hooks in ops' worth with "
                     f"--sharding zero3, compiled or not) × {HOST_US_PER_OP} µs per micro-batch beyond its GPU work "
-                    "(host.py; the µs timed on a CPU host: a lower bound)",
+                    "(host.py; the µs from a published B200 host's eager step over its ops)",
     "optimizer": "16 + 8 per state bytes per parameter of this GPU's shard over HBM (AdamW: 32; offloaded: PCIe "
                  "+ CPU step)",
     "bubble": "pipeline idle (pp−1)/(vpp·micro-batches) of the compute (Narayanan et al. 2021, §2.2)",
@@ -93,8 +93,8 @@ _TIME = {
                           "then an all-reduce per 512M gradient elements",
     "zero_sliced_exposed": "--zero-sliced (nanotron's ZeRO-1): max(dp_exposed + the all-gather of the updated 16-bit "
                            "weights, the host's slices, flattens and copies: 0.41 + 0.56 ops' worth per rank and "
-                           "tensor, timed on a CPU host from nanotron's loops) − dp_exposed; the copies' GPU time is "
-                           "not counted",
+                           "tensor, nanotron's loops timed on a CPU host, × the µs per op) − dp_exposed; the copies' "
+                           "GPU time is not counted",
     "fp32_grad_accum": "DeepSpeed's BF16_Optimizer: every micro-batch the bf16 gradients cast and added into fp32 "
                        "ones, 18 bytes per parameter of the stage over HBM (in the micro-batch time); nanotron's "
                        "accumulator (--zero-sliced): 10 bytes, the add promoting in place",
