@@ -5,15 +5,21 @@ torch=2.13.0+cu130, taken 2026-08-09") times Hugging Face's Llama 3.2 1B (NousRe
 weights, SDPA, batch 1 x sequence 512, eager, with its own script (training/performance/benchmarks/
 torch-compile-bench.py): forward under no_grad 8.1 ms; `zero_grad(set_to_none)` + forward with labels + backward
 under `gradient_checkpointing_enable()` 48.8 ms (steady state, mean of 10 steps after 3 warm-ups, synchronized).
-The same step compiled into CUDA graphs (`mode="reduce-overhead"`) takes 8.1 ms: the GPU's own work is about that,
-a sixth of the eager step, so the eager step is the host's: dispatching its ops one by one.
+The same step compiled by Inductor and replayed as CUDA graphs (`mode="reduce-overhead"`) takes 8.1 ms: fused, so a
+lower bound on the eager step's GPU work, which launches about 2,400 small kernels (the planner's estimate of it:
+7.2 ms) and is still well under 48.8 ms, so the eager step is the host's: dispatching its ops one by one. One
+device-to-host sync a forward (transformers' mask code asks `.all()` of a tensor) makes each step wait for the
+last one's GPU tail, which the 48.8 ms include: the figure slightly overstates the host's cost.
 
-This script counts the ATen ops that exact workload dispatches (the same model structure: 16 blocks, 32 heads over 8
+This script counts the ATen ops that workload dispatches (the same model structure: 16 blocks, 32 heads over 8
 KV heads, tied embeddings, vocab 128,256, llama3 RoPE scaling; tiny widths, which do not change the count; the
 tokens and the steps as torch-compile-bench.py writes them) and divides: the host's microseconds per op. The
 training step's figure is the planner's (autograd's bookkeeping is in it, as in every step it plans); the forward's
-is printed beside it. Where a GPU is lent, scripts/gpu_check.sh times the same on that GPU's host
-(scripts/measure_host_ops.py --device cuda).
+is printed beside it. The source names no transformers version: counted with the installed one, whose
+`gradient_checkpointing_enable()` is non-reentrant (transformers' default since 2026-01); the reentrant default
+before it dispatches fewer ops, which would put the figure higher, and that count is recorded beside it. Where a
+GPU is lent, scripts/gpu_check.sh times a plain eager step on that GPU's host (scripts/measure_host_ops.py
+--device cuda).
 
   python scripts/host_us_published.py [--out FILE]
   (default FILE: benchmarks/results/cpu/<date>-host-us-published/host-us.json)
@@ -49,11 +55,18 @@ def _model(layers: int):
                       rope_scaling={"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
                                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
                       max_position_embeddings=131072, attn_implementation="sdpa")
-    return LlamaForCausalLM(cfg).to(dtype=torch.bfloat16)
+    # built as from_pretrained(dtype=bf16) builds it: parameters in bf16, the rotary inv_freq (computed in fp32) kept
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        return LlamaForCausalLM(cfg)
+    finally:
+        torch.set_default_dtype(previous)
 
 
-def count_ops(layers: int, workload: str) -> int:
-    """ATen ops one step of torch-compile-bench.py's `workload` dispatches (eager, after a warm-up step)."""
+def count_ops(layers: int, workload: str, reentrant: bool | None = None) -> int:
+    """ATen ops one step of torch-compile-bench.py's `workload` dispatches (eager, after a warm-up step);
+    `reentrant`: force torch.utils.checkpoint's mode (None: the installed transformers' default)."""
     torch.manual_seed(0)
     model = _model(layers)
     training = workload != "forward"
@@ -61,7 +74,8 @@ def count_ops(layers: int, workload: str) -> int:
     tokens = torch.randint(0, VOCAB_DRAWN, (1, SEQ))
     if training:
         model.config.use_cache = False
-        model.gradient_checkpointing_enable()
+        kw = {} if reentrant is None else {"gradient_checkpointing_kwargs": {"use_reentrant": reentrant}}
+        model.gradient_checkpointing_enable(**kw)
 
     def step():
         if not training:
@@ -95,6 +109,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     import transformers
     rows = derive()
+    reentrant = count_ops(16, "forward+backward", reentrant=True)
     for workload, r in rows.items():
         print(f"{workload:18s} {r['ops']:5d} ops, {r['published_eager_ms']} ms eager on the B200's host -> "
               f"{r['us_per_op']:.2f} us per op (CUDA graphs: {r['published_cuda_graphs_ms']} ms)")
@@ -102,7 +117,10 @@ def main(argv=None) -> int:
     result = {"date": today, "source": SOURCE, "gpu": "B200 (the source's)", "torch_published": "2.13.0+cu130",
               "torch_counted": torch.__version__, "transformers_counted": transformers.__version__,
               "model": "Llama 3.2 1B structure (16 blocks, 32/8 heads, tied, vocab 128256), batch 1 x 512",
-              "workloads": rows, "us_per_op": rows["forward+backward"]["us_per_op"]}
+              "transformers_published": "not stated", "checkpointing": "non-reentrant (the counted default)",
+              "workloads": rows, "us_per_op": rows["forward+backward"]["us_per_op"],
+              "if_reentrant": {"ops": reentrant,
+                               "us_per_op": round(1e3 * PUBLISHED_MS["forward+backward"] / reentrant, 2)}}
     out = a.out or f"benchmarks/results/cpu/{today}-host-us-published/host-us.json"
     write_atomic(out, json.dumps(result, indent=1))
     print(f"wrote {out}")

@@ -103,9 +103,10 @@ def blind2_bullet(val: list[dict]) -> str:
   {_span_ids(rows, ('Qwen qwen-1.8b LoRA 1xA100-80 bf16 none seq 256',), 'first_error')}, now
   {_span_ids(rows, ('Qwen qwen-1.8b LoRA 1xA100-80 bf16 none seq 256',))} with the host-bound floor); DeepSpeed
   ZeRO-3 at short sequences still planned fast ({_span_ids(rows, ('Qwen qwen-7b Full', 'Qwen qwen-1.8b Full'))}:
-  its per-module hooks are in the floor at {HOST_US_PER_OP} µs an op, a published B200 host's eager step over its
-  ops, where Qwen's own rows imply 11-16 µs on their 2023 A100 hosts with PyTorch 2.0, and gpu_check's host_ops
-  step is there to measure a GPU host's); Qwen's LoRA under ZeRO-2 on 2 nodes at half the
+  its per-module hooks, timed on a CPU host in ops' worth, are in the floor at {HOST_US_PER_OP} µs an op, a
+  published B200 host's eager step over its ops, which assumes a GPU host's hook costs the same multiple of an op
+  as a CPU host's; Qwen's ZeRO-3 rows imply 11-16 µs an op on their 2023 A100 hosts with PyTorch 2.0, its LoRA rows
+  at 256 tokens about 6-7, and gpu_check's host_ops step is there to measure a GPU host's); Qwen's LoRA under ZeRO-2 on 2 nodes at half the
   one-GPU rate ({_span_ids(rows, ('Qwen qwen-7b LoRA multinode',))}, not modelled); {_zero_sliced_text(rows)},
   where its DDP twin reads {_span_ids(rows, ('nanotron 8.86B 512x',))} and every run at 4 to 32 data-parallel
   ranks {_span_ids(rows, nano_rest)}; nanotron's 80B {_span_ids(rows, ('nanotron 80.0B',))}
@@ -123,8 +124,10 @@ def blind2_bullet(val: list[dict]) -> str:
   {_span_ids(rows, ('ArcticTraining',))} with `--doc-len` and `--gpu-mem` (Ulysses sequence parallelism, tiled MLP
   and a partial optimizer offload remain inexpressible); nanotron's 1F1B rows planned 80-299 GiB and not to fit
   until the last stage kept the loss alone (`--pp-keep-outputs` for the engines that keep more); Colossal-AI's 7B
-  ZeRO-2 at micro-batch 36 planned {_span_ids(rows, ('ColossalAI llama-7b 8xH200',), 'memory_error')} on memory
-  and not to fit (its Apex fused RMSNorm is not expressible beside `--block-code hf`). One row was left out:
+  ZeRO-2 at micro-batch 36 planned +21% on memory and not to fit while the loss's fp32 logits (52.7 GiB at 147K
+  tokens) were counted beside the recompute buffer and the gradients that come after them in the backward, now
+  {_span_ids(rows, ('ColossalAI llama-7b 8xH200',), 'memory_error')} (its Apex fused RMSNorm is not expressible
+  beside `--block-code hf`). One row was left out:
   {DROPPED}."""
 
 

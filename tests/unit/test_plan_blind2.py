@@ -54,7 +54,8 @@ def test_short_sequences_wait_on_a_fixed_cost_per_micro_step(rows):
     assert all(r["error"] > 0 for r in short if "zero3" in r["id"]), short
     lora256 = _ids(rows, "Qwen qwen-1.8b LoRA 1xA100-80 bf16 none seq 256",
                    "Qwen qwen-7b LoRA 1xA100-80 bf16 none seq 256")
-    # the host-bound floor took the 256-token LoRA rows from +410% (no floor) and +88% (a CPU host's 3.6 µs an op)
+    # the host-bound floor took the 256-token LoRA rows (the 1.8B's from +410% with no floor) from +88% and +66%
+    # at a CPU host's 3.6 µs an op
     assert len(lora256) == 2 and all(-0.35 <= r["error"] < 0 for r in lora256), lora256
 
 
@@ -99,6 +100,7 @@ def test_memory_where_the_source_says_what_it_measured(rows):
     assert len(mem) == 23
     # nanotron's pipeline rows publish rank 0 (the first stage) and are not compared
     assert not any(r["id"].startswith("nanotron") and " pp1 " not in r["id"] for r in mem)
-    # the one completed run planned not to fit: Colossal-AI's 7B ZeRO-2 at micro-batch 36, planned high
-    assert [r["id"] for r in rows if not r["fits"]] == ["ColossalAI llama-7b 8xH200 bf16 zero2 seq 4096"]
-    assert 0 < _ids(rows, "ColossalAI llama-7b 8xH200")[0]["memory_error"] <= 0.25
+    # every completed run plans to fit: Colossal-AI's 7B ZeRO-2 at micro-batch 36 planned +21% (not fitting) while
+    # the loss's 52.7 GiB of fp32 logits were counted beside the recompute buffer that comes after them
+    assert [r["id"] for r in rows if not r["fits"]] == []
+    assert -0.10 <= _ids(rows, "ColossalAI llama-7b 8xH200")[0]["memory_error"] <= 0

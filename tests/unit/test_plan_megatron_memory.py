@@ -10,6 +10,7 @@ import pytest
 from overdrive.env import gpu_by_key
 from overdrive.plan import TrainSetup, estimate, get_model
 from overdrive.plan.memory import act_tensors, backward_grad_bytes, pipeline_blocks_in_flight, recomputed_blocks, terms
+from overdrive.plan.logits import logits_bytes, logits_kept_bytes
 from overdrive.plan.memory import act_bytes_per_layer as per_layer
 
 GB300 = gpu_by_key("gb300")
@@ -62,7 +63,12 @@ def test_block_recompute_keeps_only_inputs_of_the_first_n_blocks_of_each_chunk()
     one, block_in = per_layer(M70, s), 8192 * H * 2
     grads = backward_grad_bytes(M70, s)   # the backward's own gradients, beside any checkpointing
     assert grads == 8192 * (H + F) * 2
-    assert terms(M70, s)["activations"] == 30 * block_in + 50 * one + one + grads
+    # at the peak: the stored blocks + the larger of the loss's logits and what the backward adds after it (the
+    # recompute buffer, its gradients, the 16-bit logits the output keeps)
+    t = terms(M70, s)
+    stored = 30 * block_in + 50 * one
+    assert t["activations"] + t["logits"] == stored + max(logits_bytes(M70, s), one + grads + logits_kept_bytes(M70, s))
+    assert t["activations"] == stored and t["logits"] == logits_bytes(M70, s)   # 8K x 128K logits: the loss's
     # pipeline: 80 blocks over pp 4 x vpp 5 chunks of 4; N=1 per chunk -> 5 of the stage's 20 blocks
     # on Megatron's stack (whose flag this is) the last stage keeps no outputs, so the first stage is the peak
     p = _s(pp=4, vpp=5, global_batch=256, recompute_layers=1, stack="megatron")
@@ -82,7 +88,10 @@ def test_block_recompute_keeps_only_inputs_of_the_first_n_blocks_of_each_chunk()
 
 def test_activation_offload_keeps_the_other_blocks_and_one_in_flight():
     s = _s(sharding="fsdp", micro_batch=2, global_batch=256, offload_activations=20)
-    assert terms(M70, s)["activations"] == 61 * per_layer(M70, s) + backward_grad_bytes(M70, s)
+    t = terms(M70, s)
+    kept = logits_kept_bytes(M70, s)
+    assert t["activations"] + t["logits"] == 61 * per_layer(M70, s) + max(logits_bytes(M70, s),
+                                                                          backward_grad_bytes(M70, s) + kept)
     e = estimate(M70, s)
     # NVLink-C2C (450 GB/s a direction) carries 20 blocks out and back well under one micro-batch's compute
     assert e.times["offload_exposed"] == 0

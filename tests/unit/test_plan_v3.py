@@ -283,11 +283,16 @@ def test_remainder_master_weights_cost_two_bytes_and_none_is_pure_bf16():
 def test_optimizer_in_backward_keeps_only_the_largest_gradient():
     m = get_model("llama3-3b")
     kw = dict(gpu=gpu_by_key("a100-80"), gpus_per_node=1, seq=4096, micro_batch=2, sharding="none",
-              checkpointing="full", master_weights="none")
+              checkpointing="full", master_weights="none", loss="fused")
     on = terms(m, TrainSetup(**kw, optimizer_in_backward=True))
     off = terms(m, TrainSetup(**kw))
     assert on["grads"] == pytest.approx(2 * m.vocab * m.hidden)   # the tied embedding, bf16
-    assert on["allocated"] < off["allocated"]
+    # a fused loss: the backward's end (every gradient beside one block) is the peak, and stepping in the backward
+    # lowers it
+    assert off["grads_at_peak"] > 0 and on["allocated"] < off["allocated"]
+    # an eager loss on 8K tokens x 128K vocabulary: the loss's 11.7 GiB come first and are the peak either way
+    eager = {ob: terms(m, TrainSetup(**(kw | {"loss": "standard"}), optimizer_in_backward=ob)) for ob in (True, False)}
+    assert eager[True]["allocated"] == eager[False]["allocated"] and eager[False]["grads_at_peak"] == 0
 
 
 @pytest.mark.parametrize("args, needle", [

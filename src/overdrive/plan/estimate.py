@@ -43,6 +43,9 @@ class Estimate:
     reserved_margin_gib: float
     nccl_gib: float = 0.0
     """NCCL's connection buffers: outside the allocator (nvidia-smi sees them, max_memory_reserved does not)."""
+    cached_gib: float = 0.0
+    """What the allocator holds at once with room to spare: allocated with the loss's freed blocks still cached
+    beside the blocks' backward (`memory.terms`); max_memory_reserved reads about RESERVED_SHARE over it."""
     capacity_gib: float
     fits: bool
     step_s: float
@@ -195,7 +198,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
         notes.append(f"nanotron's sliced ZeRO-1: after the backward, beyond the gradients' all-reduce, "
                      f"{after * 1e3:.0f} ms with nothing to hide under: the host's slices, flattens and copies of "
                      f"{cm['zero_sliced_tensors']} tensors {s.shards} ways ({(pre + post) * 1e3:.0f} ms at "
-                     f"{HOST_US_PER_OP} µs per op; the copies' GPU time not counted) against the "
+                     f"{HOST_US_PER_OP} µs per op, in ops' worth timed on a CPU host; the copies' GPU time not counted) against the "
                      f"weights' all-gather ({cm['dp_after'] * 1e3:.0f} ms on the wire{uneven}); a contiguous ZeRO-1, "
                      "Megatron's or DeepSpeed's, moves one buffer per bucket")
     if exposed > 0.05 * (n * t_mb) and cm["dp"] > s.overlap * hide:
@@ -256,7 +259,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
              "zero_bcast_exposed": bcast, "zero_sliced_exposed": after}
     return Estimate(setup=s, breakdown_gib=bd, memory_gib=total, allocated_gib=t["allocated"] / GIB,
                     reserved_margin_gib=reserve_bytes(t["allocated"]) / GIB, capacity_gib=s.gpu.mem_gib,
-                    nccl_gib=nccl_buffer_bytes(s) / GIB,
+                    nccl_gib=nccl_buffer_bytes(s) / GIB, cached_gib=t["cached"] / GIB,
                     fits=total <= s.gpu.mem_gib, step_s=step, compute_s=compute,
                     comm_s=cm["dp"] + cm["dp_bcast"] + cm["dp_after"] + cm["tp"] + cm["cp"],
                     times=times, tokens_per_s_per_gpu=tps, mfu=mfu, requested_precision=asked, notes=notes, model=m,

@@ -9,7 +9,7 @@ from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_groups, weight_
 from overdrive.plan.estimate import Estimate
 from overdrive.plan.host import HOST_US_PER_OP, OPS_OUTSIDE_BLOCKS
 from overdrive.plan.setup import gbs_text
-from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, act_tensors,
+from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, RESERVED_SHARE, act_tensors,
                                    backward_grad_bytes, state_bytes_per_param, terms)
 from overdrive.plan.attention import (CUDNN_HINT, FA1_VS_FA2, TRITON_VS_FA2, attention_kernel, attention_override,
                                       attention_share, fa2_by_default, KERNEL_NAMES, head_dim_ratio, head_dim_refusal,
@@ -32,9 +32,10 @@ _MEM = {
                  "and none 0; b = 4 fp32, 2 bf16, 1 8-bit; 0 when offloaded)",
     "activations": "per block s·b·(5h + h+2kv + 3F)·2 bytes /(tp·cp) (FP8 storage: 1-byte GEMM inputs; --block-code: "
                    "the eager block's tensors, line below), minus "
-                   "what checkpointing/recompute drops and offloaded blocks; + logits by --loss (bytes per logit: standard 12, "
-                   "hf 16, compiled 4, compiled-fp32 8, inplace 2, megatron's standard 6, megatron-v07 10; fused: one "
-                   "chunk); with "
+                   "what checkpointing/recompute drops and offloaded blocks, + the larger of the loss's peak (logits by --loss, "
+                   "bytes per logit: standard 12, hf 16, compiled 4, compiled-fp32 8, inplace 2, megatron's standard "
+                   "6, megatron-v07 10; fused: one chunk) and what the backward adds after it (the recompute buffer, "
+                   "its gradients, the logits the loop keeps: 2 bytes, hf/compiled-fp32 4, fused/megatron 0); with "
                    "--pp the busier end of the pipeline (line below)",
     "other": "FSDP buffers (2 gathered blocks + 1 block of fp32 grads) + Megatron's TE FP8 weight cache (line "
              "below) + 1 GiB CUDA context + NCCL buffers (channels x 9.19 MiB x ring + tree "
@@ -59,7 +60,8 @@ _TIME = {
     "host_exposed": f"the GPU waiting for the host: (eager PyTorch's dispatch, blocks × ops per block + "
                     f"{OPS_OUTSIDE_BLOCKS}, none when compiled; + blocks × ZeRO-3's hooks in ops' worth with "
                     f"--sharding zero3, compiled or not) × {HOST_US_PER_OP} µs per micro-batch beyond its GPU work "
-                    "(host.py; the µs from a published B200 host's eager step over its ops)",
+                    "(host.py; the µs from a published B200 host's eager step over its ops; ZeRO-3's ops' worth "
+                    "timed on a CPU host)",
     "optimizer": "16 + 8 per state bytes per parameter of this GPU's shard over HBM (AdamW: 32; offloaded: PCIe "
                  "+ CPU step)",
     "bubble": "pipeline idle (pp−1)/(vpp·micro-batches) of the compute (Narayanan et al. 2021, §2.2)",
@@ -191,7 +193,9 @@ def explain(e: Estimate) -> list[str]:
         lines.append(f"  {k:<12} {v:8.2f} GiB  {_MEM[k]}")
     lines.append(f"  {'total':<12} {e.memory_gib:8.2f} GiB of {e.capacity_gib:.1f} "
                  f"({'fits' if e.fits else 'does not fit'}); max_memory_allocated should read "
-                 f"{e.allocated_gib:.2f} GiB, reserved margin {e.reserved_margin_gib:.2f} GiB")
+                 f"{e.allocated_gib:.2f} GiB, reserved margin {e.reserved_margin_gib:.2f} GiB; with room to spare "
+                 f"max_memory_reserved about {e.cached_gib * (1 + RESERVED_SHARE):.1f} GiB (the loss's freed blocks "
+                 "cached beside the backward's)")
     lines.append(f"  fit rule: allocated {e.allocated_gib:.2f} + fragmentation reserve {e.reserved_margin_gib:.2f} "
                  f"(min({100 * FRAGMENTATION:.0f}% of allocated, {FRAGMENTATION_CAP / GIB:.0f} GiB)) + CUDA context "
                  f"{CONTEXT_BYTES / GIB:.2f} + NCCL buffers {e.nccl_gib:.2f} = {e.memory_gib:.2f} GiB "

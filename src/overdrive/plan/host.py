@@ -39,13 +39,16 @@ gradients and gathers the weights (nothing makes the host wait): the longer of t
 accumulation joins each micro-batch's host work.
 
 The time per op is a GPU host's: stas00/ml-engineering publishes Hugging Face's Llama 3.2 1B stepping eager on
-one B200 (torch 2.13.0+cu130, batch 1 x 512, bf16, checkpointed: 48.8 ms, where the same step in CUDA graphs takes
-8.1 ms, so the host bounds it); scripts/host_us_published.py counts the ops that exact step dispatches (5,686) and
-divides: 8.6 µs an op (its forward under no_grad, without autograd's bookkeeping: 6.3;
-benchmarks/results/cpu/2026-12-07-host-us-published/host-us.json). On this project's CPU host the same op costs
-3.6 µs (measure_host_ops.py: no kernel launch, no caching allocator); that is the clock the ops'-worth figures
-above were timed on, and a GPU host's op is planned to cost them the same multiple. One host, one PyTorch: an older
-CPU or PyTorch runs slower per op (Qwen's 2023 rows imply more). Compiled code (torch.compile) and the megatron
+one B200 (torch 2.13.0+cu130, batch 1 x 512, bf16, checkpointed): 48.8 ms, where the step compiled and replayed as
+CUDA graphs takes 8.1 ms, a lower bound on the eager step's GPU work, so the host bounds it (its one sync a forward
+adds the last step's GPU tail: slightly high). scripts/host_us_published.py counts the ops that step dispatches
+with today's transformers (5,685; the source names no version) and divides: 8.6 µs an op (its forward under
+no_grad, without autograd's bookkeeping: 6.3; benchmarks/results/cpu/2026-12-07-host-us-published/host-us.json).
+On this project's CPU host the same op costs 3.6 µs (measure_host_ops.py: no kernel launch, no caching allocator);
+that is the clock the ops'-worth figures above were timed on, and a GPU host is assumed to pay them the same
+multiple of its op, not measured. One host, one PyTorch set the figure; others differ either way (Qwen's 2023
+A100 rows imply 6-7 µs with LoRA at 256 tokens and 11-16 under ZeRO-3), and gpu_check.sh times the GPU's host.
+Compiled code (torch.compile) and the megatron
 stack (Transformer Engine's fused modules) dispatch a few ops per block; no floor is planned for them, but for
 ZeRO-3's hooks.
 """
@@ -71,7 +74,7 @@ OPS_OUTSIDE_BLOCKS = 80   # embedding, final norm, head and loss, forward and ba
 # the same run's fastest of 200 micro-steps over their ops (4 checkpointed blocks, fp32), 2-core AMD EPYC, load 0.2:
 # the clock the ops'-worth figures below are in
 HOST_US_PER_OP_CPU = 3.6
-# a GPU host's: scripts/host_us_published.py, a published B200 eager step / its 5,686 ops
+# a GPU host's: scripts/host_us_published.py, a published B200 eager step / its 5,685 ops
 # (benchmarks/results/cpu/2026-12-07-host-us-published/host-us.json)
 HOST_US_PER_OP = 8.6
 # scripts/measure_zero3_host.py, 2026-12-07, deepspeed 0.19.8, torch 2.13.0 (CPU), transformers 5.25.0, peft 0.22.0:

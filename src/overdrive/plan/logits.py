@@ -7,7 +7,7 @@ from __future__ import annotations
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 
-__all__ = ["logits_bytes", "LOSS_CHUNK", "TORCHTUNE_CHUNKS"]
+__all__ = ["logits_bytes", "logits_kept_bytes", "LOSS_CHUNK", "TORCHTUNE_CHUNKS"]
 
 LOSS_CHUNK = 1024
 TORCHTUNE_CHUNKS = 8
@@ -48,3 +48,14 @@ def logits_bytes(m: ModelSpec, s: TrainSetup) -> float:
         # the 16-bit logits and that copy in forward, the copy and the 16-bit gradient in backward
         per = 4 if wide else 6
     return tokens * m.vocab * per
+
+
+def logits_kept_bytes(m: ModelSpec, s: TrainSetup) -> float:
+    """Bytes of the logits that outlive the loss's backward: what the training loop holds of the model output while
+    the blocks' backward runs (the head's 16-bit output; Hugging Face's before 4.46 and torchtune's fp32 logits);
+    none where no whole logits exist (--loss fused) or the model returns the loss alone (--stack megatron)."""
+    if s.loss == "fused" or s.stack == "megatron":
+        return 0.0
+    tokens = s.seq * s.micro_batch / (s.tp * s.cp)
+    wide = s.precision == "fp32" or s.loss in ("hf", "compiled-fp32")
+    return tokens * m.vocab * (4 if wide else 2)

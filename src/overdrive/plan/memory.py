@@ -70,6 +70,12 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               --loss fused materialises one 1,024-token chunk at a time. --stack megatron with --loss standard:
               Megatron-Core's vocab-parallel cross-entropy, in place on one fp32 copy: 6 bytes (16-bit logits + the
               fp32 copy; then the copy as gradient + its 16-bit cast).
+              The loss's peak comes first in the backward: its tensors are freed before the last block's recompute
+              buffer and the backward's own gradients exist, beside which only what the training loop keeps of the
+              model output stays (`logits.logits_kept_bytes`: the 16-bit logits, fp32 with --loss hf and
+              compiled-fp32, none with --loss fused or on --stack megatron). The activation peak is the stored
+              activations + the larger of the two. With room to spare the allocator keeps the loss's freed blocks
+              cached beside the backward's (`cached`: the two added), which max_memory_reserved reads.
   buffers     FSDP: two blocks' parameters all-gathered at once (current + prefetched; compute dtype, 1
               byte with FP8 all-gather) + one block's fp32 gradients before reduce-scatter. --stack megatron in
               low precision: Transformer Engine's cached quantised weights and transposes (`engine_memory`).
@@ -90,7 +96,7 @@ from __future__ import annotations
 from overdrive.plan.activations import REPLICATED_WITHOUT_SP, act_tensors, eager_act_tensors
 from overdrive.plan.choices import NO_STEP
 from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_buffer_bytes, te_weight_cache_bytes
-from overdrive.plan.logits import logits_bytes as _logits
+from overdrive.plan.logits import logits_bytes as _logits, logits_kept_bytes
 from overdrive.plan.pipeline import (embedding_bytes, embedding_micro_batches, pipeline_blocks_in_flight,
                                      pipeline_outputs_bytes, stage_blocks, stage_outputs_bytes, stage_params,
                                      zero_sliced_tensors)
@@ -114,9 +120,10 @@ CONTEXT_BYTES = 1 * GIB
 FRAGMENTATION = 0.05
 FRAGMENTATION_CAP = 3 * GIB
 RESERVED_SHARE = 0.08
-"""What `max_memory_reserved` reads over `max_memory_allocated` with room to spare (torchtitan's FSDP runs): the
-allocator keeps freed blocks while nothing asks; near capacity it frees them and retries, so the fit rule
-charges only the bounded reserve above, not this share."""
+"""What `max_memory_reserved` reads with room to spare over `cached` (torchtitan's FSDP runs): the allocator keeps
+freed blocks while nothing asks, the loss's among them beside the backward's (`terms`' cached: the two phases
+added); near capacity it frees them and retries, so the fit rule charges the allocated peak and only the bounded
+reserve above, not this share."""
 def master_bytes(s: TrainSetup) -> int:
     """Bytes per parameter of the master weights beside the 16-bit compute copy (0: none kept)."""
     return {"fp32": 4, "remainder": 2, "none": 0}[s.master_weights]
@@ -164,8 +171,9 @@ def recomputed_blocks(m: ModelSpec, s: TrainSetup) -> float:
     return min(s.recompute_layers, chunk) * s.vpp
 
 
-def _activations(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, float]:
-    """(activation bytes at the peak on pipeline rank `rank`, bytes of one block during its backward)."""
+def _activations(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, float, float]:
+    """(activation bytes at the peak on pipeline rank `rank`, bytes of one block during its backward, the part of
+    the first that exists only once the blocks' backward runs: the recompute buffer and the backward's gradients)."""
     per_layer = act_bytes_per_layer(m, s)
     width = 4 if s.precision == "fp32" else 2
     tokens = s.seq * s.micro_batch / (s.tp * s.cp)
@@ -190,21 +198,25 @@ def _activations(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, flo
     # Checkpointing never keeps more than no checkpointing: with one block per stage (or every 2nd of one) the
     # recompute buffer above is that block's own activations, whose input is the one kept, not a second copy.
     acts = min(acts, L * per_layer)
+    # the recompute buffer: one block's activations, rebuilt in the backward (none where nothing is checkpointed)
+    buf = per_layer if (s.recompute_layers or s.checkpointing != "none") and acts < L * per_layer else 0.0
     if s.offload_activations:
         # The offloaded blocks leave the GPU after their forward; one block is in flight at a time (TE's
         # double-buffered offload handler), so the GPU holds the other blocks and one more, and the recompute buffer
-        buf = per_layer if (s.recompute_layers or s.checkpointing != "none") and acts < L * per_layer else 0.0
         acts = (L - min(s.offload_activations, L) + 1) * (acts - buf) / L + buf
     if s.pp > 1:
         # the stored part scales with the micro-batches in flight, the recompute buffer is one block at a time, and
         # never more than the blocks in flight keep unchecked (a stage of one block: the buffer is that block)
-        buf = per_layer if (s.recompute_layers or s.checkpointing != "none") and acts < L * per_layer else 0.0
         flight = pipeline_blocks_in_flight(m, s, rank)
-        acts = min((acts - buf) * flight / L + buf, flight * per_layer)
+        if (acts - buf) * flight / L + buf >= flight * per_layer:
+            acts, buf = flight * per_layer, 0.0
+        else:
+            acts = (acts - buf) * flight / L + buf
     # the embedding's own saved tensors (never recomputed) and DeepSpeed's kept stage outputs: plan/pipeline.py
     if rank == 0:
         acts += embedding_micro_batches(m, s) * embedding_bytes(m, s)
-    return acts + backward_grad_bytes(m, s) + stage_outputs_bytes(m, s, rank), per_layer
+    grad = backward_grad_bytes(m, s)
+    return acts + grad + stage_outputs_bytes(m, s, rank), per_layer, buf + grad
 
 
 def backward_grad_bytes(m: ModelSpec, s: TrainSetup) -> float:
@@ -328,7 +340,7 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     each rank's parameters, optimizer states, buffers and activation peak (`pipeline.stage_params`; the last rank's
     with the loss and what pipeline_outputs_bytes keeps), gradients beside them (one micro-batch a step: the last
     stage's backward holds gradients and logits at once)."""
-    logits, kept = _logits(m, s), pipeline_outputs_bytes(m, s)
+    logits, kept, residual = _logits(m, s), pipeline_outputs_bytes(m, s), logits_kept_bytes(m, s)
     stages = []
     # Interleaved: the two ends only. Rank 1 warms up two chunk forwards fewer than rank 0 but, when rank 0's first
     # chunk is a block short (--embedding-in-pipeline-split), can hold more blocks; counted, Megatron's schedule
@@ -336,29 +348,47 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
     # with a schedule of its own (tunable micro-batches per round): a gap left open, not modelled either way.
     for rank in (range(s.pp) if s.vpp == 1 else sorted({0, s.pp - 1})):
         params, grads, opt = _states(m, s, rank)
-        acts, per_layer = _activations(m, s, rank)
-        lg = logits + kept if rank == s.pp - 1 else 0.0
+        acts, per_layer, backward_only = _activations(m, s, rank)
         # one micro-batch a step: grads are None while activations peak (set_to_none), then replace them in backward;
         # without a step (--optimizer none) nothing zeroes them: they stay from the micro-batch before
         # (nanotron's fp32 accumulator, --zero-sliced, is never freed); DDP's buckets stay all run
         kept_grads = s.grad_accum > 1 or s.lora_rank or s.optimizer == NO_STEP
-        peak = acts + lg + grads if kept_grads else max(acts + lg, grads + per_layer + lg)
-        if s.zero_sliced:
-            peak = grads + lg + _zero_sliced_peak(m, s, rank, acts, per_layer)
-        peak += ddp_bucket_bytes(m, s, rank)
-        if s.sharding == "zero3":   # DeepSpeed's step casts a sub-group of the gradients to fp32 after the backward
-            peak = max(peak, grads + zero3_step_bytes(_trained(m, s, rank)[0], s.shards, s))
+        last = rank == s.pp - 1
+        whole = logits + kept if last else 0.0
+
+        def peak_with(a: float, lg: float, after: float) -> float:
+            """The peak with activations `a` and logits `lg` at the activations' peak, `after` of the logits beside
+            the backward's last gradients."""
+            p = a + lg + grads if kept_grads else max(a + lg, grads + per_layer + after)
+            if s.zero_sliced:   # its peaks are the forward's and the step's, not the backward's
+                p = grads + whole + _zero_sliced_peak(m, s, rank, acts, per_layer)
+            p += ddp_bucket_bytes(m, s, rank)
+            if s.sharding == "zero3":   # DeepSpeed's step casts a sub-group of the gradients to fp32 after backward
+                p = max(p, grads + zero3_step_bytes(_trained(m, s, rank)[0], s.shards, s))
+            return p
+
+        # the loss's peak comes first in the backward, before any block's recompute buffer or gradients exist; then
+        # only what the training loop keeps of the logits (the model output) stays beside them (logits.py)
+        a, lg = acts, whole
+        if last and not s.zero_sliced:
+            a, lg = ((acts - backward_only, whole) if acts - backward_only + whole >= acts + kept + residual
+                     else (acts, kept + residual))
+        peak = peak_with(a, lg, kept + residual if last else 0.0)
+        # what the allocator's cache holds with room to spare: the loss's freed blocks stay cached beside the
+        # blocks' backward (RESERVED_SHARE's runs read this, plus the share)
+        cached = peak_with(acts, whole, whole)
         te_cache = te_weight_cache_bytes(m, s, rank)
         buffers = _buffers(m, s, rank) + te_cache
-        stages.append({"params": params, "grads": grads, "grads_at_peak": max(0.0, peak - acts - lg),
-                       "optimizer": opt, "activations": acts, "logits": lg, "buffers": buffers,
-                       "allocated": params + opt + buffers + peak, "pp_rank": rank,
+        stages.append({"params": params, "grads": grads, "grads_at_peak": max(0.0, peak - a - lg),
+                       "optimizer": opt, "activations": a, "logits": lg, "buffers": buffers,
+                       "allocated": params + opt + buffers + peak, "cached": params + opt + buffers + cached,
+                       "pp_rank": rank,
                        "te_weight_cache": te_cache})
     busiest = max(stages, key=lambda d: d["allocated"])
     # DeepSpeed given a model built whole: start-up holds all of it once, the peak when the step holds less
     startup = zero3_startup_bytes(m, s)
     busiest = {**busiest, "startup_bytes": startup, "startup": max(0.0, startup - busiest["allocated"]),
-               "allocated": max(busiest["allocated"], startup)}
+               "allocated": max(busiest["allocated"], startup), "cached": max(busiest["cached"], startup)}
     ends = ({"pp_first": stages[0]["activations"], "pp_last": stages[-1]["activations"] + stages[-1]["logits"],
              "pp_outputs": kept} if s.pp > 1 else {"pp_first": 0.0, "pp_last": 0.0, "pp_outputs": 0.0})
     return {**busiest, **ends}

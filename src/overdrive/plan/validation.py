@@ -83,7 +83,7 @@ def predict(r: dict, cal: dict | None = None) -> dict:
         # context; torchtune's "peak memory active" is the allocator's active bytes, what allocated models
         # max_memory_allocated reads the same
         allocated = r.get("memory_measure") in ("active", "allocated")
-        planned = e.allocated_gib if allocated else e.allocated_gib * (1 + RESERVED_SHARE)
+        planned = e.allocated_gib if allocated else e.cached_gib * (1 + RESERVED_SHARE)
         if r.get("memory_measure") == "nvidia-smi":   # the process's whole footprint: the cache, the CUDA context
             planned += CONTEXT_BYTES / GIB + e.nccl_gib  # and NCCL's buffers
         out.update(memory_published=r["memory_gib"], memory_predicted=planned,
