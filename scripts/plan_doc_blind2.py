@@ -11,12 +11,14 @@ from plan_doc_helpers import _med_worst
 
 BLIND2_SOURCES = ("QwenLM/Qwen", "hpcaitech/ColossalAI", "alibaba/Megatron-LLaMA", "huggingface/nanotron",
                   "huggingface/picotron", "snowflakedb/ArcticTraining")
-BLIND2_SHAPED = ("QwenLM/Qwen", "huggingface/nanotron", "snowflakedb/ArcticTraining", "alibaba/Megatron-LLaMA")
+BLIND2_SHAPED = ("QwenLM/Qwen", "huggingface/nanotron", "snowflakedb/ArcticTraining", "alibaba/Megatron-LLaMA",
+                 "hpcaitech/ColossalAI")
 """Sources of the second blind check that sent us to a term after first sight: Qwen's short sequences to the
 host-bound floor and DeepSpeed ZeRO-3's per-module hooks, nanotron's 1F1B rows to the last stage keeping the loss
 alone (--pp-keep-outputs for the engines that keep more) and its ZeRO-1 at 128 data-parallel ranks to --zero-sliced,
 ArcticTraining's packed 136K sequences to --doc-len and
-its 252 GiB board to --gpu-mem, Megatron-LLaMA's flash-attn 1.x import to --attention fa1. Colossal-AI's and
+its 252 GiB board to --gpu-mem, Megatron-LLaMA's flash-attn 1.x import to --attention fa1, Colossal-AI's 7B
+ZeRO-2 row (max_memory_allocated, planned not to fit) to the loss's memory peak coming before the backward's.
 picotron's rows shaped nothing."""
 DROPPED = ("ColossalAI llama2-70b 16xH200 bf16 zero2 seq 4096: its 146.5 GiB peak is above an H200's 140.4 GiB, "
            "and ZeRO-2 keeps the whole model's 140 GB of bf16 weights on every GPU, so the row cannot have run as "
@@ -93,8 +95,8 @@ def blind2_bullet(val: list[dict]) -> str:
     n_src = len(BLIND2_SOURCES)
     head = f"{n_src} more sources, {s['n']} runs, A100 to GB300, 1-512 GPUs"
     return f"""- **The second blind check (2026-12-07; {head})**:
-  planned by a helper from the CLI and these docs before anything was read back; Colossal-AI's and picotron's rows
-  shaped nothing (they count among the sources above), Qwen's, nanotron's, ArcticTraining's and Megatron-LLaMA's
+  planned by a helper from the CLI and these docs before anything was read back; picotron's rows shaped nothing
+  (they count among the sources above), Qwen's, nanotron's, ArcticTraining's, Megatron-LLaMA's and Colossal-AI's
   each sent us to a term, so their figures now are not unseen-source figures. First sight:
   {_med_worst([r['first_error'] for r in rows])}; now {_med_worst([r['error'] for r in rows])}; memory now
   {_med_worst(mem)} ({len(mem)} runs); {_runs(len(s['not_fitting']))} planned not to fit.

@@ -191,7 +191,8 @@ DESIGN = {
     "alibaba/Megatron-LLaMA README.md": "unseen when first planned (the second blind check); then sent us to "
                                         "--attention fa1, --unfused-ops and ZeRO-2's reduce-scatter in every "
                                         "micro-batch",
-    "hpcaitech/ColossalAI README.md": "none: the second blind check, fitted on nothing, no term added for it",
+    "hpcaitech/ColossalAI README.md": "unseen when first planned (the second blind check), fitted on nothing; then "
+    "its 7B ZeRO-2 row's memory (planned not to fit) sent us to the loss's peak coming before the backward's",
     "huggingface/picotron README.md": "none: the second blind check, fitted on nothing, no term added for it",
     "stas00/ml-engineering insights/when-to-upgrade-gpus/README.md":
         "none fitted: added after every term, fitted on nothing; --attention fa3 added for the kernel its "
