@@ -64,19 +64,19 @@ def test_activation_formula_by_hand():
     per_layer, block_input = 2048 * 2 * 16 * 768 * 2, 2048 * 2 * 768 * 2
     # the loss's peak comes first in the backward: eager cross-entropy on fp32 logits, 12 bytes per logit. The
     # backward's own gradients as the last block's MLP backward starts (the block output's, h, and the activation
-    # output's, F = 4h, 2 bytes each per token) and a checkpointed block's recompute buffer come after it, beside the
-    # 16-bit logits the model output keeps (2 bytes): the stored activations + the larger of the two
+    # output's, F = 4h, 2 bytes each per token) and a checkpointed block's recompute buffer come after it, the loop
+    # having freed the model output: the stored activations + the larger of the two
     def peak(vocab, stored, buf):
         grads = 2048 * 2 * (768 + 4 * 768) * 2
-        return (stored + max(2 * 2048 * vocab * 12, buf + grads + 2 * 2048 * vocab * 2)) / GIB
+        return (stored + max(2 * 2048 * vocab * 12, buf + grads)) / GIB
     assert none == pytest.approx(peak(m.vocab, 12 * per_layer, 0))
     assert full == pytest.approx(peak(m.vocab, 12 * block_input, per_layer))
     assert full == pytest.approx((12 * block_input + 2 * 2048 * m.vocab * 12) / GIB)   # 50K vocab: the loss's
-    # a small vocabulary: the backward's part is the larger, and the logits add only what the output keeps
+    # a small vocabulary: the backward's part is the larger, and the freed logits add nothing
     small = dataclasses.replace(m, vocab=512)
     full_small = memory_breakdown(small, dataclasses.replace(s, checkpointing="full"))["activations"]
     assert full_small == pytest.approx(peak(512, 12 * block_input, per_layer))
-    assert full_small * GIB > 12 * block_input + per_layer + 2 * 2048 * 512 * 2
+    assert full_small * GIB == pytest.approx(12 * block_input + per_layer + 2048 * 2 * (768 + 4 * 768) * 2)
 
 
 def test_fp8_gain_grows_with_model_size():

@@ -44,8 +44,11 @@ class Estimate:
     nccl_gib: float = 0.0
     """NCCL's connection buffers: outside the allocator (nvidia-smi sees them, max_memory_reserved does not)."""
     cached_gib: float = 0.0
-    """What the allocator holds at once with room to spare: allocated with the loss's freed blocks still cached
-    beside the blocks' backward (`memory.terms`); max_memory_reserved reads about RESERVED_SHARE over it."""
+    """The loss's and the blocks' backward phases added (`memory.terms`): what max_memory_reserved rows are compared
+    with, RESERVED_SHARE over it."""
+    peak_phase: str = ""
+    """Where the memory peaks: "loss" (the loss's backward), "blocks" (the blocks' backward: the recompute buffer and
+    its gradients), "end" (the backward's end, every gradient beside one block, or the optimizer's step)."""
     capacity_gib: float
     fits: bool
     step_s: float
@@ -259,7 +262,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
              "zero_bcast_exposed": bcast, "zero_sliced_exposed": after}
     return Estimate(setup=s, breakdown_gib=bd, memory_gib=total, allocated_gib=t["allocated"] / GIB,
                     reserved_margin_gib=reserve_bytes(t["allocated"]) / GIB, capacity_gib=s.gpu.mem_gib,
-                    nccl_gib=nccl_buffer_bytes(s) / GIB, cached_gib=t["cached"] / GIB,
+                    nccl_gib=nccl_buffer_bytes(s) / GIB, cached_gib=t["cached"] / GIB, peak_phase=t["peak_phase"],
                     fits=total <= s.gpu.mem_gib, step_s=step, compute_s=compute,
                     comm_s=cm["dp"] + cm["dp_bcast"] + cm["dp_after"] + cm["tp"] + cm["cp"],
                     times=times, tokens_per_s_per_gpu=tps, mfu=mfu, requested_precision=asked, notes=notes, model=m,

@@ -23,6 +23,8 @@ NOT_ADDED = ("dp_comm", "dp_latency")
 """Time terms that are not part of the step sum: the data-parallel communication before overlap (dp_exposed is
 what compute does not hide of it) and its latency share."""
 
+_PHASE = {"loss": "the loss's backward", "blocks": "the blocks' backward",
+          "end": "the backward's end or the step", "": "the peak"}
 _MEM = {
     "params": "weights: fp32 master 4·P/S under FSDP; ZeRO-1/2: 2·P + 4·P/S; DDP: 4·P + 2·P autocast copies "
               "(P after /tp/pp; LoRA: frozen bf16 base)",
@@ -35,7 +37,7 @@ _MEM = {
                    "what checkpointing/recompute drops and offloaded blocks, + the larger of the loss's peak (logits by --loss, "
                    "bytes per logit: standard 12, hf 16, compiled 4, compiled-fp32 8, inplace 2, megatron's standard "
                    "6, megatron-v07 10; fused: one chunk) and what the backward adds after it (the recompute buffer, "
-                   "its gradients, the logits the loop keeps: 2 bytes, hf/compiled-fp32 4, fused/megatron 0); with "
+                   "its gradients, the logits the loop keeps: hf 4 bytes, 0 where it frees them); with "
                    "--pp the busier end of the pipeline (line below)",
     "other": "FSDP buffers (2 gathered blocks + 1 block of fp32 grads) + Megatron's TE FP8 weight cache (line "
              "below) + 1 GiB CUDA context + NCCL buffers (channels x 9.19 MiB x ring + tree "
@@ -193,9 +195,11 @@ def explain(e: Estimate) -> list[str]:
         lines.append(f"  {k:<12} {v:8.2f} GiB  {_MEM[k]}")
     lines.append(f"  {'total':<12} {e.memory_gib:8.2f} GiB of {e.capacity_gib:.1f} "
                  f"({'fits' if e.fits else 'does not fit'}); max_memory_allocated should read "
-                 f"{e.allocated_gib:.2f} GiB, reserved margin {e.reserved_margin_gib:.2f} GiB; with room to spare "
-                 f"max_memory_reserved about {e.cached_gib * (1 + RESERVED_SHARE):.1f} GiB (the loss's freed blocks "
-                 "cached beside the backward's)")
+                 f"{e.allocated_gib:.2f} GiB at {_PHASE[e.peak_phase]}, reserved margin {e.reserved_margin_gib:.2f} "
+                 f"GiB; " + (f"with room to spare max_memory_reserved about {reserved:.1f} GiB (the loss's and the "
+                             "blocks' backward phases added, + 8%)" if (reserved := e.cached_gib * (1 + RESERVED_SHARE))
+                             < e.capacity_gib else "max_memory_reserved up to the capacity (near it the allocator "
+                             "frees its cache and retries)"))
     lines.append(f"  fit rule: allocated {e.allocated_gib:.2f} + fragmentation reserve {e.reserved_margin_gib:.2f} "
                  f"(min({100 * FRAGMENTATION:.0f}% of allocated, {FRAGMENTATION_CAP / GIB:.0f} GiB)) + CUDA context "
                  f"{CONTEXT_BYTES / GIB:.2f} + NCCL buffers {e.nccl_gib:.2f} = {e.memory_gib:.2f} GiB "
@@ -223,7 +227,8 @@ def explain(e: Estimate) -> list[str]:
         lines.append(f"  activations saved per token per block, {kind}: {sum(acts.values()):,.0f} B = "
                      + " + ".join(f"{k} {v:,.0f}" for k, v in acts.items() if v))
         lines.append(f"  + the backward's own gradients as the last block's MLP backward starts (its output's, whole "
-                     f"on a TP rank, and its activation's): {backward_grad_bytes(e.model, s) / 2**20:,.0f} MiB")
+                     f"on a TP rank, and its activation's): {backward_grad_bytes(e.model, s) / 2**20:,.0f} MiB"
+                     + (", after the loss's peak (not in it)" if e.peak_phase == "loss" else ""))
         if s.keeps_gathered:
             f8 = planned_format(s.precision)
             f8 = " in float8 (torchao's float8 TP casts before the gather), in place of the 16-bit shards" if (

@@ -51,11 +51,12 @@ def logits_bytes(m: ModelSpec, s: TrainSetup) -> float:
 
 
 def logits_kept_bytes(m: ModelSpec, s: TrainSetup) -> float:
-    """Bytes of the logits that outlive the loss's backward: what the training loop holds of the model output while
-    the blocks' backward runs (the head's 16-bit output; Hugging Face's before 4.46 and torchtune's fp32 logits);
-    none where no whole logits exist (--loss fused) or the model returns the loss alone (--stack megatron)."""
-    if s.loss == "fused" or s.stack == "megatron":
+    """Bytes of the logits that outlive the loss's backward, beside the blocks' backward: --loss hf's fp32 logits,
+    which its model output keeps through the backward (4). The engines planned here free the output first:
+    torchtitan (`del pred`), torchtune (`del logits`), Colossal-AI's benchmark (`del outputs`), the HF Trainer
+    (`compute_loss` returns the loss alone), Megatron and nanotron (the model returns the loss). A loop that keeps
+    the output (`out = model(...); out.loss.backward()`) holds its 16-bit logits through the whole backward: 2 bytes a
+    logit more than planned at either phase."""
+    if s.loss != "hf":
         return 0.0
-    tokens = s.seq * s.micro_batch / (s.tp * s.cp)
-    wide = s.precision == "fp32" or s.loss in ("hf", "compiled-fp32")
-    return tokens * m.vocab * (4 if wide else 2)
+    return s.seq * s.micro_batch / (s.tp * s.cp) * m.vocab * 4

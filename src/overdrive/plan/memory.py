@@ -72,10 +72,9 @@ S = GPUs sharing the sharded states, `TrainSetup.shards`):
               fp32 copy; then the copy as gradient + its 16-bit cast).
               The loss's peak comes first in the backward: its tensors are freed before the last block's recompute
               buffer and the backward's own gradients exist, beside which only what the training loop keeps of the
-              model output stays (`logits.logits_kept_bytes`: the 16-bit logits, fp32 with --loss hf and
-              compiled-fp32, none with --loss fused or on --stack megatron). The activation peak is the stored
-              activations + the larger of the two. With room to spare the allocator keeps the loss's freed blocks
-              cached beside the backward's (`cached`: the two added), which max_memory_reserved reads.
+              model output stays (`logits.logits_kept_bytes`: --loss hf's fp32 logits; the engines planned here
+              free the output). The activation peak is the stored activations + the larger of the two (`terms`'
+              peak_phase says which); `cached`, the two added, is what max_memory_reserved rows are compared with.
   buffers     FSDP: two blocks' parameters all-gathered at once (current + prefetched; compute dtype, 1
               byte with FP8 all-gather) + one block's fp32 gradients before reduce-scatter. --stack megatron in
               low precision: Transformer Engine's cached quantised weights and transposes (`engine_memory`).
@@ -120,10 +119,11 @@ CONTEXT_BYTES = 1 * GIB
 FRAGMENTATION = 0.05
 FRAGMENTATION_CAP = 3 * GIB
 RESERVED_SHARE = 0.08
-"""What `max_memory_reserved` reads with room to spare over `cached` (torchtitan's FSDP runs): the allocator keeps
-freed blocks while nothing asks, the loss's among them beside the backward's (`terms`' cached: the two phases
-added); near capacity it frees them and retries, so the fit rule charges the allocated peak and only the bounded
-reserve above, not this share."""
+"""What `max_memory_reserved` reads with room to spare over `cached` (`terms`: the loss's and the blocks' backward
+phases added), set on torchtitan's FSDP runs: the allocator keeps freed blocks while nothing asks, and the runs that
+publish max_memory_reserved read nearer the two phases added than the peak (54 runs: 5.1% median against 5.5%), an
+empirical basis, not a traced mechanism (the allocator can split a freed block for smaller requests); near capacity
+it frees its cache and retries, so the fit rule charges the allocated peak and only the bounded reserve above."""
 def master_bytes(s: TrainSetup) -> int:
     """Bytes per parameter of the master weights beside the 16-bit compute copy (0: none kept)."""
     return {"fp32": 4, "remainder": 2, "none": 0}[s.master_weights]
@@ -360,8 +360,8 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
             """The peak with activations `a` and logits `lg` at the activations' peak, `after` of the logits beside
             the backward's last gradients."""
             p = a + lg + grads if kept_grads else max(a + lg, grads + per_layer + after)
-            if s.zero_sliced:   # its peaks are the forward's and the step's, not the backward's
-                p = grads + whole + _zero_sliced_peak(m, s, rank, acts, per_layer)
+            if s.zero_sliced:   # its fp32 accumulator all along; the backward's 16-bit gradients, the step's copies
+                p = grads + max(a + lg, _zero_sliced_peak(m, s, rank, 0.0, per_layer) + after)
             p += ddp_bucket_bytes(m, s, rank)
             if s.sharding == "zero3":   # DeepSpeed's step casts a sub-group of the gradients to fp32 after backward
                 p = max(p, grads + zero3_step_bytes(_trained(m, s, rank)[0], s.shards, s))
@@ -369,22 +369,23 @@ def terms(m: ModelSpec, s: TrainSetup) -> dict[str, float]:
 
         # the loss's peak comes first in the backward, before any block's recompute buffer or gradients exist; then
         # only what the training loop keeps of the logits (the model output) stays beside them (logits.py)
-        a, lg = acts, whole
-        if last and not s.zero_sliced:
-            a, lg = ((acts - backward_only, whole) if acts - backward_only + whole >= acts + kept + residual
-                     else (acts, kept + residual))
+        a, lg, phase = acts, whole, "blocks"
+        if last and acts - backward_only + whole >= acts + kept + residual:
+            a, lg, phase = acts - backward_only, whole, "loss"
+        elif last:
+            lg = kept + residual
         peak = peak_with(a, lg, kept + residual if last else 0.0)
-        # what the allocator's cache holds with room to spare: the loss's freed blocks stay cached beside the
-        # blocks' backward (RESERVED_SHARE's runs read this, plus the share)
+        if peak - ddp_bucket_bytes(m, s, rank) > a + lg + (grads if kept_grads or s.zero_sliced else 0.0) + 1:
+            phase = "end"   # the backward's end (every gradient beside one block), ZeRO-3's or nanotron's step
+        # the two phases added: what max_memory_reserved rows are compared with (+ RESERVED_SHARE, set on them)
         cached = peak_with(acts, whole, whole)
         te_cache = te_weight_cache_bytes(m, s, rank)
         buffers = _buffers(m, s, rank) + te_cache
         stages.append({"params": params, "grads": grads, "grads_at_peak": max(0.0, peak - a - lg),
                        "optimizer": opt, "activations": a, "logits": lg, "buffers": buffers,
                        "allocated": params + opt + buffers + peak, "cached": params + opt + buffers + cached,
-                       "pp_rank": rank,
-                       "te_weight_cache": te_cache})
-    busiest = max(stages, key=lambda d: d["allocated"])
+                       "pp_rank": rank, "peak_phase": phase, "te_weight_cache": te_cache})
+    busiest = {**max(stages, key=lambda d: d["allocated"]), "cached": max(d["cached"] for d in stages)}
     # DeepSpeed given a model built whole: start-up holds all of it once, the peak when the step holds less
     startup = zero3_startup_bytes(m, s)
     busiest = {**busiest, "startup_bytes": startup, "startup": max(0.0, startup - busiest["allocated"]),

@@ -333,7 +333,7 @@ def cand_dict(e: Estimate) -> dict:
             **{k: getattr(s, k) for k in _SETTINGS}, "attention_kernel": attention_kernel(s),
             # the head dim the kernel's tiles run at (padded: attention timed at head_dim / this of its rate)
             "attention_tile_head_dim": padded_head_dim(attention_kernel(s), e.model.head_dim) if e.model else None,
-            "fits": e.fits, "cached_gib": round(e.cached_gib, 3),
+            "fits": e.fits, "cached_gib": round(e.cached_gib, 3), "peak_phase": e.peak_phase,
             "memory_gib": round(e.memory_gib, 3), "allocated_gib": round(e.allocated_gib, 3),
             "reserved_margin_gib": round(e.reserved_margin_gib, 3), "headroom_gib": round(e.headroom_gib, 3),
             "step_s": e.step_s, "compute_s": e.compute_s, "comm_s": e.comm_s,
