@@ -18,10 +18,10 @@ training step's figure is the planner's (autograd's bookkeeping is in it, as in 
 is printed beside it. The source names no transformers version: counted with the installed one, whose
 `gradient_checkpointing_enable()` is non-reentrant (transformers' default since 2026-01); the reentrant default
 before it dispatches fewer ops, which would put the figure higher, and that count is recorded beside it. Where a
-GPU is lent, scripts/gpu_check.sh times a plain eager step on that GPU's host (scripts/measure_host_ops.py
---device cuda).
+GPU is lent, scripts/gpu_check.sh runs this with --device cuda --repeats N: the same step at tiny widths timed on
+that GPU's host, where the GPU's work is negligible, so the step is the host's ("measured_here").
 
-  python scripts/host_us_published.py [--out FILE]
+  python scripts/host_us_published.py [--device cpu|cuda --repeats N] [--out FILE]
   (default FILE: benchmarks/results/cpu/<date>-host-us-published/host-us.json)
 """
 
@@ -31,7 +31,9 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import sys
+import time
 
 import torch
 
@@ -64,14 +66,13 @@ def _model(layers: int):
         torch.set_default_dtype(previous)
 
 
-def count_ops(layers: int, workload: str, reentrant: bool | None = None) -> int:
-    """ATen ops one step of torch-compile-bench.py's `workload` dispatches (eager, after a warm-up step);
-    `reentrant`: force torch.utils.checkpoint's mode (None: the installed transformers' default)."""
+def _step(layers: int, workload: str, reentrant: bool | None, device: str):
+    """torch-compile-bench.py's `workload` step on `device`, as a function (the model built, warmed up once)."""
     torch.manual_seed(0)
-    model = _model(layers)
+    model = _model(layers).to(device)
     training = workload != "forward"
     model.train(training)
-    tokens = torch.randint(0, VOCAB_DRAWN, (1, SEQ))
+    tokens = torch.randint(0, VOCAB_DRAWN, (1, SEQ), device=device)
     if training:
         model.config.use_cache = False
         kw = {} if reentrant is None else {"gradient_checkpointing_kwargs": {"use_reentrant": reentrant}}
@@ -86,10 +87,36 @@ def count_ops(layers: int, workload: str, reentrant: bool | None = None) -> int:
         model(input_ids=tokens, labels=tokens).loss.backward()
 
     step()
+    return step
+
+
+def count_ops(layers: int, workload: str, reentrant: bool | None = None, device: str = "cpu") -> int:
+    """ATen ops one step of torch-compile-bench.py's `workload` dispatches (eager, after a warm-up step);
+    `reentrant`: force torch.utils.checkpoint's mode (None: the installed transformers' default)."""
+    step = _step(layers, workload, reentrant, device)
     c = _Count()
     with c:
         step()
     return c.n
+
+
+def time_step(layers: int, workload: str, device: str, repeats: int) -> dict:
+    """This host's time per op on that step: tiny widths, so the GPU's work is negligible and the step is the
+    host's (3 more warm-ups, then `repeats` synchronized steps, as torch-compile-bench.py times them)."""
+    step, n = _step(layers, workload, None, device), count_ops(layers, workload, device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(3):
+        step()
+    times = []
+    for _ in range(repeats):
+        sync()
+        t = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t)
+    return {"ops": n, "step_ms_median": round(1e3 * statistics.median(times), 3),
+            "us_per_op_median": round(1e6 * statistics.median(times) / n, 2),
+            "us_per_op_fastest": round(1e6 * min(times) / n, 2)}
 
 
 def derive(layers: int = 16) -> dict:
@@ -105,11 +132,24 @@ def derive(layers: int = 16) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None)
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                    help="where to count the ops and, with --repeats (cuda only), time the step on its host")
+    ap.add_argument("--repeats", type=int, default=0, help="timed steps on --device (0: count only)")
     a = ap.parse_args(argv)
+    if a.repeats < 0:
+        ap.error(f"--repeats {a.repeats}: give 0 (count only) or more timed steps")
+    if a.repeats and a.device == "cpu":
+        ap.error("--repeats needs --device cuda: on a CPU the step's 65M-logit loss is the CPU's own work, not dispatch")
     torch.set_num_threads(1)
     import transformers
     rows = derive()
     reentrant = count_ops(16, "forward+backward", reentrant=True)
+    here = {}
+    if a.repeats:
+        here = {w: time_step(16, w, a.device, a.repeats) for w in PUBLISHED_MS}
+        here["device"] = torch.cuda.get_device_name() if a.device == "cuda" else a.device
+        print(f"this host ({here['device']}): " + ", ".join(
+            f"{w} {here[w]['us_per_op_median']:.2f} us per op" for w in PUBLISHED_MS))
     for workload, r in rows.items():
         print(f"{workload:18s} {r['ops']:5d} ops, {r['published_eager_ms']} ms eager on the B200's host -> "
               f"{r['us_per_op']:.2f} us per op (CUDA graphs: {r['published_cuda_graphs_ms']} ms)")
@@ -120,7 +160,8 @@ def main(argv=None) -> int:
               "transformers_published": "not stated", "checkpointing": "non-reentrant (the counted default)",
               "workloads": rows, "us_per_op": rows["forward+backward"]["us_per_op"],
               "if_reentrant": {"ops": reentrant,
-                               "us_per_op": round(1e3 * PUBLISHED_MS["forward+backward"] / reentrant, 2)}}
+                               "us_per_op": round(1e3 * PUBLISHED_MS["forward+backward"] / reentrant, 2)},
+              **({"measured_here": here} if here else {})}
     out = a.out or f"benchmarks/results/cpu/{today}-host-us-published/host-us.json"
     write_atomic(out, json.dumps(result, indent=1))
     print(f"wrote {out}")

@@ -12,8 +12,9 @@ embedding, the final norm, the head and the loss.
 
 The time per op is measured here, on tiny tensors (hidden 64, 8 tokens) in fp32, as the fastest of many
 micro-steps divided by their op count (4 checkpointed blocks, no LoRA): a lower bound on a GPU host, where each
-kernel-launching op also pays cudaLaunchKernel. scripts/gpu_check.sh runs this with --device cuda, which times
-the real thing (without peft there it counts the non-LoRA cases only; the counts do not depend on the device).
+kernel-launching op also pays cudaLaunchKernel: the planner plans a GPU host's (scripts/host_us_published.py,
+which gpu_check.sh runs on the GPU it has). --device cuda times this step on a GPU host too (without peft there it
+counts the non-LoRA cases only; the counts do not depend on the device).
 
   python scripts/measure_host_ops.py [--device cpu|cuda] [--out FILE]
   (default FILE: benchmarks/results/<device>/<date>-host-ops/host-ops.json)

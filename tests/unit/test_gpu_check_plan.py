@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 LEASE_S = 8 * 60
-ORDER = ["setup", "doctor", "gpu_tests", "bench", "tune", "inference", "host_ops", "zero_sliced"]
+ORDER = ["setup", "doctor", "gpu_tests", "bench", "tune", "inference", "host_us", "zero_sliced"]
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("awk") is None, reason="needs bash")
 
 
@@ -45,13 +45,13 @@ def test_every_step_killed_at_its_limit_still_fits(tmp_path):
     rows = _run(tmp_path, {n: 10_000 for n in ORDER})
     _check_bounds(rows)
     assert all(rows[n]["status"] == "timed out" for n in ("setup", "doctor", "gpu_tests", "bench"))
-    assert all(rows[n]["status"].startswith("skipped") for n in ("host_ops", "zero_sliced", "tune", "inference"))
+    assert all(rows[n]["status"].startswith("skipped") for n in ("host_us", "zero_sliced", "tune", "inference"))
     assert rows["_rc"] == 1  # required steps failed: the check fails
 
 
 def test_typical_timings_run_everything(tmp_path):
     rows = _run(tmp_path, {"setup": 15, "doctor": 35, "gpu_tests": 110, "bench": 130, "tune": 70, "inference": 40,
-                              "host_ops": 15, "zero_sliced": 12})
+                              "host_us": 15, "zero_sliced": 12})
     _check_bounds(rows)
     assert all(rows[n]["status"] == "ok" for n in ORDER) and rows["_rc"] == 0
     assert rows["total"]["secs"] == 427
@@ -61,7 +61,7 @@ def test_a_slow_bench_squeezes_out_the_optional_steps(tmp_path):
     rows = _run(tmp_path, {"setup": 20, "doctor": 55, "gpu_tests": 150, "bench": 175, "tune": 80, "inference": 50})
     _check_bounds(rows)
     assert rows["bench"]["status"] == "ok" and rows["tune"]["status"].startswith("skipped")
-    assert rows["host_ops"]["status"] == "ok" and rows["host_ops"]["limit"] <= 25   # the short one still fits
+    assert rows["host_us"]["status"] == "ok" and rows["host_us"]["limit"] <= 25   # the short one still fits
     assert rows["_rc"] == 0  # optional steps skipped: not a failure
 
 
@@ -94,7 +94,7 @@ def test_a_real_run_records_each_steps_own_status_and_log(tmp_path):
     r = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=120)
     rows = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()[1:]]
     by = {row[0]: row for row in rows}
-    for name in ("doctor", "gpu_tests", "bench", "host_ops", "zero_sliced", "tune", "inference"):
+    for name in ("doctor", "gpu_tests", "bench", "host_us", "zero_sliced", "tune", "inference"):
         assert by[name][3] == "1" and by[name][4] == "failed", by[name]
     assert r.returncode == 1
     with tarfile.open(out / "results.tar.gz") as tar:

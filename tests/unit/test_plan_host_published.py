@@ -76,3 +76,11 @@ def test_the_planner_plans_the_published_step_at_the_published_time():
     assert e.step_s - e.times["optimizer"] == pytest.approx(rec["published_eager_ms"] * 1e-3, rel=0.02)
     gpu_work = sum(e.times[k] for k in ("gemm", "attention", "memory_bound", "recompute"))
     assert gpu_work < rec["published_cuda_graphs_ms"] * 1e-3 < 0.2 * host_time(m, s)
+
+
+def test_timing_the_step_needs_a_gpu_host():
+    """On a CPU the step's 65M-logit loss is the CPU's own work, not dispatch: --repeats is refused there, one line."""
+    for argv in (["--repeats", "3"], ["--repeats", "-1", "--device", "cuda"]):
+        with pytest.raises(SystemExit) as e:
+            _script().main(argv)
+        assert e.value.code == 2
