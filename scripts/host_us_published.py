@@ -139,7 +139,8 @@ def main(argv=None) -> int:
     if a.repeats < 0:
         ap.error(f"--repeats {a.repeats}: give 0 (count only) or more timed steps")
     if a.repeats and a.device == "cpu":
-        ap.error("--repeats needs --device cuda: on a CPU the step's 65M-logit loss is the CPU's own work, not dispatch")
+        ap.error("--repeats needs --device cuda: on a CPU the step's 65M-logit loss is the CPU's own work, "
+                 "not dispatch")
     torch.set_num_threads(1)
     import transformers
     rows = derive()

@@ -108,7 +108,8 @@ def blind2_bullet(val: list[dict]) -> str:
   its per-module hooks, timed on a CPU host in ops' worth, are in the floor at {HOST_US_PER_OP} µs an op, a
   published B200 host's eager step over its ops, which assumes a GPU host's hook costs the same multiple of an op
   as a CPU host's; Qwen's ZeRO-3 rows imply 11-16 µs an op on their 2023 A100 hosts with PyTorch 2.0, its LoRA rows
-  at 256 tokens about 6-7, and gpu_check's host_us step is there to measure a GPU host's); Qwen's LoRA under ZeRO-2 on 2 nodes at half the
+  at 256 tokens about 6-7, and gpu_check's host_us step is there to measure a GPU host's);
+  Qwen's LoRA under ZeRO-2 on 2 nodes at half the
   one-GPU rate ({_span_ids(rows, ('Qwen qwen-7b LoRA multinode',))}, not modelled); {_zero_sliced_text(rows)},
   where its DDP twin reads {_span_ids(rows, ('nanotron 8.86B 512x',))} and every run at 4 to 32 data-parallel
   ranks {_span_ids(rows, nano_rest)}; nanotron's 80B {_span_ids(rows, ('nanotron 80.0B',))}

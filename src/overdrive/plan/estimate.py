@@ -201,9 +201,9 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
         notes.append(f"nanotron's sliced ZeRO-1: after the backward, beyond the gradients' all-reduce, "
                      f"{after * 1e3:.0f} ms with nothing to hide under: the host's slices, flattens and copies of "
                      f"{cm['zero_sliced_tensors']} tensors {s.shards} ways ({(pre + post) * 1e3:.0f} ms at "
-                     f"{HOST_US_PER_OP} µs per op, in ops' worth timed on a CPU host; the copies' GPU time not counted) against the "
-                     f"weights' all-gather ({cm['dp_after'] * 1e3:.0f} ms on the wire{uneven}); a contiguous ZeRO-1, "
-                     "Megatron's or DeepSpeed's, moves one buffer per bucket")
+                     f"{HOST_US_PER_OP} µs per op, in ops' worth timed on a CPU host; the copies' GPU time not "
+                     f"counted) against the weights' all-gather ({cm['dp_after'] * 1e3:.0f} ms on the wire{uneven}); "
+                     "a contiguous ZeRO-1, Megatron's or DeepSpeed's, moves one buffer per bucket")
     if exposed > 0.05 * (n * t_mb) and cm["dp"] > s.overlap * hide:
         lat = (f", {cm['dp_latency'] * 1e3:.0f} ms of it latency over {cm['dp_calls']:.0f} calls"
                if cm["dp_latency"] > 0.2 * cm["dp"] else "")

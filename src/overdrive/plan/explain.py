@@ -33,12 +33,12 @@ _MEM = {
     "optimizer": "n states x b bytes x P/S (--optimizer: AdamW n=2, Lion/SGD 1, Adafactor ~0, SGD without momentum "
                  "and none 0; b = 4 fp32, 2 bf16, 1 8-bit; 0 when offloaded)",
     "activations": "per block s·b·(5h + h+2kv + 3F)·2 bytes /(tp·cp) (FP8 storage: 1-byte GEMM inputs; --block-code: "
-                   "the eager block's tensors, line below), minus "
-                   "what checkpointing/recompute drops and offloaded blocks, + the larger of the loss's peak (logits by --loss, "
-                   "bytes per logit: standard 12, hf 16, compiled 4, compiled-fp32 8, inplace 2, megatron's standard "
-                   "6, megatron-v07 10; fused: one chunk) and what the backward adds after it (the recompute buffer, "
-                   "its gradients, the logits the loop keeps: hf 4 bytes, 0 where it frees them); with "
-                   "--pp the busier end of the pipeline (line below)",
+                   "the eager block's tensors, line below), minus what checkpointing/recompute drops and "
+                   "offloaded blocks, + the larger of the loss's peak (logits by --loss, bytes per logit: standard "
+                   "12, hf 16, compiled 4, compiled-fp32 8, inplace 2, megatron's standard 6, megatron-v07 10; "
+                   "fused: one chunk) and what the backward adds after it (the recompute buffer, its gradients, the "
+                   "logits the loop keeps: hf 4 bytes, 0 where it frees them); with --pp the busier end of the "
+                   "pipeline (line below)",
     "other": "FSDP buffers (2 gathered blocks + 1 block of fp32 grads) + Megatron's TE FP8 weight cache (line "
              "below) + 1 GiB CUDA context + NCCL buffers (channels x 9.19 MiB x ring + tree "
              "connections per communicator) + the fragmentation reserve, min(5% of allocated, 3 GiB) + with "

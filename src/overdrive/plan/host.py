@@ -48,9 +48,8 @@ On this project's CPU host the same op costs 3.6 µs (measure_host_ops.py: no ke
 that is the clock the ops'-worth figures above were timed on, and a GPU host is assumed to pay them the same
 multiple of its op, not measured. One host, one PyTorch set the figure; others differ either way (Qwen's 2023
 A100 rows imply 6-7 µs with LoRA at 256 tokens and 11-16 under ZeRO-3), and gpu_check.sh times the GPU's host.
-Compiled code (torch.compile) and the megatron
-stack (Transformer Engine's fused modules) dispatch a few ops per block; no floor is planned for them, but for
-ZeRO-3's hooks.
+Compiled code (torch.compile) and the megatron stack (Transformer Engine's fused modules) dispatch a few ops per
+block; no floor is planned for them, but for ZeRO-3's hooks.
 """
 
 from __future__ import annotations
