@@ -22,6 +22,7 @@ from plan_doc_sections import (MCORE_UNSEEN, blind_check_bullet, blind_check_sec
                                shaped_after_first_sight,
                                megatron_section, older_stacks_section, pytorch_unseen_section)
 from plan_doc_internlm import internlm_bullet, internlm_section
+from plan_doc_network import network_section
 from plan_doc_megatron import casts_section, gpt3_bullet, megatron_bf16_section, megatron_lm_rows, nemotron_bullet
 
 
@@ -338,6 +339,7 @@ caching allocator keeps freed blocks until something needs them; near capacity i
 which is why the fit rule does not charge this share: a 405B GB200 run with 177 GiB allocated completed on 185).
 
 {comm_section()}
+{network_section()}
 {megatron_section(val + cal)}
 ## What each stack implies
 

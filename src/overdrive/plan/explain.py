@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from overdrive.plan.choices import STATELESS
 from overdrive.plan.collectives import CONNECTION_BYTES, LINK_EFF
 from overdrive.formats import planned_format
@@ -183,6 +185,21 @@ def _te_cache_line(s, nbytes: float) -> str:
             f"Transformer Engine keeps each linear's quantised weight across micro-batches and steps, {held}")
 
 
+def _network_sensitivity(e: Estimate) -> str:
+    """The step on an assumed network (no --inter-gbs) replanned at a half and a quarter of it: how much the plan
+    rests on the assumption (many clusters give a GPU less than its reference system's NIC)."""
+    from overdrive.plan.estimate import estimate
+
+    s, parts = e.setup, []
+    for share in (0.5, 0.25):
+        o = estimate(e.model, dataclasses.replace(s, inter_gbs=s.net_gbs * share))
+        parts.append(f"at {gbs_text(s.net_gbs * share)} GB/s {o.tokens_per_s_per_gpu:,.0f} tokens/s per GPU "
+                     f"({100 * (o.tokens_per_s_per_gpu / e.tokens_per_s_per_gpu - 1):+.0f}%)")
+    return ("  the network is assumed, not given: " + ", ".join(parts)
+            + "; --inter-gbs plans the cluster's own (docs/plan-validation.md: the bandwidth each published run "
+              "would need)")
+
+
 def explain(e: Estimate) -> list[str]:
     """Lines describing every memory term (GiB) and time term (ms) of one estimate, with formulas."""
     s = e.setup
@@ -264,6 +281,8 @@ def explain(e: Estimate) -> list[str]:
         lines.append(f"  network across nodes: {gbs_text(s.net_gbs)} GB/s per GPU one way, at {LINK_EFF:.0%} of the wire ("
                      + ("--inter-gbs" if s.inter_gbs else f"{s.gpu.key}'s reference system: {s.gpu.nic_source}")
                      + "); the k ranks of a group on one node share k NICs (one ring per rail)")
+        if not s.inter_gbs and e.model is not None:
+            lines.append(_network_sensitivity(e))
     if c.get("dp_bcast"):
         lines.append(f"  weight broadcasts: {c['dp_bcast_calls']} calls per step, {1e3 * c['dp_bcast']:.1f} ms of which "
                      f"{1e3 * c['dp_bcast_latency']:.1f} ms latency (one per rank owning parameters: min(ranks, "

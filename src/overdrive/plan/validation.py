@@ -18,7 +18,7 @@ from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import MPT_SIZES, ModelSpec, get_model, mpt
 
 __all__ = ["load_runs", "predict", "evaluate", "summary", "markdown_table", "why_not_fitting", "plan_flags", "run_model",
-           "expressed_table", "memory_table"]
+           "expressed_table", "memory_table", "implied_network", "NETWORK_RANGE"]
 
 _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "tp", "pp", "vpp", "cp", "checkpointing",
                "pure_bf16", "fp8_all_gather", "compile", "async_tp", "inter_gbs", "optimizer_dtype", "stack", "loss", "fp8_activations", "grad_dtype", "recompute_layers",
@@ -92,6 +92,30 @@ def predict(r: dict, cal: dict | None = None) -> dict:
                    # "known gaps"), so those runs are shown but not counted in the FSDP memory figure
                    memory_fsdp=r.get("sharding") == "fsdp" and r.get("tp", 1) == 1 and r.get("pp", 1) == 1)
     return out
+
+
+NETWORK_RANGE = (0.25, 800.0)
+"""Per-GPU inter-node GB/s `implied_network` searches: a quarter of a 2 Gb/s link to four 1.6 Tb/s NICs per GPU."""
+
+
+def implied_network(r: dict, cal: dict | None = None) -> float | None:
+    """The per-GPU inter-node bandwidth (GB/s one way, as --inter-gbs) at which the plan meets the run's published
+    tokens/s, or None: a run on one node, or no bandwidth in `NETWORK_RANGE` closes the gap (what the plan misses is
+    not the network). A diagnostic of the tail, not a fit: nothing is changed by it. Geometric bisection on the
+    error, which rises with the bandwidth; to 1% of the bandwidth."""
+    if _setup(r).nodes <= 1:
+        return None
+    lo, hi = NETWORK_RANGE
+
+    def err(g: float) -> float:
+        return predict({**r, "inter_gbs": g}, cal)["error"]
+
+    if err(lo) > 0 or err(hi) < 0:
+        return None
+    while hi / lo > 1.01:
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if err(mid) < 0 else (lo, mid)
+    return (lo * hi) ** 0.5
 
 
 def evaluate(role: str | None = None, cal: dict | None = None) -> list[dict]:

@@ -1,0 +1,85 @@
+"""What network would close a gap: `implied_network` (the bandwidth at which the plan meets a published run),
+the doc's section built on it, and `--explain`'s sensitivity line on an assumed network."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from plan_cli import run  # noqa: F401 (a fixture)
+from overdrive.plan.validation import NETWORK_RANGE, _setup, implied_network, load_runs, predict
+
+DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "plan-validation.md")
+
+
+def _multi_node_run(comm_bound: bool) -> dict:
+    """A published multi-node run whose plan moves with the network (or, `comm_bound` False, any multi-node run)."""
+    for r in load_runs():
+        if r.get("memory_only") or _setup(r).nodes <= 1:
+            continue
+        if not comm_bound:
+            return r
+        slow = predict({**r, "inter_gbs": 2.0})["predicted"]
+        if slow < 0.8 * predict({**r, "inter_gbs": 50.0})["predicted"]:
+            return r
+    raise AssertionError("no published multi-node run moves with the network")
+
+
+@pytest.mark.parametrize("planted", [1.3, 4.0, 17.0])
+def test_implied_network_recovers_a_planted_bandwidth(planted):
+    """A run published at what the plan says at `planted` GB/s per GPU: the search finds `planted` back (1%)."""
+    r = _multi_node_run(comm_bound=True)
+    twin = {**r, "tps": predict({**r, "inter_gbs": planted})["predicted"]}
+    twin.pop("inter_gbs", None)
+    assert implied_network(twin) == pytest.approx(planted, rel=0.02)
+
+
+def test_no_bandwidth_means_none_and_one_node_means_none():
+    r = _multi_node_run(comm_bound=False)
+    fastest = predict({**r, "inter_gbs": NETWORK_RANGE[1]})["predicted"]
+    assert implied_network({**r, "tps": fastest * 1.5}) is None       # slower than published at any bandwidth
+    slowest = predict({**r, "inter_gbs": NETWORK_RANGE[0]})["predicted"]
+    assert implied_network({**r, "tps": slowest / 1.5}) is None       # faster than published at any bandwidth
+    one = next(r for r in load_runs() if _setup(r).nodes == 1 and not r.get("memory_only"))
+    assert implied_network(one) is None
+
+
+def test_the_doc_renders_the_tail_against_the_network():
+    from plan_doc_network import network_rows, network_section
+
+    doc = open(DOC).read()
+    assert network_section() in doc, "docs/plan-validation.md is stale: run scripts/plan_validation_doc.py"
+    rows = network_rows()
+    assert rows and all(abs(x["error"]) > 0.25 for x in rows)
+    for x in rows:   # each bandwidth printed is one at which the plan meets the run
+        if x["implied"] is not None:
+            r = next(r for r in load_runs() if r["id"] == x["id"])
+            assert abs(predict({**r, "inter_gbs": x["implied"]})["error"]) < 0.02, x["id"]
+
+
+def _tps(text: str, gbs: str) -> float:
+    m = re.search(rf"at {re.escape(gbs)} GB/s ([\d,]+) tokens/s per GPU", text)
+    assert m, text[-1500:]
+    return float(m.group(1).replace(",", ""))
+
+
+def test_explain_replans_an_assumed_network_at_a_half_and_a_quarter(run):
+    args = ("--model", "llama3-8b", "--gpu", "a100-80", "--nodes", "8", "--seq", "2048", "--precision", "bf16",
+            "--sharding", "fsdp", "--checkpointing", "full", "--micro-batch", "1", "--global-batch", "64")
+    out = run(*args, "--explain")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "the network is assumed, not given:" in text
+    step = float(re.search(r"-> ([\d,]+) tokens/s per GPU", text).group(1).replace(",", ""))
+    half, quarter = _tps(text, "12.5"), _tps(text, "6.25")
+    assert quarter <= half <= step and quarter < step   # this plan waits on the network: less of it, slower
+    given = run(*args, "--explain", "--inter-gbs", "25")
+    assert given.returncode == 0 and "network across nodes" in given.stdout
+    assert "the network is assumed" not in " ".join(given.stdout.split())   # the user's own is not second-guessed
+    assert args[4:6] == ("--nodes", "8")
+    one = run(*args[:5], "1", *args[6:], "--explain")
+    assert one.returncode == 0, one.stderr
+    text = " ".join(one.stdout.split())
+    assert "tokens/s per GPU" in text and "the network is assumed" not in text   # nothing crosses a network
