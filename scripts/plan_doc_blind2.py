@@ -6,7 +6,7 @@ figure was read back. Every row keeps that plan (`first_planned`); four of the s
 
 from overdrive.plan.comm import comm_times
 from overdrive.plan.host import HOST_US_PER_OP, ZERO_SLICED_POST, ZERO_SLICED_PRE, zero_sliced_ops
-from overdrive.plan.validation import _setup, expressed_table, load_runs, run_model, summary
+from overdrive.plan.validation import _setup, expressed_table, implied_host_us, load_runs, run_model, summary
 from plan_doc_helpers import _med_worst
 
 BLIND2_SOURCES = ("QwenLM/Qwen", "hpcaitech/ColossalAI", "alibaba/Megatron-LLaMA", "huggingface/nanotron",
@@ -35,6 +35,20 @@ def _first(r: dict) -> float:
 
 def _name(src: str) -> str:
     return src.split("/")[1].split(" ")[0]
+
+
+def _host_us_span(match) -> str:
+    """The µs per op at which the plan meets the runs `match` picks (implied_host_us), lowest to highest."""
+    got = sorted(v for r in load_runs() if match(r) and (v := implied_host_us(r)) is not None)
+    return f"{got[0]:.0f}-{got[-1]:.0f}"
+
+
+def _qwen_zero3(r: dict) -> bool:
+    return r["id"].startswith("Qwen") and r.get("sharding") == "zero3" and r["seq"] <= 1024
+
+
+def _qwen_lora256(r: dict) -> bool:
+    return r["id"].startswith("Qwen") and bool(r.get("lora_rank")) and r.get("sharding") == "none" and r["seq"] == 256
 
 
 def _span_ids(rows: list[dict], prefixes: tuple, key: str = "error") -> str:
@@ -107,8 +121,9 @@ def blind2_bullet(val: list[dict]) -> str:
   ZeRO-3 at short sequences still planned fast ({_span_ids(rows, ('Qwen qwen-7b Full', 'Qwen qwen-1.8b Full'))}:
   its per-module hooks, timed on a CPU host in ops' worth, are in the floor at {HOST_US_PER_OP} µs an op, a
   published B200 host's eager step over its ops, which assumes a GPU host's hook costs the same multiple of an op
-  as a CPU host's; Qwen's ZeRO-3 rows imply 11-16 µs an op on their 2023 A100 hosts with PyTorch 2.0, its LoRA rows
-  at 256 tokens about 6-7, and gpu_check's host_us step is there to measure a GPU host's);
+  as a CPU host's; Qwen's ZeRO-3 rows up to 1,024 tokens imply {_host_us_span(_qwen_zero3)} µs an op on their
+  2023 A100 hosts with PyTorch 2.0, its LoRA rows at 256 tokens {_host_us_span(_qwen_lora256)} (`implied_host_us`,
+  the section on the plan's assumed figures), and gpu_check's host_us step is there to measure a GPU host's);
   Qwen's LoRA under ZeRO-2 on 2 nodes at half the
   one-GPU rate ({_span_ids(rows, ('Qwen qwen-7b LoRA multinode',))}, not modelled); {_zero_sliced_text(rows)},
   where its DDP twin reads {_span_ids(rows, ('nanotron 8.86B 512x',))} and every run at 4 to 32 data-parallel

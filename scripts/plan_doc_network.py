@@ -1,88 +1,137 @@
-"""docs/plan-validation.md's section on the tail and the network: for every published run the plan misses by more
-than `TAIL` on more than one node, the per-GPU inter-node bandwidth at which the plan would meet it
-(`overdrive.plan.validation.implied_network`), beside the bandwidth it was planned at. A diagnostic, not a fit:
-nothing is refitted or changed by it. A source whose tail rows all imply one bandwidth may have run on that network
-(most do not publish theirs); rows of one source that imply bandwidths far apart, or none, miss something else."""
+"""docs/plan-validation.md's sections on the tail against the plan's two assumed figures, the network across nodes
+and the host's µs per eager op: for every published run the plan misses by more than `TAIL` where the figure moves
+the plan, the value at which the plan would meet it (`overdrive.plan.validation.implied_network`,
+`implied_host_us`), beside the value it was planned at. A diagnostic, not a fit: nothing is refitted or changed by
+it. A source whose tail rows all imply one value may have run there (most publish neither); rows of one source that
+imply values far apart, or none, miss something else."""
 
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass
 from statistics import median
+from typing import Callable
 
 from overdrive.env.catalog import gpu_by_key
+from overdrive.plan.choices import HOST_US_RANGE
+from overdrive.plan.host import HOST_US_PER_OP, host_time, host_us
 from overdrive.plan.setup import gbs_text
-from overdrive.plan.validation import NETWORK_RANGE, _setup, implied_network, load_runs, predict
+from overdrive.plan.validation import (NETWORK_RANGE, _setup, implied_host_us, implied_network, load_runs, predict,
+                                       run_model)
 
 TAIL = 0.25
 """|tokens/s error| above which a run counts in the tail (the issue's worst-case target)."""
 AGREE = 1.5
-"""A source's tail rows agree on a network when their implied bandwidths are within this ratio of each other."""
+"""A source's tail rows agree on a value when their implied values are within this ratio of each other."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One assumed figure: the setup field that sets it, its unit and range, and the runs it moves."""
+    key: str
+    unit: str
+    what: str
+    span: tuple[float, float]
+    implied: Callable[[dict], float | None]
+    planned: Callable[[dict], float]
+    moves: Callable[[dict], bool]
+    default: str
+
+
+def _host_moves(r: dict) -> bool:
+    return host_time(run_model(r), _setup(r)) > 0
+
+
+NETWORK = Figure("inter_gbs", "GB/s per GPU", "network", NETWORK_RANGE, implied_network, lambda r: _setup(r).net_gbs,
+                 lambda r: _setup(r).nodes > 1, "the GPU's reference system")
+HOST = Figure("host_us", "µs per op", "host", HOST_US_RANGE, implied_host_us, lambda r: host_us(_setup(r)),
+              _host_moves, "a B200 host's")
+
+
+def _text(v: float) -> str:
+    return gbs_text(v)
 
 
 def _source(r: dict) -> str:
     return r["source"].split(" (")[0].split(",")[0].split(" @")[0]
 
 
-def network_rows() -> list[dict]:
-    """The tail's multi-node runs (as rated: not a run its own source flags as a defect) with their implied network."""
+def _counted(r: dict) -> bool:
+    """Runs as rated: throughput runs, not one its own source flags as a defect."""
+    return not r.get("memory_only") and not r.get("stack_bug")
+
+
+def tail_rows(f: Figure) -> list[dict]:
+    """The tail's runs that `f` moves, with the value at which the plan meets each."""
     out = []
     for i, r in enumerate(load_runs()):
-        if r.get("memory_only") or r.get("stack_bug") or _setup(r).nodes <= 1:
+        if not _counted(r) or not f.moves(r):
             continue
         p = predict(r)
         if abs(p["error"]) <= TAIL:
             continue
-        out.append({"id": r["id"], "source": _source(r), "error": p["error"], "planned_gbs": _setup(r).net_gbs,
-                    "given": "inter_gbs" in r, "implied": implied_network(r), "order": i})
+        out.append({"id": r["id"], "source": _source(r), "error": p["error"], "planned": f.planned(r),
+                    "given": f.key in r, "implied": f.implied(r), "order": i})
     return sorted(out, key=lambda x: (x["source"], x["order"]))
 
 
-def _others_at(src: str, tail: set[str], gbs: float) -> str:
-    """The source's other multi-node runs replanned at `gbs`: how far their error moves (the same cluster's runs
-    must stand the same network)."""
-    others = [r for r in load_runs() if _source(r) == src and r["id"] not in tail and not r.get("memory_only")
-              and not r.get("stack_bug") and _setup(r).nodes > 1]
+def network_rows() -> list[dict]:
+    return tail_rows(NETWORK)
+
+
+def _others_at(f: Figure, src: str, tail: set[str], v: float) -> str:
+    """The source's other runs that `f` moves, replanned at `v`: how far their error moves (the same cluster's or
+    host's runs must stand the same value)."""
+    others = [r for r in load_runs() if _source(r) == src and r["id"] not in tail and _counted(r) and f.moves(r)]
     if not others:
-        return "; the source has no other run on more than one node to check it against"
+        return f"; the source has no other run the {f.what} moves to check it against"
     now = sorted(abs(predict(r)["error"]) for r in others)
-    then = sorted(abs(predict({**r, "inter_gbs": gbs})["error"]) for r in others)
+    then = sorted(abs(predict({**r, f.key: v})["error"]) for r in others)
     if len(others) == 1:
-        return (f"; its other multi-node run would read {100 * then[0]:.0f}% at that bandwidth "
-                f"(now {100 * now[0]:.0f}%)")
-    return (f"; its {len(others)} other multi-node runs would read median {100 * median(then):.0f}%, worst "
-            f"{100 * then[-1]:.0f}% at that bandwidth (now {100 * median(now):.0f}%, {100 * now[-1]:.0f}%)")
+        return f"; its other run the {f.what} moves would read {100 * then[0]:.0f}% there (now {100 * now[0]:.0f}%)"
+    return (f"; its {len(others)} other runs the {f.what} moves would read median {100 * median(then):.0f}%, worst "
+            f"{100 * then[-1]:.0f}% there (now {100 * median(now):.0f}%, {100 * now[-1]:.0f}%)")
 
 
-def _verdict(rows: list[dict]) -> str:
+def _verdict(f: Figure, rows: list[dict]) -> str:
     got = [x["implied"] for x in rows if x["implied"] is not None]
     if not got:
-        return "no bandwidth closes it"
+        return f"no {f.what} in range closes it"
     if len(got) < len(rows):
-        return "not the network: some of its rows close at no bandwidth"
+        return f"not the {f.what}: some of its rows close at no value in range"
     if max(got) / min(got) <= AGREE:
-        g = (min(got) * max(got)) ** 0.5
-        said = (f"one network would explain them, {gbs_text(min(got))}-{gbs_text(max(got))} GB/s per GPU"
-                if len(rows) > 1 else f"{gbs_text(got[0])} GB/s per GPU would explain it")
-        return said + _others_at(rows[0]["source"], {x["id"] for x in rows}, g)
-    return f"not the network alone: its rows imply {gbs_text(min(got))} to {gbs_text(max(got))} GB/s per GPU"
+        planned = rows[0]["planned"]
+        scale = (f"{min(got) / planned:.2g}-{max(got) / planned:.2g}x" if len(got) > 1 else
+                 f"{got[0] / planned:.2g}x") + f" the planned {_text(planned)}"
+        said = (f"one {f.what} would explain them, {_text(min(got))}-{_text(max(got))} {f.unit} ({scale})"
+                if len(rows) > 1 else f"{_text(got[0])} {f.unit} ({scale}) would close it")
+        return said + _others_at(f, rows[0]["source"], {x["id"] for x in rows}, (min(got) * max(got)) ** 0.5)
+    return f"not the {f.what} alone: its rows imply {_text(min(got))} to {_text(max(got))} {f.unit}"
 
 
-def network_section() -> str:
-    rows = network_rows()
-    lo, hi = NETWORK_RANGE
-    a100, h100 = (gbs_text(gpu_by_key(k).nic_gbs) for k in ("a100-80", "h100-sxm"))
-    table = ["| Run | Error | Planned at (GB/s per GPU) | Meets the published figure at |", "|---|---:|---:|---:|"]
+def _table(f: Figure) -> str:
+    rows = tail_rows(f)
+    lo, hi = f.span
+    head = f"| Run | Error | Planned at ({f.unit}) | Meets the published figure at |"
+    table = [head, "|---|---:|---:|---:|"]
     for x in rows:
-        at = f"{gbs_text(x['implied'])} GB/s" if x["implied"] is not None else f"none in {lo:g}-{hi:g}"
-        planned = gbs_text(x["planned_gbs"]) + (" (the row's)" if x["given"] else " (the GPU's reference system)")
+        at = f"{_text(x['implied'])} {f.unit}" if x["implied"] is not None else f"none in {lo:g}-{hi:g}"
+        planned = _text(x["planned"]) + (" (the row's)" if x["given"] else f" ({f.default})")
         table.append(f"| {x['id']} | {100 * x['error']:+.0f}% | {planned} | {at} |")
     by_src: dict[str, list[dict]] = {}
     for x in rows:
         by_src.setdefault(x["source"], []).append(x)
-    verdicts = "\n".join(textwrap.fill(f"- {src} ({len(v)} run{'s' if len(v) > 1 else ''}): {_verdict(v)}",
+    verdicts = "\n".join(textwrap.fill(f"- {src} ({len(v)} run{'s' if len(v) > 1 else ''}): {_verdict(f, v)}",
                                        width=118, subsequent_indent="  ", break_on_hyphens=False)
                          for src, v in by_src.items())
-    return f"""## The tail and the network: what bandwidth would close each gap
+    return "\n".join(table) + "\n\n" + verdicts
+
+
+def network_section() -> str:
+    lo, hi = NETWORK_RANGE
+    a100, h100 = (gbs_text(gpu_by_key(k).nic_gbs) for k in ("a100-80", "h100-sxm"))
+    hlo, hhi = HOST_US_RANGE
+    return f"""## The tail and the plan's two assumed figures: what network, what host would close each gap
 
 Many sources do not publish their network, and the plan then assumes the GPU's reference system (DGX A100:
 {a100} GB/s per GPU, DGX H100: {h100}). For every run on more than one node that the plan misses by more than
@@ -94,7 +143,14 @@ the source's other multi-node runs are replanned at it to check; when they disag
 bandwidth, the gap is something else. `overdrive plan --explain` prints the same sensitivity for a plan on an
 assumed network (at a half and a quarter of it).
 
-{chr(10).join(table)}
+{_table(NETWORK)}
 
-{verdicts}
+No source publishes its host's speed either: the plan's host-bound floor (host.py) prices an eager ATen op at
+{HOST_US_PER_OP:g} µs, one B200 host's published step, unless `--host-us` gives the host's own. For every run the
+plan misses by more than {100 * TAIL:.0f}% whose plan has a host floor (eager PyTorch, DeepSpeed ZeRO-3's hooks,
+nanotron's sliced ZeRO-1), the µs per op at which the plan would meet it (`implied_host_us`, {hlo:g} to {hhi:g}
+µs); a value in the hundreds says the host is not the gap. The runs of one source ran on one kind of host, and
+the same check applies. `overdrive plan --explain` replans a host-bound plan at twice and half its µs per op.
+
+{_table(HOST)}
 """

@@ -1,5 +1,6 @@
-"""What network would close a gap: `implied_network` (the bandwidth at which the plan meets a published run),
-the doc's section built on it, and `--explain`'s sensitivity line on an assumed network."""
+"""The plan's two assumed figures, the network across nodes and the host's µs per eager op: what value would close
+a published run's gap (`implied_network`, `implied_host_us`), the doc's section built on them, `--host-us` for a
+host's own figure, and `--explain`'s sensitivity lines where a figure is assumed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import re
 import pytest
 
 from plan_cli import run  # noqa: F401 (a fixture)
-from overdrive.plan.validation import NETWORK_RANGE, _setup, implied_network, load_runs, predict
+from overdrive.plan.host import HOST_US_PER_OP
+from overdrive.plan.validation import NETWORK_RANGE, _setup, implied_host_us, implied_network, load_runs, predict
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "plan-validation.md")
 
@@ -83,3 +85,64 @@ def test_explain_replans_an_assumed_network_at_a_half_and_a_quarter(run):
     assert one.returncode == 0, one.stderr
     text = " ".join(one.stdout.split())
     assert "tokens/s per GPU" in text and "the network is assumed" not in text   # nothing crosses a network
+
+
+def _host_bound_run() -> dict:
+    """A published one-node run whose plan the host bounds from 4 µs per op up (below, the GPU may: flat)."""
+    for r in load_runs():
+        if r.get("memory_only") or _setup(r).nodes > 1:
+            continue
+        if predict({**r, "host_us": 4.0})["predicted"] < 0.6 * predict({**r, "host_us": 2.0})["predicted"]:
+            return r
+    raise AssertionError("no published run moves with the host's µs per op")
+
+
+@pytest.mark.parametrize("planted", [5.0, 12.0, 30.0])
+def test_implied_host_us_recovers_a_planted_speed(planted):
+    r = _host_bound_run()
+    twin = {**r, "tps": predict({**r, "host_us": planted})["predicted"]}
+    assert implied_host_us(twin) == pytest.approx(planted, rel=0.02)
+    assert implied_host_us({**r, "tps": predict({**r, "host_us": 0.1})["predicted"] * 1.5}) is None   # too fast
+
+
+BOUND = ("--model", "llama3-1b", "--gpu", "a100-80", "--gpus", "1", "--seq", "512", "--global-batch", "8",
+         "--micro-batch", "1", "--precision", "bf16", "--sharding", "zero3", "--checkpointing", "full", "--no-compile")
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "nan", "inf", "5000"])
+def test_host_us_out_of_range_is_one_line_and_exit_2(run, bad):
+    out = run(*BOUND, "--host-us", bad)
+    assert out.returncode == 2 and "--host-us" in out.stderr and "µs" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not out.stdout
+
+
+def test_host_us_plans_the_users_host_and_says_so(run):
+    import json
+
+    base = json.loads(run(*BOUND, "--json").stdout)
+    assert (base["host_us"], base["host_us_source"]) == (HOST_US_PER_OP, "a B200 host's eager step")
+    slow = json.loads(run(*BOUND, "--json", "--host-us", str(3 * HOST_US_PER_OP)).stdout)
+    assert (slow["host_us"], slow["host_us_source"]) == (3 * HOST_US_PER_OP, "--host-us")
+    assert slow["top"]["host_us"] == 3 * HOST_US_PER_OP
+    assert slow["top"]["tokens_per_s_per_gpu"] < 0.6 * base["top"]["tokens_per_s_per_gpu"]   # host-bound: ~1/3
+    text = " ".join(run(*BOUND, "--explain").stdout.split())
+    assert f"the host's dispatch bounds this step: {HOST_US_PER_OP:g} µs per op (a B200 host's eager step)" in text
+    step = float(re.search(r"-> ([\d,]+) tokens/s per GPU", text).group(1).replace(",", ""))
+    m = re.search(r"at ([\d.]+) µs ([\d,]+) tokens/s per GPU \(([-+]\d+)%\), at ([\d.]+) µs ([\d,]+) tokens/s", text)
+    assert m and float(m.group(1)) == 2 * HOST_US_PER_OP and float(m.group(4)) == HOST_US_PER_OP / 2
+    assert float(m.group(2).replace(",", "")) < step < float(m.group(5).replace(",", ""))
+    given = " ".join(run(*BOUND, "--explain", "--host-us", "20").stdout.split())
+    assert "bounds this step: 20 µs per op (--host-us)" in given and "--host-us plans your host's" not in given
+
+
+def test_host_us_on_a_plan_without_a_host_floor_changes_nothing_and_says_why(run):
+    compiled = [a for a in BOUND if a != "--no-compile"]
+    compiled[compiled.index("zero3")] = "fsdp"
+    a, b = (run(*compiled, "--json", *extra) for extra in ((), ("--host-us", "50")))
+    import json
+
+    da, db = json.loads(a.stdout), json.loads(b.stdout)
+    assert da["top"]["tokens_per_s_per_gpu"] == db["top"]["tokens_per_s_per_gpu"]
+    assert any("--host-us 50 changes nothing here: no host floor is planned for compiled code" in n
+               for n in db["top"]["notes"])
+    assert "the host's dispatch bounds" not in " ".join(run(*compiled, "--explain").stdout.split())

@@ -109,12 +109,11 @@ def _run_sweep(args: argparse.Namespace, console) -> int:
     return 0
 
 
-_SAME_NAME = ("nodes", "seq", "tp", "pp", "vpp", "cp", "optimizer_dtype", "optimizer", "master_weights", "optimizer_in_backward",
-              "fp8_all_gather", "intra_gbs", "inter_gbs", "offload", "loss", "lora_rank", "pure_bf16", "fp8_activations",
-              "recompute_layers", "offload_activations", "grad_dtype", "embedding_in_pipeline_split", "stack", "attention",
-              "z_loss", "fused_kernels", "deepspeed_pipeline", "embed_norm", "dropout", "zero_broadcast", "zero_sliced",
-              "pp_keep_outputs", "unfused_ops",
-              "doc_len")
+_SAME_NAME = ("nodes", "seq", "tp", "pp", "vpp", "cp", "optimizer_dtype", "optimizer", "master_weights",
+              "optimizer_in_backward", "fp8_all_gather", "intra_gbs", "inter_gbs", "host_us", "offload", "loss",
+              "lora_rank", "pure_bf16", "fp8_activations", "recompute_layers", "offload_activations", "grad_dtype",
+              "embedding_in_pipeline_split", "stack", "attention", "z_loss", "fused_kernels", "deepspeed_pipeline",
+              "embed_norm", "dropout", "zero_broadcast", "zero_sliced", "pp_keep_outputs", "unfused_ops", "doc_len")
 """Flags whose value is the TrainSetup field of the same name."""
 
 
@@ -163,8 +162,7 @@ def _search_lists(args: argparse.Namespace) -> dict:
 
 
 def _explain_top(r: dict, model, setup: dict, gpu) -> list[str]:
-    """--explain: every term of the pick, re-planned from the precision asked (before "→"), so the explanation
-    carries the fallback's label and note."""
+    """--explain: the pick's terms, re-planned from the precision asked (before "→"): the fallback's label kept."""
     from overdrive.plan import TrainSetup, estimate, explain
 
     e = r["top"] or r["candidates"][0]
@@ -357,6 +355,8 @@ def _add_stack_args(a) -> None:
     a("--calibrate", metavar="RESULTS.json", help="take the GEMM efficiency from an overdrive bench result")
     a("--intra-gbs", type=float, help="per-GPU intra-node bandwidth GB/s (default: NVLink of the GPU)")
     a("--inter-gbs", type=float, help="per-GPU inter-node GB/s (default: the GPU's reference system's NIC)")
+    a("--host-us", type=float, help="µs the host spends per eager op (default 8.6, a published B200 host's; "
+                                    "scripts/host_us_published.py --device cuda measures yours)")
 
 
 def _add_custom_model_args(a) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from overdrive.formats import planned_presets
 
 __all__ = ["PRECISIONS", "LOW_PRECISION", "LOW_PRECISION_SEARCHED", "SHARDINGS", "SHARDING_ALIASES", "CHECKPOINTING",
-           "SHARDED_WEIGHTS", "RECOMPUTE_MODULES", "GRAD_DTYPES", "ATTENTIONS", "MIN_EFFICIENCY", "BANDWIDTH_GBS", "MAX_COUNT", "OPTIMIZER_DTYPES",
+           "SHARDED_WEIGHTS", "RECOMPUTE_MODULES", "GRAD_DTYPES", "ATTENTIONS", "MIN_EFFICIENCY", "BANDWIDTH_GBS",
+           "HOST_US_RANGE", "MAX_COUNT", "OPTIMIZER_DTYPES",
            "OPTIMIZER_STATES", "STATELESS", "OPTIMIZER_NAMES", "EIGHT_BIT", "OPTIMIZERS", "OPTIMIZER_ALIASES", "MASTER_WEIGHTS", "OFFLOADS", "LOSSES", "STACKS",
            "STACK_ALIASES", "BLOCK_CODES", "GATHER_DTYPES", "UNFUSED_OPS"]
 
@@ -46,6 +47,8 @@ MIN_EFFICIENCY = 0.01
 """Below 1% of peak is no GPU's GEMM: the step time would overflow to infinity."""
 BANDWIDTH_GBS = (0.1, 100_000.0)
 """Per-GPU link speeds accepted, GB/s (NVLink 5 is 1,800; a 1 Gb/s link is 0.125)."""
+HOST_US_RANGE = (0.1, 1000.0)
+"""µs per eager op accepted (--host-us): a fast host dispatches an ATen op in a few µs, none takes a millisecond."""
 MAX_COUNT = 1 << 40
 """Largest sequence, batch or GPU count accepted: every product of them stays an exact, finite float."""
 OPTIMIZER_DTYPES = ("fp32", "bf16", "8bit")

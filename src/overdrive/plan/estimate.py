@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from overdrive.plan.attention import attention_kernel, head_dim_refusal
 from overdrive.plan.collectives import PCIE_GBS, nccl_channels
 from overdrive.plan.engine_memory import nccl_buffer_bytes
-from overdrive.plan.host import HOST_US_PER_OP, host_note, host_time, zero_sliced_ops
+from overdrive.plan.host import host_note, host_time, host_us, zero_sliced_ops
 from overdrive.plan.comm import comm_times, dp_exposed
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, GIB, lora_params, memory_breakdown,
                                    reserve_bytes, terms)
@@ -193,7 +193,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     # --zero-sliced, after the backward: the GPU runs the gradients' all-reduce, then the weights' all-gather (then
     # the copies back, whose GPU time is not measured); the host, which nothing makes wait for the all-reduce,
     # slices and flattens, then enqueues the copies: the next forward starts when both are done (comm.py, host.py)
-    pre, post = (x * HOST_US_PER_OP * 1e-6 for x in zero_sliced_ops(s, cm["zero_sliced_tensors"]))
+    pre, post = (x * host_us(s) * 1e-6 for x in zero_sliced_ops(s, cm["zero_sliced_tensors"]))
     after = max(exposed + cm["dp_after"], pre + post) - exposed if cm["dp_after"] else 0.0
     if after > 0.05 * (n * t_mb):
         uneven = (f", as {cm['dp_after_calls']} broadcasts: a tensor does not split evenly over the ranks"
@@ -201,7 +201,7 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
         notes.append(f"nanotron's sliced ZeRO-1: after the backward, beyond the gradients' all-reduce, "
                      f"{after * 1e3:.0f} ms with nothing to hide under: the host's slices, flattens and copies of "
                      f"{cm['zero_sliced_tensors']} tensors {s.shards} ways ({(pre + post) * 1e3:.0f} ms at "
-                     f"{HOST_US_PER_OP} µs per op, in ops' worth timed on a CPU host; the copies' GPU time not "
+                     f"{host_us(s):g} µs per op, in ops' worth timed on a CPU host; the copies' GPU time not "
                      f"counted) against the weights' all-gather ({cm['dp_after'] * 1e3:.0f} ms on the wire{uneven}); "
                      "a contiguous ZeRO-1, Megatron's or DeepSpeed's, moves one buffer per bucket")
     if exposed > 0.05 * (n * t_mb) and cm["dp"] > s.overlap * hide:
@@ -233,6 +233,9 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
                      f"(MFU counts only the documents' s·{s.doc_len})")
     if s.nodes == 1 and s.inter_gbs is not None:
         notes.append(f"--inter-gbs {gbs_text(s.inter_gbs)} changes nothing here: one node, nothing crosses the network")
+    if s.host_us is not None and host == 0:
+        notes.append(f"--host-us {s.host_us:g} changes nothing here: no host floor is planned for "
+                     + ("the megatron stack" if s.stack != "pytorch" else "compiled code without ZeRO-3's hooks"))
     if s.world == 1 and s.intra_gbs is not None:
         notes.append(f"--intra-gbs {gbs_text(s.intra_gbs)} changes nothing here: one GPU, nothing to communicate")
     if cm["tp_nodes"] > 1:

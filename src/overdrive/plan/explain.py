@@ -9,7 +9,7 @@ from overdrive.plan.collectives import CONNECTION_BYTES, LINK_EFF
 from overdrive.formats import planned_format
 from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_groups, weight_copies
 from overdrive.plan.estimate import Estimate
-from overdrive.plan.host import HOST_US_PER_OP, OPS_OUTSIDE_BLOCKS
+from overdrive.plan.host import HOST_US_PER_OP, OPS_OUTSIDE_BLOCKS, host_us, host_us_source
 from overdrive.plan.setup import gbs_text
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, RESERVED_SHARE, act_tensors,
                                    backward_grad_bytes, state_bytes_per_param, terms)
@@ -63,7 +63,8 @@ _TIME = {
     "offload_exposed": "activation offload out and back over the host link beyond the micro-batch's compute",
     "host_exposed": f"the GPU waiting for the host: (eager PyTorch's dispatch, blocks × ops per block + "
                     f"{OPS_OUTSIDE_BLOCKS}, none when compiled; + blocks × ZeRO-3's hooks in ops' worth with "
-                    f"--sharding zero3, compiled or not) × {HOST_US_PER_OP} µs per micro-batch beyond its GPU work "
+                    f"--sharding zero3, compiled or not) × µs per op ({HOST_US_PER_OP} unless --host-us) per "
+                    "micro-batch beyond its GPU work "
                     "(host.py; the µs from a published B200 host's eager step over its ops; ZeRO-3's ops' worth "
                     "timed on a CPU host)",
     "optimizer": "16 + 8 per state bytes per parameter of this GPU's shard over HBM (AdamW: 32; offloaded: PCIe "
@@ -200,6 +201,21 @@ def _network_sensitivity(e: Estimate) -> str:
               "would need)")
 
 
+def _host_sensitivity(e: Estimate) -> str:
+    """A plan the host bounds, replanned at twice and half its µs per op: the host's speed is one host's figure
+    (a published B200 host's, or --host-us), and a host-bound step moves with it."""
+    from overdrive.plan.estimate import estimate
+
+    s, parts = e.setup, []
+    for k in (2.0, 0.5):
+        o = estimate(e.model, dataclasses.replace(s, host_us=host_us(s) * k))
+        parts.append(f"at {host_us(s) * k:g} µs {o.tokens_per_s_per_gpu:,.0f} tokens/s per GPU "
+                     f"({100 * (o.tokens_per_s_per_gpu / e.tokens_per_s_per_gpu - 1):+.0f}%)")
+    return (f"  the host's dispatch bounds this step: {host_us(s):g} µs per op ({host_us_source(s)}); "
+            + ", ".join(parts) + ("" if s.host_us else "; --host-us plans your host's (scripts/host_us_published.py "
+                                  "--device cuda measures it)"))
+
+
 def explain(e: Estimate) -> list[str]:
     """Lines describing every memory term (GiB) and time term (ms) of one estimate, with formulas."""
     s = e.setup
@@ -267,6 +283,8 @@ def explain(e: Estimate) -> list[str]:
         if e.times.get(k):
             lines.append(f"  ({k} {1e3 * e.times[k]:.1f} ms: not added, dp_exposed is what the step pays of it) "
                          f"{_TIME[k]}")
+    if e.times.get("host_exposed") and e.model is not None:
+        lines.append(_host_sensitivity(e))
     if e.times.get("attention") and s.attention != "unfused":
         lines.append(_attention_line(e))
     if s.low_precision and e.model is not None:

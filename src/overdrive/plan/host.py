@@ -47,7 +47,8 @@ no_grad, without autograd's bookkeeping: 6.3; benchmarks/results/cpu/2026-12-07-
 On this project's CPU host the same op costs 3.6 µs (measure_host_ops.py: no kernel launch, no caching allocator);
 that is the clock the ops'-worth figures above were timed on, and a GPU host is assumed to pay them the same
 multiple of its op, not measured. One host, one PyTorch set the figure; others differ either way (Qwen's 2023
-A100 rows imply 6-7 µs with LoRA at 256 tokens and 11-16 under ZeRO-3), and gpu_check.sh times the GPU's host.
+A100 rows imply 6-7 µs with LoRA at 256 tokens and 12-18 under ZeRO-3: validation.implied_host_us), gpu_check.sh
+times the GPU's host, and --host-us (TrainSetup.host_us) plans a host's own figure.
 Compiled code (torch.compile) and the megatron stack (Transformer Engine's fused modules) dispatch a few ops per
 block; no floor is planned for them, but for ZeRO-3's hooks.
 """
@@ -61,7 +62,7 @@ from overdrive.plan.specs import ModelSpec
 
 __all__ = ["HOST_US_PER_OP", "HOST_US_PER_OP_CPU", "OPS_PER_BLOCK", "OPS_OUTSIDE_BLOCKS", "ZERO3_OPS_PER_BLOCK",
            "eager_ops", "zero3_ops", "host_time", "host_note", "ZERO_SLICED_PRE", "ZERO_SLICED_POST",
-           "ZERO_SLICED_ACCUMULATE", "zero_sliced_ops", "accumulate_ops"]
+           "ZERO_SLICED_ACCUMULATE", "zero_sliced_ops", "accumulate_ops", "host_us", "host_us_source"]
 
 # scripts/measure_host_ops.py, 2026-12-07, torch 2.13.0 (CPU), transformers 5.25.0, peft 0.22.0:
 # benchmarks/results/cpu/2026-12-07-host-ops/host-ops.json. Keys: (LoRA, checkpointed, autocast).
@@ -85,6 +86,15 @@ ZERO3_OPS_PER_BLOCK = {(False, False): 539, (False, True): 612, (True, False): 1
 ZERO_SLICED_PRE = 0.41
 ZERO_SLICED_POST = 0.56
 ZERO_SLICED_ACCUMULATE = 0.91
+
+
+def host_us(s: TrainSetup) -> float:
+    """µs per eager op on this plan's host: --host-us, else `HOST_US_PER_OP` (a published B200 host's)."""
+    return s.host_us or HOST_US_PER_OP
+
+
+def host_us_source(s: TrainSetup) -> str:
+    return "--host-us" if s.host_us else "a B200 host's eager step"
 
 
 def _checkpointed_share(m: ModelSpec, s: TrainSetup) -> float:
@@ -144,7 +154,7 @@ def host_time(m: ModelSpec, s: TrainSetup) -> float:
     ZeRO-3, megatron). DeepSpeed runs its hooks eagerly around a compiled module (`compiler.disable`)."""
     if s.stack != "pytorch":
         return 0.0
-    return ((0.0 if s.compile else eager_ops(m, s)) + zero3_ops(m, s) + accumulate_ops(m, s)) * HOST_US_PER_OP * 1e-6
+    return ((0.0 if s.compile else eager_ops(m, s)) + zero3_ops(m, s) + accumulate_ops(m, s)) * host_us(s) * 1e-6
 
 
 def host_note(m: ModelSpec, s: TrainSetup, host: float, gpu: float) -> str:
@@ -156,5 +166,5 @@ def host_note(m: ModelSpec, s: TrainSetup, host: float, gpu: float) -> str:
     fix = "more tokens per micro-batch amortise it" + ("" if s.compile else ", torch.compile the eager ops") + (
         ", FSDP hooks a block where ZeRO-3 hooks each module" if z3 else "")
     return (f"host-bound: {' and '.join(parts)} per micro-batch{fused}, at least {host * 1e3:.1f} ms on the host "
-            f"({HOST_US_PER_OP} µs per op, a B200 host's eager step) vs {gpu * 1e3:.1f} ms of GPU work: the GPU waits "
+            f"({host_us(s):g} µs per op, {host_us_source(s)}) vs {gpu * 1e3:.1f} ms of GPU work: the GPU waits "
             f"({fix})")

@@ -8,6 +8,7 @@ import os
 from overdrive.env.catalog import GpuSpec, gpu_by_key
 from overdrive.formats import planned_format
 from overdrive.plan.estimate import Estimate, estimate
+from overdrive.plan.host import host_us, host_us_source
 from overdrive.plan.memory import GIB, terms
 from overdrive.plan.runnable import how_to_run, not_in_overdrive
 from overdrive.plan.choices import EIGHT_BIT, LOW_PRECISION_SEARCHED, OPTIMIZER_NAMES, STATELESS
@@ -226,8 +227,7 @@ def _search_space(base: TrainSetup, setup: dict, precisions, shardings, checkpoi
 
 
 def _check_asked(g: GpuSpec, base: TrainSetup, precisions: list, shardings) -> None:
-    """What the flags ask that no candidate could give: a precision this GPU runs, FP8 flags without FP8, HSDP
-    on one node."""
+    """What no candidate could give: a precision this GPU runs, FP8 flags without FP8, HSDP on one node."""
     runs_here = [p for p in precisions if len(precisions) == 1 or not fallback_precision(p, g)]
     if not runs_here:
         raise ValueError(f"none of --precision {','.join(precisions)} runs on {g.key}: ask for one alone to plan "
@@ -255,9 +255,8 @@ def rank(cands: list, margin: float) -> list:
 
 def plan(model: ModelSpec, gpu: GpuSpec | str, *, precisions=None, shardings=None, checkpointing=None,
          micro_batches=None, min_headroom_gib: float | None = None, **setup) -> dict:
-    """Rank every precision x sharding x checkpointing x micro-batch for `model` on `gpu`; `setup` holds the
-    other TrainSetup fields (gpus_per_node, nodes, seq, global_batch, tp, pp, cp, ...). Configurations that
-    leave less than `min_headroom_gib` free (default MIN_HEADROOM_SHARE of the GPU) rank after the others."""
+    """Rank every precision x sharding x checkpointing x micro-batch for `model` on `gpu` (`setup`: the other
+    TrainSetup fields); those leaving under `min_headroom_gib` free (default: MIN_HEADROOM_SHARE) rank last."""
     g = gpu_by_key(gpu) if isinstance(gpu, str) else gpu
     if min_headroom_gib is not None and not 0 <= min_headroom_gib < g.mem_gib:
         raise ValueError(f"--min-headroom {min_headroom_gib:g} GiB is outside 0-{g.mem_gib:.0f} (the {g.key}'s "
@@ -300,6 +299,7 @@ def _result(model: ModelSpec, g: GpuSpec, base: TrainSetup, cands: list, precisi
               "global_batch": base.global_batch, "tp": base.tp, "pp": base.pp, "cp": base.cp, "stack": base.stack,
               "efficiency": base.efficiency, "min_headroom_gib": margin, "intra_gbs": base.link_gbs,
               "inter_gbs": base.net_gbs, "inter_gbs_source": "--inter-gbs" if base.inter_gbs else g.nic_source,
+              "host_us": host_us(base), "host_us_source": host_us_source(base),
               "candidates": [{**cand_dict(e), "margin_ok": e.fits and e.headroom_gib >= margin} for e in ranked + rest],
               "notes": skipped + sorted({n for e in cands for n in e.notes if "not supported" in n})}
     if ranked:
@@ -314,7 +314,7 @@ def _result(model: ModelSpec, g: GpuSpec, base: TrainSetup, cands: list, precisi
 
 _SETTINGS = ("grad_dtype", "gather_dtype", "fp8_all_gather", "async_tp", "attention", "sequence_parallel",
              "sp_regather", "partition_activations", "overlap_grad_reduce", "deepspeed_pipeline",
-             "embedding_in_pipeline_split", "z_loss", "block_code", "fused_kernels", "embed_norm", "dropout",
+             "embedding_in_pipeline_split", "z_loss", "block_code", "fused_kernels", "embed_norm", "dropout", "host_us",
              "zero_broadcast", "zero_sliced", "zero_init", "pp_keep_outputs", "doc_len", "unfused_ops")
 """TrainSetup fields a candidate records beside its search axes (each changes the plan's figures)."""
 

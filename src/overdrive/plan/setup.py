@@ -208,6 +208,9 @@ class TrainSetup:
     """Per-GPU intra-node bandwidth, GB/s (default: the GPU's NVLink)."""
     inter_gbs: float | None = None
     """Per-GPU inter-node bandwidth, GB/s (default: the NIC per GPU of the GPU's reference system, `net_gbs`)."""
+    host_us: float | None = None
+    """µs the host spends dispatching one eager ATen op (default: host.HOST_US_PER_OP, a published B200 host's;
+    scripts/host_us_published.py --device cuda measures a host's own)."""
 
     def __post_init__(self):
         validate(self)   # setup_checks: aliases resolved, every value checked, contradictions refused

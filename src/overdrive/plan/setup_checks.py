@@ -12,10 +12,10 @@ import math
 
 from overdrive.formats import TE, find_format, planned_format, planned_presets
 from overdrive.plan.choices import (ATTENTIONS, BANDWIDTH_GBS, BLOCK_CODES, CHECKPOINTING, GATHER_DTYPES,
-                                    GRAD_DTYPES, LOSSES, MASTER_WEIGHTS, MAX_COUNT, MIN_EFFICIENCY, OFFLOADS,
-                                    NO_STEP, OPTIMIZER_ALIASES, OPTIMIZER_DTYPES, OPTIMIZERS, PRECISIONS, RECOMPUTE_MODULES,
-                                    STATELESS, EIGHT_BIT,
-                                    SHARDING_ALIASES, SHARDINGS, STACK_ALIASES, STACKS, UNFUSED_OPS)
+                                    HOST_US_RANGE, GRAD_DTYPES, LOSSES, MASTER_WEIGHTS, MAX_COUNT, MIN_EFFICIENCY,
+                                    OFFLOADS, NO_STEP, OPTIMIZER_ALIASES, OPTIMIZER_DTYPES, OPTIMIZERS, PRECISIONS,
+                                    RECOMPUTE_MODULES, STATELESS, EIGHT_BIT, SHARDING_ALIASES, SHARDINGS,
+                                    STACK_ALIASES, STACKS, UNFUSED_OPS)
 
 __all__ = ["validate"]
 
@@ -26,8 +26,7 @@ def _flag(field: str) -> str:
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...], fuzzy: bool = False) -> None:
-    """A value outside `allowed` is refused, with the allowed value it differs from only by case (or, `fuzzy`, the
-    closest spelling) as the fix."""
+    """Refuse a value outside `allowed`; the fix: the value it differs from by case (`fuzzy`: closest spelling)."""
     if value not in allowed:
         v = str(value).strip().lower()
         near = next((a for a in allowed if a == v), None) or (
@@ -291,6 +290,9 @@ def _check_rates(s) -> None:
         if v is not None and not BANDWIDTH_GBS[0] <= v <= BANDWIDTH_GBS[1]:
             raise ValueError(f"--{name.replace('_', '-')} {v} GB/s is outside {BANDWIDTH_GBS[0]}-"
                              f"{BANDWIDTH_GBS[1]:,} GB/s: give the per-GPU link speed in GB/s")
+    if s.host_us is not None and not HOST_US_RANGE[0] <= s.host_us <= HOST_US_RANGE[1]:   # NaN fails both
+        raise ValueError(f"--host-us {s.host_us} is outside {HOST_US_RANGE[0]}-{HOST_US_RANGE[1]:g} µs: give the "
+                         "host's µs per eager op (scripts/host_us_published.py --device cuda measures it)")
 
 
 def _check_layout(s) -> None:

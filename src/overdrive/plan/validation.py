@@ -12,16 +12,18 @@ from importlib import resources
 
 from overdrive.env.catalog import gpu_by_key
 from overdrive.plan.estimate import estimate
+from overdrive.plan.choices import HOST_US_RANGE
 from overdrive.plan.memory import CONTEXT_BYTES, GIB, RESERVED_SHARE
 from overdrive.plan.search import MICRO_BATCHES, default_margin_gib, rank
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import MPT_SIZES, ModelSpec, get_model, mpt
 
 __all__ = ["load_runs", "predict", "evaluate", "summary", "markdown_table", "why_not_fitting", "plan_flags", "run_model",
-           "expressed_table", "memory_table", "implied_network", "NETWORK_RANGE"]
+           "expressed_table", "memory_table", "implied_network", "implied_host_us", "NETWORK_RANGE"]
 
 _SETUP_KEYS = ("seq", "micro_batch", "global_batch", "precision", "sharding", "tp", "pp", "vpp", "cp", "checkpointing",
-               "pure_bf16", "fp8_all_gather", "compile", "async_tp", "inter_gbs", "optimizer_dtype", "stack", "loss", "fp8_activations", "grad_dtype", "recompute_layers",
+               "pure_bf16", "fp8_all_gather", "compile", "async_tp", "inter_gbs", "host_us", "optimizer_dtype",
+               "stack", "loss", "fp8_activations", "grad_dtype", "recompute_layers",
                "recompute_modules", "unfused_ops", "offload_activations", "embedding_in_pipeline_split", "attention",
                "block_code",
                "optimizer", "master_weights", "optimizer_in_backward", "sequence_parallel", "z_loss", "gather_dtype",
@@ -98,17 +100,12 @@ NETWORK_RANGE = (0.25, 800.0)
 """Per-GPU inter-node GB/s `implied_network` searches: a quarter of a 2 Gb/s link to four 1.6 Tb/s NICs per GPU."""
 
 
-def implied_network(r: dict, cal: dict | None = None) -> float | None:
-    """The per-GPU inter-node bandwidth (GB/s one way, as --inter-gbs) at which the plan meets the run's published
-    tokens/s, or None: a run on one node, or no bandwidth in `NETWORK_RANGE` closes the gap (what the plan misses is
-    not the network). A diagnostic of the tail, not a fit: nothing is changed by it. Geometric bisection on the
-    error, which rises with the bandwidth; to 1% of the bandwidth."""
-    if _setup(r).nodes <= 1:
-        return None
-    lo, hi = NETWORK_RANGE
-
-    def err(g: float) -> float:
-        return predict({**r, "inter_gbs": g}, cal)["error"]
+def _implied(r: dict, key: str, lo: float, hi: float, cal: dict | None, rising: bool) -> float | None:
+    """The value of setup field `key` in [lo, hi] at which the plan meets the run's published tokens/s (its error
+    `rising` or falling with the value), by geometric bisection to 1%; None when no value in the range does."""
+    def err(v: float) -> float:
+        e = predict({**r, key: v}, cal)["error"]
+        return e if rising else -e
 
     if err(lo) > 0 or err(hi) < 0:
         return None
@@ -116,6 +113,22 @@ def implied_network(r: dict, cal: dict | None = None) -> float | None:
         mid = (lo * hi) ** 0.5
         lo, hi = (mid, hi) if err(mid) < 0 else (lo, mid)
     return (lo * hi) ** 0.5
+
+
+def implied_network(r: dict, cal: dict | None = None) -> float | None:
+    """The per-GPU inter-node bandwidth (GB/s one way, as --inter-gbs) at which the plan meets the run's published
+    tokens/s, or None: a run on one node, or no bandwidth in `NETWORK_RANGE` closes the gap (what the plan misses is
+    not the network). A diagnostic of the tail, not a fit: nothing is changed by it."""
+    if _setup(r).nodes <= 1:
+        return None
+    return _implied(r, "inter_gbs", *NETWORK_RANGE, cal, rising=True)
+
+
+def implied_host_us(r: dict, cal: dict | None = None) -> float | None:
+    """The host's µs per eager op (as --host-us) at which the plan meets the run's published tokens/s, or None: no
+    value in HOST_US_RANGE does (the host's dispatch does not bound this run, or cannot slow it enough). A
+    diagnostic, as `implied_network`."""
+    return _implied(r, "host_us", *HOST_US_RANGE, cal, rising=False)
 
 
 def evaluate(role: str | None = None, cal: dict | None = None) -> list[dict]:
@@ -166,7 +179,8 @@ def why_not_fitting(r: dict) -> str:
 
 _FLAG_DEFAULTS = {"micro_batch": None, "precision": None, "sharding": None, "tp": 1, "pp": 1, "cp": 1, "vpp": None,
                   "checkpointing": None, "stack": "pytorch", "loss": "standard", "grad_dtype": "fp32",
-                  "optimizer_dtype": "fp32", "intra_gbs": None, "inter_gbs": None, "recompute_layers": 0, "offload_activations": 0,
+                  "optimizer_dtype": "fp32", "intra_gbs": None, "inter_gbs": None, "host_us": None,
+                  "recompute_layers": 0, "offload_activations": 0,
                   "attention": "flash", "optimizer": "adamw", "master_weights": "fp32", "block_code": "", "lora_rank": 0,
                   "offload": "none", "doc_len": 0}
 _BOOL_FLAGS = {"pure_bf16": "--pure-bf16", "fp8_all_gather": "--fp8-all-gather", "fp8_activations": "--fp8-activations",
