@@ -150,7 +150,9 @@ def main(argv=None) -> int:
         here = {w: time_step(16, w, a.device, a.repeats) for w in PUBLISHED_MS}
         here["device"] = torch.cuda.get_device_name() if a.device == "cuda" else a.device
         print(f"this host ({here['device']}): " + ", ".join(
-            f"{w} {here[w]['us_per_op_median']:.2f} us per op" for w in PUBLISHED_MS))
+            f"{w} {here[w]['us_per_op_median']:.2f} us per op" for w in PUBLISHED_MS)
+            + f"; plan this host with overdrive plan ... --host-us "
+              f"{here['forward+backward']['us_per_op_median']:.2f}")
     for workload, r in rows.items():
         print(f"{workload:18s} {r['ops']:5d} ops, {r['published_eager_ms']} ms eager on the B200's host -> "
               f"{r['us_per_op']:.2f} us per op (CUDA graphs: {r['published_cuda_graphs_ms']} ms)")
