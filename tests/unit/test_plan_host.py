@@ -114,7 +114,7 @@ def test_the_cli_says_when_the_host_is_the_bottleneck(run):
     assert ("the GPU waiting for the host: (eager PyTorch's dispatch, blocks × ops per block + 80, none when "
             "compiled; + blocks × ZeRO-3's hooks in ops' worth with --sharding zero3, compiled or not) × "
             "µs per op (8.6 unless --host-us)") in text
-    assert "the host's dispatch bounds this step: 8.6 µs per op (a B200 host's eager step)" in text
+    assert "at 8.6 µs per op (a B200 host's eager step); it bounds the step: at 17.2 µs" in text
     compiled = json.loads(run(*flags, "--json").stdout)["candidates"][0]
     assert compiled["times_s"]["host_exposed"] == 0
     assert compiled["tokens_per_s_per_gpu"] > best["tokens_per_s_per_gpu"]

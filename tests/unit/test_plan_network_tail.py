@@ -77,6 +77,8 @@ def test_explain_replans_an_assumed_network_at_a_half_and_a_quarter(run):
     step = float(re.search(r"-> ([\d,]+) tokens/s per GPU", text).group(1).replace(",", ""))
     half, quarter = _tps(text, "12.5"), _tps(text, "6.25")
     assert quarter <= half <= step and quarter < step   # this plan waits on the network: less of it, slower
+    for tps, pct in re.findall(r"at [\d.]+ GB/s ([\d,]+) tokens/s per GPU \(([-+]\d+)%\)", text):
+        assert int(pct) == round(100 * (float(tps.replace(",", "")) / step - 1))
     given = run(*args, "--explain", "--inter-gbs", "25")
     assert given.returncode == 0 and "network across nodes" in given.stdout
     assert "the network is assumed" not in " ".join(given.stdout.split())   # the user's own is not second-guessed
@@ -126,13 +128,14 @@ def test_host_us_plans_the_users_host_and_says_so(run):
     assert slow["top"]["host_us"] == 3 * HOST_US_PER_OP
     assert slow["top"]["tokens_per_s_per_gpu"] < 0.6 * base["top"]["tokens_per_s_per_gpu"]   # host-bound: ~1/3
     text = " ".join(run(*BOUND, "--explain").stdout.split())
-    assert f"the host's dispatch bounds this step: {HOST_US_PER_OP:g} µs per op (a B200 host's eager step)" in text
+    assert re.search(rf"host's dispatch: [\d.]+ ms per micro-batch at {HOST_US_PER_OP:g} µs per op \(a B200 host's "
+                     r"eager step\); it bounds the step", text)
     step = float(re.search(r"-> ([\d,]+) tokens/s per GPU", text).group(1).replace(",", ""))
     m = re.search(r"at ([\d.]+) µs ([\d,]+) tokens/s per GPU \(([-+]\d+)%\), at ([\d.]+) µs ([\d,]+) tokens/s", text)
     assert m and float(m.group(1)) == 2 * HOST_US_PER_OP and float(m.group(4)) == HOST_US_PER_OP / 2
     assert float(m.group(2).replace(",", "")) < step < float(m.group(5).replace(",", ""))
     given = " ".join(run(*BOUND, "--explain", "--host-us", "20").stdout.split())
-    assert "bounds this step: 20 µs per op (--host-us)" in given and "--host-us plans your host's" not in given
+    assert "at 20 µs per op (--host-us); it bounds the step" in given and "--host-us plans your host's" not in given
 
 
 def test_host_us_on_a_plan_without_a_host_floor_changes_nothing_and_says_why(run):
@@ -145,4 +148,71 @@ def test_host_us_on_a_plan_without_a_host_floor_changes_nothing_and_says_why(run
     assert da["top"]["tokens_per_s_per_gpu"] == db["top"]["tokens_per_s_per_gpu"]
     assert any("--host-us 50 changes nothing here: no host floor is planned for compiled code" in n
                for n in db["top"]["notes"])
-    assert "the host's dispatch bounds" not in " ".join(run(*compiled, "--explain").stdout.split())
+    assert "host's dispatch:" not in " ".join(run(*compiled, "--explain").stdout.split())   # no floor at all
+
+
+@pytest.mark.parametrize("us", ["0.15", "999", "1000"])
+def test_explain_at_either_end_of_the_host_range_replans_within_it(run, us):
+    """The sensitivity replans at twice and half the figure, clamped to what --host-us accepts: never a crash."""
+    tiny = ("--layers", "64", "--hidden", "64", "--heads", "1", "--vocab", "256", "--gpu", "a100-80", "--gpus", "1",
+            "--seq", "16", "--global-batch", "1", "--micro-batch", "1", "--precision", "bf16", "--sharding", "zero3",
+            "--checkpointing", "full", "--no-compile")
+    out = run(*(tiny if us == "0.15" else BOUND), "--explain", "--host-us", us)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "host's dispatch: " in text and f"at {float(us):g} µs per op (--host-us); it bounds the step" in text
+    shown = [float(v) for v in re.findall(r"at ([\d.]+) µs [\d,]+ tokens/s", text)]
+    assert shown and all(0.1 <= v <= 1000 and v != float(us) for v in shown)
+
+
+def test_the_sensitivity_percentages_are_the_replanned_over_the_planned(run):
+    text = " ".join(run(*BOUND, "--explain").stdout.split())
+    step = float(re.search(r"-> ([\d,]+) tokens/s per GPU", text).group(1).replace(",", ""))
+    for tps, pct in re.findall(r"at [\d.]+ µs ([\d,]+) tokens/s per GPU \(([-+]\d+)%\)", text):
+        assert int(pct) == round(100 * (float(tps.replace(",", "")) / step - 1))
+
+
+def test_every_output_says_which_host_figure_was_planned(run):
+    import json
+
+    table = " ".join(run(*BOUND, "--host-us", "20").stdout.split())
+    assert "20 µs per op, --host-us" in table                       # the host-bound note in the table
+    top = json.loads(run(*BOUND, "--json").stdout)["top"]
+    assert top["host_us"] == HOST_US_PER_OP                         # what was planned, not null when not given
+
+
+def test_host_us_under_a_floor_that_does_not_bind_changes_nothing_and_says_so(run):
+    import json
+
+    busy = ("--model", "llama3-8b", "--gpu", "a100-80", "--gpus", "8", "--seq", "4096", "--global-batch", "64",
+            "--micro-batch", "2", "--precision", "bf16", "--sharding", "zero3", "--checkpointing", "full",
+            "--no-compile")
+    a, b = (json.loads(run(*busy, "--json", *x).stdout)["top"] for x in ((), ("--host-us", "20")))
+    assert a["tokens_per_s_per_gpu"] == b["tokens_per_s_per_gpu"] and a["times_s"]["host_exposed"] == 0
+    assert any(n.startswith("--host-us 20 changes nothing here: the host's") and "ms of GPU work" in n
+               for n in b["notes"])
+    text = " ".join(run(*busy, "--explain").stdout.split())
+    assert "host's dispatch: " in text and "under the GPU's work, not exposed" in text
+
+
+def test_the_zero_sliced_after_step_loops_run_at_the_planned_host_figure():
+    from overdrive.env import gpu_by_key
+    from overdrive.plan import TrainSetup, estimate, get_model
+
+    base = dict(gpu=gpu_by_key("h100-sxm"), gpus_per_node=8, nodes=64, seq=4096, micro_batch=2, global_batch=256,
+                precision="bf16", sharding="zero1", tp=2, pp=2, checkpointing="none", zero_sliced=True, compile=False)
+    m = get_model("llama3-1b")
+    slow, fast = (estimate(m, TrainSetup(**base, host_us=us)) for us in (50.0, 2.0))
+    assert slow.times["zero_sliced_exposed"] > fast.times["zero_sliced_exposed"]
+    assert any("50 µs per op" in n for n in slow.notes if n.startswith("nanotron's sliced ZeRO-1"))
+
+
+def test_the_doc_host_values_meet_the_published_runs():
+    from plan_doc_network import HOST, tail_rows
+
+    rows = tail_rows(HOST)
+    assert rows
+    for x in rows:
+        if x["implied"] is not None:
+            r = next(r for r in load_runs() if r["id"] == x["id"])
+            assert abs(predict({**r, "host_us": x["implied"]})["error"]) < 0.02, x["id"]

@@ -188,9 +188,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             model = dataclasses.replace(model, qk_norm=True)
         gpu = gpu_by_key(args.gpu, mem_gib=args.gpu_mem)
         r = plan(model, gpu, min_headroom_gib=args.min_headroom, **_search_lists(args), **setup)
+        lines = _explain_top(r, model, setup, gpu) if args.explain else []
     except ValueError as e:
         raise UserError(str(e)) from None
-    lines = _explain_top(r, model, setup, gpu) if args.explain else []
     if args.json:  # one JSON document on stdout, the explanation inside it
         print(json.dumps({**r, "explain": lines} if args.explain else r, indent=1))
     else:
@@ -289,9 +289,9 @@ def _add_memory_args(a) -> None:
 
 
 def _add_stack_args(a) -> None:
-    """What the software does: the loss, attention, the stack and its kernels, recompute and offload, the
-    all-gather dtype, the links."""
+    """What the software does: loss, attention, stack and kernels, recompute, offload, gather dtype, links, host."""
     from overdrive.plan.choices import LOSSES
+    from overdrive.plan.host import HOST_US_PER_OP
     a("--loss", default="standard", choices=LOSSES, help="cross-entropy: eager on fp32 logits, Hugging Face's (the "
       "fp32 logits kept in the output), torch.compile'd, Transformer Engine's (gradient written over the logits), or "
       "chunked/fused with the head; compiled-fp32: compiled on the model's fp32 logits (torchtune), chunked: "
@@ -355,8 +355,8 @@ def _add_stack_args(a) -> None:
     a("--calibrate", metavar="RESULTS.json", help="take the GEMM efficiency from an overdrive bench result")
     a("--intra-gbs", type=float, help="per-GPU intra-node bandwidth GB/s (default: NVLink of the GPU)")
     a("--inter-gbs", type=float, help="per-GPU inter-node GB/s (default: the GPU's reference system's NIC)")
-    a("--host-us", type=float, help="µs the host spends per eager op (default 8.6, a published B200 host's; "
-                                    "scripts/host_us_published.py --device cuda measures yours)")
+    a("--host-us", type=float, help=f"µs the host spends per eager op (default {HOST_US_PER_OP}, a published B200 "
+                                    "host's; scripts/host_us_published.py --device cuda measures yours)")
 
 
 def _add_custom_model_args(a) -> None:

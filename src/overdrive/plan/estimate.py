@@ -233,9 +233,11 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
                      f"(MFU counts only the documents' s·{s.doc_len})")
     if s.nodes == 1 and s.inter_gbs is not None:
         notes.append(f"--inter-gbs {gbs_text(s.inter_gbs)} changes nothing here: one node, nothing crosses the network")
-    if s.host_us is not None and host == 0:
-        notes.append(f"--host-us {s.host_us:g} changes nothing here: no host floor is planned for "
-                     + ("the megatron stack" if s.stack != "pytorch" else "compiled code without ZeRO-3's hooks"))
+    if s.host_us is not None and host_exposed <= 0 and not (cm["dp_after"] and pre + post > exposed + cm["dp_after"]):
+        notes.append(f"--host-us {s.host_us:g} changes nothing here: " + (
+            f"the host's {host * 1e3:.1f} ms per micro-batch stay under its {t_mb * 1e3:.1f} ms of GPU work" if host
+            else "no host floor is planned for " + ("the megatron stack" if s.stack != "pytorch"
+                                                    else "compiled code without ZeRO-3's hooks")))
     if s.world == 1 and s.intra_gbs is not None:
         notes.append(f"--intra-gbs {gbs_text(s.intra_gbs)} changes nothing here: one GPU, nothing to communicate")
     if cm["tp_nodes"] > 1:

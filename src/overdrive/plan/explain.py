@@ -9,7 +9,8 @@ from overdrive.plan.collectives import CONNECTION_BYTES, LINK_EFF
 from overdrive.formats import planned_format
 from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_groups, weight_copies
 from overdrive.plan.estimate import Estimate
-from overdrive.plan.host import HOST_US_PER_OP, OPS_OUTSIDE_BLOCKS, host_us, host_us_source
+from overdrive.plan.choices import BANDWIDTH_GBS, HOST_US_RANGE
+from overdrive.plan.host import HOST_US_PER_OP, OPS_OUTSIDE_BLOCKS, host_time, host_us, host_us_source
 from overdrive.plan.setup import gbs_text
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, RESERVED_SHARE, act_tensors,
                                    backward_grad_bytes, state_bytes_per_param, terms)
@@ -186,34 +187,42 @@ def _te_cache_line(s, nbytes: float) -> str:
             f"Transformer Engine keeps each linear's quantised weight across micro-batches and steps, {held}")
 
 
+def _replanned(e: Estimate, field: str, values, text) -> str:
+    """The plan replanned with `field` at each of `values` (those within its accepted range and not the planned
+    one): "at <value> N tokens/s per GPU (+x%)", joined."""
+    from overdrive.plan.estimate import estimate
+
+    planned, parts = getattr(e.setup, field), []
+    for v in dict.fromkeys(values):
+        if v == planned:
+            continue
+        o = estimate(e.model, dataclasses.replace(e.setup, **{field: v}))
+        parts.append(f"at {text(v)} {o.tokens_per_s_per_gpu:,.0f} tokens/s per GPU "
+                     f"({100 * (o.tokens_per_s_per_gpu / e.tokens_per_s_per_gpu - 1):+.0f}%)")
+    return ", ".join(parts)
+
+
 def _network_sensitivity(e: Estimate) -> str:
     """The step on an assumed network (no --inter-gbs) replanned at a half and a quarter of it: how much the plan
     rests on the assumption (many clusters give a GPU less than its reference system's NIC)."""
-    from overdrive.plan.estimate import estimate
-
-    s, parts = e.setup, []
-    for share in (0.5, 0.25):
-        o = estimate(e.model, dataclasses.replace(s, inter_gbs=s.net_gbs * share))
-        parts.append(f"at {gbs_text(s.net_gbs * share)} GB/s {o.tokens_per_s_per_gpu:,.0f} tokens/s per GPU "
-                     f"({100 * (o.tokens_per_s_per_gpu / e.tokens_per_s_per_gpu - 1):+.0f}%)")
-    return ("  the network is assumed, not given: " + ", ".join(parts)
-            + "; --inter-gbs plans the cluster's own (docs/plan-validation.md: the bandwidth each published run "
-              "would need)")
+    net = e.setup.net_gbs
+    at = _replanned(e, "inter_gbs", [max(BANDWIDTH_GBS[0], net * k) for k in (0.5, 0.25)],
+                    lambda v: f"{gbs_text(v)} GB/s")
+    return ("  the network is assumed, not given: " + at + "; --inter-gbs plans the cluster's own "
+            "(docs/plan-validation.md, the plan's assumed figures: what network each published run would need)")
 
 
-def _host_sensitivity(e: Estimate) -> str:
-    """A plan the host bounds, replanned at twice and half its µs per op: the host's speed is one host's figure
-    (a published B200 host's, or --host-us), and a host-bound step moves with it."""
-    from overdrive.plan.estimate import estimate
-
-    s, parts = e.setup, []
-    for k in (2.0, 0.5):
-        o = estimate(e.model, dataclasses.replace(s, host_us=host_us(s) * k))
-        parts.append(f"at {host_us(s) * k:g} µs {o.tokens_per_s_per_gpu:,.0f} tokens/s per GPU "
-                     f"({100 * (o.tokens_per_s_per_gpu / e.tokens_per_s_per_gpu - 1):+.0f}%)")
-    return (f"  the host's dispatch bounds this step: {host_us(s):g} µs per op ({host_us_source(s)}); "
-            + ", ".join(parts) + ("" if s.host_us else "; --host-us plans your host's (scripts/host_us_published.py "
-                                  "--device cuda measures it)"))
+def _host_line(e: Estimate, host_s: float) -> str:
+    """The host's dispatch per micro-batch and where its µs per op come from; where it bounds the step, the plan
+    replanned at twice and half the figure (one host's, or --host-us: a host-bound step moves with it)."""
+    s, us = e.setup, host_us(e.setup)
+    line = (f"  host's dispatch: {host_s * 1e3:.1f} ms per micro-batch at {us:g} µs per op ({host_us_source(s)})")
+    if not e.times.get("host_exposed"):
+        return line + "; under the GPU's work, not exposed"
+    at = _replanned(e, "host_us", [min(HOST_US_RANGE[1], max(HOST_US_RANGE[0], us * k)) for k in (2.0, 0.5)],
+                    lambda v: f"{v:g} µs")
+    return (line + f"; it bounds the step: {at}" + ("" if s.host_us else "; --host-us plans your host's "
+                                                     "(scripts/host_us_published.py --device cuda measures it)"))
 
 
 def explain(e: Estimate) -> list[str]:
@@ -283,8 +292,9 @@ def explain(e: Estimate) -> list[str]:
         if e.times.get(k):
             lines.append(f"  ({k} {1e3 * e.times[k]:.1f} ms: not added, dp_exposed is what the step pays of it) "
                          f"{_TIME[k]}")
-    if e.times.get("host_exposed") and e.model is not None:
-        lines.append(_host_sensitivity(e))
+    host_s = host_time(e.model, s) if e.model is not None else 0.0
+    if host_s > 0:
+        lines.append(_host_line(e, host_s))
     if e.times.get("attention") and s.attention != "unfused":
         lines.append(_attention_line(e))
     if s.low_precision and e.model is not None:

@@ -314,7 +314,7 @@ def _result(model: ModelSpec, g: GpuSpec, base: TrainSetup, cands: list, precisi
 
 _SETTINGS = ("grad_dtype", "gather_dtype", "fp8_all_gather", "async_tp", "attention", "sequence_parallel",
              "sp_regather", "partition_activations", "overlap_grad_reduce", "deepspeed_pipeline",
-             "embedding_in_pipeline_split", "z_loss", "block_code", "fused_kernels", "embed_norm", "dropout", "host_us",
+             "embedding_in_pipeline_split", "z_loss", "block_code", "fused_kernels", "embed_norm", "dropout",
              "zero_broadcast", "zero_sliced", "zero_init", "pp_keep_outputs", "doc_len", "unfused_ops")
 """TrainSetup fields a candidate records beside its search axes (each changes the plan's figures)."""
 
@@ -323,7 +323,7 @@ def cand_dict(e: Estimate) -> dict:
     s = e.setup
     return {"precision": s.precision, "label": e.label, "sharding": s.sharding, "checkpointing": s.checkpointing,
             "micro_batch": s.micro_batch, "seq": s.seq, "tp": s.tp, "pp": s.pp, "vpp": s.vpp, "cp": s.cp,
-            "stack": s.stack, "optimizer": s.optimizer,
+            "stack": s.stack, "optimizer": s.optimizer, "host_us": host_us(s),
             "optimizer_dtype": None if s.optimizer in STATELESS else s.optimizer_dtype,
             "master_weights": s.master_weights, "loss": s.loss, "compile": s.compile, "offload": s.offload,
             "lora_rank": s.lora_rank, "optimizer_in_backward": s.optimizer_in_backward,

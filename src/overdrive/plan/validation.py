@@ -126,8 +126,8 @@ def implied_network(r: dict, cal: dict | None = None) -> float | None:
 
 def implied_host_us(r: dict, cal: dict | None = None) -> float | None:
     """The host's µs per eager op (as --host-us) at which the plan meets the run's published tokens/s, or None: no
-    value in HOST_US_RANGE does (the host's dispatch does not bound this run, or cannot slow it enough). A
-    diagnostic, as `implied_network`."""
+    value in HOST_US_RANGE does (the plan is slower than published even at the fastest host, or the host's dispatch
+    cannot slow it enough). A diagnostic, as `implied_network`."""
     return _implied(r, "host_us", *HOST_US_RANGE, cal, rising=False)
 
 
