@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from overdrive.plan.choices import STATELESS
+from overdrive.plan.choices import BANDWIDTH_GBS, HOST_US_RANGE, STATELESS
 from overdrive.plan.collectives import CONNECTION_BYTES, LINK_EFF
 from overdrive.formats import planned_format
 from overdrive.plan.engine_memory import gathered_tp_bytes, nccl_groups, weight_copies
 from overdrive.plan.estimate import Estimate
-from overdrive.plan.choices import BANDWIDTH_GBS, HOST_US_RANGE
 from overdrive.plan.host import HOST_US_PER_OP, OPS_OUTSIDE_BLOCKS, host_time, host_us, host_us_source
 from overdrive.plan.setup import gbs_text
 from overdrive.plan.memory import (CONTEXT_BYTES, FRAGMENTATION, FRAGMENTATION_CAP, GIB, RESERVED_SHARE, act_tensors,
@@ -216,7 +215,7 @@ def _host_line(e: Estimate, host_s: float) -> str:
     """The host's dispatch per micro-batch and where its µs per op come from; where it bounds the step, the plan
     replanned at twice and half the figure (one host's, or --host-us: a host-bound step moves with it)."""
     s, us = e.setup, host_us(e.setup)
-    line = (f"  host's dispatch: {host_s * 1e3:.1f} ms per micro-batch at {us:g} µs per op ({host_us_source(s)})")
+    line = f"  host's dispatch: {host_s * 1e3:.1f} ms per micro-batch at {us:g} µs per op ({host_us_source(s)})"
     if not e.times.get("host_exposed"):
         return line + "; under the GPU's work, not exposed"
     at = _replanned(e, "host_us", [min(HOST_US_RANGE[1], max(HOST_US_RANGE[0], us * k)) for k in (2.0, 0.5)],
