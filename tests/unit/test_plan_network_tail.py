@@ -216,3 +216,20 @@ def test_the_doc_host_values_meet_the_published_runs():
         if x["implied"] is not None:
             r = next(r for r in load_runs() if r["id"] == x["id"])
             assert abs(predict({**r, "host_us": x["implied"]})["error"]) < 0.02, x["id"]
+
+
+def test_the_table_and_report_say_what_was_assumed_where_it_moves_the_pick(run, tmp_path):
+    multi = ("--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "8", "--nodes", "8", "--seq", "8192",
+             "--global-batch", "512", "--precision", "bf16", "--sharding", "fsdp", "--checkpointing", "full")
+    text = " ".join(run(*multi).stdout.split())
+    assert "Assumed, not given: the network across nodes, 50 GB/s per GPU (DGX H100" in text
+    assert "Assumed" not in " ".join(run(*multi, "--inter-gbs", "25").stdout.split())
+    text = " ".join(run(*BOUND).stdout.split())
+    assert f"Assumed, not given: the host's {HOST_US_PER_OP:g} µs per eager op, which bounds the pick" in text
+    assert "Assumed" not in run(*BOUND, "--host-us", "9").stdout
+    compiled = [a for a in BOUND if a != "--no-compile"]
+    compiled[compiled.index("zero3")] = "fsdp"
+    assert "Assumed" not in run(*compiled).stdout        # one node, no host floor: nothing assumed moves it
+    out = run(*BOUND, "--out", str(tmp_path / "p"))
+    assert out.returncode == 0, out.stderr
+    assert "Assumed, not given: the host&#x27;s" in (tmp_path / "p" / "report.html").read_text()

@@ -7,7 +7,7 @@ import os
 
 from overdrive.io import write_atomic
 from overdrive.report.page import esc, img_tag, page, rec_block, table
-from overdrive.report.plan_view import fmt_params, fmt_step
+from overdrive.report.plan_view import assumed, fmt_params, fmt_step
 
 __all__ = ["write_plan_html", "plan_next_step"]
 
@@ -37,6 +37,8 @@ def write_plan_html(r: dict, out_dir: str, *, png: str | None = None, limit: int
             (f" · efficiency {100 * r['efficiency']:.0f}% of peak" if r.get("efficiency") else ""))
     rec = r["why"] if r.get("top") else "Nothing fits: " + "; ".join(r.get("suggestions") or [])
     body = [f"<h1>overdrive plan</h1><p class='meta'>{esc(meta)}</p>", *rec_block(rec, plan_next_step(r))]
+    if assumed(r):
+        body.append(f"<p class='note'>{esc(assumed(r))}</p>")
     fitting = [c for c in r["candidates"] if c["fits"]]
     rows = [[str(i), esc(c["precision"]), esc(c["sharding"]), esc(c["checkpointing"]), str(c["micro_batch"]),
              f"{c['memory_gib']:.1f} GiB", f"{c['headroom_gib']:.1f} GiB" + ("" if c.get("margin_ok", True) else " (tight)"), fmt_step(c["step_s"]),

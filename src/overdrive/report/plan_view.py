@@ -33,6 +33,19 @@ def _headroom(c: dict) -> str:
     return txt if c.get("margin_ok", True) else f"[yellow]{txt} (tight)[/]"
 
 
+def assumed(r: dict) -> str:
+    """The figures this plan assumed where they moved its pick: the network across nodes (no --inter-gbs, more
+    than one node) and the host's µs per eager op (no --host-us, the pick host-bound); '' when neither."""
+    top, out = r.get("top") or {}, []
+    if r.get("nodes", 1) > 1 and r.get("inter_gbs_source") != "--inter-gbs":
+        out.append(f"the network across nodes, {r['inter_gbs']:g} GB/s per GPU ({r['inter_gbs_source']}; "
+                   "--inter-gbs gives yours)")
+    if top.get("times_s", {}).get("host_exposed") and r.get("host_us_source") != "--host-us":
+        out.append(f"the host's {r['host_us']:g} µs per eager op, which bounds the pick ({r['host_us_source']}; "
+                   "--host-us gives yours)")
+    return "Assumed, not given: " + "; ".join(out) + "." if out else ""
+
+
 def render_plan(r: dict, console: Console, *, limit: int = 15) -> None:
     m = r["model"]
     par = "".join(f" {k}{r[k]}" for k in ("tp", "pp", "cp") if r.get(k, 1) > 1)
@@ -63,6 +76,8 @@ def render_plan(r: dict, console: Console, *, limit: int = 15) -> None:
                       "(--min-headroom) free: ranked after the rest, marked tight", markup=False)
     for n in r.get("notes", []):
         console.print(f"[yellow]{escape(n)}[/]")
+    if assumed(r):
+        console.print(f"[yellow]{escape(assumed(r))}[/]")
     if r["top"]:
         console.print(f"[bold]{escape(r['why'])}[/]")
     else:
