@@ -34,7 +34,7 @@ def _check_writable(path: str) -> None:
 
 DEFAULT_MODEL, DEFAULT_VOCAB = "llama3-8b", 128256
 _CUSTOM_DIMS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "tied", "gelu_mlp", "squared_relu",
-                "learned_pos", "bias")
+                "learned_pos", "bias", "head_dim")
 _SWEEP_FLAGS = ("sweep", "json", "markdown", "png", "func", "verbose")
 """What --sweep reads; it runs its own grid, so any other flag set would be silently ignored."""
 _DEFAULTS: dict = {}
@@ -52,21 +52,20 @@ def _model(args):
         return get_model(args.model or DEFAULT_MODEL)
     if args.gelu_mlp and args.squared_relu:
         raise ValueError("--gelu-mlp and --squared-relu both name the MLP's activation: keep one")
-    for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "learned_pos"):
+    for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "learned_pos", "head_dim"):
         v = getattr(args, name)
         if v is not None and v < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {v}")
     if not (args.hidden and args.heads):
-        raise ValueError("custom dims need --layers, --hidden and --heads (and optionally --kv-heads, --ffn, "
-                         "--vocab, --tied)")
-    if args.hidden % args.heads or args.heads % (args.kv_heads or args.heads):
-        raise ValueError(f"--hidden {args.hidden} must divide by --heads {args.heads}, and heads by --kv-heads "
-                         f"{args.kv_heads or args.heads}: pick dims that divide")
+        raise ValueError("custom dims need --layers, --hidden and --heads (--help lists the optional ones)")
+    if (args.hidden % args.heads and not args.head_dim) or args.heads % (args.kv_heads or args.heads):
+        raise ValueError(f"--hidden {args.hidden} must divide by --heads {args.heads} (or give --head-dim), and heads "
+                         f"by --kv-heads {args.kv_heads or args.heads}: pick dims that divide")
     return ModelSpec(name="custom", n_layer=args.layers, hidden=args.hidden, n_head=args.heads,
                      n_kv_head=args.kv_heads or args.heads, ffn=args.ffn or 4 * args.hidden,
                      vocab=args.vocab or DEFAULT_VOCAB,
-                     tied=args.tied, gated_mlp=not (args.gelu_mlp or args.squared_relu),
-                     squared_relu=args.squared_relu, learned_pos=args.learned_pos or 0, bias=args.bias)
+                     tied=args.tied, gated_mlp=not (args.gelu_mlp or args.squared_relu), squared_relu=args.squared_relu,
+                     learned_pos=args.learned_pos or 0, bias=args.bias, attn_head_dim=args.head_dim or 0)
 
 
 def _check_flags(args: argparse.Namespace) -> None:
@@ -364,6 +363,7 @@ def _add_custom_model_args(a) -> None:
     a("--layers", type=int, help="custom model: layers")
     a("--hidden", type=int, help="custom model: hidden size")
     a("--heads", type=int, help="custom model: attention heads"); a("--kv-heads", type=int, help="custom model: KV heads (default: heads)")
+    a("--head-dim", type=int, help="custom model: width of one head where it is not hidden/heads (Qwen3, Gemma)")
     a("--ffn", type=int, help="custom model: FFN size (default 4 x hidden)")
     a("--vocab", type=int, help=f"custom model: vocabulary (default {DEFAULT_VOCAB})")
     a("--tied", action="store_true", help="custom model: tied embeddings")

@@ -193,10 +193,13 @@ _BOOL_FLAGS = {"pure_bf16": "--pure-bf16", "fp8_all_gather": "--fp8-all-gather",
 
 def plan_flags(r: dict) -> str:
     """The `overdrive plan` command line that plans this run (what the doc's tables call "expressed as")."""
-    if isinstance(r["model"], dict):
-        d = r["model"]
+    m = run_model(r)   # an MPT at the run's sequence (its position table) is not the preset: written out
+    d = r["model"] if isinstance(r["model"], dict) else None if m == get_model(r["model"]) else dataclasses.asdict(m)
+    if d is not None:
         out = [f"--layers {d['n_layer']} --hidden {d['hidden']} --heads {d['n_head']}"]
         out += [f"--kv-heads {d['n_kv_head']}"] if d["n_kv_head"] != d["n_head"] else []
+        head = d.get("attn_head_dim", 0)
+        out += [f"--head-dim {head}"] if head not in (0, d["hidden"] // d["n_head"]) else []
         out += [f"--ffn {d['ffn']} --vocab {d['vocab']}"]
         out += [f for f, on in (("--tied", d.get("tied")), ("--gelu-mlp", not d.get("gated_mlp", True)
                                                              and not d.get("squared_relu")),

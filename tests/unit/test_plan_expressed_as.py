@@ -1,0 +1,58 @@
+"""Every run's "expressed as" line (validation.plan_flags, the doc's tables) plans what the table says: the flags,
+parsed as `overdrive plan` parses them, give the run's prediction. A row field the CLI has no flag for (a model's
+head width beside hidden/heads, say) would make the printed line plan another run."""
+
+import argparse
+import dataclasses
+import shlex
+
+import pytest
+
+from overdrive.commands import plan as cli
+from overdrive.env.catalog import gpu_by_key
+from overdrive.plan.estimate import estimate
+from overdrive.plan.setup import TrainSetup
+from overdrive.plan.validation import load_runs, plan_flags, predict
+
+_PARSER = argparse.ArgumentParser()
+cli.register(_PARSER.add_subparsers())
+
+
+def _planned(flags: str):
+    """The estimate `overdrive plan <flags>` makes for one fixed configuration (no search: every choice given)."""
+    args = _PARSER.parse_args(["plan", *shlex.split(flags)])
+    m = cli._model(args)
+    if args.qk_norm:
+        m = dataclasses.replace(m, qk_norm=True)
+    one = {k: v[0] for k, v in cli._search_lists(args).items()}
+    s = TrainSetup(gpu=gpu_by_key(args.gpu, mem_gib=args.gpu_mem), **cli._setup_kwargs(args),
+                   precision=one["precisions"], sharding=one["shardings"], checkpointing=one["checkpointing"])
+    return estimate(m, s)
+
+
+_RUNS = [r for r in load_runs() if "micro_batch" in r and not r.get("memory_only")]
+
+
+def test_every_fixed_run_is_checked():
+    assert len(_RUNS) > 300
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_the_printed_flags_plan_the_tables_prediction(chunk):
+    wrong = []
+    for r in _RUNS[chunk::4]:
+        e, p = _planned(plan_flags(r)), predict(r)
+        if e.tokens_per_s_per_gpu != pytest.approx(p["predicted"], rel=1e-9) or \
+                e.allocated_gib != pytest.approx(p["allocated_gib"], abs=1e-3):
+            wrong.append(f"{r['id']}: {e.tokens_per_s_per_gpu:.1f} vs {p['predicted']:.1f}")
+    assert not wrong, wrong
+
+
+def test_head_dim_plans_a_model_whose_heads_are_not_hidden_over_heads():
+    """Qwen3-32B: 64 heads of 128 on a 5120 model (q is 8192 wide), so its attention is wider than 5120/64 = 80."""
+    base = ("--layers 64 --hidden 5120 --heads 64 --kv-heads 8 --ffn 25600 --vocab 151936 --gpu h100-sxm --gpus 8 "
+            "--seq 4096 --global-batch 64 --micro-batch 1 --precision bf16 --sharding fsdp --checkpointing full")
+    narrow, wide = _planned(base), _planned(base + " --head-dim 128")
+    assert wide.model.attn_head_dim == 128 and narrow.model.attn_head_dim == 0
+    assert wide.model.n_params() > narrow.model.n_params() * 1.02
+    assert wide.step_s > narrow.step_s
