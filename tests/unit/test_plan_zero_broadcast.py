@@ -93,8 +93,7 @@ def test_the_broadcasts_slow_a_thousand_gpus_and_not_one_node():
 @pytest.mark.parametrize("kw, needle", [
     (dict(sharding="fsdp"), "--sharding fsdp"), (dict(sharding="none"), "--sharding none"),
     (dict(stack="megatron", compile=True), "--stack megatron"), (dict(lora_rank=16), "--lora-rank"),
-    (dict(optimizer_in_backward=True, global_batch=None), "--optimizer-in-backward"),
-    (dict(grad_dtype="fp32"), "--grad-dtype bf16")])
+    (dict(optimizer_in_backward=True, global_batch=None), "--optimizer-in-backward")])
 def test_refused_outside_zero1_on_the_pytorch_stack(kw, needle):
     with pytest.raises(ValueError, match="--zero-broadcast") as e:
         _setup(2, **kw)
@@ -113,3 +112,12 @@ def test_cli_explains_it_searches_only_zero1_and_refuses_fsdp(capsys):
     assert "weight broadcasts: " in cp.stdout and "zero_bcast_exposed" in cp.stdout and "InternLM" in cp.stdout
     cp = invoke(capsys, *args, "--sharding", "fsdp")
     assert cp.returncode == 2 and "--zero-broadcast" in cp.stderr and len(cp.stderr.strip().splitlines()) == 1
+
+
+def test_torch_zero_redundancy_optimizer_all_reduces_fp32_gradients_under_autocast():
+    """torch's ZeroRedundancyOptimizer beside DDP under autocast: the same greedy partition and owner broadcasts as
+    InternLM's, the gradients all-reduced in fp32 (twice InternLM's bf16 bytes); the broadcasts keep the weights'."""
+    fp32, bf16 = comm_times(INTERNLM_7B, _setup(4, grad_dtype="fp32"), 0.0), comm_times(INTERNLM_7B, _setup(4), 0.0)
+    assert fp32["dp"] - fp32["dp_latency"] == pytest.approx(2 * (bf16["dp"] - bf16["dp_latency"]), rel=0.05)
+    assert fp32["dp_bcast"] == pytest.approx(bf16["dp_bcast"])
+    assert estimate(INTERNLM_7B, _setup(4, grad_dtype="fp32")).fits

@@ -328,8 +328,8 @@ def _add_stack_args(a) -> None:
       "batch's fp32 logits for step()'s merged output (torchtitan before 2025-10; today's and nanotron's keep the loss)")
     a("--no-overlap-grad-reduce", action="store_true", help="with --stack megatron: gradients reduced after the "
       "backward, parameters gathered after the step, nothing overlapped (Megatron-LM's default)")
-    a("--zero-broadcast", action="store_true", help="ZeRO-1 as InternLM's Hybrid ZeRO runs it: gradients "
-      "all-reduced, then one broadcast of the updated weights per rank that owns any (latency grows with the group)")
+    a("--zero-broadcast", action="store_true", help="ZeRO-1 as InternLM's Hybrid ZeRO and torch's ZeroRedundancy"
+      "Optimizer run it: gradients all-reduced, then each owner broadcasts its weights (latency grows with the group)")
     a("--zero-sliced", action="store_true", help="ZeRO-1 as nanotron runs it: every tensor sliced over the data-"
       "parallel ranks, the weights all-gathered after the step with per-rank, per-tensor host work (grows with dp)")
     a("--embed-norm", action="store_true", help="a norm after the embedding (BLOOM's --embed-layernorm)"); a(

@@ -341,16 +341,14 @@ def _check_layout(s) -> None:
         raise ValueError(f"--deepspeed-pipeline with --sharding {s.sharding}: DeepSpeed's PipelineEngine refuses "
                          "ZeRO-2/3, use --sharding zero1 or none")
     if s.zero_broadcast and (s.sharding != "zero1" or s.stack != "pytorch" or s.deepspeed_pipeline):
-        raise ValueError(f"--zero-broadcast is InternLM's Hybrid ZeRO-1 (gradients all-reduced, weights broadcast "
-                         f"by their owners), not --stack {s.stack} --sharding {s.sharding}"
+        raise ValueError(f"--zero-broadcast is ZeRO-1 as InternLM and torch's ZeroRedundancyOptimizer run it "
+                         f"(gradients all-reduced, weights broadcast by their owners), not --stack {s.stack} "
+                         f"--sharding {s.sharding}"
                          f"{' --deepspeed-pipeline' if s.deepspeed_pipeline else ''}: use --stack pytorch "
                          "--sharding zero1, or drop the flag")
     if s.zero_broadcast and (s.lora_rank or s.optimizer_in_backward):
-        raise ValueError("--zero-broadcast plans InternLM's full-model ZeRO-1 step, not "
+        raise ValueError("--zero-broadcast plans a full-model ZeRO-1 step (InternLM's, torch's), not "
                          f"{'--lora-rank' if s.lora_rank else '--optimizer-in-backward'}: drop one")
-    if s.zero_broadcast and s.precision != "fp32" and s.grad_dtype == "fp32":
-        raise ValueError("--zero-broadcast all-reduces the model's own 16-bit gradients (InternLM's reduce_tensor "
-                         "in the model dtype): add --grad-dtype bf16")
     if not s.overlap_grad_reduce and (s.stack != "megatron" or s.sharding not in ("zero1", "none")):
         what = f"--stack {s.stack}" if s.stack != "megatron" else f"--sharding {s.sharding}"   # the one that is not
         raise ValueError(f"--no-overlap-grad-reduce is Megatron's DDP/distributed-optimizer option; {what} is not "
