@@ -15,6 +15,7 @@ from overdrive.plan.throughput import (CALIBRATION, MEGATRON_CE_BYTES, SRELU_UNF
                                       UNFUSED_DROPOUT_BYTES, Z_LOSS_BYTES)
 from overdrive.plan.validation import expressed_table, load_runs, summary
 from plan_doc_blind2 import BLIND2_SHAPED
+from plan_doc_blind3 import BLIND3_SHAPED
 from plan_doc_helpers import _med_worst, _span
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -203,13 +204,14 @@ def is_older_stack(r: dict) -> bool:
 
 
 SHAPED_AFTER_FIRST_SIGHT = (OLDER_STACK_SOURCES + ("InternLM/InternLM", "NVIDIA/Megatron-LM") + MCORE_UNSEEN
-                            + ("stas00/ml-engineering",) + BLIND2_SHAPED)
+                            + ("stas00/ml-engineering",) + BLIND2_SHAPED + BLIND3_SHAPED)
 """Sources first planned unseen that then sent us to a term or into the calibration: the older stacks
 (--deepspeed-pipeline and the rest), InternLM's table (--zero-broadcast), the Megatron-core bf16 runs planned
 fast (Megatron-LM's weak-scaling table and FlagPerf, fitted on nothing; dgxc-benchmarking, calibration since), and
 ml-engineering's sweep (its memory to the backward's gradients and --no-zero-init; its long-context throughput to
 llm-foundry's rows, which had run the Triton attention kernel, not FlashAttention-2), and the second blind check's
-Qwen, nanotron and ArcticTraining rows (`plan_doc_blind2.BLIND2_SHAPED`). Their first-sight errors are
+Qwen, nanotron and ArcticTraining rows (`plan_doc_blind2.BLIND2_SHAPED`), the third's flash-attention rows
+(`plan_doc_blind3.BLIND3_SHAPED`). Their first-sight errors are
 kept; they are not "sources that shaped nothing"."""
 
 

@@ -16,6 +16,7 @@ from plan_doc_helpers import (_met, _pair_ratio, _recipe_table, _groups, _fitted
                               _ratio, _gap_table, _held_out_groups, _err, _mem_span, _sft_story, _flash_1p7b,
                               _sp_effect)
 from plan_doc_blind2 import blind2_bullet, blind2_section, is_blind2
+from plan_doc_blind3 import blind3_bullet, blind3_section, is_blind3
 from plan_doc_sections import (MCORE_UNSEEN, blind_check_bullet, blind_check_section, comm_section, first_sight_rows, is_blind,
                                is_older_stack, loso_section,
                                loso_summary,
@@ -140,7 +141,7 @@ def main():
     untouched = [r for r in unseen if not shaped_after_first_sight(r)]
     unseen_src = sorted({r["source"].split(" (")[0].split(" @")[0] for r in untouched})
     su = summary(untouched)
-    first_untouched = [r for r in untouched if not is_blind(r) and not is_blind2(r)]   # before either blind check
+    first_untouched = [r for r in untouched if not (is_blind(r) or is_blind2(r) or is_blind3(r))]   # before the blind checks
     fs = first_sight_rows(val + unseen_cal)
     first = {r["id"]: r["first_error"] for r in fs if r["first_error"] is not None}
     later = {r["id"] for r in fs if r["first_error"] is None}   # added after a term their source shaped
@@ -206,7 +207,7 @@ tables from the data file and fails if they differ.
   {100 * lo['shipped']['median']:.1f}%, worst {100 * lo['shipped']['worst']:.0f}%. Memory (no fitted constant): median
   {100 * lo['loso']['memory_median']:.1f}%, worst {100 * lo['loso']['memory_worst']:.0f}% ({lo['loso']['n_memory']} runs). Every source here but {', '.join(unseen_src)} also shaped
   the model (below), so only their rows, and the older stacks', InternLM's, the Megatron-core sources',
-  ml-engineering's and the second blind check's rows as first planned, give the error on an unseen source (their
+  ml-engineering's and the second and third blind checks' rows as first planned, give the error on an unseen source (their
   bullets below).
 - **First held out: sources no constant was fitted on, though each then pointed at a term to model (the
   leave-one-source-out table says which), so this is not an unseen-source figure ({sn['n']} runs for throughput: the Megatron-LM A100 weak-scaling table of Narayanan et al. 2021 and the Llama 3 paper's 405B H100 table;
@@ -242,6 +243,7 @@ tables from the data file and fails if they differ.
   intra-node reduce-scatter, during the backward only; the planner lets the whole micro-batch hide it, which
   at the assumed 25 GB/s changes nothing (0.3 s of all-reduce against 1.2 s of backward), so no term was added.
 {blind2_bullet(val)}
+{blind3_bullet(val)}
 - **ml-engineering's sweep, unseen when first planned, fitted on nothing, then pointing at a misread source**:
   {_ml_engineering(unseen)}
 - **The older stacks, unseen when first planned: BLOOM-176B and MT-NLG 530B** (Megatron-DeepSpeed, A100, 48 to
@@ -293,7 +295,7 @@ The same targets on the unseen sources ({', '.join(unseen_src)}; {su['n']} runs)
 ({100 * su['median_abs_error']:.1f}%); worst ≤ 25% — {_met(su['worst_abs_error'], 0.25)} ({100 * su['worst_abs_error']:.0f}%); every run planned to fit —
 {"met" if not su['not_fitting'] else "**not met**"}.
 Every source first planned unseen ({sfirst['n']} runs: fms-fsdp, OLMo-core, TinyLlama, ml-engineering, BLOOM-176B, MT-NLG, FlagPerf,
-dgxc-benchmarking, InternLM, Megatron-LM's weak-scaling table, the blind check's eight and the second's six), each run's
+dgxc-benchmarking, InternLM, Megatron-LM's weak-scaling table, the blind check's eight, the second's six and the third's two), each run's
 error as first
 planned: median {100 * sfirst['median']:.1f}% — {_met(sfirst['median'], 0.10)}; worst {100 * sfirst['worst']:.0f}% —
 {_met(sfirst['worst'], 0.25)};
@@ -416,6 +418,8 @@ What the held-out errors say:
 {blind_check_section(val)}
 
 {blind2_section(val)}
+
+{blind3_section(val)}
 {internlm_section(val)}
 {megatron_bf16_section(val, cal, loso_summary())}
 {casts_section()}
