@@ -114,10 +114,38 @@ def test_cli_explains_it_searches_only_zero1_and_refuses_fsdp(capsys):
     assert cp.returncode == 2 and "--zero-broadcast" in cp.stderr and len(cp.stderr.strip().splitlines()) == 1
 
 
-def test_torch_zero_redundancy_optimizer_all_reduces_fp32_gradients_under_autocast():
-    """torch's ZeroRedundancyOptimizer beside DDP under autocast: the same greedy partition and owner broadcasts as
-    InternLM's, the gradients all-reduced in fp32 (twice InternLM's bf16 bytes); the broadcasts keep the weights'."""
-    fp32, bf16 = comm_times(INTERNLM_7B, _setup(4, grad_dtype="fp32"), 0.0), comm_times(INTERNLM_7B, _setup(4), 0.0)
-    assert fp32["dp"] - fp32["dp_latency"] == pytest.approx(2 * (bf16["dp"] - bf16["dp_latency"]), rel=0.05)
-    assert fp32["dp_bcast"] == pytest.approx(bf16["dp_bcast"])
-    assert estimate(INTERNLM_7B, _setup(4, grad_dtype="fp32")).fits
+def test_fp32_gradients_plan_torchs_zero_redundancy_optimizer_beside_ddp():
+    """torch's ZeroRedundancyOptimizer beside DDP under autocast (zero_redundancy_optimizer.py): the fp32 model on
+    every rank with DDP's bucket copies and no separate master, the states sharded; DDP's 25 MB all-reduce buckets;
+    then `_sync_params` broadcasts every fp32 tensor from its owner, one call each (parameters_as_bucket_view off)."""
+    from overdrive.plan.comm import DDP_BUCKET_BYTES
+    from overdrive.plan.memory import memory_breakdown
+    from overdrive.plan.pipeline import bias_tensors, param_tensors
+
+    torch_s, ddp_s = _setup(4, grad_dtype="fp32"), _setup(4, grad_dtype="fp32", zero_broadcast=False, sharding="none")
+    assert torch_s.torch_zero and not _setup(4).torch_zero
+    zb, ddp = memory_breakdown(INTERNLM_7B, torch_s), memory_breakdown(INTERNLM_7B, ddp_s)
+    P = INTERNLM_7B.n_params()
+    assert zb["params"] == pytest.approx(ddp["params"]) == pytest.approx(6 * P / 2**30, rel=1e-6)
+    assert zb["grads"] == pytest.approx(ddp["grads"])                       # DDP's gradients and its bucket copies
+    assert zb["optimizer"] == pytest.approx(ddp["optimizer"] / torch_s.shards)
+    c, i = comm_times(INTERNLM_7B, torch_s, 0.0), comm_times(INTERNLM_7B, _setup(4), 0.0)
+    assert c["dp_buckets"] == -(-4 * P // DDP_BUCKET_BYTES) and i["dp_buckets"] == 14
+    tensors = param_tensors(INTERNLM_7B, torch_s) + bias_tensors(INTERNLM_7B, torch_s)
+    assert c["dp_bcast_calls"] == len(tensors) == 1 + 32 * 7 + 2 and i["dp_bcast_calls"] == 32
+    # every call is one fp32 tensor: bytes twice InternLM's bf16 broadcasts of the same model, latency per tensor
+    assert c["dp_bcast"] - c["dp_bcast_latency"] == pytest.approx(2 * (i["dp_bcast"] - i["dp_bcast_latency"]), rel=1e-6)
+    assert c["dp_bcast_latency"] == pytest.approx(len(tensors) / 32 * i["dp_bcast_latency"], rel=1e-6)
+    assert estimate(INTERNLM_7B, torch_s).memory_gib > estimate(INTERNLM_7B, _setup(4)).memory_gib + 15
+
+
+def test_a_bias_model_broadcasts_its_biases_too():
+    from overdrive.plan.pipeline import bias_tensors
+
+    gpt = ModelSpec(name="gpt", n_layer=4, hidden=256, n_head=4, n_kv_head=4, ffn=1024, vocab=1000, tied=True,
+                    gated_mlp=False, learned_pos=128, bias=True)
+    s = _setup(1, grad_dtype="fp32", global_batch=None)
+    assert bias_tensors(gpt, s) == [768, 256, 256, 256, 1024, 256] * 4 + [256]
+    assert bias_tensors(INTERNLM_7B, s) == []
+    assert sum(bias_tensors(gpt, s)) + sum(__import__("overdrive.plan.pipeline", fromlist=["x"]).param_tensors(gpt, s)) \
+        == gpt.n_params()

@@ -42,6 +42,8 @@ fastest), so a group's members per node are gpus_per_node / (the degrees inside 
                   last micro-batch's backward; after the step every owner broadcasts its updated weights to the whole
                   ZeRO group, one call each (collectives.broadcast_s: nRanks hops of latency per call), and
                   `broadcast_params(overlap=False)` waits for every call before the step ends: all of it exposed.
+                  With fp32 gradients, torch's ZeroRedundancyOptimizer beside DDP (`TrainSetup.torch_zero`): DDP's
+                  all-reduce, then `_sync_params` broadcasts each fp32 tensor from its owner, one call per tensor.
   nanotron ZeRO-1 --zero-sliced (huggingface/nanotron src/nanotron/optim/zero.py, gradient_accumulator.py and
                   trainer.py @ c252843, with accumulate_grad_in_fp32 as its benchmarks ran): every tensor sliced over
                   the ZeRO group; no DDP (make_ddp is false with fp32 accumulation and ZeRO), so after the last
@@ -67,7 +69,7 @@ import math
 from overdrive.plan.choices import NO_STEP
 from overdrive.plan.collectives import (LINK_EFF, broadcast_s, choose_allreduce, gather_s, group_layout, p2p_s,
                                        ring_latency_s)
-from overdrive.plan.pipeline import param_tensors, stage_imbalance, zero_sliced_tensors
+from overdrive.plan.pipeline import bias_tensors, param_tensors, stage_imbalance, zero_sliced_tensors
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 from overdrive.plan.zero3 import zero3_comm
@@ -96,7 +98,7 @@ def _buckets(s: TrainSetup, grad_bytes: float, trained: float, blocks: float) ->
         return 1
     if s.stack == "megatron":
         per = max(40e6, 1e6 * s.dp) * (grad_bytes / max(trained, 1))
-    elif s.sharding in ("zero1", "zero2", "hsdp"):
+    elif s.sharding in ("zero1", "zero2", "hsdp") and not s.torch_zero:   # torch's ZeRO: DDP's buckets
         return max(1, round(blocks))
     else:
         per = DDP_BUCKET_BYTES
@@ -167,7 +169,7 @@ def _ddp_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
         if s.sharding != "none":
             t += gather_s(m.n_params() / (s.tp * s.pp) * 2 / nb, n, nodes, bw)
             lat_one += ring_latency_s(n, nodes, allreduce=False)
-    elif s.sharding == "none":
+    elif s.sharding == "none" or s.torch_zero:
         algo, t, lat_one = choose_allreduce(grads / nb, n, nodes, bw)
     else:   # ZeRO-1/2: reduce-scatter the gradients, all-gather the updated 16-bit parameters
         algo = "ring"
@@ -201,9 +203,16 @@ def zero_owners(m: ModelSpec, s: TrainSetup, n: int) -> int:
 
 def _zero_broadcast_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
     """InternLM's Hybrid ZeRO: an all-reduce of the gradients per 512M-element bucket (`dp`, overlapped as DDP's),
-    then one broadcast of the updated weights per owning rank (`dp_bcast`, all of it exposed)."""
+    then one broadcast of the updated weights per owning rank (`dp_bcast`, all of it exposed). torch's
+    ZeroRedundancyOptimizer (`TrainSetup.torch_zero`): DDP's all-reduce, then one broadcast per fp32 tensor."""
     n, trained = s.shards, _trained(m, s)
     nodes, bw = group_layout(s, n, s.tp)
+    if s.torch_zero:
+        _ddp_comm(m, s, out, grad_b)
+        calls = [broadcast_s(4 * x, n, nodes, bw) for x in param_tensors(m, s) + bias_tensors(m, s)]
+        out.update(dp_bcast=sum(t for t, _ in calls), dp_bcast_calls=len(calls),
+                   dp_bcast_latency=sum(lat for _, lat in calls))
+        return
     nb = max(1, math.ceil(trained / ZERO_BUCKET_ELEMENTS))
     algo, t, lat = choose_allreduce(trained * grad_b / nb, n, nodes, bw)
     owners = zero_owners(m, s, n)

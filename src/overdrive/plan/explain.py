@@ -95,9 +95,10 @@ _TIME = {
                        "stage after the data-parallel reduction (Megatron finalize_model_grads, DeepSpeed "
                        "ReduceTiedGrads), exposed",
     "zero_bcast_exposed": "--zero-broadcast: after the step each rank owning parameters broadcasts its updated "
-                          "weights to the ZeRO group, one call each, all waited for: B/busBW + (8.4 + n·14 µs "
-                          "across nodes, n·4 µs in a node) latency (NCCL tuning.cc's ring broadcast); dp_comm is "
-                          "then an all-reduce per 512M gradient elements",
+                          "weights to the ZeRO group, all waited for: B/busBW + (8.4 + n·14 µs across nodes, n·4 µs "
+                          "in a node) latency per call (NCCL tuning.cc's ring broadcast); InternLM: one call per owner, "
+                          "dp_comm an all-reduce per 512M gradient elements; torch's ZeroRedundancyOptimizer (fp32 "
+                          "gradients): one call per fp32 tensor, dp_comm DDP's",
     "zero_sliced_exposed": "--zero-sliced (nanotron's ZeRO-1): max(dp_exposed + the all-gather of the updated 16-bit "
                            "weights, the host's slices, flattens and copies: 0.41 + 0.56 ops' worth per rank and "
                            "tensor, nanotron's loops timed on a CPU host, × the µs per op) − dp_exposed; the copies' "
@@ -312,8 +313,9 @@ def explain(e: Estimate) -> list[str]:
             lines.append(_network_sensitivity(e))
     if c.get("dp_bcast"):
         lines.append(f"  weight broadcasts: {c['dp_bcast_calls']} calls per step, {1e3 * c['dp_bcast']:.1f} ms of which "
-                     f"{1e3 * c['dp_bcast_latency']:.1f} ms latency (one per rank owning parameters: min(ranks, "
-                     "tensors), InternLM's partition)")
+                     f"{1e3 * c['dp_bcast_latency']:.1f} ms latency ("
+                     + ("one per fp32 tensor: torch's ZeroRedundancyOptimizer, parameters_as_bucket_view off)"
+                        if s.torch_zero else "one per rank owning parameters: min(ranks, tensors), InternLM's)"))
     if c.get("dp_after"):
         how = (f"{c['dp_after_calls']} broadcasts (a tensor does not split evenly over the ranks)"
                if c["dp_after_calls"] > 1 else "one all-gather")

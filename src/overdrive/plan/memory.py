@@ -271,7 +271,7 @@ def _states(m: ModelSpec, s: TrainSetup, rank: int = 0) -> tuple[float, float, f
     else:
         if zero3:
             params = 4 * P / S   # the fp32 shard, or a bf16 shard + its remainders: 4 bytes either way
-        elif s.sharding == "none":
+        elif s.sharding == "none" or s.torch_zero:   # torch's ZeroRedundancyOptimizer: the DDP model, no master
             # fp32 weights + autocast's cached 16-bit copies; with remainders: bf16 weights + their low bits
             params = (4 * P + (2 * P if s.precision != "fp32" else 0)) if master_b == 4 else 2 * P + master_b * P
         else:  # zero1/2: compute copy on every rank, the master (fp32, or remainders) sharded with the optimizer
@@ -300,7 +300,7 @@ def ddp_bucket_bytes(m: ModelSpec, s: TrainSetup, rank: int = 0) -> float:
     """PyTorch DDP's bucket buffers on pipeline rank `rank`: a copy of every trained gradient in the parameters' dtype
     (fp32 masters under autocast, 16-bit with --pure-bf16 or --grad-dtype bf16), allocated at wrap time and alive
     all run. 0 where DDP does not run (one rank, sharded or other stacks' optimizers, DeepSpeed's engine)."""
-    if s.stack != "pytorch" or s.deepspeed_pipeline or s.sharding != "none" or s.dp * s.cp == 1:
+    if s.stack != "pytorch" or s.deepspeed_pipeline or s.sharding != "none" and not s.torch_zero or s.dp * s.cp == 1:
         return 0.0
     return s.grad_bytes * _trained(m, s, rank)[1]
 

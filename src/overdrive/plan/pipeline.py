@@ -42,7 +42,7 @@ from overdrive.plan.specs import ModelSpec
 
 __all__ = ["pipeline_blocks_in_flight", "pipeline_outputs_bytes", "chunk_slots", "stage_imbalance", "stage_blocks",
            "stage_params", "embedding_micro_batches", "embedding_bytes", "stage_outputs_bytes", "param_tensors",
-           "zero_sliced_tensors"]
+           "bias_tensors", "zero_sliced_tensors"]
 
 
 def chunk_slots(m: ModelSpec, s: TrainSetup) -> list[int]:
@@ -153,6 +153,15 @@ def param_tensors(m: ModelSpec, s: TrainSetup, gate_up: bool = False) -> list[in
     last = ([h] + ([] if m.tied else [m.vocab * h // tp])) if s.pp == 1 else []
     pos = [m.learned_pos * h] if m.learned_pos else []
     return [m.vocab * h // tp] + pos + block * math.ceil(m.n_layer / s.pp) + last
+
+
+def bias_tensors(m: ModelSpec, s: TrainSetup) -> list[int]:
+    """A --bias model's bias tensors beside `param_tensors` (GPT-2/3: each linear's and LayerNorm's), elements each."""
+    if not m.bias:
+        return []
+    h, tp = m.hidden, s.tp
+    block = [(m.q_dim + 2 * m.kv_dim) // tp, h, h, h] + [m.ffn // tp] * (2 if m.gated_mlp else 1) + [h]
+    return block * math.ceil(m.n_layer / s.pp) + ([h] if s.pp == 1 else [])
 
 
 def zero_sliced_tensors(m: ModelSpec, s: TrainSetup) -> list[int]:

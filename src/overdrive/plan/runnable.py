@@ -29,8 +29,11 @@ def not_in_overdrive(c: dict) -> list[str]:
     if c.get("deepspeed_pipeline"):
         out.append("--deepspeed-pipeline plans DeepSpeed's PipelineEngine (Megatron-DeepSpeed), another stack: run "
                    "it there")
-    if c.get("zero_broadcast"):
+    if c.get("zero_broadcast") and c.get("grad_dtype") == "bf16":
         out.append("--zero-broadcast plans InternLM's Hybrid ZeRO trainer, another stack: run it there")
+    elif c.get("zero_broadcast"):
+        out.append("--zero-broadcast with fp32 gradients plans torch's ZeroRedundancyOptimizer beside DDP, not an "
+                   "Overdrive recipe: pass it as accelerate(optimizer=...) with distributed=\"ddp\"")
     if c.get("zero_sliced"):
         out.append("--zero-sliced plans nanotron's ZeRO-1 (its own trainer), another stack: run it there")
     sh = c.get("sharding", "fsdp")

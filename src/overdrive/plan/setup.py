@@ -165,10 +165,10 @@ class TrainSetup:
     moves to each GPU in the model dtype before partitioning it (runtime/engine.py `_configure_distributed_model`:
     `module.to(device)` unless zero.Init made it), so every GPU holds the whole model once at start-up (`zero3.py`)."""
     zero_broadcast: bool = False
-    """ZeRO-1 as InternLM's HybridZeroOptimizer ran its 2023 performance table (internlm/solver/optimizer/
-    hybrid_zero_optim.py @ 20fe5ac2): whole tensors assigned to ranks, the model-dtype gradients all-reduced in
-    buckets of 512M elements, the updated weights sent back by one broadcast per rank that owns any, all waited for
-    before the step ends (comm.py)."""
+    """ZeRO-1 with whole tensors assigned to ranks (largest first to the least-loaded), the gradients all-reduced and
+    the updated weights broadcast by their owners, waited for before the step ends (comm.py). With --grad-dtype bf16
+    InternLM's HybridZeroOptimizer as its 2023 table ran it (internlm/solver/optimizer/hybrid_zero_optim.py @
+    20fe5ac2): a bf16 model, 512M-element buckets, one broadcast per owner; with fp32 gradients `torch_zero`."""
     zero_sliced: bool = False
     """ZeRO-1 as nanotron's benchmarks ran it (ZeroDistributedOptimizer with accumulate_grad_in_fp32,
     src/nanotron/optim/zero.py and trainer.py @ c252843): no DDP, so the fp32 gradient buffer is all-reduced in one
@@ -214,6 +214,14 @@ class TrainSetup:
 
     def __post_init__(self):
         validate(self)   # setup_checks: aliases resolved, every value checked, contradictions refused
+
+    @property
+    def torch_zero(self) -> bool:
+        """--zero-broadcast with fp32 gradients: torch's ZeroRedundancyOptimizer beside DDP under autocast
+        (torch/distributed/optim/zero_redundancy_optimizer.py): the fp32 model on every rank, no separate master,
+        DDP's buckets, then `_sync_params` broadcasts each owner's fp32 tensors one call each (the default
+        parameters_as_bucket_view=False)."""
+        return self.zero_broadcast and self.grad_dtype == "fp32"
 
     @property
     def link_gbs(self) -> float:
