@@ -126,7 +126,7 @@ def test_calibration_nan_and_binary_refused(run, tmp_path):
     (["--efficiency", "5e-324"], "--efficiency is a fraction of peak in \\[0.01, 1\\]"),
     (["--seq", str(10**40)], "--seq .* too large"),
     (["--micro-batch", str(10**40)], "--micro-batch .* too large"),
-    (["--layers", str(10**30), "--hidden", "64", "--heads", "4"], "too large"),
+    (["--layers", str(10**30), "--hidden", "64", "--heads", "4"], "--layers must be a positive integer up to"),
     (["--zero", "1", "--offload", "params"], "--offload params needs"),
     (["--sharding", "none", "--offload", "params"], "--offload params needs"),
     (["--zero", "1", "--sharding", "fsdp"], "--zero 1 and --sharding fsdp"),
@@ -141,7 +141,7 @@ def test_calibration_nan_and_binary_refused(run, tmp_path):
     (["--hidden", "64", "--kv-heads", "2"], "--hidden --kv-heads describe a custom model: add --layers"),
     (["--precision", "bf16", "--fp8-activations"], "--fp8-activations needs a low precision"),
     (["--precision", "fp8", "--gpu", "a100-80", "--fp8-all-gather"], "--fp8-all-gather needs a low precision"),
-    (["--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "3"], "heads by --kv-heads 3"),
+    (["--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "3"], "--heads 4 must divide by --kv-heads 3"),
 ])
 def test_impossible_layouts_refused(run, args, needle):
     _refused(run(*args), needle)

@@ -4,6 +4,7 @@ head width beside hidden/heads, say) would make the printed line plan another ru
 
 import argparse
 import dataclasses
+import json
 import shlex
 
 import pytest
@@ -38,13 +39,18 @@ def test_every_fixed_run_is_checked():
 
 
 @pytest.mark.parametrize("chunk", range(4))
-def test_the_printed_flags_plan_the_tables_prediction(chunk):
+def test_the_printed_flags_plan_the_tables_prediction(chunk, capsys):
+    """Through the CLI itself: `overdrive plan <printed flags> --json`, its top pick against the table."""
+    from overdrive.cli import main
+
     wrong = []
     for r in _RUNS[chunk::4]:
-        e, p = _planned(plan_flags(r)), predict(r)
-        if e.tokens_per_s_per_gpu != pytest.approx(p["predicted"], rel=1e-9) or \
-                e.allocated_gib != pytest.approx(p["allocated_gib"], abs=1e-3):
-            wrong.append(f"{r['id']}: {e.tokens_per_s_per_gpu:.1f} vs {p['predicted']:.1f}")
+        assert main(["plan", *shlex.split(plan_flags(r)), "--json"]) == 0, r["id"]
+        out, p = json.loads(capsys.readouterr().out), predict(r)
+        top = out["top"] or out["candidates"][0]   # a run planned not to fit: the candidate the table shows
+        if top["tokens_per_s_per_gpu"] != pytest.approx(p["predicted"], rel=1e-9) or \
+                top["allocated_gib"] != pytest.approx(p["allocated_gib"], abs=1e-3):
+            wrong.append(f"{r['id']}: {top['tokens_per_s_per_gpu']:.1f} vs {p['predicted']:.1f}")
     assert not wrong, wrong
 
 
@@ -56,3 +62,25 @@ def test_head_dim_plans_a_model_whose_heads_are_not_hidden_over_heads():
     assert wide.model.attn_head_dim == 128 and narrow.model.attn_head_dim == 0
     assert wide.model.n_params() > narrow.model.n_params() * 1.02
     assert wide.step_s > narrow.step_s
+
+
+@pytest.mark.parametrize("flags, needle", [
+    ("--head-dim 0", "--head-dim must be a positive integer"),
+    ("--head-dim 99999999", "--head-dim must be a positive integer up to 16,777,216, got 99999999"),
+    ("--heads 7", "--hidden 512 must divide by --heads 7, or give --head-dim"),
+    ("--kv-heads 3 --head-dim 64", "--heads 8 must divide by --kv-heads 3"),
+    ("--model llama3-8b --head-dim 64", "keep one")])
+def test_bad_model_dims_get_one_line_naming_the_flag(flags, needle, capsys):
+    from overdrive.cli import main
+
+    base = "--heads 8" if "--heads" not in flags and "--model" not in flags else ""
+    args = ([] if "--model" in flags else ["--layers", "4", "--hidden", "512"]) + (base + " " + flags).split()
+    assert main(["plan", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1, err
+
+
+def test_heads_that_do_not_divide_hidden_plan_with_head_dim():
+    e = _planned("--layers 4 --hidden 512 --heads 7 --head-dim 64 --gpu h100-sxm --gpus 1 --seq 1024 --global-batch 8 "
+                 "--micro-batch 1 --precision bf16 --sharding none --checkpointing none")
+    assert e.model.q_dim == 7 * 64 and e.tokens_per_s_per_gpu > 0

@@ -30,7 +30,7 @@ M70 = get_model("llama3-70b")
     (["--layers", "4", "--hidden", "256", "--heads", "4", "--gelu-mlp", "--squared-relu"], r"keep one"),
     (["--layers", "4", "--hidden", "256", "--heads", "4", "--learned-pos", "0"], r"--learned-pos must be a positive"),
     (["--attention", "sdpa"], r"--attention 'sdpa' is not one of flash, fa1, fa2, fa3, cudnn, triton, unfused"),
-    (["--layers", "4", "--hidden", "256", "--heads", "4", "--learned-pos", str(1 << 40)], r"learned_pos must be"),
+    (["--layers", "4", "--hidden", "256", "--heads", "4", "--learned-pos", str(1 << 40)], r"--learned-pos must be a positive integer up to"),
 ])
 def test_bad_stack_and_v3_flags_refused_in_one_line(run, args, needle):
     _refused(run("--precision", "bf16", "--micro-batch", "1", *args), needle)

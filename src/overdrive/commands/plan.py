@@ -41,7 +41,7 @@ _DEFAULTS: dict = {}
 
 
 def _model(args):
-    from overdrive.plan import ModelSpec, get_model
+    from overdrive.plan.specs import MAX_DIM, ModelSpec, get_model
 
     custom = [f"--{n.replace('_', '-')}" for n in _CUSTOM_DIMS if getattr(args, n) not in (None, False)]
     if args.model is not None and custom:
@@ -54,13 +54,13 @@ def _model(args):
         raise ValueError("--gelu-mlp and --squared-relu both name the MLP's activation: keep one")
     for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "learned_pos", "head_dim"):
         v = getattr(args, name)
-        if v is not None and v < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {v}")
+        if v is not None and not 1 <= v <= MAX_DIM:
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive integer up to {MAX_DIM:,}, got {v}")
     if not (args.hidden and args.heads):
         raise ValueError("custom dims need --layers, --hidden and --heads (--help lists the optional ones)")
-    if (args.hidden % args.heads and not args.head_dim) or args.heads % (args.kv_heads or args.heads):
-        raise ValueError(f"--hidden {args.hidden} must divide by --heads {args.heads} (or give --head-dim), and heads "
-                         f"by --kv-heads {args.kv_heads or args.heads}: pick dims that divide")
+    if (odd := args.hidden % args.heads and not args.head_dim) or args.heads % (args.kv_heads or args.heads):
+        raise ValueError((f"--hidden {args.hidden} must divide by --heads {args.heads}, or give --head-dim" if odd else
+                          f"--heads {args.heads} must divide by --kv-heads {args.kv_heads}") + ": pick dims that divide")
     return ModelSpec(name="custom", n_layer=args.layers, hidden=args.hidden, n_head=args.heads,
                      n_kv_head=args.kv_heads or args.heads, ffn=args.ffn or 4 * args.hidden,
                      vocab=args.vocab or DEFAULT_VOCAB,

@@ -54,7 +54,7 @@ class ModelSpec:
             raise ValueError(f"model learned_pos must be a number of positions in 0-{MAX_DIM:,}, got {lp!r}")
         d = self.attn_head_dim
         if isinstance(d, bool) or not isinstance(d, int) or d < 0 or d > MAX_DIM:
-            raise ValueError(f"model attn_head_dim must be a non-negative integer, got {d!r}")
+            raise ValueError(f"model attn_head_dim must be a head width in 0-{MAX_DIM:,} (0: hidden/heads), got {d!r}")
         if self.squared_relu and self.gated_mlp:
             raise ValueError("model squared_relu is a 2-matrix MLP: set gated_mlp False (a SwiGLU MLP has no ReLU)")
         if (not d and self.hidden % self.n_head) or self.n_head % self.n_kv_head:
