@@ -111,9 +111,12 @@ def test_published_rows_that_name_a_kernel_say_why_from_their_source():
     named = [r for r in load_runs() if r.get("attention") in ("fa2", "cudnn")]
     # the second blind check's PyTorch rows name the flash-attn 2 call their code makes
     fa2_calls = {"nanotron": "flash_attn_varlen_func (FA2)", "picotron": "flash_attn_func (FA2)",
-                 "ArcticTraining": "flash_attention_2"}
+                 "ArcticTraining": "flash_attention_2", "FastCode": "flash_attn_func(q,k,v,causal=True) (FA2 API"}
     for r in [r for r in named if r["id"].split()[0] in fa2_calls]:
         assert r["attention"] == "fa2" and fa2_calls[r["id"].split()[0]] in r["note"], r["id"]
+    # the third blind check's FastCode rows that ran xformers' kernel say it and that FlashAttention-2 is assumed
+    xf = [r for r in named if r["id"].endswith("(xformers)")]
+    assert len(xf) == 4 and all("memory_efficient_attention" in r["note"] and "assumed fa2" in r["note"] for r in xf)
     named = [r for r in named if r["id"].split()[0] not in fa2_calls]
     assert {r["id"].split()[0] for r in named} == {"OLMo-core", "dgxc-benchmarking", "ms-swift"}
     # Megatron-SWIFT on A800: Transformer Engine prefers flash-attn to cuDNN's kernels off sm90
