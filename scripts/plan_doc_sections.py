@@ -9,7 +9,7 @@ import statistics
 
 from overdrive.plan.collectives import (LINK_EFF, RING_BASE_US, RING_HOP_US, RING_PLATEAU, TREE_HOP_US,
                                         TREE_MAX_GBS)
-from overdrive.plan.comm import ASYNC_TP_EXPOSED, DDP_BUCKET_BYTES
+from overdrive.plan.comm import ASYNC_TP_EXPOSED, DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES
 from overdrive.plan.memory import GIB
 from overdrive.plan.throughput import (CALIBRATION, MEGATRON_CE_BYTES, SRELU_UNFUSED_ELEMS, UNFUSED_ATTN_BYTES,
                                       UNFUSED_DROPOUT_BYTES, Z_LOSS_BYTES)
@@ -93,16 +93,20 @@ across nodes one ring per rail, k members of the group per node over k NICs), pl
 NVLink hop + {RING_HOP_US['net']} µs per network hop (×{RING_PLATEAU} for a large multi-node all-reduce), a tree
 2·((GPUs per node − 1)·{TREE_HOP_US['nvlink']:g} + log2(nodes)·{TREE_HOP_US['net']:g}) µs at half of min(0.9·busBW,
 {TREE_MAX_GBS:g} GB/s); an all-reduce takes the cheaper, as NCCL does. Calls per step: FSDP three per block and
-micro-batch; DDP one per {DDP_BUCKET_BYTES >> 20} MB bucket (PyTorch's `bucket_cap_mb`); Megatron's DDP and distributed optimizer one
-per max(40M, 1M·dp) parameters (`DistributedDataParallelConfig.bucket_size`); FSDP2 as ZeRO-1/2 one per block.
-Overlap: DDP/ZeRO buckets go out one after another as the backward produces them, leaving
-max(t, nb·t − (nb−1)·c) after it; FSDP's calls hide under the block beside them except the first gather and
+micro-batch; PyTorch DDP one per bucket as its Reducer rebuilds them after the first step (whole tensors in
+gradient order, each closing once it reaches `bucket_cap_mb`'s {DDP_BUCKET_BYTES >> 20} MiB, the first
+{DDP_FIRST_BUCKET_BYTES >> 20} MiB; checked against torch's own `rebuilt_bucket_sizes` in the tests); Megatron's DDP and
+distributed optimizer one per max(40M, 1M·dp) parameters (`DistributedDataParallelConfig.bucket_size`); FSDP2 as
+ZeRO-1/2 one per block. Overlap: DDP/ZeRO buckets go out one after another as the backward produces them, leaving
+max(t_last, nb·t − (nb−1)·c) after it, t_last the last bucket's (PyTorch DDP's holds the embedding); an all-reduce
+(DDP, `--zero-broadcast`) hides under the last micro-batch's backward alone, no gradient being ready in its forward,
+where Megatron's ZeRO-1 gathers its parameters under the next forward; FSDP's calls hide under the block beside them except the first gather and
 the last reduce-scatter, which on the PyTorch stack are the root unit's (the embedding, final norm and untied head
 fully_shard leaves outside the blocks: 1.05B parameters of Llama 3 8B, about five blocks' worth) and one block's. TP across nodes runs over the NICs and is not overlapped (userbuffers and async TP
 need NVLink); overlapped inside a node, {100 * ASYNC_TP_EXPOSED:.0f}% of it stays exposed. Pipeline sends pay a p2p latency
-and their bytes. None of these numbers was fitted. At 512 ranks with 25 MB buckets the latency is most of a
-data-parallel step: a 1.3B model over 64 DGX A100 nodes at one sequence per GPU is planned at a third of the
-speed the bandwidth term alone gives (`tests/unit/test_plan_at_scale.py`).
+and their bytes. None of these numbers was fitted. At 512 ranks the latency is a third of a data-parallel step:
+a 1.3B model over 64 DGX A100 nodes at one sequence per GPU, 73 DDP buckets, is planned communication-bound, under
+half its one-node speed (`tests/unit/test_plan_at_scale.py`).
 """
 
 

@@ -89,10 +89,19 @@ def test_what_it_found_missing_is_held_to_its_sign(rows):
 
 def test_the_rest_are_within_a_quarter(rows):
     held = {r["id"] for r in _ids(rows, "Qwen ", "nanotron 1.34B 512x", "nanotron 3.57B 512x", "nanotron 80.0B",
-                                   "Megatron-LLaMA", "ArcticTraining")}
+                                   "nanotron 8.86B 512x", "Megatron-LLaMA", "ArcticTraining")}
     rest = [r for r in rows if r["id"] not in held]
-    # Colossal-AI 3, nanotron at 4 to 32 data-parallel ranks and its DDP row at 128 (13), picotron 2
-    assert len(rest) == 18 and max(abs(r["error"]) for r in rest) <= 0.25, summary(rest)
+    # Colossal-AI 3, nanotron at 4 to 32 data-parallel ranks (12), picotron 2
+    assert len(rest) == 17 and max(abs(r["error"]) for r in rest) <= 0.25, summary(rest)
+
+
+def test_nanotron_ddp_at_128_ranks_with_ddps_own_buckets(rows):
+    """nanotron's DDP row at 128 data-parallel ranks over 64 nodes read +14% while DDP's buckets were counted as
+    gradient bytes / 25 MB (338 calls, 0.24 s of NCCL latency); PyTorch's Reducer closes buckets on whole tensors
+    (130 here) and the all-reduce hides under the backward alone: +30%. Published, the step is its compute plus
+    all of the all-reduce (0.62 s: 0.26 s of compute, 0.36 s planned on the wire), which no term explains."""
+    r = _ids(rows, "nanotron 8.86B 512x")[0]
+    assert 0.2 <= r["error"] <= 0.4
 
 
 def test_memory_where_the_source_says_what_it_measured(rows):

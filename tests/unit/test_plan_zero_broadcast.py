@@ -118,9 +118,9 @@ def test_fp32_gradients_plan_torchs_zero_redundancy_optimizer_beside_ddp():
     """torch's ZeroRedundancyOptimizer beside DDP under autocast (zero_redundancy_optimizer.py): the fp32 model on
     every rank with DDP's bucket copies and no separate master, the states sharded; DDP's 25 MB all-reduce buckets;
     then `_sync_params` broadcasts every fp32 tensor from its owner, one call each (parameters_as_bucket_view off)."""
-    from overdrive.plan.comm import DDP_BUCKET_BYTES
+    from overdrive.plan.comm import ddp_buckets
     from overdrive.plan.memory import memory_breakdown
-    from overdrive.plan.pipeline import bias_tensors, param_tensors
+    from overdrive.plan.pipeline import param_tensors
 
     torch_s, ddp_s = _setup(4, grad_dtype="fp32"), _setup(4, grad_dtype="fp32", zero_broadcast=False, sharding="none")
     assert torch_s.torch_zero and not _setup(4).torch_zero
@@ -130,8 +130,9 @@ def test_fp32_gradients_plan_torchs_zero_redundancy_optimizer_beside_ddp():
     assert zb["grads"] == pytest.approx(ddp["grads"])                       # DDP's gradients and its bucket copies
     assert zb["optimizer"] == pytest.approx(ddp["optimizer"] / torch_s.shards)
     c, i = comm_times(INTERNLM_7B, torch_s, 0.0), comm_times(INTERNLM_7B, _setup(4), 0.0)
-    assert c["dp_buckets"] == -(-4 * P // DDP_BUCKET_BYTES) and i["dp_buckets"] == 14
-    tensors = param_tensors(INTERNLM_7B, torch_s) + bias_tensors(INTERNLM_7B, torch_s)
+    assert c["dp_buckets"] == len(ddp_buckets(INTERNLM_7B, torch_s, 4)) and i["dp_buckets"] == 14
+    assert max(ddp_buckets(INTERNLM_7B, torch_s, 4)[1:-1]) < 2 * 4 * 4096 * 11008   # whole tensors, none split
+    tensors = param_tensors(INTERNLM_7B, torch_s)
     assert c["dp_bcast_calls"] == len(tensors) == 1 + 32 * 7 + 2 and i["dp_bcast_calls"] == 32
     # every call is one fp32 tensor: bytes twice InternLM's bf16 broadcasts of the same model, latency per tensor
     assert c["dp_bcast"] - c["dp_bcast_latency"] == pytest.approx(2 * (i["dp_bcast"] - i["dp_bcast_latency"]), rel=1e-6)
@@ -140,12 +141,22 @@ def test_fp32_gradients_plan_torchs_zero_redundancy_optimizer_beside_ddp():
 
 
 def test_a_bias_model_broadcasts_its_biases_too():
-    from overdrive.plan.pipeline import bias_tensors
+    from overdrive.plan.pipeline import param_tensors
 
     gpt = ModelSpec(name="gpt", n_layer=4, hidden=256, n_head=4, n_kv_head=4, ffn=1024, vocab=1000, tied=True,
                     gated_mlp=False, learned_pos=128, bias=True)
     s = _setup(1, grad_dtype="fp32", global_batch=None)
-    assert bias_tensors(gpt, s) == [768, 256, 256, 256, 1024, 256] * 4 + [256]
-    assert bias_tensors(INTERNLM_7B, s) == []
-    assert sum(bias_tensors(gpt, s)) + sum(__import__("overdrive.plan.pipeline", fromlist=["x"]).param_tensors(gpt, s)) \
-        == gpt.n_params()
+    block = [256, 256, 256 * 768, 768, 256 * 256, 256, 256, 256, 256 * 1024, 1024, 1024 * 256, 256]
+    assert param_tensors(gpt, s) == [1000 * 256, 128 * 256] + block * 4 + [256, 256]
+    assert sum(param_tensors(gpt, s)) == gpt.n_params()
+    assert len(param_tensors(INTERNLM_7B, s)) == 1 + 32 * 7 + 2   # no biases: weights alone
+    assert comm_times(gpt, _setup(1, grad_dtype="fp32", global_batch=None), 0.0)["dp_bcast_calls"] == 2 + 12 * 4 + 2
+
+
+def test_pure_bf16_broadcasts_its_bf16_weights():
+    """--pure-bf16 keeps the model in bf16, so torch's optimizer broadcasts 2-byte tensors (param.data)."""
+    fp32 = comm_times(INTERNLM_7B, _setup(4, grad_dtype="fp32"), 0.0)
+    bf16 = comm_times(INTERNLM_7B, _setup(4, grad_dtype="fp32", pure_bf16=True), 0.0)
+    assert bf16["dp_bcast_calls"] == fp32["dp_bcast_calls"]
+    assert bf16["dp_bcast"] - bf16["dp_bcast_latency"] == pytest.approx(
+        (fp32["dp_bcast"] - fp32["dp_bcast_latency"]) / 2, rel=1e-6)

@@ -10,7 +10,7 @@ fastest), so a group's members per node are gpus_per_node / (the degrees inside 
                   DeepSpeed ZeRO-3 (--sharding zero3): the same per module, the gradients reduce-scattered in the model
                   dtype per reduce bucket (`zero3.py`). ZeRO-1/2: a reduce-scatter of gradients + an all-gather of
                   parameters per bucket, once per step; DDP: an all-reduce per bucket, once per step. Buckets: PyTorch
-                  DDP's bucket_cap_mb 25 MB; Megatron's max(40M, 1M·dp) parameters
+                  DDP's, as its Reducer builds them (`ddp_buckets`); Megatron's max(40M, 1M·dp) parameters
                   (DistributedDataParallelConfig.bucket_size), one bucket without --overlap-grad-reduce. Every call pays
                   its latency: at hundreds of nodes with small buckets that term dominates.
   overlap         FSDP: the calls hide under the block computing beside them, up to `overlap` of the compute;
@@ -69,7 +69,7 @@ import math
 from overdrive.plan.choices import NO_STEP
 from overdrive.plan.collectives import (LINK_EFF, broadcast_s, choose_allreduce, gather_s, group_layout, p2p_s,
                                        ring_latency_s)
-from overdrive.plan.pipeline import bias_tensors, param_tensors, stage_imbalance, zero_sliced_tensors
+from overdrive.plan.pipeline import param_tensors, stage_imbalance, zero_sliced_tensors
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 from overdrive.plan.zero3 import zero3_comm
@@ -83,6 +83,23 @@ DS_ALLREDUCE_ELEMENTS = 500_000_000
 (deepspeed/runtime/engine.py)."""
 DDP_BUCKET_BYTES = 25 * 2**20
 """torch.nn.parallel.DistributedDataParallel's bucket_cap_mb default."""
+DDP_FIRST_BUCKET_BYTES = 2**20
+"""torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: the first bucket's cap while bucket_cap_mb is left at its default
+(_BucketCapacityConfig.create; a bucket_cap_mb given makes the first bucket full size too)."""
+
+
+def ddp_buckets(m: ModelSpec, s: TrainSetup, grad_b: int) -> list[float]:
+    """PyTorch DDP's buckets, bytes each, in the order the backward fills them: after the first iteration the
+    Reducer rebuilds them in gradient-ready order (the parameters' registration order reversed), whole tensors, each
+    closing once it reaches its cap, the first DDP_FIRST_BUCKET_BYTES, the rest DDP_BUCKET_BYTES (reducer.cpp
+    compute_bucket_assignment_by_size; DDP's _get_ddp_logging_data() reports them as rebuilt_bucket_sizes,
+    tests/unit/test_plan_at_scale.py). The last holds the embedding, ready only when the backward ends."""
+    out, cur, cap = [], 0.0, DDP_FIRST_BUCKET_BYTES
+    for x in reversed(param_tensors(m, s)):
+        cur += x * grad_b
+        if cur >= cap:
+            out, cur, cap = out + [cur], 0.0, DDP_BUCKET_BYTES
+    return out + ([cur] if cur else [])
 ZERO_BUCKET_ELEMENTS = 512 * 1024 * 1024
 """InternLM's hybrid_zero_optimizer reduce_bucket_size (configs/7B_sft.py @ 00478761): gradient elements per
 all-reduce."""
@@ -90,7 +107,7 @@ all-reduce."""
 
 def _buckets(s: TrainSetup, grad_bytes: float, trained: float, blocks: float) -> int:
     """Calls a step's gradients go out in: Megatron's DDP/distributed optimizer buckets of max(40M, 1M·dp)
-    parameters; PyTorch DDP's 25 MB; FSDP2 as ZeRO-1/2 (reshard_after_forward=False) one per block; DeepSpeed's
+    parameters; PyTorch DDP's 25 MB (its real buckets: `ddp_buckets`); FSDP2 as ZeRO-1/2 (reshard_after_forward=False) one per block; DeepSpeed's
     PipelineEngine buffers of MEMORY_OPT_ALLREDUCE_SIZE elements."""
     if s.deepspeed_pipeline:
         return max(1, math.ceil(trained / DS_ALLREDUCE_ELEMENTS))
@@ -169,6 +186,13 @@ def _ddp_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
         if s.sharding != "none":
             t += gather_s(m.n_params() / (s.tp * s.pp) * 2 / nb, n, nodes, bw)
             lat_one += ring_latency_s(n, nodes, allreduce=False)
+    elif (s.sharding == "none" or s.torch_zero) and s.stack == "pytorch" and not s.lora_rank:
+        # PyTorch DDP: its own buckets, each all-reduced as it fills; the last (the embedding's) is the exposed edge
+        calls = [choose_allreduce(b, n, nodes, bw) for b in ddp_buckets(m, s, grad_b)]
+        out.update(dp=sum(c[1] for c in calls), dp_calls=len(calls), dp_latency=sum(c[2] for c in calls),
+                   dp_algo=max(calls, key=lambda c: c[1])[0], dp_edge=calls[-1][1], dp_buckets=len(calls),
+                   dp_nodes=nodes)
+        return
     elif s.sharding == "none" or s.torch_zero:
         algo, t, lat_one = choose_allreduce(grads / nb, n, nodes, bw)
     else:   # ZeRO-1/2: reduce-scatter the gradients, all-gather the updated 16-bit parameters
@@ -204,12 +228,13 @@ def zero_owners(m: ModelSpec, s: TrainSetup, n: int) -> int:
 def _zero_broadcast_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
     """InternLM's Hybrid ZeRO: an all-reduce of the gradients per 512M-element bucket (`dp`, overlapped as DDP's),
     then one broadcast of the updated weights per owning rank (`dp_bcast`, all of it exposed). torch's
-    ZeroRedundancyOptimizer (`TrainSetup.torch_zero`): DDP's all-reduce, then one broadcast per fp32 tensor."""
+    ZeroRedundancyOptimizer (`TrainSetup.torch_zero`): DDP's all-reduce, then one broadcast per tensor (fp32 under
+    autocast, bf16 with --pure-bf16)."""
     n, trained = s.shards, _trained(m, s)
     nodes, bw = group_layout(s, n, s.tp)
     if s.torch_zero:
         _ddp_comm(m, s, out, grad_b)
-        calls = [broadcast_s(4 * x, n, nodes, bw) for x in param_tensors(m, s) + bias_tensors(m, s)]
+        calls = [broadcast_s((2 if s.pure_bf16 else 4) * x, n, nodes, bw) for x in param_tensors(m, s)]
         out.update(dp_bcast=sum(t for t, _ in calls), dp_bcast_calls=len(calls),
                    dp_bcast_latency=sum(lat for _, lat in calls))
         return
@@ -307,8 +332,9 @@ def comm_times(m: ModelSpec, s: TrainSetup, attn_s: float) -> dict:
     return out
 
 
-def dp_exposed(s: TrainSetup, c: dict, t_mb: float, bubble: float) -> tuple[float, float]:
-    """(seconds of data-parallel communication per step compute does not hide, the compute it hides under)."""
+def dp_exposed(s: TrainSetup, c: dict, t_mb: float, bubble: float, forward: float = 0.0) -> tuple[float, float]:
+    """(seconds of data-parallel communication per step compute does not hide, the compute it hides under).
+    `forward`: the micro-batch's forward seconds, under which no gradient is ready to all-reduce."""
     n = s.grad_accum
     if c["dp"] <= 0:
         return 0.0, 0.0
@@ -327,14 +353,17 @@ def dp_exposed(s: TrainSetup, c: dict, t_mb: float, bubble: float) -> tuple[floa
         # reduce-scatter have no block beside them
         hide = n * t_mb
         return max(c["dp_edge"], c["dp"] - s.overlap * hide), hide
-    # DDP/ZeRO reduce once per step, under the last micro-batch (Megatron: with the next step's first forward
-    # for the parameter all-gather) and the pipeline's drain (no_sync on the others): bucket by bucket
-    hide = t_mb + n * t_mb * bubble
+    # DDP/ZeRO reduce once per step, under the last micro-batch's backward (Megatron's ZeRO-1: its parameter
+    # all-gather with the next step's first forward) and the pipeline's drain (no_sync on the others): bucket by
+    # bucket. An all-reduce (DDP, --zero-broadcast) has only the backward: no gradient is ready in the forward.
+    allreduce = s.sharding == "none" or s.zero_broadcast
+    hide = t_mb - (forward if allreduce else 0.0) + n * t_mb * bubble
     nb = max(1, c["dp_buckets"])
     per_bucket = s.overlap * hide / nb
     other = (n - 1) * c.get("dp_rs_mb", 0.0)   # ZeRO-2's reduce-scatters in the other micro-batches, each under its own
     t = (c["dp"] - other) / nb
-    last = max(t, nb * t - (nb - 1) * per_bucket)
+    # the last bucket waits for the backward's end (PyTorch DDP's holds the embedding: its own size, `dp_edge`)
+    last = max(c["dp_edge"] if not other else t, nb * t - (nb - 1) * per_bucket)
     if not other:
         return last, hide
     rs = c["dp_rs_mb"] / nb

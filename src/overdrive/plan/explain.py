@@ -84,8 +84,9 @@ _TIME = {
     "dp_latency": "the latency part of dp_comm: calls × NCCL's per-call latency (tuning.cc: ring 8.4 µs + 3.4 µs per "
                   "NVLink hop + 9.6 µs per network hop; tree 2·(hops in node·28 + log2(nodes)·50) µs)",
     "dp_exposed": "FSDP: max(first gather + last reduce-scatter, dp_comm − overlap × compute); DDP/ZeRO: "
-                  "max(t, nb·t − (nb−1)·overlap·c), nb buckets of t s over c s of compute each (ZeRO-2: each "
-                  "micro-batch's reduce-scatters under its own compute); DeepSpeed's "
+                  "max(t_last, nb·t − (nb−1)·overlap·c), nb buckets of t s over c s of compute each (an "
+                  "all-reduce: the backward's alone; ZeRO-2: each micro-batch's reduce-scatters under its own "
+                  "compute); DeepSpeed's "
                   "PipelineEngine, Megatron without --overlap-grad-reduce and nanotron's ZeRO-1: all of dp_comm",
     "nccl_sms": "the compute the hidden data-parallel calls slow: (dp_comm − dp_exposed) × NCCL channels / SMs "
                 "(ring channels, one CTA on an SM each: 24 inside an A100/H100 node, 16 across nodes, 32 inside a "
@@ -98,7 +99,7 @@ _TIME = {
                           "weights to the ZeRO group, all waited for: B/busBW + (8.4 + n·14 µs across nodes, n·4 µs "
                           "in a node) latency per call (NCCL tuning.cc's ring broadcast); InternLM: one call per owner, "
                           "dp_comm an all-reduce per 512M gradient elements; torch's ZeroRedundancyOptimizer (fp32 "
-                          "gradients): one call per fp32 tensor, dp_comm DDP's",
+                          "gradients): one call per tensor in the weights' dtype, dp_comm DDP's",
     "zero_sliced_exposed": "--zero-sliced (nanotron's ZeRO-1): max(dp_exposed + the all-gather of the updated 16-bit "
                            "weights, the host's slices, flattens and copies: 0.41 + 0.56 ops' worth per rank and "
                            "tensor, nanotron's loops timed on a CPU host, × the µs per op) − dp_exposed; the copies' "
@@ -314,7 +315,8 @@ def explain(e: Estimate) -> list[str]:
     if c.get("dp_bcast"):
         lines.append(f"  weight broadcasts: {c['dp_bcast_calls']} calls per step, {1e3 * c['dp_bcast']:.1f} ms of which "
                      f"{1e3 * c['dp_bcast_latency']:.1f} ms latency ("
-                     + ("one per fp32 tensor: torch's ZeroRedundancyOptimizer, parameters_as_bucket_view off)"
+                     + ("one per tensor, a fused-QKV layout's count: torch's ZeroRedundancyOptimizer, "
+                        "parameters_as_bucket_view off)"
                         if s.torch_zero else "one per rank owning parameters: min(ranks, tensors), InternLM's)"))
     if c.get("dp_after"):
         how = (f"{c['dp_after_calls']} broadcasts (a tensor does not split evenly over the ranks)"

@@ -42,7 +42,7 @@ from overdrive.plan.specs import ModelSpec
 
 __all__ = ["pipeline_blocks_in_flight", "pipeline_outputs_bytes", "chunk_slots", "stage_imbalance", "stage_blocks",
            "stage_params", "embedding_micro_batches", "embedding_bytes", "stage_outputs_bytes", "param_tensors",
-           "bias_tensors", "zero_sliced_tensors"]
+           "zero_sliced_tensors"]
 
 
 def chunk_slots(m: ModelSpec, s: TrainSetup) -> list[int]:
@@ -143,25 +143,22 @@ def stage_outputs_bytes(m: ModelSpec, s: TrainSetup, rank: int) -> float:
 
 
 def param_tensors(m: ModelSpec, s: TrainSetup, gate_up: bool = False) -> list[int]:
-    """The parameter tensors of one TP rank's first pipeline stage, elements each: the embedding, each block's
-    fused QKV, output, two norms and MLP matrices (`gate_up`: a gated MLP's gate and up in one tensor, as nanotron's
-    gate_up_proj); with one stage, the final norm and the head as well."""
+    """The parameter tensors of one TP rank's first pipeline stage, elements each, in registration order: the
+    embedding (and a learned position table), each block's norm, fused QKV, output, norm and MLP matrices (`gate_up`:
+    a gated MLP's gate and up in one tensor, as nanotron's gate_up_proj), a --bias model's bias after each weight
+    (GPT-2/3: every linear's and LayerNorm's); with one stage, the final norm and the head as well."""
     h, tp = m.hidden, s.tp
-    block = [h * (m.q_dim + 2 * m.kv_dim) // tp, m.q_dim * h // tp, h, h]
-    block += ([2 * h * m.ffn // tp, h * m.ffn // tp] if gate_up and m.gated_mlp
-              else [h * m.ffn // tp] * (3 if m.gated_mlp else 2))
-    last = ([h] + ([] if m.tied else [m.vocab * h // tp])) if s.pp == 1 else []
+
+    def w(n: int, bias: int) -> list[int]:
+        return [n, bias] if m.bias else [n]
+
+    qkv = m.q_dim + 2 * m.kv_dim
+    mlp = (w(2 * h * m.ffn // tp, 2 * m.ffn // tp) if gate_up and m.gated_mlp
+           else w(h * m.ffn // tp, m.ffn // tp) * (2 if m.gated_mlp else 1))
+    block = w(h, h) + w(h * qkv // tp, qkv // tp) + w(m.q_dim * h // tp, h) + w(h, h) + mlp + w(h * m.ffn // tp, h)
+    last = (w(h, h) + ([] if m.tied else [m.vocab * h // tp])) if s.pp == 1 else []
     pos = [m.learned_pos * h] if m.learned_pos else []
     return [m.vocab * h // tp] + pos + block * math.ceil(m.n_layer / s.pp) + last
-
-
-def bias_tensors(m: ModelSpec, s: TrainSetup) -> list[int]:
-    """A --bias model's bias tensors beside `param_tensors` (GPT-2/3: each linear's and LayerNorm's), elements each."""
-    if not m.bias:
-        return []
-    h, tp = m.hidden, s.tp
-    block = [(m.q_dim + 2 * m.kv_dim) // tp, h, h, h] + [m.ffn // tp] * (2 if m.gated_mlp else 1) + [h]
-    return block * math.ceil(m.n_layer / s.pp) + ([h] if s.pp == 1 else [])
 
 
 def zero_sliced_tensors(m: ModelSpec, s: TrainSetup) -> list[int]:

@@ -389,5 +389,6 @@ def compute_times(m: ModelSpec, s: TrainSetup, cal: dict | None = None) -> dict[
     memory = (ew_bytes + L * quant_b[0] + tok * m.vocab * loss_b) / c["hbm"]
     recompute = _recompute_time(m, s, c, block, gemm_block, attn, fwd_share, ew_bytes, quant_b[1], passes)
     return {"gemm": gemm_block + head, "attention": attn, "memory": memory, "recompute": recompute,
+            "forward": (gemm_block + head) / passes + attn * fwd_share + memory / 3,   # what no gradient is ready in
             "optimizer": _optimizer_time(m, s, c["hbm"]), "lowp_share": lowp_share, "offload": _offload_time(m, s, L),
             "grad_accum": _grad_accum_time(m, s, c["hbm"])}
