@@ -94,7 +94,8 @@ NVLink hop + {RING_HOP_US['net']} µs per network hop (×{RING_PLATEAU} for a la
 2·((GPUs per node − 1)·{TREE_HOP_US['nvlink']:g} + log2(nodes)·{TREE_HOP_US['net']:g}) µs at half of min(0.9·busBW,
 {TREE_MAX_GBS:g} GB/s); an all-reduce takes the cheaper, as NCCL does. Calls per step: FSDP three per block and
 micro-batch; PyTorch DDP one per bucket as its Reducer rebuilds them after the first step (whole tensors in
-gradient order, each closing once it reaches `bucket_cap_mb`'s {DDP_BUCKET_BYTES >> 20} MiB, the first
+gradient order, a Llama-family model's q, k and v apart as PyTorch code registers them, each closing once it
+reaches `bucket_cap_mb`'s {DDP_BUCKET_BYTES >> 20} MiB, the first
 {DDP_FIRST_BUCKET_BYTES >> 20} MiB; checked against torch's own `rebuilt_bucket_sizes` in the tests); Megatron's DDP and
 distributed optimizer one per max(40M, 1M·dp) parameters (`DistributedDataParallelConfig.bucket_size`); FSDP2 as
 ZeRO-1/2 one per block. Overlap: DDP/ZeRO buckets go out one after another as the backward produces them, leaving

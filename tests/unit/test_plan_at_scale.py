@@ -270,3 +270,18 @@ def test_ddp_buckets_are_torchs_own():
     s = TrainSetup(gpu=A100, gpus_per_node=8, sharding="none", seq=64, micro_batch=1)
     assert ddp_buckets(gpt, s, 4) == torch_sizes
     assert len(torch_sizes) == 5 and torch_sizes[0] < 10 * 2**20 and torch_sizes[-1] > 4 * 5000 * 768
+
+
+def test_a_llama_registers_q_k_v_apart_and_its_qk_norm_gains():
+    """DDP's buckets follow the model's own tensors: a Llama-family model in PyTorch (Hugging Face, torchtitan,
+    torchtune) has q, k and v projections apart, so a 64 MB q and a 16 MB k and v close buckets of their own."""
+    from overdrive.plan.comm import ddp_buckets
+    from overdrive.plan.pipeline import param_tensors, torch_layout
+
+    llama = get_model("llama3-8b")
+    s = TrainSetup(gpu=H100, gpus_per_node=8, sharding="none", seq=4096, micro_batch=1)
+    assert len(torch_layout(llama, s)) == len(param_tensors(llama, s)) + 2 * llama.n_layer
+    assert sum(torch_layout(llama, s)) == sum(param_tensors(llama, s)) == llama.n_params()
+    qk = dataclasses.replace(llama, qk_norm=True)
+    assert len(param_tensors(qk, s)) == len(param_tensors(llama, s)) + 2 * llama.n_layer
+    assert len(ddp_buckets(llama, s, 4)) == 194   # fp32 gradients: every q, o and MLP matrix a bucket of its own

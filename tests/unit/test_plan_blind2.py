@@ -98,10 +98,11 @@ def test_the_rest_are_within_a_quarter(rows):
 def test_nanotron_ddp_at_128_ranks_with_ddps_own_buckets(rows):
     """nanotron's DDP row at 128 data-parallel ranks over 64 nodes read +14% while DDP's buckets were counted as
     gradient bytes / 25 MB (338 calls, 0.24 s of NCCL latency); PyTorch's Reducer closes buckets on whole tensors
-    (130 here) and the all-reduce hides under the backward alone: +30%. Published, the step is its compute plus
-    all of the all-reduce (0.62 s: 0.26 s of compute, 0.36 s planned on the wire), which no term explains."""
+    (162 with a Llama's q, k and v apart; nanotron's fused qkv_proj and gate_up_proj would make 98) and the
+    all-reduce hides under the backward alone: +24%. Published, the step is its compute plus all of the
+    all-reduce (0.62 s: 0.26 s of compute, 0.38 s planned on the wire), which no term explains."""
     r = _ids(rows, "nanotron 8.86B 512x")[0]
-    assert 0.2 <= r["error"] <= 0.4
+    assert 0.15 <= r["error"] <= 0.4
 
 
 def test_memory_where_the_source_says_what_it_measured(rows):

@@ -69,7 +69,7 @@ import math
 from overdrive.plan.choices import NO_STEP
 from overdrive.plan.collectives import (LINK_EFF, broadcast_s, choose_allreduce, gather_s, group_layout, p2p_s,
                                        ring_latency_s)
-from overdrive.plan.pipeline import param_tensors, stage_imbalance, zero_sliced_tensors
+from overdrive.plan.pipeline import param_tensors, stage_imbalance, torch_layout, zero_sliced_tensors
 from overdrive.plan.setup import TrainSetup
 from overdrive.plan.specs import ModelSpec
 from overdrive.plan.zero3 import zero3_comm
@@ -86,36 +86,37 @@ DDP_BUCKET_BYTES = 25 * 2**20
 DDP_FIRST_BUCKET_BYTES = 2**20
 """torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: the first bucket's cap while bucket_cap_mb is left at its default
 (_BucketCapacityConfig.create; a bucket_cap_mb given makes the first bucket full size too)."""
-
-
-def ddp_buckets(m: ModelSpec, s: TrainSetup, grad_b: int) -> list[float]:
-    """PyTorch DDP's buckets, bytes each, in the order the backward fills them: after the first iteration the
-    Reducer rebuilds them in gradient-ready order (the parameters' registration order reversed), whole tensors, each
-    closing once it reaches its cap, the first DDP_FIRST_BUCKET_BYTES, the rest DDP_BUCKET_BYTES (reducer.cpp
-    compute_bucket_assignment_by_size; DDP's _get_ddp_logging_data() reports them as rebuilt_bucket_sizes,
-    tests/unit/test_plan_at_scale.py). The last holds the embedding, ready only when the backward ends."""
-    out, cur, cap = [], 0.0, DDP_FIRST_BUCKET_BYTES
-    for x in reversed(param_tensors(m, s)):
-        cur += x * grad_b
-        if cur >= cap:
-            out, cur, cap = out + [cur], 0.0, DDP_BUCKET_BYTES
-    return out + ([cur] if cur else [])
 ZERO_BUCKET_ELEMENTS = 512 * 1024 * 1024
 """InternLM's hybrid_zero_optimizer reduce_bucket_size (configs/7B_sft.py @ 00478761): gradient elements per
 all-reduce."""
 
 
+def ddp_buckets(m: ModelSpec, s: TrainSetup, grad_b: int) -> list[float]:
+    """PyTorch DDP's buckets, bytes each, in the order the backward fills them: after the first iteration the
+    Reducer rebuilds them in gradient-ready order (`torch_layout`'s registration order reversed), whole tensors, each
+    closing once it reaches its cap, the first DDP_FIRST_BUCKET_BYTES, the rest DDP_BUCKET_BYTES (reducer.cpp
+    compute_bucket_assignment_by_size; DDP's _get_ddp_logging_data() reports them as rebuilt_bucket_sizes,
+    tests/unit/test_plan_at_scale.py). The last holds the embedding, ready only when the backward ends."""
+    out, cur, cap = [], 0.0, DDP_FIRST_BUCKET_BYTES
+    for x in reversed(torch_layout(m, s)):
+        cur += x * grad_b
+        if cur >= cap:
+            out, cur, cap = out + [cur], 0.0, DDP_BUCKET_BYTES
+    return out + ([cur] if cur else [])
+
+
 def _buckets(s: TrainSetup, grad_bytes: float, trained: float, blocks: float) -> int:
     """Calls a step's gradients go out in: Megatron's DDP/distributed optimizer buckets of max(40M, 1M·dp)
-    parameters; PyTorch DDP's 25 MB (its real buckets: `ddp_buckets`); FSDP2 as ZeRO-1/2 (reshard_after_forward=False) one per block; DeepSpeed's
-    PipelineEngine buffers of MEMORY_OPT_ALLREDUCE_SIZE elements."""
+    parameters; PyTorch DDP's 25 MB where its real buckets (`ddp_buckets`) are not built (LoRA's adapters); FSDP2 as
+    ZeRO-1/2 (reshard_after_forward=False) one per block; DeepSpeed's PipelineEngine buffers of
+    MEMORY_OPT_ALLREDUCE_SIZE elements."""
     if s.deepspeed_pipeline:
         return max(1, math.ceil(trained / DS_ALLREDUCE_ELEMENTS))
     if not s.overlap_grad_reduce:   # Megatron's DDP: "Set bucket_size to infinity if overlap_grad_reduce is False"
         return 1
     if s.stack == "megatron":
         per = max(40e6, 1e6 * s.dp) * (grad_bytes / max(trained, 1))
-    elif s.sharding in ("zero1", "zero2", "hsdp") and not s.torch_zero:   # torch's ZeRO: DDP's buckets
+    elif s.sharding in ("zero1", "zero2", "hsdp"):
         return max(1, round(blocks))
     else:
         per = DDP_BUCKET_BYTES
@@ -193,7 +194,7 @@ def _ddp_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) -> None:
                    dp_algo=max(calls, key=lambda c: c[1])[0], dp_edge=calls[-1][1], dp_buckets=len(calls),
                    dp_nodes=nodes)
         return
-    elif s.sharding == "none" or s.torch_zero:
+    elif s.sharding == "none":
         algo, t, lat_one = choose_allreduce(grads / nb, n, nodes, bw)
     else:   # ZeRO-1/2: reduce-scatter the gradients, all-gather the updated 16-bit parameters
         algo = "ring"
@@ -234,7 +235,7 @@ def _zero_broadcast_comm(m: ModelSpec, s: TrainSetup, out: dict, grad_b: int) ->
     nodes, bw = group_layout(s, n, s.tp)
     if s.torch_zero:
         _ddp_comm(m, s, out, grad_b)
-        calls = [broadcast_s((2 if s.pure_bf16 else 4) * x, n, nodes, bw) for x in param_tensors(m, s)]
+        calls = [broadcast_s((2 if s.pure_bf16 else 4) * x, n, nodes, bw) for x in torch_layout(m, s)]
         out.update(dp_bcast=sum(t for t, _ in calls), dp_bcast_calls=len(calls),
                    dp_bcast_latency=sum(lat for _, lat in calls))
         return

@@ -189,7 +189,8 @@ def _estimate(m: ModelSpec, s: TrainSetup, cal: dict | None) -> Estimate:
     compute = n * t_mb * (1 + bubble) + ct["optimizer"]
     # FSDP reduces every micro-batch, under that micro-batch; DDP and ZeRO-1/2 once per step, bucket by bucket
     # (comm.dp_exposed); every call carries its latency (collectives.py)
-    exposed, hide = dp_exposed(s, cm, t_mb, bubble, ct["forward"])
+    # the forward: its compute and its half of the exposed TP/CP collectives and pipeline sends
+    exposed, hide = dp_exposed(s, cm, t_mb, bubble, ct["forward"] + (cm["tp"] + cm["cp"] + cm["pp"]) / 2)
     # --zero-sliced, after the backward: the GPU runs the gradients' all-reduce, then the weights' all-gather (then
     # the copies back, whose GPU time is not measured); the host, which nothing makes wait for the all-reduce,
     # slices and flattens, then enqueues the copies: the next forward starts when both are done (comm.py, host.py)

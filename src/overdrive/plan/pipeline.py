@@ -42,7 +42,7 @@ from overdrive.plan.specs import ModelSpec
 
 __all__ = ["pipeline_blocks_in_flight", "pipeline_outputs_bytes", "chunk_slots", "stage_imbalance", "stage_blocks",
            "stage_params", "embedding_micro_batches", "embedding_bytes", "stage_outputs_bytes", "param_tensors",
-           "zero_sliced_tensors"]
+           "torch_layout", "zero_sliced_tensors"]
 
 
 def chunk_slots(m: ModelSpec, s: TrainSetup) -> list[int]:
@@ -142,23 +142,32 @@ def stage_outputs_bytes(m: ModelSpec, s: TrainSetup, rank: int) -> float:
     return min(s.pp - rank, s.grad_accum) * s.seq * s.micro_batch / s.cp * m.hidden * w / s.tp
 
 
-def param_tensors(m: ModelSpec, s: TrainSetup, gate_up: bool = False) -> list[int]:
+def param_tensors(m: ModelSpec, s: TrainSetup, gate_up: bool = False, separate_qkv: bool = False) -> list[int]:
     """The parameter tensors of one TP rank's first pipeline stage, elements each, in registration order: the
-    embedding (and a learned position table), each block's norm, fused QKV, output, norm and MLP matrices (`gate_up`:
-    a gated MLP's gate and up in one tensor, as nanotron's gate_up_proj), a --bias model's bias after each weight
-    (GPT-2/3: every linear's and LayerNorm's); with one stage, the final norm and the head as well."""
+    embedding (and a learned position table), each block's norm, fused QKV (`separate_qkv`: q, k and v apart, as
+    Hugging Face's, torchtitan's and torchtune's Llama register them), QK-norm gains, output, norm and MLP matrices
+    (`gate_up`: a gated MLP's gate and up in one tensor, as nanotron's gate_up_proj), a --bias model's bias after
+    each weight (GPT-2/3: every linear's and LayerNorm's); with one stage, the final norm and the head as well."""
     h, tp = m.hidden, s.tp
 
     def w(n: int, bias: int) -> list[int]:
         return [n, bias] if m.bias else [n]
 
-    qkv = m.q_dim + 2 * m.kv_dim
+    qkv = (w(h * m.q_dim // tp, m.q_dim // tp) + w(h * m.kv_dim // tp, m.kv_dim // tp) * 2 if separate_qkv
+           else w(h * (m.q_dim + 2 * m.kv_dim) // tp, (m.q_dim + 2 * m.kv_dim) // tp))
+    qkv += [m.head_dim, m.head_dim] if m.qk_norm else []
     mlp = (w(2 * h * m.ffn // tp, 2 * m.ffn // tp) if gate_up and m.gated_mlp
            else w(h * m.ffn // tp, m.ffn // tp) * (2 if m.gated_mlp else 1))
-    block = w(h, h) + w(h * qkv // tp, qkv // tp) + w(m.q_dim * h // tp, h) + w(h, h) + mlp + w(h * m.ffn // tp, h)
+    block = w(h, h) + qkv + w(m.q_dim * h // tp, h) + w(h, h) + mlp + w(h * m.ffn // tp, h)
     last = (w(h, h) + ([] if m.tied else [m.vocab * h // tp])) if s.pp == 1 else []
     pos = [m.learned_pos * h] if m.learned_pos else []
     return [m.vocab * h // tp] + pos + block * math.ceil(m.n_layer / s.pp) + last
+
+
+def torch_layout(m: ModelSpec, s: TrainSetup) -> list[int]:
+    """`param_tensors` as a PyTorch-stack model registers them: a Llama-family (gated MLP) model's q, k and v apart
+    (Hugging Face's, torchtitan's, torchtune's), a GPT-2-family model's fused c_attn."""
+    return param_tensors(m, s, separate_qkv=m.gated_mlp)
 
 
 def zero_sliced_tensors(m: ModelSpec, s: TrainSetup) -> list[int]:
