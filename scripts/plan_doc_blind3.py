@@ -64,7 +64,8 @@ def blind3_section(val: list[dict]) -> str:
               f"{100 * r['error']:+.0f}% |" for r in jax]
     pax = {r["id"]: r["error"] for r in jax}
     twins = [(a, b) for a in pax for b in pax if "bf16(XLA)" in a and b == a.replace("bf16(XLA)", "TE-bf16")]
-    apart = sorted(pub[b] / pub[a] - 1 for a, b in twins) if (pub := {r["id"]: r["published"] for r in jax}) else []
+    pub = {r["id"]: r["published"] for r in jax}
+    apart = sorted(pub[b] / pub[a] - 1 for a, b in twins)
     spread = ", ".join(f"{100 * pax[a]:+.0f}% / {100 * pax[b]:+.0f}%" for a, b in twins)
     mt = sorted((r for r in jax if r["id"].startswith("maxtext ")), key=lambda r: int(r["id"].split()[2].split("x")[0]))
     lost = lambda key: [1 - r[key] / mt[0][key] for r in mt[1:]]   # noqa: E731
